@@ -1,0 +1,77 @@
+# elastic: the front door. Everything real happens in CMake (CMakeLists.txt).
+#
+#   make               build (MODE=release by default) into build/<mode>
+#   make test          build, then run every test tier that runs on CPU (ctest)
+#   make deps          install the Debian packages the project needs (idempotent)
+#   make demo          train Fashion-MNIST with 2 local Gloo processes
+#   make install       install binaries and config (PREFIX=/usr/local, DESTDIR honoured)
+#   make format        clang-format every source file
+#
+# MODE=debug|release|asan|tsan picks the build type and sanitizer.
+
+MODE ?= release
+PREFIX ?= /usr/local
+DESTDIR ?=
+JOBS ?= $(shell nproc)
+BUILD_DIR ?= build/$(MODE)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+# Every package the project needs on Debian 12, build and test alike.
+DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 procps \
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhwloc-dev libtoml11-dev \
+  libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
+  zlib1g-dev libsystemd-dev \
+  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
+
+ifeq ($(MODE),release)
+  BUILD_TYPE := Release
+else ifeq ($(MODE),debug)
+  BUILD_TYPE := Debug
+else ifeq ($(MODE),asan)
+  BUILD_TYPE := RelWithDebInfo
+  SANITIZE := address,undefined
+else ifeq ($(MODE),tsan)
+  BUILD_TYPE := RelWithDebInfo
+  SANITIZE := thread
+else
+  $(error MODE must be one of debug, release, asan, tsan (got '$(MODE)'))
+endif
+
+.PHONY: all build test deps deps-check demo install format clean
+
+all: build
+
+# Installs only when a package is missing, so `make` stays quick on a ready machine.
+deps-check:
+	@missing=$$(dpkg-query -W -f='$${db:Status-Abbrev} $${Package}\n' $(DEB_PACKAGES) 2>/dev/null \
+	    | awk '$$1 == "ii" {print $$2}' | sort > .deps-have.tmp; \
+	    for p in $(DEB_PACKAGES); do grep -qx "$$p" .deps-have.tmp || echo $$p; done; rm -f .deps-have.tmp); \
+	if [ -n "$$missing" ]; then echo "make: missing packages:" $$missing; $(MAKE) --no-print-directory deps; fi
+
+deps:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(DEB_PACKAGES)
+
+$(BUILD_DIR)/CMakeCache.txt: CMakeLists.txt
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DELASTIC_SANITIZE=$(SANITIZE) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+build: deps-check $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+demo: build
+	ELASTIC_BUILD_DIR=$(BUILD_DIR) examples/train-fmnist-local.sh
+
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf build

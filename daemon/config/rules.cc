@@ -1,0 +1,314 @@
+#include "daemon/config/rules.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <type_traits>
+
+#include "daemon/core/duration.h"
+
+namespace elastic::config {
+
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (byte < 0x20 || byte == 0x7f) {
+          constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[byte >> 4];
+          out += kHex[byte & 0xf];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+namespace {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// "host:port" or "[v6addr]:port"; port 0..65535. nullopt when malformed.
+std::optional<HostPort> parse_host_port(std::string_view text) {
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return std::nullopt;  // unbracketed IPv6
+  }
+  if (host.empty() || port.empty() || port.size() > 5) return std::nullopt;
+  for (char c : host) {
+    if (c == '/' || c == ' ' || static_cast<unsigned char>(c) < 0x20) return std::nullopt;
+  }
+  int value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value > 65535) return std::nullopt;
+  return HostPort{std::string(host), value};
+}
+
+std::optional<HostPort> parse_tcp_endpoint(std::string_view text) {
+  constexpr std::string_view kScheme = "tcp://";
+  if (text.substr(0, kScheme.size()) != kScheme) return std::nullopt;
+  return parse_host_port(text.substr(kScheme.size()));
+}
+
+class Checker {
+ public:
+  std::vector<Violation> violations;
+
+  void require(bool ok, std::initializer_list<std::string_view> keys, std::string reason) {
+    if (!ok)
+      violations.push_back(Violation{std::vector<std::string_view>(keys), std::move(reason)});
+  }
+  void positive(std::string_view key, Duration value) {
+    require(value > Duration::zero(), {key}, "must be greater than 0s");
+  }
+  void at_least(std::string_view key, std::int64_t value, std::int64_t minimum) {
+    require(value >= minimum, {key},
+            "must be at least " + std::to_string(minimum) + " (got " + std::to_string(value) + ")");
+  }
+  void absolute_path(std::string_view key, const std::string& value, bool may_be_empty) {
+    if (may_be_empty && value.empty()) return;
+    require(!value.empty() && value.front() == '/', {key},
+            "must be an absolute path" + std::string(may_be_empty ? " or \"\"" : "") + " (got " +
+                quote(value) + ")");
+  }
+  void name(std::string_view key, const std::string& value) {
+    const bool ok = value.size() <= 253 && std::all_of(value.begin(), value.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                             (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+                    });
+    require(ok, {key},
+            quote(value) + " may contain only letters, digits, '.', '_' and '-' (at most 253)");
+  }
+  void port(std::string_view key, int value) {
+    require(value >= 1 && value <= 65535, {key},
+            std::to_string(value) + " must be a port number from 1 to 65535");
+  }
+  template <typename T>
+  void unique(std::string_view key, const std::vector<T>& values, const std::string& what) {
+    std::set<T> seen;
+    for (const T& value : values) {
+      if (!seen.insert(value).second) {
+        if constexpr (std::is_same_v<T, std::string>) {
+          require(false, {key}, quote(value) + " is listed twice");
+        } else {
+          require(false, {key}, what + " " + std::to_string(value) + " is listed twice");
+        }
+      }
+    }
+  }
+};
+
+std::string dur(Duration value) { return format_duration(value); }
+
+}  // namespace
+
+std::vector<Violation> check_rules(const DaemonConfig& c) {
+  Checker k;
+
+  // node
+  k.name("node.name", c.node.name);
+  k.require(!c.node.cluster_id.empty(), {"node.cluster_id"},
+            "must not be empty (it keeps clusters that share a network apart)");
+  k.name("node.cluster_id", c.node.cluster_id);
+  k.absolute_path("node.state_dir", c.node.state_dir, false);
+  for (int index : c.node.gpus.indices) {
+    k.require(index >= 0, {"node.gpus"}, "GPU index " + std::to_string(index) + " is negative");
+  }
+  k.unique("node.gpus", c.node.gpus.indices, "GPU");
+  k.at_least("node.cpu_slots", c.node.cpu_slots, 0);
+
+  // transport
+  const auto bind = parse_tcp_endpoint(c.transport.bind);
+  k.require(bind.has_value(), {"transport.bind"},
+            quote(c.transport.bind) + " must look like tcp://HOST:PORT (e.g. tcp://0.0.0.0:7946)");
+  if (!c.transport.advertise.empty()) {
+    const auto advertise = parse_tcp_endpoint(c.transport.advertise);
+    const bool routable = advertise && advertise->port != 0 && advertise->host != "*" &&
+                          advertise->host != "0.0.0.0" && advertise->host != "::";
+    k.require(routable, {"transport.advertise"},
+              quote(c.transport.advertise) +
+                  " must be \"\" or tcp://HOST:PORT with a reachable host and a port from 1 "
+                  "to 65535");
+  }
+  k.at_least("transport.send_hwm", c.transport.send_hwm, 1);
+  k.at_least("transport.max_message_bytes", c.transport.max_message_bytes, 65536);
+  k.positive("transport.tcp_max_retransmit_timeout", c.transport.tcp_max_retransmit_timeout);
+  k.positive("transport.heartbeat_interval", c.transport.heartbeat_interval);
+  k.positive("transport.heartbeat_timeout", c.transport.heartbeat_timeout);
+  k.require(c.transport.heartbeat_timeout > c.transport.heartbeat_interval,
+            {"transport.heartbeat_timeout", "transport.heartbeat_interval"},
+            dur(c.transport.heartbeat_timeout) +
+                " must be longer than transport.heartbeat_interval (" +
+                dur(c.transport.heartbeat_interval) + ")");
+  k.positive("transport.idle_peer_close", c.transport.idle_peer_close);
+  k.absolute_path("transport.secret_key_file", c.transport.secret_key_file, true);
+  k.absolute_path("transport.public_keys_dir", c.transport.public_keys_dir, true);
+  if (c.transport.curve) {
+    k.require(!c.transport.secret_key_file.empty(),
+              {"transport.secret_key_file", "transport.curve"},
+              "must be set when transport.curve = true");
+    k.require(!c.transport.public_keys_dir.empty(),
+              {"transport.public_keys_dir", "transport.curve"},
+              "must be set when transport.curve = true");
+  }
+
+  // membership
+  for (const auto& seed : c.membership.seeds) {
+    const auto parsed = parse_host_port(seed);
+    k.require(parsed && parsed->port != 0, {"membership.seeds"},
+              quote(seed) +
+                  " must look like HOST:PORT with a port from 1 to 65535 (e.g. "
+                  "\"node01:7946\")");
+  }
+  k.unique("membership.seeds", c.membership.seeds, "seed");
+  k.positive("membership.probe_interval", c.membership.probe_interval);
+  k.positive("membership.probe_timeout", c.membership.probe_timeout);
+  k.require(c.membership.probe_timeout * 3 <= c.membership.probe_interval,
+            {"membership.probe_timeout", "membership.probe_interval"},
+            dur(c.membership.probe_timeout) +
+                " must be at most a third of membership.probe_interval (" +
+                dur(c.membership.probe_interval) + ") so that indirect probes fit in one period");
+  k.at_least("membership.indirect_probes", c.membership.indirect_probes, 1);
+  k.at_least("membership.suspicion_multiplier", c.membership.suspicion_multiplier, 1);
+  k.at_least("membership.suspicion_max_multiplier", c.membership.suspicion_max_multiplier, 1);
+  k.at_least("membership.awareness_max_multiplier", c.membership.awareness_max_multiplier, 1);
+  k.at_least("membership.retransmit_multiplier", c.membership.retransmit_multiplier, 1);
+  k.positive("membership.gossip_interval", c.membership.gossip_interval);
+  k.at_least("membership.gossip_fanout", c.membership.gossip_fanout, 1);
+  k.positive("membership.gossip_to_dead", c.membership.gossip_to_dead);
+  k.positive("membership.push_pull_interval", c.membership.push_pull_interval);
+  k.positive("membership.reconnect_interval", c.membership.reconnect_interval);
+  k.positive("membership.rejoin_interval", c.membership.rejoin_interval);
+  k.positive("membership.tombstone_ttl", c.membership.tombstone_ttl);
+  k.require(c.membership.tombstone_ttl >= c.membership.gossip_to_dead,
+            {"membership.tombstone_ttl", "membership.gossip_to_dead"},
+            dur(c.membership.tombstone_ttl) + " must be at least membership.gossip_to_dead (" +
+                dur(c.membership.gossip_to_dead) + ")");
+  k.require(c.membership.tombstone_ttl > c.membership.reconnect_interval,
+            {"membership.tombstone_ttl", "membership.reconnect_interval"},
+            dur(c.membership.tombstone_ttl) +
+                " must be longer than membership.reconnect_interval (" +
+                dur(c.membership.reconnect_interval) +
+                "), or failed members are forgotten before a reconnect is tried");
+
+  // consensus
+  const std::size_t voters = c.consensus.voters.size();
+  k.require(voters == 0 || voters == 1 || voters == 3 || voters == 5, {"consensus.voters"},
+            "has " + std::to_string(voters) +
+                " voters; use 1, 3 or 5 (an even count adds no fault tolerance), or [] for this "
+                "node alone");
+  for (const auto& voter : c.consensus.voters) {
+    k.require(!voter.empty(), {"consensus.voters"}, "voter names must not be empty");
+  }
+  k.unique("consensus.voters", c.consensus.voters, "voter");
+  k.positive("consensus.election_timeout", c.consensus.election_timeout);
+  k.positive("consensus.heartbeat_interval", c.consensus.heartbeat_interval);
+  k.require(c.consensus.heartbeat_interval * 3 <= c.consensus.election_timeout,
+            {"consensus.heartbeat_interval", "consensus.election_timeout"},
+            dur(c.consensus.heartbeat_interval) +
+                " must be at most a third of consensus.election_timeout (" +
+                dur(c.consensus.election_timeout) + ")");
+  k.at_least("consensus.snapshot_every_entries", c.consensus.snapshot_every_entries, 1);
+  k.absolute_path("consensus.data_dir", c.consensus.data_dir, true);
+
+  // rendezvous
+  k.positive("rendezvous.last_call", c.rendezvous.last_call);
+  k.positive("rendezvous.join_timeout", c.rendezvous.join_timeout);
+  k.require(c.rendezvous.last_call < c.rendezvous.join_timeout,
+            {"rendezvous.last_call", "rendezvous.join_timeout"},
+            dur(c.rendezvous.last_call) + " must be shorter than rendezvous.join_timeout (" +
+                dur(c.rendezvous.join_timeout) + ")");
+  k.positive("rendezvous.job_keepalive_interval", c.rendezvous.job_keepalive_interval);
+  k.positive("rendezvous.job_peer_timeout", c.rendezvous.job_peer_timeout);
+  k.require(c.rendezvous.job_keepalive_interval < c.rendezvous.job_peer_timeout,
+            {"rendezvous.job_keepalive_interval", "rendezvous.job_peer_timeout"},
+            dur(c.rendezvous.job_keepalive_interval) +
+                " must be shorter than rendezvous.job_peer_timeout (" +
+                dur(c.rendezvous.job_peer_timeout) + ")");
+  k.positive("rendezvous.lease_duration", c.rendezvous.lease_duration);
+  k.require(c.rendezvous.lease_duration > c.consensus.election_timeout,
+            {"rendezvous.lease_duration", "consensus.election_timeout"},
+            dur(c.rendezvous.lease_duration) + " must be longer than consensus.election_timeout (" +
+                dur(c.consensus.election_timeout) + "), or every leader change stops every job");
+  k.port("rendezvous.store_port_min", c.rendezvous.store_port_min);
+  k.port("rendezvous.store_port_max", c.rendezvous.store_port_max);
+  k.require(c.rendezvous.store_port_min <= c.rendezvous.store_port_max,
+            {"rendezvous.store_port_min", "rendezvous.store_port_max"},
+            std::to_string(c.rendezvous.store_port_min) +
+                " must not exceed rendezvous.store_port_max (" +
+                std::to_string(c.rendezvous.store_port_max) + ")");
+
+  // spawner
+  k.positive("spawner.stop_grace", c.spawner.stop_grace);
+  k.absolute_path("spawner.log_dir", c.spawner.log_dir, true);
+  k.at_least("spawner.log_max_bytes", c.spawner.log_max_bytes, 1);
+  k.at_least("spawner.log_keep", c.spawner.log_keep, 0);
+  k.absolute_path("spawner.cgroup_root", c.spawner.cgroup_root, true);
+
+  // checkpoint
+  k.absolute_path("checkpoint.root", c.checkpoint.root, true);
+  k.at_least("checkpoint.keep", c.checkpoint.keep, 1);
+
+  // control
+  k.absolute_path("control.socket", c.control.socket, false);
+  // sockaddr_un.sun_path is 108 bytes including the terminating NUL.
+  k.require(c.control.socket.size() <= 107, {"control.socket"},
+            "is " + std::to_string(c.control.socket.size()) +
+                " bytes long; a unix socket path must be at most 107");
+  if (!c.control.metrics_listen.empty()) {
+    const auto listen = parse_host_port(c.control.metrics_listen);
+    k.require(listen && listen->port != 0, {"control.metrics_listen"},
+              quote(c.control.metrics_listen) +
+                  " must be \"\" (off) or HOST:PORT with a port from 1 to 65535");
+  }
+
+  // logging
+  k.absolute_path("logging.file", c.logging.file, true);
+  return std::move(k.violations);
+}
+
+std::vector<std::string> validate(const DaemonConfig& config) {
+  std::vector<std::string> lines;
+  for (const Violation& violation : check_rules(config)) {
+    lines.push_back(std::string(violation.keys.front()) + ": " + violation.reason);
+  }
+  return lines;
+}
+
+}  // namespace elastic::config

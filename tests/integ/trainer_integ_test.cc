@@ -1,0 +1,271 @@
+// elastic-trainer end to end: real ranks, real Gloo over loopback, real checkpoints on disk.
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+namespace elastic::testing {
+namespace {
+
+using nlohmann::json;
+
+const std::string kTrainer = ELASTIC_TRAINER_PATH;
+constexpr auto kRunTimeout = std::chrono::minutes(4);
+
+std::vector<json> events(const std::string& out, const std::string& kind) {
+  std::vector<json> found;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    auto parsed = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() && parsed.value("event", "") == kind) found.push_back(parsed);
+  }
+  return found;
+}
+
+json only_event(const RunResult& r, const std::string& kind) {
+  auto found = events(r.out, kind);
+  EXPECT_FALSE(found.empty()) << "no '" << kind << "' line in:\n" << r.out << "\n" << r.err;
+  return found.empty() ? json::object() : found.back();
+}
+
+// Common flags of the quick runs: a slice of Fashion-MNIST, one intra-op thread per rank.
+std::vector<std::string> quick(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {kTrainer,       "--model", "fmnist",         "--threads", "1",
+                                   "--test-limit", "1000",    "--log-interval", "5"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::string latest(const std::string& dir) {
+  std::string text = read_file(dir + "/LATEST");
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+TEST(Trainer, TwoGlooRanksReachEightyPercentOnFashionMnistInOneEpoch) {
+  auto r = run({kTrainer, "--standalone", "2", "--model", "fmnist", "--epochs", "1", "--batch-size",
+                "64", "--threads", "1", "--log-interval", "100"},
+               {}, kRunTimeout);
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  auto epoch = only_event(r, "epoch");
+  EXPECT_EQ(epoch["epoch"], 0);
+  EXPECT_GE(epoch["test_accuracy"].get<double>(), 0.80) << r.out;
+  auto summary = only_event(r, "summary");
+  EXPECT_EQ(summary["world_size"], 2);
+  EXPECT_EQ(summary["result"], "finished");
+  // 60000 samples, global batch 128: 468 full steps and one of 96.
+  EXPECT_EQ(summary["step"], 469);
+  // Every rank ends with the same parameters.
+  auto summaries = events(r.out, "summary");
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0]["param_checksum"], summaries[1]["param_checksum"]);
+  std::printf("fmnist: test accuracy %.4f, epoch %.1f s\n", epoch["test_accuracy"].get<double>(),
+              epoch["seconds"].get<double>());
+}
+
+TEST(Trainer, ResumeAfterKillNineIsBitExact) {
+  TempDir dir;
+  const std::string uninterrupted = dir / "a", interrupted = dir / "b";
+  auto base = [](const std::string& ckpt) {
+    return quick({"--standalone", "2", "--train-limit", "4096", "--batch-size", "32", "--max-steps",
+                  "40", "--checkpoint-interval", "20", "--checkpoint-dir", ckpt});
+  };
+  auto full = run(base(uninterrupted), {}, kRunTimeout);
+  ASSERT_TRUE(full.status.exited_with(0)) << full.err;
+  const std::string expected = only_event(full, "summary")["param_checksum"];
+
+  // Rank 0 SIGKILLs itself at step 30, between the checkpoints of steps 20 and 40.
+  auto args = base(interrupted);
+  args.insert(args.end(), {"--crash-at-step", "30", "--crash-rank", "0"});
+  auto crashed = run(args, {}, kRunTimeout);
+  ASSERT_FALSE(crashed.timed_out);
+  EXPECT_FALSE(crashed.status.exited_with(0));
+  EXPECT_EQ(latest(interrupted), "step-000000020");
+  EXPECT_TRUE(events(crashed.out, "summary").empty()) << "a killed run must not finish";
+
+  auto resumed = run(base(interrupted), {}, kRunTimeout);
+  ASSERT_TRUE(resumed.status.exited_with(0)) << resumed.err;
+  EXPECT_EQ(only_event(resumed, "resume")["step"], 20);
+  auto summary = only_event(resumed, "summary");
+  EXPECT_EQ(summary["step"], 40);
+  EXPECT_EQ(summary["steps_this_run"], 20);
+  EXPECT_EQ(summary["param_checksum"], expected) << "resumed parameters differ";
+}
+
+TEST(Trainer, ExternalKillNineLeavesACompleteCheckpointThatResumes) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  // Checkpoint every step so the kill very likely lands in the middle of a write.
+  Process p(quick({"--standalone", "2", "--train-limit", "20000", "--batch-size", "32",
+                   "--checkpoint-interval", "1", "--checkpoint-dir", ckpt}),
+            {}, dir.path(), "trainer");
+  ASSERT_TRUE(wait_until([&] { return latest(ckpt) >= "step-000000005"; }, std::chrono::minutes(2)))
+      << p.err();
+  p.signal(SIGKILL);  // the launcher; its ranks die with it (PR_SET_PDEATHSIG)
+  ASSERT_TRUE(p.wait(std::chrono::seconds(30)).has_value());
+  const std::string named = latest(ckpt);
+  ASSERT_TRUE(std::filesystem::is_directory(ckpt + "/" + named)) << named;
+  auto resumed = run(quick({"--standalone", "2", "--train-limit", "20000", "--batch-size", "32",
+                            "--checkpoint-dir", ckpt, "--max-steps",
+                            std::to_string(std::stoi(named.substr(5)) + 3)}),
+                     {}, kRunTimeout);
+  ASSERT_TRUE(resumed.status.exited_with(0)) << resumed.err;
+  EXPECT_EQ(only_event(resumed, "resume")["step"], std::stoi(named.substr(5)));
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt)) {
+    EXPECT_NE(entry.path().filename().string().rfind(".tmp", 0), 0u) << "leftover " << entry.path();
+  }
+}
+
+TEST(Trainer, WorldSizeChangeContinuesFromTheSameGlobalPosition) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt", trace = dir / "trace";
+  constexpr int kSamples = 3000;
+  auto common = [&](int ranks, std::vector<std::string> extra) {
+    auto argv = quick({"--standalone", std::to_string(ranks), "--train-limit",
+                       std::to_string(kSamples), "--batch-size", "32", "--checkpoint-dir", ckpt,
+                       "--trace-samples", trace, "--no-eval"});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  // 2 ranks: 20 steps of 64 samples = position 1280.
+  auto first = run(common(2, {"--max-steps", "20"}), {}, kRunTimeout);
+  ASSERT_TRUE(first.status.exited_with(0)) << first.err;
+  EXPECT_EQ(only_event(first, "summary")["position"], 1280);
+  // 3 ranks (ELASTIC_ROUND 1): 10 steps of 96 samples, from 1280 to 2240.
+  auto second = run(common(3, {"--max-steps", "30"}), {{"ELASTIC_ROUND", "1"}}, kRunTimeout);
+  ASSERT_TRUE(second.status.exited_with(0)) << second.err;
+  auto resume = only_event(second, "resume");
+  EXPECT_EQ(resume["position"], 1280);
+  EXPECT_EQ(resume["from_world_size"], 2);
+  EXPECT_EQ(only_event(second, "summary")["position"], 2240);
+  // 5 ranks to the end of the epoch (760 samples: 4 steps of 160 and one of 120).
+  auto third = run(common(5, {"--epochs", "1"}), {{"ELASTIC_ROUND", "2"}}, kRunTimeout);
+  ASSERT_TRUE(third.status.exited_with(0)) << third.err;
+  EXPECT_EQ(only_event(third, "resume")["position"], 2240);
+  auto summary = only_event(third, "summary");
+  EXPECT_EQ(summary["epoch"], 1);
+  EXPECT_EQ(summary["position"], 0);
+  EXPECT_EQ(summary["step"], 35);
+
+  // Every sample of epoch 0 was trained on exactly once across the three world sizes.
+  std::map<long, int> seen;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind("trace.", 0) != 0) continue;
+    ++files;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      long epoch = -1, index = 0;
+      fields >> epoch;
+      ASSERT_EQ(epoch, 0);
+      while (fields >> index) ++seen[index];
+    }
+  }
+  EXPECT_EQ(files, 2 + 3 + 5);
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kSamples));
+  for (const auto& [index, count] : seen) {
+    ASSERT_EQ(count, 1) << "sample " << index;
+    ASSERT_LT(index, kSamples);
+  }
+}
+
+TEST(Trainer, SigtermFinishesTheStepCheckpointsAndExits75) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  Process p(quick({"--standalone", "2", "--batch-size", "32", "--checkpoint-dir", ckpt, "--epochs",
+                   "50"}),
+            {}, dir.path(), "trainer");
+  ASSERT_TRUE(wait_until([&] { return p.out().find("\"event\":\"step\"") != std::string::npos; },
+                         std::chrono::minutes(2)))
+      << p.err();
+  p.signal(SIGTERM);
+  auto status = p.wait(std::chrono::minutes(1));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->exited_with(75)) << p.err();
+  auto out = p.out();
+  auto summaries = events(out, "summary");
+  ASSERT_EQ(summaries.size(), 2u) << out;
+  EXPECT_EQ(summaries[0]["result"], "stopped");
+  EXPECT_EQ(summaries[0]["step"], summaries[1]["step"]) << "ranks must stop after the same step";
+  const int step = summaries[0]["step"];
+  EXPECT_EQ(latest(ckpt),
+            "step-" + std::string(9 - std::to_string(step).size(), '0') + std::to_string(step));
+  EXPECT_FALSE(events(out, "checkpoint").empty());
+}
+
+TEST(Trainer, OverlapOnAndOffGiveIdenticalParameters) {
+  auto args = quick({"--standalone", "2", "--train-limit", "2048", "--batch-size", "32",
+                     "--max-steps", "15", "--no-eval", "--bucket-mb", "0.05"});
+  auto on = run(args, {}, kRunTimeout);
+  args.push_back("--no-overlap");
+  auto off = run(args, {}, kRunTimeout);
+  ASSERT_TRUE(on.status.exited_with(0)) << on.err;
+  ASSERT_TRUE(off.status.exited_with(0)) << off.err;
+  EXPECT_GT(only_event(on, "start")["buckets"].get<int>(), 2) << "small buckets expected";
+  EXPECT_EQ(only_event(on, "summary")["param_checksum"],
+            only_event(off, "summary")["param_checksum"]);
+}
+
+TEST(Trainer, TwoRanksAverageLikeOneRankWithTheSameGlobalBatch) {
+  auto two = run(quick({"--standalone", "2", "--train-limit", "2048", "--batch-size", "32",
+                        "--max-steps", "10", "--no-eval", "--optimizer", "sgd", "--lr", "0.01"}),
+                 {}, kRunTimeout);
+  auto one = run(quick({"--train-limit", "2048", "--batch-size", "64", "--max-steps", "10",
+                        "--no-eval", "--optimizer", "sgd", "--lr", "0.01"}),
+                 {}, kRunTimeout);
+  ASSERT_TRUE(two.status.exited_with(0)) << two.err;
+  ASSERT_TRUE(one.status.exited_with(0)) << one.err;
+  const double a = only_event(two, "summary")["param_abs_sum"];
+  const double b = only_event(one, "summary")["param_abs_sum"];
+  EXPECT_NEAR(a, b, 1e-4 * b) << "the all-reduce must average, not sum";
+  EXPECT_NEAR(only_event(two, "summary")["loss"].get<double>(),
+              only_event(one, "summary")["loss"].get<double>(), 1e-3);
+}
+
+TEST(Trainer, GptShapedModelLearnsSyntheticSequences) {
+  auto r = run({kTrainer, "--standalone", "2",   "--model",       "gpt",  "--threads",
+                "1",      "--gpt-layers", "2",   "--gpt-width",   "64",   "--gpt-heads",
+                "4",      "--gpt-vocab",  "128", "--gpt-context", "32",   "--batch-size",
+                "8",      "--max-steps",  "60",  "--lr",          "3e-3", "--log-interval",
+                "1"},
+               {}, kRunTimeout);
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  auto steps = events(r.out, "step");
+  ASSERT_EQ(steps.size(), 60u);
+  EXPECT_LT(steps.back()["loss"].get<double>(), 0.5 * steps.front()["loss"].get<double>()) << r.out;
+  EXPECT_EQ(only_event(r, "start")["model"], "gpt");
+}
+
+TEST(Trainer, BadInputGetsOneClearErrorAndAUsageCode) {
+  auto bad_flag = run({kTrainer, "--batch-size", "zero"}, {}, std::chrono::seconds(60));
+  EXPECT_TRUE(bad_flag.status.exited_with(64));
+  EXPECT_NE(bad_flag.err.find("--batch-size"), std::string::npos) << bad_flag.err;
+
+  auto bad_env = run({kTrainer}, {{"RANK", "5"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}},
+                     std::chrono::seconds(60));
+  EXPECT_TRUE(bad_env.status.exited_with(64));
+  EXPECT_NE(bad_env.err.find("RANK=5 must be smaller than WORLD_SIZE=2"), std::string::npos)
+      << bad_env.err;
+
+  TempDir empty;
+  auto no_data = run({kTrainer, "--data-dir", empty.path()}, {}, std::chrono::seconds(60));
+  EXPECT_TRUE(no_data.status.exited_with(66));
+  EXPECT_NE(no_data.err.find(empty.path() + "/train-images-idx3-ubyte"), std::string::npos)
+      << no_data.err;
+}
+
+}  // namespace
+}  // namespace elastic::testing

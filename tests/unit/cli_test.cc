@@ -1,0 +1,303 @@
+// Runs the real elasticd and elasticctl binaries (fork/exec, stdout and stderr captured to files,
+// exit status from waitpid) and checks --help, --version, config errors (78), usage errors (64)
+// and that elasticd refuses to pretend it can run a node (69).
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "tests/support/temp_dir.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "elastic/version.h"
+
+namespace elastic::config {
+namespace {
+
+using elastic::testing::TempDir;
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+struct Finished {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `binary args...` to completion. Output goes to files rather than pipes so that a chatty
+// child can never block on a full pipe while we wait for it.
+Finished run_process(const char* binary, const std::vector<std::string>& args) {
+  TempDir dir;
+  const std::string out_path = dir.file("stdout");
+  const std::string err_path = dir.file("stderr");
+  std::vector<std::string> storage = {binary};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+    execv(binary, argv.data());
+    _exit(127);
+  }
+  Finished result;
+  EXPECT_GT(pid, 0) << "fork failed";
+  if (pid <= 0) return result;
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << binary << " did not exit normally (status " << status << ")";
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+Finished elasticd(const std::vector<std::string>& args) { return run_process(ELASTICD_PATH, args); }
+Finished elasticctl(const std::vector<std::string>& args) {
+  return run_process(ELASTICCTL_PATH, args);
+}
+
+const std::string kShippedConfig = std::string(ELASTIC_SOURCE_DIR) + "/conf/elasticd.toml";
+
+// Parses TOML text the way the daemon would, for comparing printed configs.
+Result<DaemonConfig> reload(const std::string& toml) {
+  TempDir dir;
+  auto loaded = load_config(LoadOptions{
+      .file = dir.write("printed.toml", toml), .file_must_exist = true, .overrides = {}});
+  if (!loaded.ok()) return loaded.error();
+  return loaded->config;
+}
+
+// ---- elasticd -------------------------------------------------------------------------------
+
+TEST(Elasticd, Version) {
+  const Finished r = elasticd({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, std::string("elasticd ") + kVersion + "\n");
+}
+
+TEST(Elasticd, Help) {
+  const Finished r = elasticd({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* option :
+       {"--config", "--set", "--check-config", "--print-config", "--version"}) {
+    EXPECT_THAT(r.out, HasSubstr(option));
+  }
+  EXPECT_THAT(r.out, HasSubstr(kDefaultConfigPath));
+}
+
+TEST(Elasticd, CheckConfigOnTheShippedFile) {
+  const Finished r = elasticd({"-c", kShippedConfig, "--check-config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "config OK (" + kShippedConfig + ")\n");
+}
+
+TEST(Elasticd, CheckConfigNamesTheOverrides) {
+  const Finished r = elasticd({"--config", kShippedConfig, "--set", "node.name=gpu01", "--set",
+                               "logging.level=warn", "--check-config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "config OK (" + kShippedConfig + " + 2 --set overrides)\n");
+}
+
+TEST(Elasticd, PrintConfigReadsBackAsTheDefaults) {
+  for (const std::string& file : {std::string(), kShippedConfig}) {
+    const Finished r = elasticd({"-c", file, "--print-config"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto printed = reload(r.out);
+    ASSERT_TRUE(printed.ok()) << printed.error().message << "\n" << r.out;
+    EXPECT_TRUE(*printed == DaemonConfig{}) << r.out;
+  }
+}
+
+TEST(Elasticd, PrintConfigShowsOverrides) {
+  const Finished r = elasticd({"-c", "", "--set", R"(membership.seeds=["n1:7946","n2:7946"])",
+                               "--set", "spawner.bind_cpus=false", "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto printed = reload(r.out);
+  ASSERT_TRUE(printed.ok()) << printed.error().message;
+  EXPECT_THAT(printed->membership.seeds, ElementsAre("n1:7946", "n2:7946"));
+  EXPECT_FALSE(printed->spawner.bind_cpus);
+}
+
+TEST(Elasticd, BadConfigFileExits78WithEveryError) {
+  TempDir dir;
+  const std::string file = dir.write("bad.toml",
+                                     "[membership]\n"
+                                     "probe_timeout = \"5x\"\n"
+                                     "[transport]\n"
+                                     "bnid = \"tcp://0.0.0.0:7946\"\n");
+  const Finished r = elasticd({"-c", file, "--check-config"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(split_lines(r.err),
+              ElementsAre(file + ":2: membership.probe_timeout: \"5x\" is not a duration: unknown "
+                                 "unit \"x\" (use e.g. \"500ms\", \"30s\", \"1m30s\"; units: ns, "
+                                 "us, ms, s, m, h)",
+                          file + ":4: transport.bnid: unknown key (did you mean transport.bind?)",
+                          "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
+}
+
+TEST(Elasticd, SyntaxErrorExits78WithFileAndLine) {
+  TempDir dir;
+  const std::string file = dir.write("bad.toml", "[node]\nname = \"a\n");
+  const Finished r = elasticd({"-c", file});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_THAT(r.err, StartsWith(file + ":2: TOML syntax error: "));
+}
+
+TEST(Elasticd, UnknownKeyViaSetExits78) {
+  const Finished r = elasticd({"-c", kShippedConfig, "--set", "transport.bnid=tcp://0.0.0.0:1"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_THAT(split_lines(r.err),
+              ElementsAre("--set transport.bnid=tcp://0.0.0.0:1: transport.bnid: unknown key "
+                          "(did you mean transport.bind?)",
+                          "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
+}
+
+TEST(Elasticd, CrossFieldViolationViaSetExits78) {
+  const Finished r =
+      elasticd({"-c", "", "--set", "consensus.heartbeat_interval=2s", "--check-config"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_THAT(split_lines(r.err),
+              ElementsAre("--set consensus.heartbeat_interval=2s: consensus.heartbeat_interval: "
+                          "2s must be at most a third of consensus.election_timeout (1s)",
+                          "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
+}
+
+TEST(Elasticd, MissingExplicitConfigExits78) {
+  TempDir dir;
+  const std::string file = dir.file("absent.toml");
+  const Finished r = elasticd({"-c", file, "--check-config"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_THAT(r.err, StartsWith(file + ": cannot read the config file: it does not exist\n"));
+}
+
+TEST(Elasticd, MissingDefaultConfigMeansBuiltInDefaults) {
+  if (std::filesystem::exists(kDefaultConfigPath)) {
+    GTEST_SKIP() << kDefaultConfigPath << " exists on this machine";
+  }
+  const Finished r = elasticd({"--check-config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "config OK (built-in defaults)\n");
+  EXPECT_THAT(r.err, HasSubstr(std::string("config file ") + kDefaultConfigPath +
+                               " not found; using built-in defaults"));
+}
+
+TEST(Elasticd, PlainStartSaysItCannotRunAndExits69) {
+  const Finished r = elasticd({"-c", kShippedConfig});
+  EXPECT_EQ(r.exit_code, 69);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("elasticd: configuration OK (" + kShippedConfig +
+                               "), but this build cannot run a node yet"));
+  EXPECT_THAT(r.err, HasSubstr("(EX_UNAVAILABLE)"));
+}
+
+TEST(Elasticd, BadUsageExits64) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--bogus"}, {"extra"}, {"-c"}, {"--check-config", "--print-config"}, {"--set"}}) {
+    const Finished r = elasticd(args);
+    EXPECT_EQ(r.exit_code, 64) << args.front() << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("elasticd: ")) << args.front();
+    EXPECT_THAT(r.err, HasSubstr("Run 'elasticd --help' for usage.")) << args.front();
+  }
+  EXPECT_THAT(elasticd({"--bogus"}).err, HasSubstr("--bogus"));
+}
+
+// ---- elasticctl -----------------------------------------------------------------------------
+
+TEST(Elasticctl, Version) {
+  const Finished r = elasticctl({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, std::string("elasticctl ") + kVersion + "\n");
+}
+
+TEST(Elasticctl, Help) {
+  const Finished r = elasticctl({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"--config", "--set", "--version", "config"}) {
+    EXPECT_THAT(r.out, HasSubstr(text));
+  }
+}
+
+TEST(Elasticctl, ConfigPrintsTomlThatReadsBack) {
+  const Finished r = elasticctl({"-c", kShippedConfig, "config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto printed = reload(r.out);
+  ASSERT_TRUE(printed.ok()) << printed.error().message;
+  EXPECT_TRUE(*printed == DaemonConfig{});
+}
+
+TEST(Elasticctl, ConfigJson) {
+  // Options may also follow the command.
+  const Finished r = elasticctl({"config", "--json", "-c", "", "--set", "checkpoint.keep=5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["checkpoint"]["keep"], 5);
+  EXPECT_EQ(json["membership"]["probe_interval"], "1s");
+  EXPECT_EQ(json["control"]["socket"], "/run/elastic/elasticd.sock");
+}
+
+TEST(Elasticctl, BadConfigExits78) {
+  const Finished r = elasticctl({"-c", "", "--set", "checkpoint.keep=0", "config"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(split_lines(r.err),
+              ElementsAre("--set checkpoint.keep=0: checkpoint.keep: must be at least 1 (got 0)",
+                          "elasticctl: invalid configuration; exiting with status 78 (EX_CONFIG)"));
+}
+
+TEST(Elasticctl, UnknownCommandExits64) {
+  const Finished r = elasticctl({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(r.err,
+            "elasticctl: unknown command \"frobnicate\" (commands: config)\n"
+            "Run 'elasticctl --help' for usage.\n");
+}
+
+TEST(Elasticctl, MissingCommandExits64) {
+  const Finished r = elasticctl({});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(r.err,
+            "elasticctl: a command is required (commands: config)\n"
+            "Run 'elasticctl --help' for usage.\n");
+}
+
+TEST(Elasticctl, BadOptionExits64) {
+  const Finished r = elasticctl({"config", "--yaml"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_THAT(r.err, StartsWith("elasticctl: "));
+  EXPECT_THAT(r.err, HasSubstr("--yaml"));
+}
+
+}  // namespace
+}  // namespace elastic::config

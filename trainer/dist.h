@@ -1,0 +1,37 @@
+// Process group set-up from the worker contract: rank 0 hosts the c10d TCPStore at
+// MASTER_ADDR:MASTER_PORT, every rank joins it, then NCCL (CUDA tensors) or Gloo (CPU tensors).
+//
+// Errors (store unreachable, a rank missing past the timeout) come back as an Error naming the
+// endpoint and the reason; LibTorch's exceptions do not escape.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "daemon/core/result.h"
+#include "trainer/torch_compat.h"
+#include "trainer/worker_env.h"
+
+namespace elastic::trainer {
+
+struct DistOptions {
+  torch::Device device = torch::kCPU;
+  // How long a collective or a store wait may take before it fails. Short values make a lost
+  // peer visible quickly; the daemon stops stale workers anyway.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+struct Dist {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<Backend> backend;
+  std::string backend_name;  // "gloo" or "nccl"
+};
+
+Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options);
+
+// Whether this build can run NCCL (a CUDA LibTorch with c10d NCCL compiled in).
+bool nccl_compiled_in();
+
+}  // namespace elastic::trainer

@@ -1,0 +1,543 @@
+// elastic-trainer: a data-parallel LibTorch worker (Gloo on CPU, NCCL on GPUs) that can be
+// stopped at any moment and resumes exactly from the last checkpoint, at any world size.
+//
+// Exit codes (also in README.md):
+//   0   training finished
+//   64  bad command line or worker environment
+//   66  the data set cannot be read
+//   69  the store, a peer or a collective failed (a lost peer shows up here)
+//   74  a checkpoint could not be written or read
+//   75  stopped by SIGTERM/SIGINT; a checkpoint was written first when a directory is set
+//   1   anything else
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/checkpoint/checkpoint_store.h"
+#include "elastic/version.h"
+#include "trainer/checkpointing.h"
+#include "trainer/data/sampler.h"
+#include "trainer/dist.h"
+#include "trainer/launcher.h"
+#include "trainer/reducer.h"
+#include "trainer/worker_env.h"
+#include "trainer/workload.h"
+
+namespace elastic::trainer {
+namespace {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitOther = 1,
+  kExitUsage = 64,
+  kExitNoInput = 66,
+  kExitUnavailable = 69,
+  kExitIo = 74,
+  kExitStopped = 75,
+};
+
+std::atomic<bool> stop_requested{false};
+void on_stop_signal(int) { stop_requested.store(true); }
+
+struct Flags {
+  std::string model = "fmnist";
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::int64_t train_limit = 0;
+  std::int64_t test_limit = 0;
+  std::int64_t batch_size = 64;
+  double lr = 1e-3;
+  std::string optimizer = "adam";
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_interval = 0;
+  int keep = 3;
+  bool checkpoint_on_stop = true;
+  std::int64_t log_interval = 20;
+  std::uint64_t seed = 42;
+  bool no_overlap = false;
+  double bucket_mb = 25;
+  int threads = 0;
+  double timeout_s = 60;
+  std::string device = "auto";
+  std::string dtype = "fp32";
+  bool no_eval = false;
+  std::int64_t warmup_steps = 5;
+  int standalone = 0;
+  std::int64_t crash_at_step = -1;
+  int crash_rank = 0;
+  std::string trace_samples;
+  GptShape gpt;
+  std::int64_t gpt_sequence = 0;
+  std::int64_t gpt_train_size = 1 << 20;
+};
+
+void emit(const nlohmann::json& line) {
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
+
+void fail(const std::string& message) {
+  std::fprintf(stderr, "elastic-trainer: %s\n", message.c_str());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// FNV-1a over the raw bytes of every parameter, in order: equal iff bit-identical.
+std::string parameter_checksum(torch::nn::Module& module, double* abs_sum) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  double sum = 0;
+  for (const auto& p : module.parameters()) {
+    auto cpu = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(cpu.data_ptr());
+    const auto n = static_cast<std::size_t>(cpu.numel()) * cpu.element_size();
+    for (std::size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+    sum += cpu.to(torch::kDouble).abs().sum().item<double>();
+  }
+  *abs_sum = sum;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model,
+                 "Workload: fmnist (CNN on Fashion-MNIST) or gpt (GPT-2-shaped, synthetic data)")
+      ->check(CLI::IsMember({"fmnist", "gpt"}));
+  app.add_option("--data-dir", f.data_dir,
+                 "Directory with the Fashion-MNIST IDX files (.gz or plain)");
+  app.add_option("--train-limit", f.train_limit, "Use only the first N training samples (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--test-limit", f.test_limit, "Evaluate on the first N test samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--batch-size", f.batch_size, "Samples per rank per step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "Learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", f.optimizer, "adam or sgd (momentum 0.9)")
+      ->check(CLI::IsMember({"adam", "sgd"}));
+  app.add_option("--epochs", f.epochs, "Train until this many epochs are complete")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", f.max_steps,
+                 "Stop after this many global steps in total (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+      "--checkpoint-dir", f.checkpoint_dir,
+      "Job checkpoint directory (default: $ELASTIC_CHECKPOINT_DIR; none: no checkpoints)");
+  app.add_option("--checkpoint-interval", f.checkpoint_interval,
+                 "Checkpoint every N steps (0: only at the end and on SIGTERM)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep", f.keep, "Complete checkpoints to keep")->check(CLI::PositiveNumber);
+  app.add_flag("!--no-checkpoint-on-stop", f.checkpoint_on_stop,
+               "Do not write a checkpoint when stopped by SIGTERM/SIGINT");
+  app.add_option("--log-interval", f.log_interval, "Print a step line every N steps")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", f.seed, "Seed of the model initialisation and the data order");
+  app.add_flag("--no-overlap", f.no_overlap, "All-reduce the gradient buckets only after backward");
+  app.add_option("--bucket-mb", f.bucket_mb, "Gradient bucket size in MiB")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "Intra-op threads (0: $OMP_NUM_THREADS, else 1)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", f.timeout_s, "Seconds a store wait or collective may take")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", f.device, "auto (CUDA with NCCL if present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--dtype", f.dtype, "Parameter type: fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
+  app.add_option("--warmup-steps", f.warmup_steps, "Steps left out of the summary's samples/s")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--standalone", f.standalone,
+                 "Start N local ranks of this command (like torchrun --standalone)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--crash-at-step", f.crash_at_step,
+                 "Fault injection: SIGKILL this process at the start of step N")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--crash-rank", f.crash_rank,
+                 "Fault injection: the rank that --crash-at-step kills")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace-samples", f.trace_samples,
+                 "Append the sample indices each rank trains on to PREFIX.round<R>.rank<N>");
+  app.add_option("--gpt-layers", f.gpt.layers, "gpt: transformer blocks")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gpt-heads", f.gpt.heads, "gpt: attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-width", f.gpt.width, "gpt: model width")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-vocab", f.gpt.vocab, "gpt: vocabulary size")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-context", f.gpt.context, "gpt: context length")->check(CLI::PositiveNumber);
+  app.add_option("--gpt-sequence", f.gpt_sequence, "gpt: tokens per sample (0: the context length)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--gpt-train-size", f.gpt_train_size, "gpt: samples per epoch")
+      ->check(CLI::PositiveNumber);
+}
+
+int train(const Flags& flags, const WorkerEnv& env) {
+  const auto started = std::chrono::steady_clock::now();
+  int threads = flags.threads;
+  if (threads == 0) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    threads = omp != nullptr && std::atoi(omp) > 0 ? std::atoi(omp) : 1;
+  }
+  torch::set_num_threads(threads);
+
+  torch::Device device = torch::kCPU;
+  const bool cuda_ok = torch::cuda::is_available() && nccl_compiled_in();
+  if (flags.device == "cuda" && !cuda_ok) {
+    fail("--device cuda: no CUDA device, or this build has no NCCL");
+    return kExitUsage;
+  }
+  if (flags.device == "cuda" || (flags.device == "auto" && cuda_ok)) {
+    device = torch::Device(
+        torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % torch::cuda::device_count()));
+  }
+  const torch::Dtype dtype = flags.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  if (flags.model == "fmnist" && dtype != torch::kFloat) {
+    fail("--dtype bf16 is only supported with --model gpt");
+    return kExitUsage;
+  }
+
+  // The model is built from the same seed on every rank; rank 0's copy is broadcast anyway.
+  torch::manual_seed(static_cast<std::uint64_t>(flags.seed));
+  std::unique_ptr<Workload> workload;
+  if (flags.model == "fmnist") {
+    auto made = make_fmnist_workload({flags.data_dir, flags.train_limit, flags.test_limit}, device);
+    if (!made) {
+      fail(made.error().message);
+      return kExitNoInput;
+    }
+    workload = std::move(made).value();
+  } else {
+    GptOptions options{flags.gpt, flags.gpt_sequence, flags.gpt_train_size, flags.seed};
+    workload = make_gpt_workload(options, device, dtype);
+  }
+  torch::nn::Module& module = workload->module();
+
+  auto dist_result = init_dist(
+      env, {device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))});
+  if (!dist_result) {
+    fail(dist_result.error().message);
+    return kExitUnavailable;
+  }
+  Dist dist = std::move(dist_result).value();
+  Backend& backend = *dist.backend;
+
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (flags.optimizer == "adam") {
+    optimizer = std::make_unique<torch::optim::Adam>(module.parameters(),
+                                                     torch::optim::AdamOptions(flags.lr));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9));
+  }
+
+  // ---- resume: rank 0 decides which checkpoint (so every rank loads the same one)
+  const std::string checkpoint_dir =
+      !flags.checkpoint_dir.empty() ? flags.checkpoint_dir : env.checkpoint_dir;
+  auto fs = checkpoint::make_posix_fs();
+  std::optional<checkpoint::CheckpointStore> store;
+  std::int64_t resume_step = -1;
+  if (!checkpoint_dir.empty()) {
+    store.emplace(*fs, checkpoint_dir, flags.keep);
+    if (env.rank == 0) {
+      if (auto s = store->recover(); !s) {
+        fail(s.error().message);
+        return kExitIo;
+      }
+      auto latest = store->latest();
+      if (!latest) {
+        fail(latest.error().message);
+        return kExitIo;
+      }
+      if (latest->has_value()) resume_step = (*latest)->step;
+    }
+  }
+  std::vector<at::Tensor> decision{
+      torch::tensor({static_cast<double>(resume_step)}, torch::kDouble).to(device)};
+  c10d::BroadcastOptions from_rank0;
+  from_rank0.rootRank = 0;
+  backend.broadcast(decision, from_rank0)->wait();
+  resume_step = static_cast<std::int64_t>(decision[0].cpu().item<double>());
+
+  data::ElasticSampler sampler(workload->train_size(), flags.seed);
+  TrainState state;
+  state.seed = flags.seed;
+  state.dataset_size = workload->train_size();
+  state.workload = workload->name();
+  if (resume_step >= 0) {
+    if (!store) {
+      fail("rank 0 resumes from step " + std::to_string(resume_step) +
+           " but this rank has no checkpoint directory");
+      return kExitUsage;
+    }
+    auto loaded = load_checkpoint(*store, resume_step, module, *optimizer, device);
+    if (!loaded) {
+      fail(loaded.error().message);
+      return kExitIo;
+    }
+    if (loaded->workload != state.workload || loaded->dataset_size != state.dataset_size) {
+      fail("checkpoint step " + std::to_string(resume_step) + " in " + checkpoint_dir +
+           " is of workload '" + loaded->workload + "' with " +
+           std::to_string(loaded->dataset_size) + " samples, not '" + state.workload + "' with " +
+           std::to_string(state.dataset_size));
+      return kExitUsage;
+    }
+    if (env.rank == 0) {
+      emit({{"event", "resume"},
+            {"step", loaded->step},
+            {"epoch", loaded->position.epoch},
+            {"position", loaded->position.position},
+            {"from_world_size", loaded->world_size},
+            {"world_size", env.world_size},
+            {"round", env.round},
+            {"checkpoint",
+             store->job_dir() + "/" + checkpoint::CheckpointStore::step_dir_name(resume_step)}});
+    }
+    state.step = loaded->step;
+    state.position = loaded->position;
+  } else {
+    torch::NoGradGuard no_grad;
+    for (auto& p : module.parameters()) {
+      std::vector<at::Tensor> one{p.detach()};
+      backend.broadcast(one, from_rank0)->wait();
+    }
+  }
+
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<std::int64_t>(flags.bucket_mb * (1 << 20));
+  reducer_options.overlap = !flags.no_overlap;
+  BucketReducer reducer(module.parameters(), backend, reducer_options);
+
+  std::int64_t parameter_count = 0;
+  for (const auto& p : module.parameters()) parameter_count += p.numel();
+  if (env.rank == 0) {
+    emit({{"event", "start"},
+          {"version", kVersion},
+          {"torch", TORCH_VERSION},
+          {"model", workload->name()},
+          {"parameters", parameter_count},
+          {"backend", dist.backend_name},
+          {"device", device.str()},
+          {"world_size", env.world_size},
+          {"round", env.round},
+          {"restart_count", env.restart_count},
+          {"job", env.job_id},
+          {"batch_size", flags.batch_size},
+          {"buckets", reducer.stats().buckets},
+          {"overlap", reducer_options.overlap},
+          {"threads", threads},
+          {"step", state.step},
+          {"epoch", state.position.epoch},
+          {"position", state.position.position}});
+  }
+
+  std::ofstream trace;
+  if (!flags.trace_samples.empty()) {
+    trace.open(flags.trace_samples + ".round" + std::to_string(env.round) + ".rank" +
+                   std::to_string(env.rank),
+               std::ios::app);
+  }
+
+  std::int64_t last_checkpoint_step = state.step;
+  auto write_checkpoint = [&]() -> int {
+    last_checkpoint_step = state.step;
+    if (!store || env.rank != 0) return kExitOk;
+    const auto begin = std::chrono::steady_clock::now();
+    state.world_size = env.world_size;
+    state.round = env.round;
+    auto ref = save_checkpoint(*store, state, module, *optimizer);
+    if (!ref) {
+      fail(ref.error().message);
+      return kExitIo;
+    }
+    emit({{"event", "checkpoint"},
+          {"step", state.step},
+          {"epoch", state.position.epoch},
+          {"position", state.position.position},
+          {"dir", ref->dir},
+          {"seconds", seconds_since(begin)}});
+    return kExitOk;
+  };
+
+  // ---- train
+  module.train();
+  double last_loss = std::nan("");
+  std::optional<double> accuracy;
+  std::int64_t steps_this_run = 0, samples_measured = 0, interval_samples = 0;
+  double measured_seconds = 0;
+  auto interval_start = std::chrono::steady_clock::now();
+  auto epoch_start = interval_start;
+  bool stopped = false;
+  const bool eval = !flags.no_eval;
+  while (state.position.epoch < flags.epochs &&
+         (flags.max_steps == 0 || state.step < flags.max_steps)) {
+    if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
+      ::kill(::getpid(), SIGKILL);
+    const auto step_start = std::chrono::steady_clock::now();
+    const auto indices =
+        sampler.indices(state.position, env.world_size, env.rank, flags.batch_size);
+    const auto global_batch =
+        sampler.global_batch(state.position, env.world_size, flags.batch_size);
+    if (trace.is_open()) {
+      trace << state.position.epoch;
+      for (auto i : indices) trace << ' ' << i;
+      trace << '\n' << std::flush;
+    }
+    optimizer->zero_grad();
+    reducer.prepare();
+    reducer.set_control(0, stop_requested.load() ? 1.0f : 0.0f);
+    if (!indices.empty()) {
+      auto loss = workload->scaled_loss(indices, global_batch);
+      reducer.set_control(1, loss.detach().to(torch::kFloat));
+      loss.backward();
+    }
+    const auto control = reducer.finish();
+    optimizer->step();
+    state.position = sampler.advance(state.position, env.world_size, flags.batch_size);
+    ++state.step;
+    ++steps_this_run;
+    last_loss = control[1];
+    interval_samples += global_batch;
+    if (steps_this_run > flags.warmup_steps) {
+      samples_measured += global_batch;
+      measured_seconds += seconds_since(step_start);
+    }
+    if (env.rank == 0 && state.step % flags.log_interval == 0) {
+      const double elapsed = seconds_since(interval_start);
+      emit({{"event", "step"},
+            {"step", state.step},
+            {"epoch", state.position.epoch},
+            {"position", state.position.position},
+            {"loss", last_loss},
+            {"samples_per_s", elapsed > 0 ? interval_samples / elapsed : 0.0},
+            {"world_size", env.world_size},
+            {"round", env.round}});
+      interval_start = std::chrono::steady_clock::now();
+      interval_samples = 0;
+    }
+    const bool epoch_done = state.position.position == 0;
+    if (epoch_done) {
+      const double epoch_seconds = seconds_since(epoch_start);
+      if (eval) accuracy = workload->evaluate(env.rank, env.world_size, backend);
+      if (env.rank == 0) {
+        nlohmann::json line = {{"event", "epoch"},
+                               {"epoch", state.position.epoch - 1},
+                               {"step", state.step},
+                               {"seconds", epoch_seconds},
+                               {"loss", last_loss}};
+        if (accuracy) line["test_accuracy"] = *accuracy;
+        emit(line);
+      }
+      epoch_start = std::chrono::steady_clock::now();
+    }
+    if (control[0] > 0) {
+      stopped = true;
+      break;
+    }
+    if (flags.checkpoint_interval > 0 && state.step % flags.checkpoint_interval == 0) {
+      if (int rc = write_checkpoint(); rc != kExitOk) return rc;
+    }
+  }
+
+  // The final state is saved unless the last step was just saved (or the user opted out for
+  // a stop); a resumed run that had nothing left to do writes nothing.
+  if (store && steps_this_run > 0 && state.step != last_checkpoint_step &&
+      (!stopped || flags.checkpoint_on_stop)) {
+    if (int rc = write_checkpoint(); rc != kExitOk) return rc;
+  }
+  if (!stopped && eval && !accuracy)
+    accuracy = workload->evaluate(env.rank, env.world_size, backend);
+
+  double abs_sum = 0;
+  const std::string checksum = parameter_checksum(module, &abs_sum);
+  nlohmann::json summary = {
+      {"event", "summary"},
+      {"rank", env.rank},
+      {"world_size", env.world_size},
+      {"round", env.round},
+      {"result", stopped ? "stopped" : "finished"},
+      {"step", state.step},
+      {"steps_this_run", steps_this_run},
+      {"epoch", state.position.epoch},
+      {"position", state.position.position},
+      {"loss", last_loss},
+      {"seconds", seconds_since(started)},
+      {"samples_per_s", measured_seconds > 0 ? samples_measured / measured_seconds : 0.0},
+      {"comm_wait_s", reducer.stats().wait_seconds},
+      {"overlap", reducer_options.overlap},
+      {"param_checksum", checksum},
+      {"param_abs_sum", abs_sum}};
+  if (accuracy) summary["test_accuracy"] = *accuracy;
+  emit(summary);
+  backend.barrier()->wait();
+  shutdown_backend(backend);
+  return stopped ? kExitStopped : kExitOk;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "elastic-trainer: data-parallel LibTorch training that resumes exactly from its checkpoints"};
+  Flags flags;
+  add_flags(app, flags);
+  app.set_version_flag("--version", std::string("elastic-trainer ") + kVersion + " (LibTorch " +
+                                        TORCH_VERSION + ")");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  if (flags.standalone > 0) {
+    std::vector<std::string> child_args;
+    for (int i = 0; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--standalone") {
+        ++i;
+        continue;
+      }
+      if (arg.rfind("--standalone=", 0) == 0) continue;
+      child_args.push_back(arg);
+    }
+    return run_standalone(flags.standalone, child_args);
+  }
+  auto env = parse_worker_env(current_environment());
+  if (!env) {
+    fail("bad worker environment: " + env.error().message);
+    return kExitUsage;
+  }
+  if (flags.crash_rank >= env->world_size && flags.crash_at_step >= 0) {
+    fail("--crash-rank " + std::to_string(flags.crash_rank) +
+         " is not a rank of WORLD_SIZE=" + std::to_string(env->world_size));
+    return kExitUsage;
+  }
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  try {
+    return train(flags, *env);
+  } catch (const c10::Error& e) {
+    fail(std::string("training failed (a peer lost, or a collective timed out?): ") +
+         e.what_without_backtrace());
+    return kExitUnavailable;
+  } catch (const std::exception& e) {
+    fail(std::string("training failed: ") + e.what());
+    return kExitOther;
+  }
+}
+
+}  // namespace
+}  // namespace elastic::trainer
+
+int main(int argc, char** argv) { return elastic::trainer::run(argc, argv); }
