@@ -8,7 +8,9 @@
 #include <cstdlib>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifdef ELASTIC_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -19,7 +21,7 @@ namespace {
 // The local address this host uses to reach the master: Gloo must bind to an address peers can
 // reach, and on a multi-homed host (or in a network namespace) the hostname may not resolve to
 // it. A connected UDP socket sends nothing; it only asks the kernel for the route.
-std::string local_address_towards(const std::string& master_addr, int port) {
+[[maybe_unused]] std::string local_address_towards(const std::string& master_addr, int port) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
@@ -87,6 +89,7 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
       return Error{"a CUDA device was asked for but this build has no NCCL support"};
 #endif
     } else {
+#ifdef ELASTIC_HAVE_GLOO
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -98,6 +101,11 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
       dist.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(dist.store, env.rank,
                                                                  env.world_size, gloo_options);
       dist.backend_name = "gloo";
+#else
+      return Error{
+          "CPU training needs Gloo, which this build lacks (no Gloo headers were found "
+          "when it was built); train on CUDA devices with NCCL instead"};
+#endif
     }
   } catch (const std::exception& e) {
     return Error{"cannot create the process group through the store at " + endpoint + ": " +
