@@ -3,7 +3,7 @@
 #   make               build (MODE=release by default) into build/<mode>
 #   make test          build, then run every test tier that runs on CPU (ctest)
 #   make deps          install the Debian packages the project needs (idempotent)
-#   make demo          train Fashion-MNIST with 2 local Gloo processes
+#   make demo          a 3-daemon cluster on loopback, then Fashion-MNIST with 2 Gloo ranks
 #   make install       install binaries and config (PREFIX=/usr/local, DESTDIR honoured)
 #   make format        clang-format every source file
 #
@@ -21,7 +21,7 @@ CTEST_FLAGS ?=
 DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 procps \
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhwloc-dev libtoml11-dev \
   libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
-  zlib1g-dev libsystemd-dev \
+  zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
   libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
 
 ifeq ($(MODE),release)
@@ -65,7 +65,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
 demo: build
-	ELASTIC_BUILD_DIR=$(BUILD_DIR) examples/train-fmnist-local.sh
+	ELASTIC_BUILD_DIR=$(BUILD_DIR) examples/demo-cluster.sh
 
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)

@@ -1,39 +1,28 @@
-// elasticd: the per-host daemon. This version loads and validates the configuration; the node
-// runtime (transport, gossip membership, Raft, rendezvous, spawner) arrives with later issues,
-// so a plain start says so and exits 69 instead of pretending to run.
+// elasticd: the per-host daemon. It loads and validates the configuration, then runs the node
+// (daemon/node/node.h): transport, SWIM membership and the local control socket. Consensus,
+// rendezvous and the spawner arrive with later issues.
 //
-// Exit codes (sysexits.h): 0 ok, 64 bad command line, 69 the node cannot run (yet), 78 bad
-// configuration (systemd: RestartPreventExitStatus=78).
+// Exit codes (sysexits.h): 0 ok (also after SIGTERM/SIGINT: a graceful leave), 64 bad command
+// line, 69 the node cannot run (bind failed, another daemon owns the control socket), 73 the
+// state directory or log file cannot be created, 78 bad configuration (systemd:
+// RestartPreventExitStatus=78).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "daemon/node/logging.h"
+#include "daemon/node/node.h"
 #include "elastic/version.h"
 
 namespace {
 
 namespace cfg = elastic::config;
-
-spdlog::level::level_enum to_spdlog(cfg::LogLevel level) {
-  switch (level) {
-    case cfg::LogLevel::kTrace:
-      return spdlog::level::trace;
-    case cfg::LogLevel::kDebug:
-      return spdlog::level::debug;
-    case cfg::LogLevel::kInfo:
-      return spdlog::level::info;
-    case cfg::LogLevel::kWarn:
-      return spdlog::level::warn;
-    case cfg::LogLevel::kError:
-      return spdlog::level::err;
-  }
-  return spdlog::level::info;
-}
 
 int run(int argc, char** argv) {
   CLI::App app{
@@ -80,7 +69,13 @@ int run(int argc, char** argv) {
               << " (EX_CONFIG)\n";
     return cfg::kExitConfig;
   }
-  spdlog::set_level(to_spdlog(loaded->config.logging.level));
+  // --check-config and --print-config always log to stderr; a node logs where logging.file says.
+  cfg::LoggingConfig logging = loaded->config.logging;
+  if (check_config || print_config) logging.file = "";
+  if (const elastic::Status set_up = elastic::node::setup_logging(logging); !set_up.ok()) {
+    std::cerr << "elasticd: " << set_up.error().message << "\n";
+    return elastic::node::kExitCantCreate;
+  }
   if (loaded->file_missing) {
     spdlog::info("config file {} not found; using built-in defaults", config_path);
   }
@@ -93,12 +88,16 @@ int run(int argc, char** argv) {
     std::cout << cfg::to_toml(loaded->config);
     return 0;
   }
-  std::cerr << "elasticd: configuration OK (" << loaded->source
-            << "), but this build cannot run a node yet: the node runtime (transport, "
-               "membership, consensus, jobs) is not implemented. Only --check-config and "
-               "--print-config work. Exiting with status "
-            << cfg::kExitUnavailable << " (EX_UNAVAILABLE).\n";
-  return cfg::kExitUnavailable;
+  spdlog::info("elasticd {} starting ({})", elastic::kVersion, loaded->source);
+  elastic::node::StartFailure failure;
+  std::unique_ptr<elastic::node::Node> node = elastic::node::Node::start(loaded->config, failure);
+  if (!node) {
+    if (!loaded->config.logging.file.empty()) spdlog::error("{}", failure.message);
+    std::cerr << "elasticd: " << failure.message << "; exiting with status " << failure.exit_code
+              << "\n";
+    return failure.exit_code;
+  }
+  return node->run();
 }
 
 }  // namespace
@@ -107,7 +106,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    // Only CLI11 and spdlog setup can throw here; report instead of calling terminate.
+    // CLI11, spdlog setup and allocation failures can throw; report instead of terminating.
     std::cerr << "elasticd: " << e.what() << "\n";
     return 70;  // EX_SOFTWARE
   }

@@ -97,7 +97,8 @@ struct TransportConfig {
 
 // SWIM + Lifeguard (research/membership-anchors.md §4.5; memberlist's LAN values unless noted).
 struct MembershipConfig {
-  // "host:port" of daemons to join through; [] = start a new cluster.
+  // "[name@]host:port" of daemons to join through (the name is required with transport.curve);
+  // [] = start a new cluster.
   std::vector<std::string> seeds = {};
   // One probe per interval: constant load per node, detection time scales with it.
   Duration probe_interval = 1s;

@@ -86,6 +86,14 @@ std::optional<HostPort> parse_tcp_endpoint(std::string_view text) {
   return parse_host_port(text.substr(kScheme.size()));
 }
 
+// Node and cluster names: letters, digits, '.', '_' and '-' ("" is allowed: it means derived).
+bool is_node_name(std::string_view value) {
+  return value.size() <= 253 && std::all_of(value.begin(), value.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+         });
+}
+
 class Checker {
  public:
   std::vector<Violation> violations;
@@ -108,11 +116,7 @@ class Checker {
                 quote(value) + ")");
   }
   void name(std::string_view key, const std::string& value) {
-    const bool ok = value.size() <= 253 && std::all_of(value.begin(), value.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                             (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-                    });
-    require(ok, {key},
+    require(is_node_name(value), {key},
             quote(value) + " may contain only letters, digits, '.', '_' and '-' (at most 253)");
   }
   void port(std::string_view key, int value) {
@@ -188,13 +192,39 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
               "must be set when transport.curve = true");
   }
 
-  // membership
+  // membership: each seed is [NAME@]HOST:PORT. The name is the seed's node name, which CURVE
+  // needs to pick the seed's public key (a bare address cannot be authenticated).
   for (const auto& seed : c.membership.seeds) {
-    const auto parsed = parse_host_port(seed);
-    k.require(parsed && parsed->port != 0, {"membership.seeds"},
-              quote(seed) +
-                  " must look like HOST:PORT with a port from 1 to 65535 (e.g. "
-                  "\"node01:7946\")");
+    const auto at = seed.find('@');
+    if (at == std::string::npos) {
+      const auto parsed = parse_host_port(seed);
+      k.require(parsed && parsed->port != 0, {"membership.seeds"},
+                quote(seed) +
+                    " must look like HOST:PORT with a port from 1 to 65535 (e.g. "
+                    "\"node01:7946\")");
+      k.require(!(parsed && parsed->port != 0) || !c.transport.curve,
+                {"membership.seeds", "transport.curve"},
+                quote(seed) +
+                    " needs a node name (\"name@host:port\") when transport.curve = true, "
+                    "because CURVE needs the seed's public key");
+      continue;
+    }
+    const std::string name = seed.substr(0, at);
+    const std::string address = seed.substr(at + 1);
+    if (name.empty()) {
+      k.require(false, {"membership.seeds"},
+                quote(seed) + " has an empty node name before '@' (write \"name@host:port\")");
+    } else {
+      k.require(is_node_name(name), {"membership.seeds"},
+                quote(seed) + ": the node name " + quote(name) +
+                    " may contain only letters, digits, '.', '_' and '-' (at most 253)");
+    }
+    const auto parsed = parse_host_port(address);
+    k.require(parsed && parsed->port != 0 && address.find('@') == std::string::npos,
+              {"membership.seeds"},
+              quote(seed) + ": " + quote(address) +
+                  " after the node name must look like HOST:PORT with a port from 1 to 65535 "
+                  "(e.g. \"node01@10.0.0.1:7946\")");
   }
   k.unique("membership.seeds", c.membership.seeds, "seed");
   k.positive("membership.probe_interval", c.membership.probe_interval);

@@ -1,20 +1,25 @@
 // Runs the real elasticd and elasticctl binaries (fork/exec, stdout and stderr captured to files,
-// exit status from waitpid) and checks --help, --version, config errors (78), usage errors (64)
-// and that elasticd refuses to pretend it can run a node (69).
+// exit status from waitpid) and checks --help, --version, config errors (78), usage errors (64),
+// and that a plain start runs a node that becomes ready and exits 0 on SIGTERM. The cluster
+// behaviour itself is tested in tests/integ/node_integ_test.cc.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tests/support/temp_dir.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/config/config.h"
@@ -213,13 +218,85 @@ TEST(Elasticd, MissingDefaultConfigMeansBuiltInDefaults) {
                                " not found; using built-in defaults"));
 }
 
-TEST(Elasticd, PlainStartSaysItCannotRunAndExits69) {
-  const Finished r = elasticd({"-c", kShippedConfig});
-  EXPECT_EQ(r.exit_code, 69);
-  EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err, HasSubstr("elasticd: configuration OK (" + kShippedConfig +
-                               "), but this build cannot run a node yet"));
-  EXPECT_THAT(r.err, HasSubstr("(EX_UNAVAILABLE)"));
+// Starts `binary args...` in the background with stderr to `err_path`; returns its pid.
+pid_t spawn(const char* binary, const std::vector<std::string>& args, const std::string& err_path) {
+  std::vector<std::string> storage = {binary};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int null = open("/dev/null", O_WRONLY);
+    if (err < 0 || null < 0 || dup2(null, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+    execv(binary, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls `condition` until it holds or `timeout` passes (no fixed waits for an outcome).
+bool poll_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST(Elasticd, PlainStartRunsTheNodeAndExits0OnSigterm) {
+  TempDir dir;
+  const std::string socket = dir.file("ctl.sock");
+  const std::string err_path = dir.file("stderr");
+  const pid_t pid = spawn(ELASTICD_PATH,
+                          {"-c", kShippedConfig, "--set", "node.name=cli-test", "--set",
+                           "node.state_dir=" + dir.file("state"), "--set",
+                           "control.socket=" + socket, "--set", "transport.bind=tcp://127.0.0.1:0"},
+                          err_path);
+  ASSERT_GT(pid, 0);
+  const bool ready = poll_until(
+      [&] {
+        return read_file(err_path).find(
+                   "elasticd ready: name=cli-test generation=1 address=tcp://"
+                   "127.0.0.1:") != std::string::npos;
+      },
+      std::chrono::seconds(10));
+  EXPECT_TRUE(ready) << read_file(err_path);
+  EXPECT_THAT(read_file(err_path), HasSubstr("control=" + socket));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("state/generation")));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
+                                                             << read_file(err_path);
+  EXPECT_THAT(read_file(err_path), HasSubstr("SIGTERM received"));
+  EXPECT_FALSE(std::filesystem::exists(socket));
+}
+
+TEST(Elasticd, JsonLogFormatWritesOneObjectPerLine) {
+  TempDir dir;
+  const std::string log = dir.file("elasticd.log");
+  const pid_t pid =
+      spawn(ELASTICD_PATH,
+            {"-c", "", "--set", "node.name=json-node", "--set", "logging.format=json", "--set",
+             "logging.file=" + log, "--set", "node.state_dir=" + dir.file("state"), "--set",
+             "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0"},
+            dir.file("stderr"));
+  ASSERT_GT(pid, 0);
+  const bool ready =
+      poll_until([&] { return read_file(log).find("elasticd ready") != std::string::npos; },
+                 std::chrono::seconds(10));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(ready) << read_file(log) << read_file(dir.file("stderr"));
+  for (const std::string& line : split_lines(read_file(log))) {
+    const auto object = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(object.is_object()) << line;
+    EXPECT_TRUE(object.contains("time") && object.contains("level") && object.contains("msg"));
+  }
 }
 
 TEST(Elasticd, BadUsageExits64) {
@@ -244,7 +321,7 @@ TEST(Elasticctl, Version) {
 TEST(Elasticctl, Help) {
   const Finished r = elasticctl({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* text : {"--config", "--set", "--version", "config"}) {
+  for (const char* text : {"--config", "--set", "--version", "config", "nodes", "keygen"}) {
     EXPECT_THAT(r.out, HasSubstr(text));
   }
 }
@@ -280,7 +357,7 @@ TEST(Elasticctl, UnknownCommandExits64) {
   const Finished r = elasticctl({"frobnicate"});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: unknown command \"frobnicate\" (commands: config)\n"
+            "elasticctl: unknown command \"frobnicate\" (commands: config, keygen, nodes, status)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -288,7 +365,7 @@ TEST(Elasticctl, MissingCommandExits64) {
   const Finished r = elasticctl({});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: a command is required (commands: config)\n"
+            "elasticctl: a command is required (commands: config, keygen, nodes, status)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 

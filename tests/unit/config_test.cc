@@ -222,7 +222,7 @@ TEST(Load, FileOverridesDefaultsAndSetOverridesFile) {
 
 TEST(Load, SetValuesAreTomlWhenTheyParse) {
   auto config = with_overrides({
-      R"(membership.seeds=["a:1","b:2"])",
+      R"(membership.seeds=["a@a:1","b@b:2"])",
       "spawner.bind_cpus=false",
       "transport.curve=true",
       "transport.secret_key_file=/etc/elastic/curve/secret",
@@ -238,7 +238,7 @@ TEST(Load, SetValuesAreTomlWhenTheyParse) {
       "consensus.voters=[]",
   });
   ASSERT_TRUE(config.ok()) << config.error().message;
-  EXPECT_THAT(config->membership.seeds, ElementsAre("a:1", "b:2"));
+  EXPECT_THAT(config->membership.seeds, ElementsAre("a@a:1", "b@b:2"));
   EXPECT_FALSE(config->spawner.bind_cpus);
   EXPECT_TRUE(config->transport.curve);
   EXPECT_EQ(config->transport.secret_key_file, "/etc/elastic/curve/secret");
@@ -287,7 +287,7 @@ DaemonConfig unusual_config() {
   c.transport.curve = true;
   c.transport.secret_key_file = "/etc/elastic/key \"with\" quotes\\";
   c.transport.public_keys_dir = "/etc/elastic/keys";
-  c.membership.seeds = {"[fe80::1]:7946", "head:7946"};
+  c.membership.seeds = {"n1@[fe80::1]:7946", "head@head:7946"};
   c.membership.tombstone_ttl = std::chrono::hours(48) + std::chrono::nanoseconds(1);
   c.consensus.voters = {"a", "b", "c"};
   c.spawner.bind_memory = false;
@@ -477,7 +477,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "@:10: logging.level: \"loud\" is not one of trace, debug, info, warn, error",
                   "@:8: membership.probe_timeout: 1h must be at most a third of "
                   "membership.probe_interval (1s) so that indirect probes fit in one period",
-                  "@:6: checkpoint.keep: must be at least 1 (got 0)"}}),
+                  "@:6: checkpoint.keep: must be at least 1 (got 0)"}},
+        // CURVE needs every seed's name; the file's seeds line is where the user must look.
+        FileCase{"CurveSeedWithoutNameFromFile",
+                 "[transport]\ncurve = true\nsecret_key_file = \"/k/n1.key\"\n"
+                 "public_keys_dir = \"/k\"\n[membership]\n"
+                 "seeds = [\"n2@10.0.0.2:7946\", \"10.0.0.1:7946\"]\n",
+                 {"@:6: membership.seeds: \"10.0.0.1:7946\" needs a node name "
+                  "(\"name@host:port\") when transport.curve = true, because CURVE needs the "
+                  "seed's public key"}}),
     [](const auto& test_case) { return std::string(test_case.param.name); });
 
 TEST(FileErrors, LaterSetFixesTheValueButTheFileErrorStands) {
@@ -491,6 +499,18 @@ TEST(FileErrors, LaterSetFixesTheValueButTheFileErrorStands) {
             "--set membership.probe_timeout=900ms: membership.probe_timeout: 900ms must be at "
             "most a third of membership.probe_interval (1s) so that indirect probes fit in one "
             "period");
+}
+
+// Seeds written for a plain cluster, CURVE turned on from the command line: the --set is blamed.
+TEST(FileErrors, CurveTurnedOnBySetBlamesTheSet) {
+  TempDir dir;
+  const auto outcome = load_text(dir, "[membership]\nseeds = [\"10.0.0.1:7946\"]\n",
+                                 {"transport.secret_key_file=/k/n1.key",
+                                  "transport.public_keys_dir=/k", "transport.curve=true"});
+  EXPECT_THAT(outcome.errors,
+              ElementsAre("--set transport.curve=true: membership.seeds: \"10.0.0.1:7946\" "
+                          "needs a node name (\"name@host:port\") when transport.curve = true, "
+                          "because CURVE needs the seed's public key"));
 }
 
 // ---- --set errors and every validation rule ------------------------------------------------
@@ -580,6 +600,20 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n2:0" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "[::1:7946" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n3:7946" is listed twice)"}},
+    SetCase{"SeedNames", {R"(membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"])"},
+            {R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "@n1:7946" has an empty node name before '@' (write "name@host:port"))",
+             R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "a b@n2:7946": the node name "a b" may contain only letters, digits, '.', '_' and '-' (at most 253))",
+             R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n3@n3": "n3" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
+             R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n4@x@h:1": "x@h:1" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
+             R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n5@h:0": "h:0" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
+             R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n6@": "" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))"}},
+    SetCase{"SeedNamedTwice", {R"(membership.seeds=["n1@h:1", "n1@h:1"])"},
+            {R"(--set membership.seeds=["n1@h:1", "n1@h:1"]: membership.seeds: "n1@h:1" is listed twice)"}},
+    SetCase{"CurveSeedNeedsName",
+            {"transport.curve=true", "transport.secret_key_file=/k/n1.key", "transport.public_keys_dir=/k",
+             R"(membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"])"},
+            {R"(--set membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"]: membership.seeds: "10.0.0.1:7946" needs a node name ("name@host:port") when transport.curve = true, because CURVE needs the seed's public key)",
+             R"(--set membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"]: membership.seeds: "[fe80::1]:7946" needs a node name ("name@host:port") when transport.curve = true, because CURVE needs the seed's public key)"}},
     SetCase{"ProbeTimeout", {"membership.probe_timeout=400ms"},
             {"--set membership.probe_timeout=400ms: membership.probe_timeout: 400ms must be at most a third of "
              "membership.probe_interval (1s) so that indirect probes fit in one period"}},
@@ -683,6 +717,19 @@ TEST(Validate, AcceptsValidEdgeValues) {
       "control.metrics_listen=[::]:9100",
   });
   EXPECT_TRUE(config.ok()) << config.error().message;
+}
+
+// Names are optional without CURVE (and unused), required and accepted with it.
+TEST(Validate, AcceptsNamedSeeds) {
+  auto plain = with_overrides({R"(membership.seeds=["n1@10.0.0.1:7946", "10.0.0.2:7946"])"});
+  EXPECT_TRUE(plain.ok()) << plain.error().message;
+  auto curve = with_overrides({
+      "transport.curve=true",
+      "transport.secret_key_file=/k/n1.key",
+      "transport.public_keys_dir=/k",
+      R"(membership.seeds=["gpu-01.rack_2@[fe80::1]:7946", "n2@node02:1", "n3@10.0.0.3:65535"])",
+  });
+  EXPECT_TRUE(curve.ok()) << curve.error().message;
 }
 
 }  // namespace

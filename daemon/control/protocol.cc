@@ -1,0 +1,250 @@
+#include "daemon/control/protocol.h"
+
+#include <nlohmann/json.hpp>
+
+namespace elastic::control {
+
+namespace {
+
+using nlohmann::json;
+
+// Member names and addresses come from peers: invalid UTF-8 is replaced instead of throwing.
+std::string dump(const json& value, int indent = -1) {
+  return value.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+json to_json(const SelfInfo& self) {
+  return json{{"name", self.name},
+              {"generation", self.generation},
+              {"address", self.address},
+              {"cluster_id", self.cluster_id},
+              {"uptime_s", self.uptime_s}};
+}
+
+json to_json(const MemberRow& row) {
+  return json{{"name", row.name},
+              {"state", row.state},
+              {"incarnation", row.incarnation},
+              {"generation", row.generation},
+              {"address", row.address},
+              {"last_heard_ms_ago", row.last_heard_ms_ago},
+              {"state_since_ms_ago", row.state_since_ms_ago}};
+}
+
+json to_json(const MembershipCounters& c) {
+  return json{{"probes", c.probes},
+              {"probe_timeouts", c.probe_timeouts},
+              {"indirect_probes", c.indirect_probes},
+              {"nacks_received", c.nacks_received},
+              {"suspicions", c.suspicions},
+              {"deaths", c.deaths},
+              {"refutations", c.refutations},
+              {"messages_sent", c.messages_sent},
+              {"messages_received", c.messages_received},
+              {"local_health", c.local_health}};
+}
+
+json to_json(const TransportCounters& c) {
+  return json{{"sent", c.sent},
+              {"received", c.received},
+              {"send_failures", c.send_failures},
+              {"dropped_malformed", c.dropped_malformed},
+              {"dropped_oversized", c.dropped_oversized},
+              {"dropped_wrong_version", c.dropped_wrong_version},
+              {"dropped_wrong_cluster", c.dropped_wrong_cluster},
+              {"dropped_unauthenticated", c.dropped_unauthenticated},
+              {"dropped_undecodable", c.dropped_undecodable},
+              {"peers_opened", c.peers_opened},
+              {"peers_closed", c.peers_closed},
+              {"open_peers", c.open_peers}};
+}
+
+// Reads an optional field of the expected type; a present field of another type is an error.
+template <typename T>
+bool read_field(const json& object, const char* key, T& out, std::string& error) {
+  const auto it = object.find(key);
+  if (it == object.end()) return true;
+  try {
+    out = it->get<T>();
+    return true;
+  } catch (const json::exception&) {
+    error = std::string("field \"") + key + "\" has the wrong type";
+    return false;
+  }
+}
+
+bool read_self(const json& object, SelfInfo& self, std::string& error) {
+  if (!object.is_object()) {
+    error = "field \"self\" is not an object";
+    return false;
+  }
+  return read_field(object, "name", self.name, error) &&
+         read_field(object, "generation", self.generation, error) &&
+         read_field(object, "address", self.address, error) &&
+         read_field(object, "cluster_id", self.cluster_id, error) &&
+         read_field(object, "uptime_s", self.uptime_s, error);
+}
+
+// Parses a reply and checks its "ok" field; nullopt-like failure is reported through the Error.
+Result<json> parse_reply(const std::string& text) {
+  json reply = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    return Error{"The daemon's reply is not a JSON object."};
+  }
+  const auto ok = reply.find("ok");
+  if (ok == reply.end() || !ok->is_boolean()) {
+    return Error{"The daemon's reply has no boolean \"ok\" field."};
+  }
+  if (!ok->get<bool>()) {
+    const auto message = reply.find("error");
+    return Error{message != reply.end() && message->is_string()
+                     ? message->get<std::string>()
+                     : std::string("The daemon refused the request without saying why.")};
+  }
+  return reply;
+}
+
+}  // namespace
+
+std::string encode_request(const Request& request) { return dump(json{{"verb", request.verb}}); }
+
+Result<Request> decode_request(const std::string& text) {
+  const json request = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded()) return Error{"The request is not valid JSON."};
+  if (!request.is_object()) return Error{"The request is not a JSON object."};
+  const auto verb = request.find("verb");
+  if (verb == request.end() || !verb->is_string()) {
+    return Error{"The request has no string \"verb\" field."};
+  }
+  return Request{.verb = verb->get<std::string>()};
+}
+
+std::string encode_reply(const NodesReply& reply) {
+  json members = json::array();
+  for (const MemberRow& row : reply.members) members.push_back(to_json(row));
+  return dump(json{{"ok", true},
+                   {"self", to_json(reply.self)},
+                   {"members", std::move(members)},
+                   {"stats", to_json(reply.stats)},
+                   {"transport", to_json(reply.transport)}});
+}
+
+std::string encode_reply(const StatusReply& reply) {
+  return dump(json{{"ok", true},
+                   {"self", to_json(reply.self)},
+                   {"members",
+                    {{"alive", reply.alive},
+                     {"suspect", reply.suspect},
+                     {"dead", reply.dead},
+                     {"left", reply.left}}}});
+}
+
+std::string encode_error_reply(const std::string& message) {
+  return dump(json{{"ok", false}, {"error", message}});
+}
+
+Result<NodesReply> decode_nodes_reply(const std::string& text) {
+  auto parsed = parse_reply(text);
+  if (!parsed.ok()) return parsed.error();
+  const json& reply = *parsed;
+  NodesReply out;
+  std::string error;
+  if (const auto self = reply.find("self"); self != reply.end()) {
+    if (!read_self(*self, out.self, error)) return Error{"Bad nodes reply: " + error + "."};
+  }
+  const auto members = reply.find("members");
+  if (members == reply.end() || !members->is_array()) {
+    return Error{"Bad nodes reply: no \"members\" array."};
+  }
+  for (const json& item : *members) {
+    if (!item.is_object()) return Error{"Bad nodes reply: a member is not an object."};
+    MemberRow row;
+    if (!(read_field(item, "name", row.name, error) &&
+          read_field(item, "state", row.state, error) &&
+          read_field(item, "incarnation", row.incarnation, error) &&
+          read_field(item, "generation", row.generation, error) &&
+          read_field(item, "address", row.address, error) &&
+          read_field(item, "last_heard_ms_ago", row.last_heard_ms_ago, error) &&
+          read_field(item, "state_since_ms_ago", row.state_since_ms_ago, error))) {
+      return Error{"Bad nodes reply: " + error + "."};
+    }
+    out.members.push_back(std::move(row));
+  }
+  if (const auto stats = reply.find("stats"); stats != reply.end() && stats->is_object()) {
+    MembershipCounters& c = out.stats;
+    if (!(read_field(*stats, "probes", c.probes, error) &&
+          read_field(*stats, "probe_timeouts", c.probe_timeouts, error) &&
+          read_field(*stats, "indirect_probes", c.indirect_probes, error) &&
+          read_field(*stats, "nacks_received", c.nacks_received, error) &&
+          read_field(*stats, "suspicions", c.suspicions, error) &&
+          read_field(*stats, "deaths", c.deaths, error) &&
+          read_field(*stats, "refutations", c.refutations, error) &&
+          read_field(*stats, "messages_sent", c.messages_sent, error) &&
+          read_field(*stats, "messages_received", c.messages_received, error) &&
+          read_field(*stats, "local_health", c.local_health, error))) {
+      return Error{"Bad nodes reply: " + error + "."};
+    }
+  }
+  // Absent from daemons older than the field: the counters then stay 0.
+  if (const auto counters = reply.find("transport");
+      counters != reply.end() && counters->is_object()) {
+    TransportCounters& c = out.transport;
+    if (!(read_field(*counters, "sent", c.sent, error) &&
+          read_field(*counters, "received", c.received, error) &&
+          read_field(*counters, "send_failures", c.send_failures, error) &&
+          read_field(*counters, "dropped_malformed", c.dropped_malformed, error) &&
+          read_field(*counters, "dropped_oversized", c.dropped_oversized, error) &&
+          read_field(*counters, "dropped_wrong_version", c.dropped_wrong_version, error) &&
+          read_field(*counters, "dropped_wrong_cluster", c.dropped_wrong_cluster, error) &&
+          read_field(*counters, "dropped_unauthenticated", c.dropped_unauthenticated, error) &&
+          read_field(*counters, "dropped_undecodable", c.dropped_undecodable, error) &&
+          read_field(*counters, "peers_opened", c.peers_opened, error) &&
+          read_field(*counters, "peers_closed", c.peers_closed, error) &&
+          read_field(*counters, "open_peers", c.open_peers, error))) {
+      return Error{"Bad nodes reply: " + error + "."};
+    }
+  }
+  return out;
+}
+
+Result<StatusReply> decode_status_reply(const std::string& text) {
+  auto parsed = parse_reply(text);
+  if (!parsed.ok()) return parsed.error();
+  const json& reply = *parsed;
+  StatusReply out;
+  std::string error;
+  if (const auto self = reply.find("self"); self != reply.end()) {
+    if (!read_self(*self, out.self, error)) return Error{"Bad status reply: " + error + "."};
+  }
+  if (const auto members = reply.find("members"); members != reply.end() && members->is_object()) {
+    if (!(read_field(*members, "alive", out.alive, error) &&
+          read_field(*members, "suspect", out.suspect, error) &&
+          read_field(*members, "dead", out.dead, error) &&
+          read_field(*members, "left", out.left, error))) {
+      return Error{"Bad status reply: " + error + "."};
+    }
+  }
+  return out;
+}
+
+std::string pretty_json(const std::string& text) {
+  const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return text;
+  return dump(value, 2) + "\n";
+}
+
+std::string frame_header(std::uint32_t length) {
+  std::string header(4, '\0');
+  header[0] = static_cast<char>((length >> 24) & 0xff);
+  header[1] = static_cast<char>((length >> 16) & 0xff);
+  header[2] = static_cast<char>((length >> 8) & 0xff);
+  header[3] = static_cast<char>(length & 0xff);
+  return header;
+}
+
+std::uint32_t read_frame_header(const unsigned char* bytes) {
+  return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
+         (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
+}
+
+}  // namespace elastic::control

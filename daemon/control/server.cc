@@ -1,0 +1,319 @@
+#include "daemon/control/server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+namespace elastic::control {
+
+namespace {
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+Result<sockaddr_un> unix_address(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return Error{"The control socket path \"" + path + "\" must be 1 to " +
+                 std::to_string(sizeof(address.sun_path) - 1) + " bytes long."};
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+// True when a process accepts connections on the socket at `address`.
+bool someone_answers(const sockaddr_un& address) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool answered =
+      ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return answered;
+}
+
+}  // namespace
+
+struct Server::Connection {
+  int fd = -1;
+  PeerCredentials peer;
+  std::string in;
+  std::string out;
+  std::size_t out_offset = 0;
+  bool close_after_write = false;
+  TimePoint last_activity{};
+  std::uint32_t interest = 0;
+};
+
+Result<std::unique_ptr<Server>> Server::open(const std::string& path, Handler handler) {
+  auto address = unix_address(path);
+  if (!address.ok()) return address.error();
+
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(parent, error);
+    if (error) {
+      return Error{"Cannot create the control socket's directory " + parent.string() + ": " +
+                   error.message() + "."};
+    }
+  }
+
+  struct stat existing {};
+  if (::lstat(path.c_str(), &existing) == 0) {
+    if (!S_ISSOCK(existing.st_mode)) {
+      return Error{"The control socket path " + path +
+                   " exists and is not a socket; refusing to remove it."};
+    }
+    if (someone_answers(*address)) {
+      return Error{"Another daemon answers on the control socket " + path +
+                   "; refusing to start a second one there."};
+    }
+    // A socket file nobody listens on is left over from a daemon that died: safe to replace.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Error{"Cannot remove the stale control socket " + path + ": " + errno_text(errno) +
+                   "."};
+    }
+    spdlog::info("removed stale control socket {}", path);
+  }
+
+  const int listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd < 0) return Error{"Cannot create a unix socket: " + errno_text(errno) + "."};
+  if (::bind(listen_fd, reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
+    const int error = errno;
+    ::close(listen_fd);
+    return Error{"Cannot bind the control socket " + path + ": " + errno_text(error) + "."};
+  }
+  // Every verb is read-only today, so any local user may connect; admin verbs check the peer's
+  // credentials themselves.
+  ::chmod(path.c_str(), 0666);
+  struct stat created {};
+  ::lstat(path.c_str(), &created);
+  if (::listen(listen_fd, 64) != 0) {
+    const int error = errno;
+    ::close(listen_fd);
+    ::unlink(path.c_str());
+    return Error{"Cannot listen on the control socket " + path + ": " + errno_text(error) + "."};
+  }
+  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = listen_fd;
+  if (epoll_fd < 0 || ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &event) != 0) {
+    const int error = errno;
+    if (epoll_fd >= 0) ::close(epoll_fd);
+    ::close(listen_fd);
+    ::unlink(path.c_str());
+    return Error{"Cannot set up epoll for the control socket: " + errno_text(error) + "."};
+  }
+  return std::unique_ptr<Server>(
+      new Server(path, std::move(handler), listen_fd, epoll_fd, created.st_ino));
+}
+
+Server::Server(std::string path, Handler handler, int listen_fd, int epoll_fd, ino_t inode)
+    : path_(std::move(path)),
+      handler_(std::move(handler)),
+      listen_fd_(listen_fd),
+      epoll_fd_(epoll_fd),
+      inode_(inode) {}
+
+Server::~Server() {
+  for (auto& [fd, connection] : connections_) ::close(fd);
+  connections_.clear();
+  ::close(epoll_fd_);
+  ::close(listen_fd_);
+  // Only remove the file if it is still the socket we bound (not a successor daemon's).
+  struct stat current {};
+  if (::lstat(path_.c_str(), &current) == 0 && current.st_ino == inode_) ::unlink(path_.c_str());
+}
+
+TimePoint Server::next_deadline() const {
+  TimePoint earliest = kNever;
+  for (const auto& [fd, connection] : connections_) {
+    earliest = std::min(earliest, connection->last_activity + kIdleTimeout);
+  }
+  return earliest;
+}
+
+void Server::process(TimePoint now) {
+  epoll_event events[32];
+  const int ready = ::epoll_wait(epoll_fd_, events, 32, 0);
+  for (int i = 0; i < ready; ++i) {
+    const int fd = events[i].data.fd;
+    if (fd == listen_fd_) {
+      accept_all(now);
+      continue;
+    }
+    auto it = connections_.find(fd);
+    if (it == connections_.end()) continue;  // closed earlier in this batch
+    Connection& connection = *it->second;
+    if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      on_readable(connection, now);
+      if (!connections_.contains(fd)) continue;
+    }
+    if (events[i].events & EPOLLOUT) on_writable(connection);
+  }
+  std::vector<int> idle;
+  for (const auto& [fd, connection] : connections_) {
+    if (now >= connection->last_activity + kIdleTimeout) idle.push_back(fd);
+  }
+  for (const int fd : idle) {
+    close_connection(fd, "idle for " + std::to_string(kIdleTimeout.count()) + " s");
+  }
+}
+
+void Server::accept_all(TimePoint now) {
+  while (true) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        spdlog::warn("control socket {}: accept failed: {}", path_, errno_text(errno));
+      }
+      return;
+    }
+    ucred credentials{};
+    socklen_t length = sizeof(credentials);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+      spdlog::warn("control socket {}: cannot read the peer's credentials ({}); closing", path_,
+                   errno_text(errno));
+      ::close(fd);
+      continue;
+    }
+    const PeerCredentials peer{credentials.pid, credentials.uid, credentials.gid};
+    if (connections_.size() >= kMaxConnections) {
+      spdlog::warn("control: refusing connection from pid {} uid {} gid {}: {} connections open",
+                   peer.pid, peer.uid, peer.gid, connections_.size());
+      ::close(fd);
+      continue;
+    }
+    auto connection = std::make_unique<Connection>();
+    connection->fd = fd;
+    connection->peer = peer;
+    connection->last_activity = now;
+    connection->interest = EPOLLIN;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+      spdlog::warn("control: epoll_ctl failed for a new connection: {}", errno_text(errno));
+      ::close(fd);
+      continue;
+    }
+    spdlog::debug("control: connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
+    connections_.emplace(fd, std::move(connection));
+  }
+}
+
+void Server::on_readable(Connection& connection, TimePoint now) {
+  char buffer[16 * 1024];
+  const ssize_t n = ::recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+  if (n == 0) {
+    close_connection(connection.fd, "");  // the client hung up: normal
+    return;
+  }
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    close_connection(connection.fd, "read failed: " + errno_text(errno));
+    return;
+  }
+  connection.last_activity = now;
+  if (connection.close_after_write) return;  // ignore anything after a fatal request
+  connection.in.append(buffer, static_cast<std::size_t>(n));
+  handle_frames(connection);
+}
+
+void Server::handle_frames(Connection& connection) {
+  const int fd = connection.fd;
+  while (connection.in.size() >= 4) {
+    const std::uint32_t length =
+        read_frame_header(reinterpret_cast<const unsigned char*>(connection.in.data()));
+    if (length > kMaxRequestBytes) {
+      close_connection(fd, "a request frame of " + std::to_string(length) +
+                               " bytes exceeds the limit of " + std::to_string(kMaxRequestBytes));
+      return;
+    }
+    if (connection.in.size() < 4 + std::size_t{length}) return;  // wait for the rest
+    const std::string body = connection.in.substr(4, length);
+    connection.in.erase(0, 4 + std::size_t{length});
+    auto request = decode_request(body);
+    std::string reply;
+    if (!request.ok()) {
+      // Answer, so a confused client learns why, then close: the stream may be out of step.
+      spdlog::warn("control: closing connection from pid {} uid {}: {}", connection.peer.pid,
+                   connection.peer.uid, request.error().message);
+      reply = encode_error_reply(request.error().message);
+      connection.close_after_write = true;
+      connection.in.clear();
+    } else {
+      spdlog::debug("control: \"{}\" from pid {} uid {} gid {}", request->verb, connection.peer.pid,
+                    connection.peer.uid, connection.peer.gid);
+      reply = handler_(*request, connection.peer);
+    }
+    if (reply.size() > kMaxReplyBytes) {
+      reply = encode_error_reply("The reply is larger than the protocol's limit.");
+    }
+    connection.out += frame_header(static_cast<std::uint32_t>(reply.size()));
+    connection.out += reply;
+    if (connection.close_after_write) break;
+  }
+  on_writable(connection);
+}
+
+void Server::on_writable(Connection& connection) {
+  const int fd = connection.fd;
+  while (connection.out_offset < connection.out.size()) {
+    const ssize_t n =
+        ::send(fd, connection.out.data() + connection.out_offset,
+               connection.out.size() - connection.out_offset, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      close_connection(fd, "write failed: " + errno_text(errno));
+      return;
+    }
+    connection.out_offset += static_cast<std::size_t>(n);
+  }
+  if (connection.out_offset == connection.out.size()) {
+    connection.out.clear();
+    connection.out_offset = 0;
+    if (connection.close_after_write) {
+      close_connection(fd, "");  // reason already logged
+      return;
+    }
+  }
+  update_interest(connection);
+}
+
+void Server::update_interest(Connection& connection) {
+  const std::uint32_t wanted = connection.out.empty() ? EPOLLIN : (EPOLLIN | EPOLLOUT);
+  if (wanted == connection.interest) return;
+  epoll_event event{};
+  event.events = wanted;
+  event.data.fd = connection.fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.fd, &event) != 0) {
+    close_connection(connection.fd, "epoll_ctl failed: " + errno_text(errno));
+    return;
+  }
+  connection.interest = wanted;
+}
+
+void Server::close_connection(int fd, const std::string& reason) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  if (!reason.empty()) {
+    spdlog::warn("control: closing connection from pid {} uid {}: {}", it->second->peer.pid,
+                 it->second->peer.uid, reason);
+  }
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  connections_.erase(it);
+}
+
+}  // namespace elastic::control

@@ -1,0 +1,125 @@
+// Node: the elasticd runtime. It owns the transport, the Membership state machine, the control
+// socket and the signal fd, and runs the event loop that connects them. It stays thin: every
+// protocol decision is Membership's; the Node feeds it time and messages and carries out its
+// Effects.
+//
+// Identity (start()):
+//  - name: node.name, or the hostname when "";
+//  - generation: transport::next_generation(node.state_dir), which creates the directory; a
+//    state dir that cannot be created or written fails start with kExitCantCreate (73);
+//  - address: transport.advertise if set, else the bound endpoint; when bind's host is a
+//    wildcard (0.0.0.0, *) the host part is derived by derive_advertise_host();
+//  - cluster: node.cluster_id; messages of other clusters are dropped by the transport.
+//
+// Seeds: Membership knows a seed only by its address (its joins carry an empty Outgoing::to).
+// The Node remembers the name configured as "name@host:port" per seed address and sends to that
+// name, so a CURVE client can find the seed's public key; an unnamed seed with CURVE on fails to
+// send (config validation already refuses that combination).
+//
+// Loop (run()): wait in transport.receive() on the ROUTER, the control socket and the signal fd
+// until Membership::next_deadline(); feed decoded envelopes and failed sends (on_unreachable)
+// to Membership; tick(now); send its Effects and log member events as
+// `member <name> gen <g>: <old> -> <new>`; close idle peers. Time is std::chrono::steady_clock.
+// SIGTERM/SIGINT: graceful leave (Membership::leave, then up to kLeaveFlush spent serving the
+// loop until every queued send has gone out or failed), run() returns 0. SIGHUP: logged, no
+// reload yet. Readiness: once bound and listening, logs one line
+//   elasticd ready: name=<n> generation=<g> address=<a> control=<path>
+//
+// Signals: start() blocks SIGTERM, SIGINT and SIGHUP in the calling thread before ZeroMQ starts
+// its I/O threads (which inherit the mask), so they are only ever read from the signal fd. Call
+// start() from the main thread before any other thread exists.
+//
+// Thread safety: none; one thread calls start() and run().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "daemon/control/protocol.h"
+#include "daemon/core/result.h"
+#include "daemon/core/time.h"
+#include "daemon/membership/membership.h"
+
+namespace elastic::transport {
+class ZmqTransport;
+}
+namespace elastic::control {
+class Server;
+struct PeerCredentials;
+}  // namespace elastic::control
+
+namespace elastic::node {
+
+inline constexpr int kExitCantCreate = 73;  // EX_CANTCREAT: state dir or control socket
+inline constexpr std::chrono::milliseconds kLeaveFlush{500};
+
+// A failed start: what to print and which exit code to use.
+struct StartFailure {
+  int exit_code = 1;
+  std::string message;
+};
+
+// One membership.seeds entry, "[name@]host:port". The name is what the transport needs to dial
+// the seed with CURVE (it selects public_keys_dir/<name>.pub); without CURVE it is unused.
+struct Seed {
+  std::string name;      // "" when the entry has no "name@"
+  std::string endpoint;  // "tcp://host:port"
+};
+
+// Splits a seed that config validation accepted (config/rules.cc checks the syntax).
+Seed parse_seed(const std::string& seed);
+
+// The IPv4 address peers should dial when bind's host is a wildcard: the source address of the
+// route to the first seed (a connected UDP socket; no packet is sent), else the first
+// non-loopback IPv4 address of an interface that is up, else 127.0.0.1.
+std::string derive_advertise_host(const std::vector<std::string>& seeds);
+
+class Node {
+ public:
+  // Sets up identity, transport, control socket and signal fd. On failure returns nullptr and
+  // fills `failure`.
+  static std::unique_ptr<Node> start(const config::DaemonConfig& config, StartFailure& failure);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Joins through the seeds and runs until SIGTERM or SIGINT; returns the exit code (0).
+  int run();
+
+ private:
+  Node() = default;
+  // Decodes membership bodies and feeds them to Membership; undecodable ones are counted.
+  void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes, membership::Effects& effects);
+  void handle_signals(TimePoint now, membership::Effects& effects);
+  // Sends, and feeds failed sends back as unreachable until no new sends come of it.
+  void carry_out(TimePoint now, membership::Effects effects);
+  void log_events(const std::vector<membership::MemberEvent>& events);
+  void leave_gracefully();
+  std::string handle_control(const control::Request& request, const control::PeerCredentials& peer);
+  control::SelfInfo self_info(TimePoint now) const;
+
+  config::DaemonConfig config_;
+  std::string name_;
+  std::uint64_t generation_ = 0;
+  std::string address_;
+  TimePoint started_{};
+  std::unique_ptr<transport::ZmqTransport> transport_;
+  std::unique_ptr<membership::Membership> membership_;
+  std::unique_ptr<control::Server> control_;
+  int signal_fd_ = -1;
+  bool stop_ = false;
+  std::uint64_t sends_attempted_ = 0;
+  std::uint64_t undecodable_bodies_ = 0;  // envelopes whose membership body did not decode
+  // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
+  std::map<std::string, std::string> seed_names_;
+  // Last state logged per (name, generation), so events log as old -> new.
+  std::map<std::pair<std::string, std::uint64_t>, membership::MemberState> logged_states_;
+};
+
+}  // namespace elastic::node

@@ -1,0 +1,49 @@
+// CURVE key files: generate, write and load node keypairs and the allow-list of public keys.
+//
+// Each node has its own keypair (research §4.10). Files, both holding one Z85 line (40 chars)
+// after optional `#` comment lines:
+//   <dir>/<name>.key  the secret key, mode 0600; the public key is derived from it
+//   <dir>/<name>.pub  the public key, mode 0644
+// The allow-list is every `<name>.pub` in transport.public_keys_dir: the file name is the node
+// name, which is how a DEALER finds the server key of the peer it dials and how the ZAP
+// handler names an authenticated client. Distribute the .pub files with configuration
+// management (`elasticctl keygen` writes a pair).
+//
+// A secret key file readable by group or others is refused: a leaked key lets anyone join the
+// cluster and inject messages.
+// Errors: every failure returns one sentence naming the file. Thread safety: pure functions
+// apart from the files they read or write.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "daemon/core/result.h"
+
+namespace elastic::transport {
+
+struct CurveKeyPair {
+  std::string public_key;  // Z85, 40 characters
+  std::string secret_key;  // Z85, 40 characters
+};
+
+// A fresh keypair from libzmq's CSPRNG (zmq_curve_keypair).
+Result<CurveKeyPair> generate_curve_keypair();
+
+// Writes <dir>/<name>.key (0600) and <dir>/<name>.pub (0644), creating dir. Refuses to
+// overwrite an existing secret key file.
+Status write_curve_keypair(const std::string& dir, const std::string& name,
+                           const CurveKeyPair& keys);
+
+// Loads a secret key file and derives its public key. Refuses a file readable by group or
+// others, naming the file and its mode.
+Result<CurveKeyPair> load_curve_secret_key(const std::string& path);
+
+// Loads one public key file.
+Result<std::string> load_curve_public_key(const std::string& path);
+
+// Node name -> Z85 public key for every `*.pub` in dir. An unreadable or invalid file is an
+// error (a silently skipped node would fail to join with a confusing symptom).
+Result<std::map<std::string, std::string>> load_curve_allow_list(const std::string& dir);
+
+}  // namespace elastic::transport

@@ -1,0 +1,468 @@
+#include "daemon/transport/zmq_transport.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <deque>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "daemon/transport/curve_keys.h"
+#include "daemon/wire/codec.h"
+
+namespace elastic::transport {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "elastic";
+constexpr const char* kMonitorEndpoint = "inproc://elastic.router.monitor";
+// First messages to a peer whose connection is not up yet wait here (see the header).
+constexpr std::size_t kMaxPendingPerPeer = 64;
+// While messages are pending, receive() wakes this often to retry them.
+constexpr milliseconds kPendingRetry(5);
+// Inbound messages handled per wake-up, so one flood cannot starve the caller's other fds.
+constexpr int kMaxReceiveBatch = 1024;
+// ZMTP heartbeat TTL above ~65 s overflows (libzmq#4226).
+constexpr int kMaxHeartbeatTtlMs = 65'000;
+
+int to_ms(Duration d) {
+  return static_cast<int>(std::clamp<std::int64_t>(duration_cast<milliseconds>(d).count(), 0,
+                                                   std::numeric_limits<int>::max()));
+}
+
+TimePoint steady_now() { return std::chrono::steady_clock::now(); }
+
+}  // namespace
+
+TransportOptions transport_options(const config::TransportConfig& config, const std::string& name,
+                                   std::uint64_t generation, const std::string& cluster_id) {
+  TransportOptions options;
+  options.bind = config.bind;
+  options.advertise = config.advertise;
+  options.name = name;
+  options.generation = generation;
+  options.cluster_id = cluster_id;
+  options.send_hwm = config.send_hwm;
+  options.max_message_bytes = config.max_message_bytes;
+  options.tcp_max_retransmit_timeout = config.tcp_max_retransmit_timeout;
+  options.heartbeat_interval = config.heartbeat_interval;
+  options.heartbeat_timeout = config.heartbeat_timeout;
+  options.idle_peer_close = config.idle_peer_close;
+  if (config.curve) options.curve = CurveOptions{config.secret_key_file, config.public_keys_dir};
+  return options;
+}
+
+class ZmqTransport::Impl {
+ public:
+  struct Peer {
+    std::unique_ptr<zmq::socket_t> socket;
+    std::string name;
+    TimePoint created;
+    TimePoint last_send;
+    bool connected = false;  // a send has succeeded since the DEALER was created
+    std::deque<std::string> pending;
+  };
+
+  explicit Impl(TransportOptions options) : options_(std::move(options)) {
+    limits_.max_bytes = static_cast<std::size_t>(options_.max_message_bytes);
+    limits_.cluster_id = options_.cluster_id;
+  }
+
+  ~Impl() {
+    // Sockets before the context; LINGER 0 and BLOCKY 0 keep this from hanging.
+    peers_.clear();
+    monitor_.reset();
+    router_.reset();
+    zap_.reset();
+    context_.close();
+  }
+
+  Status open() {
+    if (options_.name.empty()) return Error{"The transport needs a node name."};
+    if (options_.name.size() > 200) {
+      return Error{"The node name '" + options_.name + "' is longer than 200 bytes."};
+    }
+    if (options_.send_hwm <= 0 || options_.max_message_bytes <= 0) {
+      return Error{"transport.send_hwm and transport.max_message_bytes must be positive."};
+    }
+    routing_id_ = options_.name + "/" + std::to_string(options_.generation);
+    try {
+      context_.set(zmq::ctxopt::blocky, 0);
+      if (options_.curve) {
+        if (Status s = load_keys(); !s.ok()) return s;
+        zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
+        zap_->set(zmq::sockopt::linger, 0);
+        zap_->bind(kZapEndpoint);
+      }
+      router_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
+      apply_common_options(*router_);
+      router_->set(zmq::sockopt::router_mandatory, 1);
+      router_->set(zmq::sockopt::router_handover, 1);
+      if (options_.curve) {
+        router_->set(zmq::sockopt::curve_server, 1);
+        router_->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
+        router_->set(zmq::sockopt::zap_domain, kZapDomain);
+        // Clients refused before ZAP is asked (wrong mechanism, garbage) show up only here.
+        if (zmq_socket_monitor(
+                router_->handle(), kMonitorEndpoint,
+                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+          return Error{std::string("Cannot monitor the transport's ROUTER socket: ") +
+                       zmq_strerror(zmq_errno()) + "."};
+        }
+        monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+        monitor_->set(zmq::sockopt::linger, 0);
+        monitor_->connect(kMonitorEndpoint);
+      }
+    } catch (const zmq::error_t& e) {
+      return Error{std::string("Cannot set up the transport's ZeroMQ sockets: ") + e.what() + "."};
+    }
+    try {
+      router_->bind(options_.bind);
+      bound_ = router_->get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return Error{"Cannot bind the transport to " + options_.bind + ": " + e.what() + "."};
+    }
+    return ok_status();
+  }
+
+  Status load_keys() {
+    Result<CurveKeyPair> own = load_curve_secret_key(options_.curve->secret_key_file);
+    if (!own.ok()) return own.error();
+    own_keys_ = *own;
+    Result<std::map<std::string, std::string>> allowed =
+        load_curve_allow_list(options_.curve->public_keys_dir);
+    if (!allowed.ok()) return allowed.error();
+    public_keys_ = *allowed;
+    for (const auto& [name, z85] : public_keys_) {
+      std::string raw(32, '\0');
+      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
+        return Error{"The public key of node " + name + " in " + options_.curve->public_keys_dir +
+                     " is not valid Z85."};
+      }
+      allowed_clients_[raw] = name;
+    }
+    return ok_status();
+  }
+
+  void apply_common_options(zmq::socket_t& socket) const {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
+    socket.set(zmq::sockopt::rcvhwm, options_.send_hwm);
+    socket.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    socket.set(zmq::sockopt::tcp_maxrt, to_ms(options_.tcp_max_retransmit_timeout));
+    socket.set(zmq::sockopt::heartbeat_ivl, to_ms(options_.heartbeat_interval));
+    socket.set(zmq::sockopt::heartbeat_timeout, to_ms(options_.heartbeat_timeout));
+    socket.set(zmq::sockopt::heartbeat_ttl,
+               std::min(to_ms(options_.heartbeat_timeout), kMaxHeartbeatTtlMs));
+  }
+
+  Result<Peer*> peer_for(const PeerAddress& address, TimePoint now) {
+    auto it = peers_.find(address.address);
+    if (it != peers_.end() && (!options_.curve || it->second.name == address.name)) {
+      return &it->second;
+    }
+    if (it != peers_.end()) close_peer(it);  // the same address now belongs to another node
+    std::string server_key;
+    if (options_.curve) {
+      if (address.name.empty()) {
+        return Error{"Cannot send to " + address.address +
+                     " with CURVE on without the peer's node name (configure seeds as "
+                     "name@host:port)."};
+      }
+      auto key = public_keys_.find(address.name);
+      if (key == public_keys_.end()) {
+        return Error{"Cannot send to node " + address.name + " at " + address.address +
+                     ": its public key " + address.name + ".pub is not in " +
+                     options_.curve->public_keys_dir + "."};
+      }
+      server_key = key->second;
+    }
+    Peer peer;
+    peer.name = address.name;
+    peer.created = now;
+    peer.last_send = now;
+    try {
+      peer.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      apply_common_options(*peer.socket);
+      peer.socket->set(zmq::sockopt::routing_id, routing_id_);
+      peer.socket->set(zmq::sockopt::immediate, 1);
+      peer.socket->set(zmq::sockopt::sndtimeo, 0);
+      peer.socket->set(zmq::sockopt::reconnect_ivl, 100);
+      peer.socket->set(zmq::sockopt::reconnect_ivl_max, 5000);
+      if (options_.curve) {
+        peer.socket->set(zmq::sockopt::curve_serverkey, server_key);
+        peer.socket->set(zmq::sockopt::curve_publickey, own_keys_.public_key);
+        peer.socket->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
+      }
+      peer.socket->connect(address.address);
+    } catch (const zmq::error_t& e) {
+      return Error{"Cannot connect to " + address.address + ": " + e.what() + "."};
+    }
+    ++stats_.peers_opened;
+    return &peers_.emplace(address.address, std::move(peer)).first->second;
+  }
+
+  void close_peer(std::map<std::string, Peer>::iterator it) {
+    stats_.send_failures += it->second.pending.size();
+    peers_.erase(it);
+    ++stats_.peers_closed;
+  }
+
+  bool try_send(Peer& peer, const std::string& bytes) {
+    try {
+      if (peer.socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
+        peer.connected = true;
+        ++stats_.sent;
+        return true;
+      }
+    } catch (const zmq::error_t&) {
+      // Any other send error is a failure of this message alone.
+    }
+    return false;
+  }
+
+  // Sends queued first messages in order; drops them once the connect grace has passed.
+  void flush(Peer& peer, TimePoint now) {
+    while (!peer.pending.empty() && try_send(peer, peer.pending.front())) peer.pending.pop_front();
+    if (!peer.pending.empty() && now - peer.created >= options_.heartbeat_timeout) {
+      stats_.send_failures += peer.pending.size();
+      peer.pending.clear();
+    }
+  }
+
+  Status send(const PeerAddress& address, wire::Envelope envelope) {
+    const TimePoint now = steady_now();
+    envelope.version = wire::kProtocolVersion;
+    envelope.cluster_id = options_.cluster_id;
+    envelope.sender = options_.name;
+    envelope.generation = options_.generation;
+    envelope.sender_address = advertised();
+    envelope.seq = ++seq_;
+    std::string bytes = wire::encode_envelope(envelope);
+    if (bytes.size() > static_cast<std::size_t>(options_.max_message_bytes)) {
+      ++stats_.send_failures;
+      return Error{"Cannot send a " + std::to_string(bytes.size()) + "-byte message to " +
+                   address.address + ": transport.max_message_bytes is " +
+                   std::to_string(options_.max_message_bytes) + "."};
+    }
+    Result<Peer*> found = peer_for(address, now);
+    if (!found.ok()) {
+      ++stats_.send_failures;
+      return found.error();
+    }
+    Peer& peer = **found;
+    peer.last_send = now;
+    flush(peer, now);
+    if (peer.pending.empty() && try_send(peer, bytes)) return ok_status();
+    if (!peer.connected && now - peer.created < options_.heartbeat_timeout &&
+        peer.pending.size() < kMaxPendingPerPeer) {
+      peer.pending.push_back(std::move(bytes));
+      return ok_status();
+    }
+    ++stats_.send_failures;
+    return Error{"Cannot send to " + address.address +
+                 ": the peer is unreachable or its queue is full."};
+  }
+
+  bool any_pending() const {
+    return std::any_of(peers_.begin(), peers_.end(),
+                       [](const auto& p) { return !p.second.pending.empty(); });
+  }
+
+  Received receive(Duration max_wait, const std::vector<int>& extra_fds) {
+    Received result;
+    // Clamped so a caller's "forever" (Duration::max()) cannot overflow the deadline.
+    const TimePoint deadline =
+        steady_now() + std::clamp<Duration>(max_wait, Duration::zero(), std::chrono::hours(24));
+    std::vector<zmq_pollitem_t> items;
+    for (;;) {
+      items.clear();
+      items.push_back({router_->handle(), 0, ZMQ_POLLIN, 0});
+      if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+      if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t first_fd = items.size();
+      for (int fd : extra_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+
+      TimePoint now = steady_now();
+      Duration wait = std::max(deadline - now, Duration::zero());
+      if (any_pending()) wait = std::min<Duration>(wait, kPendingRetry);
+      // Round up, so a short wait does not become a busy loop of zero-timeout polls.
+      const long timeout_ms =
+          duration_cast<milliseconds>(wait + milliseconds(1) - Duration(1)).count();
+      const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
+      if (rc > 0) {
+        if (zap_ && (items[1].revents & ZMQ_POLLIN)) serve_zap();
+        if (monitor_ && (items[first_fd - 1].revents & ZMQ_POLLIN)) drain_monitor();
+        if (items[0].revents & ZMQ_POLLIN) drain_router(&result.envelopes);
+        for (std::size_t i = first_fd; i < items.size(); ++i) {
+          if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+            result.readable_fds.push_back(items[i].fd);
+        }
+      }
+      now = steady_now();
+      for (auto& [address, peer] : peers_) {
+        if (!peer.pending.empty()) flush(peer, now);
+      }
+      if (!result.envelopes.empty() || !result.readable_fds.empty() || now >= deadline) break;
+    }
+    return result;
+  }
+
+  void drain_router(std::vector<wire::Envelope>* out) {
+    for (int n = 0; n < kMaxReceiveBatch; ++n) {
+      std::vector<zmq::message_t> parts;
+      try {
+        if (!zmq::recv_multipart(*router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (parts.size() != 2) {  // [routing id, envelope]; anything else is not our protocol
+        ++stats_.dropped_malformed;
+        continue;
+      }
+      const zmq::message_t& payload = parts[1];
+      wire::DecodeError reason = wire::DecodeError::kMalformed;
+      Result<wire::Envelope> envelope = wire::decode_envelope(
+          std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits_,
+          &reason);
+      if (!envelope.ok()) {
+        count_drop(reason);
+        continue;
+      }
+      if (options_.curve && authenticated_name(payload) != envelope->sender) {
+        ++stats_.dropped_unauthenticated;  // an allowed key posing as another node
+        continue;
+      }
+      ++stats_.received;
+      out->push_back(std::move(envelope).value());
+    }
+  }
+
+  static std::string authenticated_name(const zmq::message_t& message) {
+    // The ZAP handler's user id; absent (nullptr) without CURVE.
+    const char* user = zmq_msg_gets(message.handle(), "User-Id");
+    return user == nullptr ? std::string() : std::string(user);
+  }
+
+  void count_drop(wire::DecodeError reason) {
+    switch (reason) {
+      case wire::DecodeError::kMalformed:
+        ++stats_.dropped_malformed;
+        break;
+      case wire::DecodeError::kOversized:
+        ++stats_.dropped_oversized;
+        break;
+      case wire::DecodeError::kWrongVersion:
+        ++stats_.dropped_wrong_version;
+        break;
+      case wire::DecodeError::kWrongCluster:
+        ++stats_.dropped_wrong_cluster;
+        break;
+    }
+  }
+
+  // ZAP (RFC 27): [version, request id, domain, address, identity, mechanism, credentials...].
+  void serve_zap() {
+    for (;;) {
+      std::vector<zmq::message_t> request;
+      try {
+        if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      std::string user;
+      if (request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
+          request[2].to_string_view() == kZapDomain) {
+        auto it = allowed_clients_.find(request[6].to_string());
+        if (it != allowed_clients_.end()) user = it->second;
+      }
+      const bool allowed = !user.empty();
+      if (!allowed) ++stats_.dropped_unauthenticated;
+      std::array<zmq::const_buffer, 6> reply = {
+          zmq::str_buffer("1.0"),
+          zmq::buffer(request.size() > 1 ? request[1].to_string_view() : std::string_view()),
+          allowed ? zmq::str_buffer("200") : zmq::str_buffer("400"),
+          allowed ? zmq::str_buffer("OK") : zmq::str_buffer("key not in the allow-list"),
+          zmq::buffer(user),
+          zmq::str_buffer("")};
+      try {
+        zmq::send_multipart(*zap_, reply, zmq::send_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+    }
+  }
+
+  void drain_monitor() {
+    for (;;) {
+      std::vector<zmq::message_t> event;
+      try {
+        if (!zmq::recv_multipart(*monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      ++stats_.dropped_unauthenticated;  // the monitor only reports refused handshakes
+    }
+  }
+
+  void close_idle(TimePoint now) {
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (now - it->second.last_send >= options_.idle_peer_close) {
+        close_peer(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::string advertised() const {
+    return options_.advertise.empty() ? bound_ : options_.advertise;
+  }
+
+  TransportOptions options_;
+  wire::DecodeLimits limits_;
+  std::string routing_id_;
+  zmq::context_t context_;
+  std::unique_ptr<zmq::socket_t> router_;
+  std::unique_ptr<zmq::socket_t> zap_;
+  std::unique_ptr<zmq::socket_t> monitor_;
+  std::string bound_;
+  CurveKeyPair own_keys_;
+  std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
+  std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
+  std::map<std::string, Peer> peers_;                   // by address
+  std::uint64_t seq_ = 0;
+  TransportStats stats_;
+};
+
+Result<std::unique_ptr<ZmqTransport>> ZmqTransport::open(const TransportOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  if (Status s = impl->open(); !s.ok()) return s.error();
+  return std::unique_ptr<ZmqTransport>(new ZmqTransport(std::move(impl)));
+}
+
+ZmqTransport::ZmqTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZmqTransport::~ZmqTransport() = default;
+
+Status ZmqTransport::send(const PeerAddress& peer, wire::Envelope envelope) {
+  return impl_->send(peer, std::move(envelope));
+}
+Received ZmqTransport::receive(Duration max_wait, const std::vector<int>& extra_fds) {
+  return impl_->receive(max_wait, extra_fds);
+}
+void ZmqTransport::close_idle(TimePoint now) { impl_->close_idle(now); }
+std::string ZmqTransport::bound_endpoint() const { return impl_->bound_; }
+std::string ZmqTransport::advertised_endpoint() const { return impl_->advertised(); }
+std::size_t ZmqTransport::open_peers() const { return impl_->peers_.size(); }
+TransportStats ZmqTransport::stats() const { return impl_->stats_; }
+
+}  // namespace elastic::transport

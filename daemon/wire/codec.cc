@@ -1,0 +1,450 @@
+#include "daemon/wire/codec.h"
+
+#include <msgpack.hpp>
+
+#include <exception>
+#include <limits>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace elastic::wire {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void put_key(Packer& p, std::string_view key) {
+  p.pack_str(static_cast<std::uint32_t>(key.size()));
+  p.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
+}
+void put_str(Packer& p, std::string_view key, const std::string& value) {
+  put_key(p, key);
+  p.pack_str(static_cast<std::uint32_t>(value.size()));
+  p.pack_str_body(value.data(), static_cast<std::uint32_t>(value.size()));
+}
+void put_uint(Packer& p, std::string_view key, std::uint64_t value) {
+  put_key(p, key);
+  p.pack_uint64(value);
+}
+void put_bool(Packer& p, std::string_view key, bool value) {
+  put_key(p, key);
+  if (value) {
+    p.pack_true();
+  } else {
+    p.pack_false();
+  }
+}
+
+void put_updates(Packer& p, std::string_view key, const std::vector<MemberUpdate>& updates) {
+  put_key(p, key);
+  p.pack_array(static_cast<std::uint32_t>(updates.size()));
+  for (const MemberUpdate& u : updates) {
+    p.pack_map(6);
+    put_str(p, "n", u.name);
+    put_uint(p, "g", u.generation);
+    put_uint(p, "i", u.incarnation);
+    put_uint(p, "s", static_cast<std::uint64_t>(u.state));
+    put_str(p, "a", u.address);
+    put_str(p, "f", u.from);
+  }
+}
+
+void pack_message(Packer& p, const Ping& m) {
+  p.pack_map(4);
+  put_uint(p, "p", m.probe);
+  put_str(p, "t", m.target);
+  put_uint(p, "tg", m.target_generation);
+  put_updates(p, "u", m.updates);
+}
+void pack_message(Packer& p, const Ack& m) {
+  p.pack_map(2);
+  put_uint(p, "p", m.probe);
+  put_updates(p, "u", m.updates);
+}
+void pack_message(Packer& p, const PingReq& m) {
+  p.pack_map(6);
+  put_uint(p, "p", m.probe);
+  put_str(p, "t", m.target);
+  put_uint(p, "tg", m.target_generation);
+  put_str(p, "ta", m.target_address);
+  put_bool(p, "w", m.want_nack);
+  put_updates(p, "u", m.updates);
+}
+void pack_message(Packer& p, const Nack& m) {
+  p.pack_map(1);
+  put_uint(p, "p", m.probe);
+}
+void pack_message(Packer& p, const PushPullDigest& m) {
+  p.pack_map(3);
+  put_uint(p, "d", m.digest);
+  put_uint(p, "m", m.members);
+  put_bool(p, "r", m.reply);
+}
+void pack_message(Packer& p, const PushPullState& m) {
+  p.pack_map(3);
+  put_updates(p, "m", m.members);
+  put_bool(p, "j", m.join);
+  put_bool(p, "r", m.reply);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding: parse with limits, then walk the object tree with checks that cannot throw.
+
+struct Failure {
+  DecodeError reason = DecodeError::kMalformed;
+  std::string message;
+};
+
+// Strings and bins point into the input instead of being copied into msgpack's zone.
+bool reference_everything(msgpack::type::object_type, std::size_t, void*) { return true; }
+
+// Parses exactly one MessagePack value spanning all of `bytes`.
+bool parse(std::string_view bytes, std::size_t bin_limit, std::string_view what,
+           msgpack::object_handle* out, Failure* failure) {
+  const msgpack::unpack_limit limit(kMaxMembers, kMaxMapEntries, kMaxUnknownStringBytes, bin_limit,
+                                    kMaxUnknownStringBytes, kMaxDepth);
+  std::size_t offset = 0;
+  try {
+    *out =
+        msgpack::unpack(bytes.data(), bytes.size(), offset, &reference_everything, nullptr, limit);
+  } catch (const msgpack::size_overflow& e) {
+    *failure = {DecodeError::kOversized,
+                std::string(what) + " exceeds a size limit (" + e.what() + ")."};
+    return false;
+  } catch (const std::bad_alloc&) {
+    *failure = {DecodeError::kOversized, std::string(what) + " needs too much memory to decode."};
+    return false;
+  } catch (const std::exception& e) {
+    *failure = {DecodeError::kMalformed,
+                std::string(what) + " is not valid MessagePack (" + e.what() + ")."};
+    return false;
+  } catch (...) {
+    *failure = {DecodeError::kMalformed, std::string(what) + " is not valid MessagePack."};
+    return false;
+  }
+  if (offset != bytes.size()) {
+    *failure = {DecodeError::kMalformed, std::string(what) + " has " +
+                                             std::to_string(bytes.size() - offset) +
+                                             " trailing bytes after its MessagePack value."};
+    return false;
+  }
+  return true;
+}
+
+enum class Need { kRequired, kOptional };
+
+// Reads fields of one map. The first problem is kept; later reads are no-ops, so a decoder
+// reads every field and checks ok() once.
+class MapReader {
+ public:
+  MapReader(const msgpack::object& object, std::string what, Failure* failure)
+      : what_(std::move(what)), failure_(failure) {
+    if (object.type != msgpack::type::MAP) {
+      fail("is not a map");
+      return;
+    }
+    map_ = &object.via.map;
+    for (std::uint32_t i = 0; i < map_->size; ++i) {
+      if (map_->ptr[i].key.type != msgpack::type::STR) {
+        fail("has a key that is not a string");
+        return;
+      }
+    }
+  }
+
+  bool ok() const { return !failed_; }
+
+  // The value of `key`; nullptr when absent (an error when required).
+  const msgpack::object* find(std::string_view key, Need need) {
+    if (failed_) return nullptr;
+    for (std::uint32_t i = 0; i < map_->size; ++i) {
+      const msgpack::object_str& k = map_->ptr[i].key.via.str;
+      if (std::string_view(k.ptr, k.size) == key) return &map_->ptr[i].val;
+    }
+    if (need == Need::kRequired) fail("lacks the required key '" + std::string(key) + "'");
+    return nullptr;
+  }
+
+  template <typename T>
+  void uint(std::string_view key, T* out, Need need = Need::kRequired) {
+    static_assert(std::is_unsigned_v<T>);
+    const msgpack::object* v = find(key, need);
+    if (v == nullptr) return;
+    if (v->type != msgpack::type::POSITIVE_INTEGER) {
+      fail("has key '" + std::string(key) + "' that is not a non-negative integer");
+      return;
+    }
+    if (v->via.u64 > std::numeric_limits<T>::max()) {
+      fail("has key '" + std::string(key) + "' out of range (" + std::to_string(v->via.u64) + ")");
+      return;
+    }
+    *out = static_cast<T>(v->via.u64);
+  }
+
+  void str(std::string_view key, std::string* out, Need need = Need::kRequired) {
+    const msgpack::object* v = find(key, need);
+    if (v == nullptr) return;
+    if (v->type != msgpack::type::STR) {
+      fail("has key '" + std::string(key) + "' that is not a string");
+      return;
+    }
+    if (v->via.str.size > kMaxNameBytes) {
+      fail("has key '" + std::string(key) + "' longer than " + std::to_string(kMaxNameBytes) +
+           " bytes");
+      return;
+    }
+    out->assign(v->via.str.ptr, v->via.str.size);
+  }
+
+  void bin(std::string_view key, std::string* out, Need need = Need::kRequired) {
+    const msgpack::object* v = find(key, need);
+    if (v == nullptr) return;
+    if (v->type != msgpack::type::BIN) {
+      fail("has key '" + std::string(key) + "' that is not binary");
+      return;
+    }
+    out->assign(v->via.bin.ptr, v->via.bin.size);
+  }
+
+  void boolean(std::string_view key, bool* out, Need need = Need::kOptional) {
+    const msgpack::object* v = find(key, need);
+    if (v == nullptr) return;
+    if (v->type != msgpack::type::BOOLEAN) {
+      fail("has key '" + std::string(key) + "' that is not a boolean");
+      return;
+    }
+    *out = v->via.boolean;
+  }
+
+  void updates(std::string_view key, std::vector<MemberUpdate>* out, Need need = Need::kOptional);
+
+  void fail(const std::string& problem, DecodeError reason = DecodeError::kMalformed) {
+    if (failed_) return;
+    failed_ = true;
+    *failure_ = {reason, what_ + " " + problem + "."};
+  }
+
+ private:
+  std::string what_;
+  Failure* failure_;
+  const msgpack::object_map* map_ = nullptr;
+  bool failed_ = false;
+};
+
+void MapReader::updates(std::string_view key, std::vector<MemberUpdate>* out, Need need) {
+  const msgpack::object* v = find(key, need);
+  if (v == nullptr) return;
+  if (v->type != msgpack::type::ARRAY) {
+    fail("has key '" + std::string(key) + "' that is not an array");
+    return;
+  }
+  if (v->via.array.size > kMaxMembers) {
+    fail("has more than " + std::to_string(kMaxMembers) + " entries in '" + std::string(key) + "'",
+         DecodeError::kOversized);
+    return;
+  }
+  // No reserve(): a vector sized from the count would cost ~150 bytes per 1-byte element.
+  out->clear();
+  for (std::uint32_t i = 0; i < v->via.array.size; ++i) {
+    MapReader r(v->via.array.ptr[i], "member update " + std::to_string(i) + " of " + what_,
+                failure_);
+    MemberUpdate u;
+    std::uint8_t state = 0;
+    r.str("n", &u.name);
+    r.uint("g", &u.generation);
+    r.uint("i", &u.incarnation);
+    r.uint("s", &state);
+    r.str("a", &u.address, Need::kOptional);
+    r.str("f", &u.from, Need::kOptional);
+    if (r.ok() && state > static_cast<std::uint8_t>(MemberState::kLeft)) {
+      r.fail("has an unknown member state " + std::to_string(state));
+    }
+    if (!r.ok()) {
+      failed_ = true;
+      return;
+    }
+    u.state = static_cast<MemberState>(state);
+    out->push_back(std::move(u));
+  }
+}
+
+void read_message(MapReader& r, Ping* m) {
+  r.uint("p", &m->probe);
+  r.str("t", &m->target);
+  r.uint("tg", &m->target_generation);
+  r.updates("u", &m->updates);
+}
+void read_message(MapReader& r, Ack* m) {
+  r.uint("p", &m->probe);
+  r.updates("u", &m->updates);
+}
+void read_message(MapReader& r, PingReq* m) {
+  r.uint("p", &m->probe);
+  r.str("t", &m->target);
+  r.uint("tg", &m->target_generation);
+  r.str("ta", &m->target_address);
+  r.boolean("w", &m->want_nack);
+  r.updates("u", &m->updates);
+}
+void read_message(MapReader& r, Nack* m) { r.uint("p", &m->probe); }
+void read_message(MapReader& r, PushPullDigest* m) {
+  r.uint("d", &m->digest);
+  r.uint("m", &m->members);
+  r.boolean("r", &m->reply);
+}
+void read_message(MapReader& r, PushPullState* m) {
+  r.updates("m", &m->members, Need::kRequired);
+  r.boolean("j", &m->join);
+  r.boolean("r", &m->reply);
+}
+
+template <typename T>
+Result<MembershipMessage> decode_as(std::string_view body, const char* name, DecodeError* reason) {
+  const std::string what = std::string("The ") + name + " body";
+  Failure failure;
+  msgpack::object_handle handle;
+  if (parse(body, kMaxUnknownStringBytes, what, &handle, &failure)) {
+    MapReader r(handle.get(), what, &failure);
+    T message;
+    read_message(r, &message);
+    if (r.ok()) return MembershipMessage(std::move(message));
+  }
+  if (reason != nullptr) *reason = failure.reason;
+  return Error{std::move(failure.message)};
+}
+
+}  // namespace
+
+const char* to_string(DecodeError error) {
+  switch (error) {
+    case DecodeError::kMalformed:
+      return "malformed";
+    case DecodeError::kOversized:
+      return "oversized";
+    case DecodeError::kWrongVersion:
+      return "wrong_version";
+    case DecodeError::kWrongCluster:
+      return "wrong_cluster";
+  }
+  return "unknown";
+}
+
+std::string encode_envelope(const Envelope& e) {
+  msgpack::sbuffer buffer(64 + e.body.size());
+  Packer p(buffer);
+  p.pack_map(8);
+  put_uint(p, "v", e.version);
+  put_str(p, "c", e.cluster_id);
+  put_str(p, "s", e.sender);
+  put_uint(p, "g", e.generation);
+  put_str(p, "a", e.sender_address);
+  put_uint(p, "t", static_cast<std::uint64_t>(e.type));
+  put_uint(p, "q", e.seq);
+  put_key(p, "b");
+  p.pack_bin(static_cast<std::uint32_t>(e.body.size()));
+  p.pack_bin_body(e.body.data(), static_cast<std::uint32_t>(e.body.size()));
+  return std::string(buffer.data(), buffer.size());
+}
+
+Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& limits,
+                                 DecodeError* reason) {
+  const std::string what = "The envelope";
+  Failure failure;
+  auto failed = [&]() -> Result<Envelope> {
+    if (reason != nullptr) *reason = failure.reason;
+    return Error{std::move(failure.message)};
+  };
+  if (bytes.size() > limits.max_bytes) {
+    failure = {DecodeError::kOversized, "The " + std::to_string(bytes.size()) +
+                                            "-byte message exceeds the limit of " +
+                                            std::to_string(limits.max_bytes) + " bytes."};
+    return failed();
+  }
+  msgpack::object_handle handle;
+  if (!parse(bytes, limits.max_bytes, what, &handle, &failure)) return failed();
+
+  MapReader r(handle.get(), what, &failure);
+  Envelope e;
+  r.uint("v", &e.version);
+  if (r.ok() && e.version != limits.protocol_version) {
+    r.fail("has protocol version " + std::to_string(e.version) + " but this node speaks " +
+               std::to_string(limits.protocol_version),
+           DecodeError::kWrongVersion);
+  }
+  r.str("c", &e.cluster_id);
+  if (r.ok() && e.cluster_id != limits.cluster_id) {
+    r.fail("is from cluster '" + e.cluster_id + "', not '" + limits.cluster_id + "'",
+           DecodeError::kWrongCluster);
+  }
+  std::uint16_t type = 0;
+  r.str("s", &e.sender);
+  r.uint("g", &e.generation);
+  r.str("a", &e.sender_address);
+  r.uint("t", &type);
+  r.uint("q", &e.seq);
+  r.bin("b", &e.body);
+  if (!r.ok()) return failed();
+  e.type = static_cast<MsgType>(type);
+  return e;
+}
+
+MsgType message_type(const MembershipMessage& message) {
+  struct Visitor {
+    MsgType operator()(const Ping&) const { return MsgType::kPing; }
+    MsgType operator()(const Ack&) const { return MsgType::kAck; }
+    MsgType operator()(const PingReq&) const { return MsgType::kPingReq; }
+    MsgType operator()(const Nack&) const { return MsgType::kNack; }
+    MsgType operator()(const PushPullDigest&) const { return MsgType::kPushPullDigest; }
+    MsgType operator()(const PushPullState&) const { return MsgType::kPushPullState; }
+  };
+  return std::visit(Visitor{}, message);
+}
+
+bool is_membership_type(MsgType type) {
+  switch (type) {
+    case MsgType::kPing:
+    case MsgType::kAck:
+    case MsgType::kPingReq:
+    case MsgType::kNack:
+    case MsgType::kPushPullDigest:
+    case MsgType::kPushPullState:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string encode_body(const MembershipMessage& message) {
+  msgpack::sbuffer buffer;
+  Packer p(buffer);
+  std::visit([&p](const auto& m) { pack_message(p, m); }, message);
+  return std::string(buffer.data(), buffer.size());
+}
+
+Result<MembershipMessage> decode_membership(MsgType type, std::string_view body,
+                                            DecodeError* reason) {
+  switch (type) {
+    case MsgType::kPing:
+      return decode_as<Ping>(body, "Ping", reason);
+    case MsgType::kAck:
+      return decode_as<Ack>(body, "Ack", reason);
+    case MsgType::kPingReq:
+      return decode_as<PingReq>(body, "PingReq", reason);
+    case MsgType::kNack:
+      return decode_as<Nack>(body, "Nack", reason);
+    case MsgType::kPushPullDigest:
+      return decode_as<PushPullDigest>(body, "PushPullDigest", reason);
+    case MsgType::kPushPullState:
+      return decode_as<PushPullState>(body, "PushPullState", reason);
+    default:
+      break;
+  }
+  if (reason != nullptr) *reason = DecodeError::kMalformed;
+  return Error{"Message type " + std::to_string(static_cast<unsigned>(type)) +
+               " is not a membership message."};
+}
+
+}  // namespace elastic::wire

@@ -1,0 +1,116 @@
+// NetnsCluster: N hosts as Linux network namespaces on one private switch, for tests that run
+// real daemons over a real network stack and cut, heal and degrade its links.
+//
+// Topology (nothing is added to the root namespace: no interface, route or address):
+//
+//   <prefix>-s   the "switch": a bridge br0 with one port p<i> per host
+//   <prefix>-h<i> host i: loopback up, eth0 (the veth peer of p<i>) with 10.A.B.(i+1)/24
+//
+// The hosts have only the connected /24 route, so they can reach only each other: traffic to
+// any other address fails with ENETUNREACH and never leaves the namespaces. Each cluster has its
+// own switch, so clusters are isolated even if two used the same subnet; the subnet still differs
+// per cluster (A from the pid, B from a counter) so logs from parallel tests are not confusing.
+// <prefix> is "elxn<pid>c<counter>": unique per process and cluster, so tests run in parallel
+// with themselves, and short (interface names are per namespace, so only "br0", "p<i>" and
+// "eth0" are ever limited to 15 characters).
+//
+// Faults are one classic-BPF tc filter (cls_bpf, direct action) on each host's eth0 egress
+// under a clsact qdisc, rebuilt whenever that host's rules change:
+//   - cut(a, b): a drops every IPv4 packet to b and b every IPv4 packet to a (silent loss, as a
+//     broken link looks to TCP: no ICMP, no RST); partition() cuts every cross pair;
+//   - set_loss(h, p): h drops p% of the IPv4 packets it sends (the BPF random number source).
+// We use cls_bpf rather than tc netem/gact because it works on minimal kernels too (the dev VM's
+// kernel has neither sch_netem nor act_gact) and needs no nftables. set_delay() needs sch_netem
+// and returns an Error naming it where the kernel lacks it (see netem_available()).
+//
+// Processes: run() starts argv inside a host's namespace through `ip netns exec` (which execs,
+// so the Process's pid is the program's pid: signals, /proc/<pid>/stat and kill -9 hit it).
+//
+// Cleanup: the destructor SIGKILLs (by pid) every process still inside the cluster's namespaces
+// (only this cluster's processes can be there), then deletes the namespaces, which removes every
+// veth and the bridge with them. create() first removes leftovers of crashed earlier runs: the
+// namespaces named elxn<pid>c* whose <pid> is no longer running (never anyone else's names).
+//
+// Errors: create() and every fault call return Result/Status with a sentence that includes the
+// failing command and its stderr. Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) and iproute2;
+// check_environment() says which is missing.
+// Thread safety: a NetnsCluster belongs to one test thread; different clusters are independent.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "tests/support/process.h"
+
+namespace elastic::netns {
+
+class NetnsCluster {
+ public:
+  // Root, `ip` and the kernel features the harness needs (netns, veth, bridge, clsact, cls_bpf).
+  // The Error says exactly what is missing.
+  static Status check_environment();
+  // Whether the kernel has sch_netem (needed only by set_delay).
+  static bool netem_available();
+  // Deletes namespaces named like ours whose owning pid is dead; returns how many it removed.
+  static int remove_leftovers();
+
+  // Builds the switch and `hosts` hosts (1..250). On error nothing is left behind.
+  static Result<std::unique_ptr<NetnsCluster>> create(int hosts);
+  ~NetnsCluster();
+  NetnsCluster(const NetnsCluster&) = delete;
+  NetnsCluster& operator=(const NetnsCluster&) = delete;
+
+  int size() const { return static_cast<int>(ips_.size()); }
+  const std::string& prefix() const { return prefix_; }
+  const std::string& ip(int host) const { return ips_.at(host); }
+  std::string netns(int host) const;            // the host's namespace name
+  std::string switch_netns() const;             // the switch's namespace name
+  std::vector<std::string> namespaces() const;  // every namespace this cluster made
+
+  // Starts argv (argv[0] a path) inside `host`; stdout/stderr go to <log_dir>/<name>.{out,err}.
+  std::unique_ptr<testing::Process> run(int host, const std::vector<std::string>& argv,
+                                        const std::map<std::string, std::string>& env,
+                                        const std::string& log_dir, const std::string& name);
+  // Runs argv inside `host` to completion (killed after `timeout`).
+  testing::RunResult exec(int host, const std::vector<std::string>& argv,
+                          std::chrono::milliseconds timeout);
+
+  // Link faults; every call applies at once (existing TCP connections included).
+  Status cut(int a, int b);
+  Status heal(int a, int b);
+  // Cuts every pair across the two sides (hosts in neither side are untouched).
+  Status partition(const std::vector<int>& side_a, const std::vector<int>& side_b);
+  // Removes every cut and every loss rule (delays stay; set_delay(h, 0) removes one).
+  Status heal_all();
+  // Drops `percent` (0..100) of the IPv4 packets `host` sends; 0 removes the rule.
+  Status set_loss(int host, double percent);
+  // Delays every packet `host` sends by `delay` (tc netem); 0 removes it. Needs sch_netem.
+  Status set_delay(int host, std::chrono::milliseconds delay);
+
+ private:
+  NetnsCluster(std::string prefix, std::vector<std::string> ips);
+  Status build();
+  Status apply_filter(int host);
+  void destroy();
+
+  struct HostRules {
+    std::set<int> blocked;  // hosts whose address this host's egress drops
+    double loss_percent = 0;
+  };
+
+  std::string prefix_;
+  std::vector<std::string> ips_;
+  std::vector<HostRules> rules_;
+  std::vector<bool> netem_on_;
+  bool destroyed_ = false;
+};
+
+// The first `ip` binary found in /usr/sbin, /sbin, /usr/bin, /bin ("" if none).
+std::string ip_binary();
+
+}  // namespace elastic::netns

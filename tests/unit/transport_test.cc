@@ -1,0 +1,420 @@
+// ZmqTransport over real ZeroMQ sockets on 127.0.0.1 (ports chosen by ZeroMQ), CURVE key files
+// and the persisted generation. No fixed sleeps: every wait polls a condition with a deadline.
+#include "daemon/transport/zmq_transport.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <zmq.hpp>
+
+#include "daemon/transport/curve_keys.h"
+#include "daemon/transport/generation.h"
+#include "daemon/wire/codec.h"
+#include "tests/support/process.h"
+#include "tests/support/result_assertions.h"
+#include "tests/support/temp_dir.h"
+
+// libzmq (and libsodium, which decrypts CURVE frames on libzmq's I/O thread) is not built with
+// ThreadSanitizer: its lock-free pipes between the caller and the I/O thread synchronise in
+// uninstrumented code, so TSAN reports every message buffer handed over. Only reports with
+// frames in those libraries are suppressed; our code has no threads of its own.
+extern "C" const char* __tsan_default_suppressions() {
+  return "called_from_lib:libzmq.so.5\nrace:libzmq.so.5\ncalled_from_lib:libsodium.so.23\n"
+         "race:libsodium.so.23\n";
+}
+
+namespace elastic::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using elastic::testing::TempDir;
+using elastic::testing::wait_until;
+
+TransportOptions options(const std::string& name, std::uint64_t generation) {
+  TransportOptions o;
+  o.bind = "tcp://127.0.0.1:*";
+  o.name = name;
+  o.generation = generation;
+  o.cluster_id = "c1";
+  o.heartbeat_interval = 200ms;
+  o.heartbeat_timeout = 1s;
+  return o;
+}
+
+std::unique_ptr<ZmqTransport> open_transport(const TransportOptions& o) {
+  Result<std::unique_ptr<ZmqTransport>> t = ZmqTransport::open(o);
+  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+wire::Envelope nack(std::uint64_t probe) {
+  wire::Envelope e;
+  e.type = wire::MsgType::kNack;
+  e.body = wire::encode_body(wire::Nack{probe});
+  return e;
+}
+
+// Receives on `t` until `count` envelopes arrived or `timeout` passed. The transports in
+// `senders` are pumped too: a sender retries its first messages to a peer (queued while the
+// connection comes up) inside its own receive(), as the daemon's loop does all the time.
+std::vector<wire::Envelope> receive_n(ZmqTransport& t, std::size_t count,
+                                      std::vector<ZmqTransport*> senders = {},
+                                      std::chrono::milliseconds timeout = 10s) {
+  std::vector<wire::Envelope> got;
+  wait_until(
+      [&] {
+        for (ZmqTransport* s : senders) (void)s->receive(Duration::zero());
+        for (wire::Envelope& e : t.receive(20ms).envelopes) got.push_back(std::move(e));
+        return got.size() >= count;
+      },
+      timeout);
+  return got;
+}
+
+// Pumps `t` until all it has accepted is handed to ZeroMQ.
+bool flush(ZmqTransport& t, std::uint64_t sent) {
+  return wait_until(
+      [&] {
+        (void)t.receive(Duration::zero());
+        return t.stats().sent >= sent;
+      },
+      10s);
+}
+
+std::uint64_t probe_of(const wire::Envelope& e) {
+  Result<wire::MembershipMessage> m = wire::decode_membership(e.type, e.body);
+  return m.ok() ? std::get<wire::Nack>(*m).probe : ~0ULL;
+}
+
+TEST(Transport, TwoTransportsExchangeEnvelopesBothWays) {
+  auto a = open_transport(options("a", 1));
+  auto b = open_transport(options("b", 7));
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->bound_endpoint().find("tcp://127.0.0.1:"), std::string::npos);
+  EXPECT_NE(a->bound_endpoint(), "tcp://127.0.0.1:*");
+
+  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(i)));
+  std::vector<wire::Envelope> at_b = receive_n(*b, 3, {a.get()});
+  ASSERT_EQ(at_b.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(at_b[i].sender, "a");
+    EXPECT_EQ(at_b[i].generation, 1u);
+    EXPECT_EQ(at_b[i].cluster_id, "c1");
+    EXPECT_EQ(at_b[i].sender_address, a->bound_endpoint());
+    EXPECT_EQ(at_b[i].seq, i + 1);
+    EXPECT_EQ(probe_of(at_b[i]), i + 1);
+  }
+
+  // The reply goes to the sender's ROUTER through b's own DEALER.
+  ASSERT_OK(b->send({at_b[0].sender_address, at_b[0].sender}, nack(100)));
+  std::vector<wire::Envelope> at_a = receive_n(*a, 1, {b.get()});
+  ASSERT_EQ(at_a.size(), 1u);
+  EXPECT_EQ(at_a[0].sender, "b");
+  EXPECT_EQ(at_a[0].generation, 7u);
+  EXPECT_EQ(probe_of(at_a[0]), 100u);
+  EXPECT_EQ(a->stats().sent, 3u);
+  EXPECT_EQ(b->stats().received, 3u);
+  EXPECT_EQ(a->stats().send_failures, 0u);
+}
+
+TEST(Transport, ReceiveReturnsPromptlyWhenAMessageOrAWatchedFdIsReady) {
+  auto a = open_transport(options("a", 1));
+  auto b = open_transport(options("b", 1));
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  ASSERT_TRUE(flush(*a, 1));
+  auto start = std::chrono::steady_clock::now();
+  Received r = b->receive(30s);
+  EXPECT_EQ(r.envelopes.size(), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  start = std::chrono::steady_clock::now();
+  r = b->receive(30s, {fds[0]});
+  EXPECT_EQ(r.readable_fds, std::vector<int>{fds[0]});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST(Transport, SendToAnAddressNobodyListensOnNeverBlocksAndIsCounted) {
+  std::string dead_endpoint;
+  {
+    auto gone = open_transport(options("gone", 1));
+    ASSERT_TRUE(gone);
+    dead_endpoint = gone->bound_endpoint();
+  }
+  TransportOptions o = options("a", 1);
+  o.heartbeat_timeout = 300ms;  // the connect grace for first messages
+  auto a = open_transport(o);
+  ASSERT_TRUE(a);
+  const auto start = std::chrono::steady_clock::now();
+  int refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (!a->send({dead_endpoint, "gone"}, nack(static_cast<std::uint64_t>(i))).ok()) ++refused;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_GT(refused, 0);  // beyond the small pending queue, sends fail at once
+  EXPECT_TRUE(wait_until(
+      [&] {
+        (void)a->receive(20ms);
+        return a->stats().send_failures == 100;
+      },
+      10s))
+      << a->stats().send_failures;
+  EXPECT_EQ(a->stats().sent, 0u);
+  // Once the grace is over, a send to the silent peer fails immediately.
+  EXPECT_FALSE(a->send({dead_endpoint, "gone"}, nack(1)).ok());
+}
+
+TEST(Transport, HostileBytesFromARawDealerAreDroppedAndCountedByReason) {
+  auto b = open_transport(options("b", 1));
+  ASSERT_TRUE(b);
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::routing_id, "raw/1");
+  raw.connect(b->bound_endpoint());
+
+  wire::Envelope e = nack(5);
+  e.cluster_id = "other";
+  e.sender = "raw";
+  raw.send(zmq::buffer(wire::encode_envelope(e)), zmq::send_flags::none);
+  e.cluster_id = "c1";
+  e.version = wire::kProtocolVersion + 1;
+  raw.send(zmq::buffer(wire::encode_envelope(e)), zmq::send_flags::none);
+  raw.send(zmq::str_buffer("\xc1 definitely not msgpack"), zmq::send_flags::none);
+  raw.send(zmq::str_buffer("two"), zmq::send_flags::sndmore);
+  raw.send(zmq::str_buffer("parts"), zmq::send_flags::none);
+  e.version = wire::kProtocolVersion;
+  raw.send(zmq::buffer(wire::encode_envelope(e)), zmq::send_flags::none);  // the one good one
+
+  std::vector<wire::Envelope> got = receive_n(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sender, "raw");
+  const TransportStats s = b->stats();
+  EXPECT_EQ(s.dropped_wrong_cluster, 1u);
+  EXPECT_EQ(s.dropped_wrong_version, 1u);
+  EXPECT_EQ(s.dropped_malformed, 2u);
+  EXPECT_EQ(s.received, 1u);
+}
+
+TEST(Transport, IdlePeersAreClosedAfterIdlePeerClose) {
+  TransportOptions o = options("a", 1);
+  o.idle_peer_close = 60s;
+  auto a = open_transport(o);
+  auto b = open_transport(options("b", 1));
+  auto c = open_transport(options("c", 1));
+  ASSERT_TRUE(a && b && c);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  const TimePoint after_b = std::chrono::steady_clock::now();
+  ASSERT_OK(a->send({c->bound_endpoint(), "c"}, nack(2)));
+  EXPECT_EQ(a->open_peers(), 2u);
+  ASSERT_TRUE(flush(*a, 2));
+  a->close_idle(after_b + 30s);
+  EXPECT_EQ(a->open_peers(), 2u);
+  a->close_idle(std::chrono::steady_clock::now() + 61s);
+  EXPECT_EQ(a->open_peers(), 0u);
+  EXPECT_EQ(a->stats().peers_closed, 2u);
+  // A closed peer is reopened by the next send.
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(3)));
+  EXPECT_EQ(a->open_peers(), 1u);
+  EXPECT_EQ(receive_n(*b, 2, {a.get()}).size(), 2u);
+}
+
+TEST(Transport, ARestartedNodeReachesItsPeersUnderANewAndUnderTheSameRoutingId) {
+  auto b = open_transport(options("b", 1));
+  ASSERT_TRUE(b);
+  {
+    auto a1 = open_transport(options("a", 1));
+    ASSERT_TRUE(a1);
+    ASSERT_OK(a1->send({b->bound_endpoint(), "b"}, nack(1)));
+    ASSERT_EQ(receive_n(*b, 1, {a1.get()}).size(), 1u);
+  }
+  for (std::uint64_t generation : {2u, 2u}) {  // new generation, then a reused routing id
+    auto a = open_transport(options("a", generation));
+    ASSERT_TRUE(a);
+    ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(10 + generation)));
+    std::vector<wire::Envelope> got = receive_n(*b, 1, {a.get()});
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].sender, "a");
+    EXPECT_EQ(got[0].generation, generation);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CURVE
+
+class CurveTransport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"a", "b"}) add_key(allowed_dir(), name);
+    add_key(dir_ / "outsiders", "x");
+  }
+  void add_key(const std::string& dir, const std::string& name) {
+    Result<CurveKeyPair> keys = generate_curve_keypair();
+    ASSERT_OK(keys);
+    ASSERT_OK(write_curve_keypair(dir, name, *keys));
+    keys_[name] = *keys;
+  }
+  std::string allowed_dir() const { return dir_ / "keys"; }
+  TransportOptions curve_options(const std::string& name, const std::string& key_dir) {
+    TransportOptions o = options(name, 1);
+    o.curve = CurveOptions{key_dir + "/" + name + ".key", allowed_dir()};
+    return o;
+  }
+
+  TempDir dir_;
+  std::map<std::string, CurveKeyPair> keys_;
+};
+
+TEST_F(CurveTransport, NodesInTheAllowListTalk) {
+  auto a = open_transport(curve_options("a", allowed_dir()));
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  std::vector<wire::Envelope> at_b = receive_n(*b, 1, {a.get()});
+  ASSERT_EQ(at_b.size(), 1u);
+  EXPECT_EQ(at_b[0].sender, "a");
+  ASSERT_OK(b->send({at_b[0].sender_address, at_b[0].sender}, nack(2)));
+  EXPECT_EQ(receive_n(*a, 1, {b.get()}).size(), 1u);
+  EXPECT_EQ(b->stats().dropped_unauthenticated, 0u);
+  // Without the peer's name there is no server key to dial with.
+  EXPECT_FALSE(a->send({b->bound_endpoint(), ""}, nack(3)).ok());
+  EXPECT_FALSE(a->send({b->bound_endpoint(), "nobody"}, nack(3)).ok());
+}
+
+TEST_F(CurveTransport, AKeyOutsideTheAllowListCannotDeliver) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  auto x = open_transport(curve_options("x", dir_ / "outsiders"));
+  ASSERT_TRUE(b && x);
+  ASSERT_OK(x->send({b->bound_endpoint(), "b"}, nack(1)));
+  ZmqTransport* x_or_plain = x.get();
+  std::vector<wire::Envelope> got;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        (void)x_or_plain->receive(Duration::zero());
+        for (wire::Envelope& e : b->receive(20ms).envelopes) got.push_back(std::move(e));
+        return b->stats().dropped_unauthenticated > 0;
+      },
+      10s));
+  // Keep receiving a little longer: x's retries must not get through either.
+  auto a = open_transport(curve_options("a", allowed_dir()));
+  ASSERT_TRUE(a);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(2)));
+  for (wire::Envelope& e : receive_n(*b, 1, {a.get(), x.get()})) got.push_back(std::move(e));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sender, "a");
+}
+
+TEST_F(CurveTransport, APlainClientCannotDeliverToACurveServer) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  auto plain = open_transport(options("a", 1));  // claims an allowed name, has no keys
+  ASSERT_TRUE(b && plain);
+  ASSERT_OK(plain->send({b->bound_endpoint(), "b"}, nack(1)));
+  ZmqTransport* x_or_plain = plain.get();
+  std::vector<wire::Envelope> got;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        (void)x_or_plain->receive(Duration::zero());
+        for (wire::Envelope& e : b->receive(20ms).envelopes) got.push_back(std::move(e));
+        return b->stats().dropped_unauthenticated > 0;
+      },
+      10s));
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(b->stats().received, 0u);
+}
+
+TEST_F(CurveTransport, AnAllowedNodePosingAsAnotherIsDropped) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  ASSERT_TRUE(b);
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::curve_serverkey, keys_["b"].public_key);
+  raw.set(zmq::sockopt::curve_publickey, keys_["a"].public_key);
+  raw.set(zmq::sockopt::curve_secretkey, keys_["a"].secret_key);
+  raw.connect(b->bound_endpoint());
+  wire::Envelope e = nack(1);
+  e.cluster_id = "c1";
+  e.sender = "b";  // a's key, b's name
+  raw.send(zmq::buffer(wire::encode_envelope(e)), zmq::send_flags::none);
+  e.sender = "a";
+  raw.send(zmq::buffer(wire::encode_envelope(e)), zmq::send_flags::none);
+  std::vector<wire::Envelope> got = receive_n(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sender, "a");
+  EXPECT_EQ(b->stats().dropped_unauthenticated, 1u);
+}
+
+TEST_F(CurveTransport, ASecretKeyReadableByOthersIsRefused) {
+  const std::string path = allowed_dir() + "/a.key";
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  Result<CurveKeyPair> loaded = load_curve_secret_key(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().message.find(path), std::string::npos) << loaded.error().message;
+  EXPECT_NE(loaded.error().message.find("0644"), std::string::npos) << loaded.error().message;
+  Result<std::unique_ptr<ZmqTransport>> t = ZmqTransport::open(curve_options("a", allowed_dir()));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find(path), std::string::npos);
+}
+
+TEST_F(CurveTransport, KeyFilesRoundTripAndTheAllowListHoldsEveryPublicKey) {
+  Result<CurveKeyPair> a = load_curve_secret_key(allowed_dir() + "/a.key");
+  ASSERT_OK(a);
+  EXPECT_EQ(a->public_key, keys_["a"].public_key);
+  EXPECT_EQ(a->secret_key, keys_["a"].secret_key);
+  Result<std::map<std::string, std::string>> allowed = load_curve_allow_list(allowed_dir());
+  ASSERT_OK(allowed);
+  EXPECT_EQ(allowed->size(), 2u);
+  EXPECT_EQ(allowed->at("b"), keys_["b"].public_key);
+  // An existing secret key is never overwritten.
+  EXPECT_FALSE(write_curve_keypair(allowed_dir(), "a", keys_["b"]).ok());
+  // A corrupt public key file is an error naming it.
+  TempDir other;
+  other.write("bad.pub", "not a key\n");
+  Result<std::map<std::string, std::string>> bad = load_curve_allow_list(other.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("bad.pub"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+TEST(Generation, CountsUpFromOneAndPersists) {
+  TempDir dir;
+  const std::string state = dir.file("state/nested");
+  for (std::uint64_t expected = 1; expected <= 3; ++expected) {
+    Result<std::uint64_t> g = next_generation(state);
+    ASSERT_OK(g);
+    EXPECT_EQ(*g, expected);
+  }
+  EXPECT_EQ(elastic::testing::read_file(state + "/generation"), "3\n");
+  EXPECT_FALSE(std::filesystem::exists(state + "/generation.tmp"));
+}
+
+TEST(Generation, AGarbledFileIsAnErrorNamingIt) {
+  TempDir dir;
+  dir.write("generation", "12abc\n");
+  Result<std::uint64_t> g = next_generation(dir.path());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find(dir / "generation"), std::string::npos) << g.error().message;
+}
+
+TEST(Generation, AnUncreatableDirectoryIsAnErrorNamingIt) {
+  TempDir dir;
+  dir.write("file", "x");
+  Result<std::uint64_t> g = next_generation(dir.file("file/state"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find(dir / "file"), std::string::npos) << g.error().message;
+}
+
+}  // namespace
+}  // namespace elastic::transport
