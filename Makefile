@@ -67,8 +67,10 @@ test: build
 demo: build
 	ELASTIC_BUILD_DIR=$(BUILD_DIR) examples/demo-cluster.sh
 
+# Re-configures with PREFIX so that paths derived from it (the config under /etc for /usr) follow.
 install: build
-	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
