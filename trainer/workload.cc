@@ -1,5 +1,6 @@
 #include "trainer/workload.h"
 
+#include "daemon/core/rng.h"
 #include "trainer/data/idx_reader.h"
 
 namespace elastic::trainer {
@@ -81,14 +82,6 @@ class FmnistWorkload final : public Workload {
   FashionCnn model_;
   torch::Tensor train_x_, train_y_, test_x_, test_y_;
 };
-
-// splitmix64: a tiny portable generator; the synthetic data must be identical everywhere.
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 class GptWorkload final : public Workload {
  public:

@@ -7,6 +7,16 @@
 
 namespace elastic {
 
+// splitmix64 (Steele, Lea, Flood 2014): advances `state` and returns a well-mixed value; used to
+// seed generators, so nearby seeds give unrelated streams.
+inline std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// xoshiro256** (Blackman, Vigna 2018).
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) {
@@ -39,12 +49,6 @@ class Rng {
 
  private:
   static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  static std::uint64_t splitmix64(std::uint64_t& x) {
-    std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
   std::uint64_t state_[4];
 };
 

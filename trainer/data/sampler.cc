@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "daemon/core/rng.h"
+
 namespace elastic::data {
 namespace {
 
@@ -17,53 +19,11 @@ namespace {
   std::abort();
 }
 
-// splitmix64 (Steele, Lea, Flood 2014): turns any 64-bit value into a well-mixed one; used to
-// seed, so that nearby (seed, epoch) pairs give unrelated streams.
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// The stream of (seed, epoch): splitmix64 of the seed, mixed with the epoch, seeds xoshiro256**.
+Rng epoch_generator(std::uint64_t seed, std::uint64_t epoch) {
+  std::uint64_t mix = seed;
+  return Rng(splitmix64(mix) ^ (epoch * 0xd1342543de82ef95ULL));
 }
-
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-// xoshiro256** (Blackman, Vigna 2018).
-class Xoshiro256 {
- public:
-  Xoshiro256(std::uint64_t seed, std::uint64_t stream) {
-    std::uint64_t mix = seed;
-    const std::uint64_t seed_hash = splitmix64(mix);
-    std::uint64_t state = seed_hash ^ (stream * 0xd1342543de82ef95ULL);
-    // splitmix64 outputs are never all zero together, the one state xoshiro must avoid.
-    for (std::uint64_t& word : s_) word = splitmix64(state);
-  }
-
-  std::uint64_t next() {
-    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-
-  // Uniform in [0, bound), bound >= 1, without modulo bias: reject the lowest 2^64 % bound
-  // values so the rest splits into whole copies of [0, bound).
-  std::uint64_t below(std::uint64_t bound) {
-    const std::uint64_t threshold = (0 - bound) % bound;  // == 2^64 % bound
-    for (;;) {
-      const std::uint64_t r = next();
-      if (r >= threshold) return r % bound;
-    }
-  }
-
- private:
-  std::uint64_t s_[4];
-};
 
 void check_step_arguments(std::int64_t dataset_size, SamplerPosition at, int world,
                           std::int64_t per_rank_batch) {
@@ -122,7 +82,7 @@ const std::vector<std::int64_t>& ElasticSampler::permutation(std::int64_t epoch)
   if (epoch == cached_epoch_) return cached_permutation_;
   std::vector<std::int64_t> order(static_cast<std::size_t>(dataset_size_));
   for (std::int64_t i = 0; i < dataset_size_; ++i) order[static_cast<std::size_t>(i)] = i;
-  Xoshiro256 rng(seed_, static_cast<std::uint64_t>(epoch));
+  Rng rng = epoch_generator(seed_, static_cast<std::uint64_t>(epoch));
   for (std::size_t i = order.size() - 1; i > 0; --i) {
     const auto j = static_cast<std::size_t>(rng.below(i + 1));
     std::swap(order[i], order[j]);
