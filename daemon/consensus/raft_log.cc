@@ -1,0 +1,302 @@
+#include "daemon/consensus/raft_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace elastic::consensus {
+namespace {
+
+constexpr std::string_view kStateMagic = "ELRAFTS1";
+constexpr std::uint8_t kRecordEntry = 1;
+constexpr std::uint8_t kRecordTruncate = 2;
+constexpr std::size_t kHeaderBytes = 8;
+constexpr std::size_t kEntryFixedBytes = 1 + 8 + 8 + 1;
+
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1U) != 0 ? (c >> 1) ^ 0x82F63B78U : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+constexpr auto kCrcTable = make_crc_table();
+
+void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+std::uint64_t get_le(std::string_view in, std::size_t at, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) {
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+  }
+  return v;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+std::string join(const std::string& dir, const char* name) { return dir + "/" + name; }
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+Status write_all(int fd, std::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error{"Writing " + path + " failed: " + errno_text() + "."};
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return ok_status();
+}
+
+Result<std::string> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{"Opening " + path + " failed: " + errno_text() + "."};
+  std::string content;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string message = "Reading " + path + " failed: " + errno_text() + ".";
+      ::close(fd);
+      return Error{message};
+    }
+    if (n == 0) break;
+    content.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return content;
+}
+
+Status fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error{"Opening directory " + dir + " failed: " + errno_text() + "."};
+  const int rc = ::fsync(fd);
+  const std::string err = rc != 0 ? errno_text() : "";
+  ::close(fd);
+  if (rc != 0) return Error{"Fsync of directory " + dir + " failed: " + err + "."};
+  return ok_status();
+}
+
+std::string encode_state(const HardState& hs, const std::vector<NodeId>& voters) {
+  std::string out(kStateMagic);
+  put_u64(out, hs.term);
+  put_u64(out, hs.vote);
+  put_u32(out, static_cast<std::uint32_t>(voters.size()));
+  for (NodeId v : voters) put_u64(out, v);
+  put_u32(out, crc32c(out));
+  return out;
+}
+
+Status write_state(const std::string& dir, const HardState& hs, const std::vector<NodeId>& voters) {
+  const std::string path = join(dir, RaftLog::kStateFile);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Error{"Creating " + tmp + " failed: " + errno_text() + "."};
+  Status written = write_all(fd, encode_state(hs, voters), tmp);
+  if (written.ok() && ::fsync(fd) != 0) {
+    written = Error{"Fsync of " + tmp + " failed: " + errno_text() + "."};
+  }
+  ::close(fd);
+  if (!written.ok()) return written;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Error{"Renaming " + tmp + " to " + path + " failed: " + errno_text() + "."};
+  }
+  return fsync_dir(dir);
+}
+
+std::string encode_entry(const Entry& e) {
+  std::string payload;
+  payload.reserve(kEntryFixedBytes + e.data.size());
+  payload.push_back(static_cast<char>(kRecordEntry));
+  put_u64(payload, e.term);
+  put_u64(payload, e.index);
+  payload.push_back(static_cast<char>(e.type));
+  payload += e.data;
+  return payload;
+}
+
+void frame(std::string& out, const std::string& payload) {
+  put_u32(out, static_cast<std::uint32_t>(payload.size()));
+  put_u32(out, crc32c(payload));
+  out += payload;
+}
+
+}  // namespace
+
+std::uint32_t crc32c(std::string_view data) {
+  std::uint32_t crc = 0xFFFFFFFFU;
+  for (char c : data) crc = kCrcTable[(crc ^ static_cast<unsigned char>(c)) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFU;
+}
+
+Status RaftLog::bootstrap(const std::string& dir, const std::vector<NodeId>& voters) {
+  if (exists(join(dir, kStateFile)) || exists(join(dir, kLogFile))) {
+    return Error{"Refusing to bootstrap Raft in " + dir +
+                 ": it already holds Raft state (a voter bootstraps once; re-add a wiped voter "
+                 "through a membership change)."};
+  }
+  if (voters.empty()) return Error{"Refusing to bootstrap Raft in " + dir + " with no voters."};
+  // The log first: a crash before the state file lands leaves a directory open() rejects and
+  // bootstrap() refuses, which an operator sees, rather than a half-made voter.
+  const std::string log_path = join(dir, kLogFile);
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Error{"Creating " + log_path + " failed: " + errno_text() + "."};
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Error{"Fsync of " + log_path + " failed: " + errno_text() + "."};
+  return write_state(dir, HardState{}, voters);
+}
+
+Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
+  const std::string state_path = join(dir, kStateFile);
+  const std::string log_path = join(dir, kLogFile);
+  if (!exists(state_path)) {
+    return Error{"Raft state " + state_path + " does not exist; bootstrap the voter first."};
+  }
+  auto state = read_file(state_path);
+  if (!state.ok()) return state.error();
+  const std::string& s = *state;
+  const std::size_t fixed = kStateMagic.size() + 8 + 8 + 4;
+  if (s.size() < fixed + 4 || s.compare(0, kStateMagic.size(), kStateMagic) != 0) {
+    return Error{"Raft state " + state_path + " is malformed (bad magic or too short)."};
+  }
+  const auto count = get_le(s, kStateMagic.size() + 16, 4);
+  if (count > 64 || s.size() != fixed + 8 * count + 4) {
+    return Error{"Raft state " + state_path + " is malformed (bad voter count)."};
+  }
+  if (crc32c(std::string_view(s).substr(0, s.size() - 4)) != get_le(s, s.size() - 4, 4)) {
+    return Error{"Raft state " + state_path + " fails its CRC check."};
+  }
+
+  const int fd = ::open(log_path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return Error{"Opening " + log_path + " failed: " + errno_text() + "."};
+  std::unique_ptr<RaftLog> log(new RaftLog(dir, fd));
+  log->hard_.term = get_le(s, kStateMagic.size(), 8);
+  log->hard_.vote = get_le(s, kStateMagic.size() + 8, 8);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    log->voters_.push_back(get_le(s, fixed + 8 * i, 8));
+  }
+
+  auto content = read_file(log_path);
+  if (!content.ok()) return content.error();
+  const std::string_view data = *content;
+  std::size_t at = 0;
+  auto corrupt = [&](std::size_t offset, const std::string& why) -> Error {
+    return Error{"Raft log " + log_path + " is corrupt at byte offset " + std::to_string(offset) +
+                 ": " + why + "."};
+  };
+  auto& entries = log->entries_;
+  while (at < data.size()) {
+    const std::size_t record = at;
+    if (data.size() - at < kHeaderBytes) break;  // torn header
+    const std::size_t len = get_le(data, at, 4);
+    const auto crc = static_cast<std::uint32_t>(get_le(data, at + 4, 4));
+    if (data.size() - at - kHeaderBytes < len) break;  // torn payload
+    const std::string_view payload = data.substr(at + kHeaderBytes, len);
+    const bool last = at + kHeaderBytes + len == data.size();
+    if (crc32c(payload) != crc) {
+      if (last) break;  // the final write tore after its length reached the disk
+      return corrupt(record, "the record's CRC does not match");
+    }
+    at += kHeaderBytes + len;
+    if (payload.empty()) return corrupt(record, "empty record");
+    const auto kind = static_cast<std::uint8_t>(payload[0]);
+    if (kind == kRecordEntry) {
+      if (payload.size() < kEntryFixedBytes) return corrupt(record, "short entry record");
+      Entry e;
+      e.term = get_le(payload, 1, 8);
+      e.index = get_le(payload, 9, 8);
+      const auto type = static_cast<std::uint8_t>(payload[17]);
+      if (type > static_cast<std::uint8_t>(EntryType::kCommand)) {
+        return corrupt(record, "unknown entry type " + std::to_string(type));
+      }
+      e.type = static_cast<EntryType>(type);
+      e.data = std::string(payload.substr(kEntryFixedBytes));
+      if (e.index != entries.size() + 1) {
+        return corrupt(record, "entry index " + std::to_string(e.index) + " where " +
+                                   std::to_string(entries.size() + 1) + " was expected");
+      }
+      if (!entries.empty() && e.term < entries.back().term) {
+        return corrupt(record, "entry terms decrease");
+      }
+      entries.push_back(std::move(e));
+    } else if (kind == kRecordTruncate) {
+      if (payload.size() != 9) return corrupt(record, "malformed truncation record");
+      const std::uint64_t from = get_le(payload, 1, 8);
+      if (from == 0) return corrupt(record, "truncation from index 0");
+      if (from <= entries.size()) entries.resize(from - 1);
+    } else {
+      return corrupt(record, "unknown record kind " + std::to_string(kind));
+    }
+  }
+  if (at < data.size()) {
+    log->repaired_bytes_ = data.size() - at;
+    if (::ftruncate(fd, static_cast<off_t>(at)) != 0 || ::fsync(fd) != 0) {
+      return Error{"Cutting the torn tail of " + log_path + " at byte " + std::to_string(at) +
+                   " failed: " + errno_text() + "."};
+    }
+  }
+  return log;
+}
+
+RaftLog::~RaftLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RaftLog::append_records(const std::string& bytes) {
+  const std::string path = join(dir_, kLogFile);
+  if (auto s = write_all(fd_, bytes, path); !s.ok()) return s;
+  if (::fdatasync(fd_) != 0)
+    return Error{"Fdatasync of " + path + " failed: " + errno_text() + "."};
+  return ok_status();
+}
+
+Status RaftLog::save_hard_state(const HardState& hard_state) {
+  if (auto s = write_state(dir_, hard_state, voters_); !s.ok()) return s;
+  hard_ = hard_state;
+  return ok_status();
+}
+
+Status RaftLog::persist(const Persist& p) {
+  if (p.hard_state) {
+    if (auto s = save_hard_state(*p.hard_state); !s.ok()) return s;
+  }
+  std::string bytes;
+  std::size_t size = entries_.size();
+  if (p.truncate_from && *p.truncate_from <= size) {
+    std::string payload(1, static_cast<char>(kRecordTruncate));
+    put_u64(payload, *p.truncate_from);
+    frame(bytes, payload);
+    size = *p.truncate_from - 1;
+  }
+  for (const Entry& e : p.append) {
+    if (e.index != size + 1) {
+      return Error{"Raft log append out of order in " + dir_ + ": index " +
+                   std::to_string(e.index) + " after " + std::to_string(size) + "."};
+    }
+    frame(bytes, encode_entry(e));
+    ++size;
+  }
+  if (bytes.empty()) return ok_status();
+  if (auto s = append_records(bytes); !s.ok()) return s;
+  if (p.truncate_from && *p.truncate_from <= entries_.size()) entries_.resize(*p.truncate_from - 1);
+  for (const Entry& e : p.append) entries_.push_back(e);
+  return ok_status();
+}
+
+}  // namespace elastic::consensus
