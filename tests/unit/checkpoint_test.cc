@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -689,6 +690,9 @@ struct CrashScenario {
   std::int64_t step = 20;                      // the publish that crashes
   bool nfs_rename = false;
 };
+
+// gtest prints the parameter into ctest's test names; its name beats a dump of raw bytes.
+void PrintTo(const CrashScenario& scenario, std::ostream* out) { *out << scenario.name; }
 
 void set_up(FaultFs& fs, const CrashScenario& scenario) {
   CheckpointStore store(fs, kJob, scenario.keep);

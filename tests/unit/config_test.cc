@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -346,6 +347,9 @@ struct FileCase {
   std::vector<const char*> errors;  // "@" stands for the file path
 };
 
+// gtest prints parameters into ctest's test names: the case's name, not raw bytes.
+void PrintTo(const FileCase& c, std::ostream* out) { *out << c.name; }
+
 class FileErrors : public ::testing::TestWithParam<FileCase> {};
 
 TEST_P(FileErrors, ExactMessages) {
@@ -520,6 +524,8 @@ struct SetCase {
   std::vector<std::string> overrides;
   std::vector<std::string> errors;
 };
+
+void PrintTo(const SetCase& c, std::ostream* out) { *out << c.name; }
 
 class SetErrors : public ::testing::TestWithParam<SetCase> {};
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -23,6 +24,9 @@ struct Accepted {
   const char* text;
   nanoseconds expected;
 };
+
+// gtest prints parameters into ctest's test names: the input, not raw bytes.
+void PrintTo(const Accepted& c, std::ostream* out) { *out << '"' << c.text << '"'; }
 
 class ParseAccepts : public ::testing::TestWithParam<Accepted> {};
 
@@ -54,6 +58,8 @@ struct Rejected {
   const char* text;
   const char* detail;  // the part of the message between "is not a duration: " and the hint
 };
+
+void PrintTo(const Rejected& c, std::ostream* out) { *out << '"' << c.text << '"'; }
 
 class ParseRejects : public ::testing::TestWithParam<Rejected> {};
 
@@ -124,6 +130,8 @@ struct Formatted {
   nanoseconds value;
   const char* expected;
 };
+
+void PrintTo(const Formatted& c, std::ostream* out) { *out << c.expected; }
 
 class Format : public ::testing::TestWithParam<Formatted> {};
 

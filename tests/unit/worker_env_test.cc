@@ -1,5 +1,7 @@
 #include "trainer/worker_env.h"
 
+#include <ostream>
+
 #include <gtest/gtest.h>
 
 namespace elastic::trainer {
@@ -48,6 +50,9 @@ struct BadCase {
   EnvMap env;
   std::string message;
 };
+
+// gtest prints the parameter into ctest's test names: the expected message, not raw bytes.
+void PrintTo(const BadCase& bad, std::ostream* out) { *out << bad.message; }
 
 class WorkerEnvErrors : public ::testing::TestWithParam<BadCase> {};
 
