@@ -1,42 +1,24 @@
 #include "daemon/wire/codec.h"
 
-#include <msgpack.hpp>
-
-#include <exception>
-#include <limits>
-#include <new>
-#include <type_traits>
 #include <utility>
+
+#include "daemon/wire/msgpack_map.h"
 
 namespace elastic::wire {
 namespace {
 
+using internal::Failure;
+using internal::MapReader;
+using internal::Need;
+using internal::Packer;
+using internal::parse;
+using internal::put_bool;
+using internal::put_key;
+using internal::put_str;
+using internal::put_uint;
+
 // ---------------------------------------------------------------------------------------------
 // Encoding
-
-using Packer = msgpack::packer<msgpack::sbuffer>;
-
-void put_key(Packer& p, std::string_view key) {
-  p.pack_str(static_cast<std::uint32_t>(key.size()));
-  p.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
-}
-void put_str(Packer& p, std::string_view key, const std::string& value) {
-  put_key(p, key);
-  p.pack_str(static_cast<std::uint32_t>(value.size()));
-  p.pack_str_body(value.data(), static_cast<std::uint32_t>(value.size()));
-}
-void put_uint(Packer& p, std::string_view key, std::uint64_t value) {
-  put_key(p, key);
-  p.pack_uint64(value);
-}
-void put_bool(Packer& p, std::string_view key, bool value) {
-  put_key(p, key);
-  if (value) {
-    p.pack_true();
-  } else {
-    p.pack_false();
-  }
-}
 
 void put_updates(Packer& p, std::string_view key, const std::vector<MemberUpdate>& updates) {
   put_key(p, key);
@@ -93,164 +75,15 @@ void pack_message(Packer& p, const PushPullState& m) {
 // ---------------------------------------------------------------------------------------------
 // Decoding: parse with limits, then walk the object tree with checks that cannot throw.
 
-struct Failure {
-  DecodeError reason = DecodeError::kMalformed;
-  std::string message;
-};
-
-// Strings and bins point into the input instead of being copied into msgpack's zone.
-bool reference_everything(msgpack::type::object_type, std::size_t, void*) { return true; }
-
-// Parses exactly one MessagePack value spanning all of `bytes`.
-bool parse(std::string_view bytes, std::size_t bin_limit, std::string_view what,
-           msgpack::object_handle* out, Failure* failure) {
-  const msgpack::unpack_limit limit(kMaxMembers, kMaxMapEntries, kMaxUnknownStringBytes, bin_limit,
-                                    kMaxUnknownStringBytes, kMaxDepth);
-  std::size_t offset = 0;
-  try {
-    *out =
-        msgpack::unpack(bytes.data(), bytes.size(), offset, &reference_everything, nullptr, limit);
-  } catch (const msgpack::size_overflow& e) {
-    *failure = {DecodeError::kOversized,
-                std::string(what) + " exceeds a size limit (" + e.what() + ")."};
-    return false;
-  } catch (const std::bad_alloc&) {
-    *failure = {DecodeError::kOversized, std::string(what) + " needs too much memory to decode."};
-    return false;
-  } catch (const std::exception& e) {
-    *failure = {DecodeError::kMalformed,
-                std::string(what) + " is not valid MessagePack (" + e.what() + ")."};
-    return false;
-  } catch (...) {
-    *failure = {DecodeError::kMalformed, std::string(what) + " is not valid MessagePack."};
-    return false;
-  }
-  if (offset != bytes.size()) {
-    *failure = {DecodeError::kMalformed, std::string(what) + " has " +
-                                             std::to_string(bytes.size() - offset) +
-                                             " trailing bytes after its MessagePack value."};
-    return false;
-  }
-  return true;
-}
-
-enum class Need { kRequired, kOptional };
-
-// Reads fields of one map. The first problem is kept; later reads are no-ops, so a decoder
-// reads every field and checks ok() once.
-class MapReader {
- public:
-  MapReader(const msgpack::object& object, std::string what, Failure* failure)
-      : what_(std::move(what)), failure_(failure) {
-    if (object.type != msgpack::type::MAP) {
-      fail("is not a map");
-      return;
-    }
-    map_ = &object.via.map;
-    for (std::uint32_t i = 0; i < map_->size; ++i) {
-      if (map_->ptr[i].key.type != msgpack::type::STR) {
-        fail("has a key that is not a string");
-        return;
-      }
-    }
-  }
-
-  bool ok() const { return !failed_; }
-
-  // The value of `key`; nullptr when absent (an error when required).
-  const msgpack::object* find(std::string_view key, Need need) {
-    if (failed_) return nullptr;
-    for (std::uint32_t i = 0; i < map_->size; ++i) {
-      const msgpack::object_str& k = map_->ptr[i].key.via.str;
-      if (std::string_view(k.ptr, k.size) == key) return &map_->ptr[i].val;
-    }
-    if (need == Need::kRequired) fail("lacks the required key '" + std::string(key) + "'");
-    return nullptr;
-  }
-
-  template <typename T>
-  void uint(std::string_view key, T* out, Need need = Need::kRequired) {
-    static_assert(std::is_unsigned_v<T>);
-    const msgpack::object* v = find(key, need);
-    if (v == nullptr) return;
-    if (v->type != msgpack::type::POSITIVE_INTEGER) {
-      fail("has key '" + std::string(key) + "' that is not a non-negative integer");
-      return;
-    }
-    if (v->via.u64 > std::numeric_limits<T>::max()) {
-      fail("has key '" + std::string(key) + "' out of range (" + std::to_string(v->via.u64) + ")");
-      return;
-    }
-    *out = static_cast<T>(v->via.u64);
-  }
-
-  void str(std::string_view key, std::string* out, Need need = Need::kRequired) {
-    const msgpack::object* v = find(key, need);
-    if (v == nullptr) return;
-    if (v->type != msgpack::type::STR) {
-      fail("has key '" + std::string(key) + "' that is not a string");
-      return;
-    }
-    if (v->via.str.size > kMaxNameBytes) {
-      fail("has key '" + std::string(key) + "' longer than " + std::to_string(kMaxNameBytes) +
-           " bytes");
-      return;
-    }
-    out->assign(v->via.str.ptr, v->via.str.size);
-  }
-
-  void bin(std::string_view key, std::string* out, Need need = Need::kRequired) {
-    const msgpack::object* v = find(key, need);
-    if (v == nullptr) return;
-    if (v->type != msgpack::type::BIN) {
-      fail("has key '" + std::string(key) + "' that is not binary");
-      return;
-    }
-    out->assign(v->via.bin.ptr, v->via.bin.size);
-  }
-
-  void boolean(std::string_view key, bool* out, Need need = Need::kOptional) {
-    const msgpack::object* v = find(key, need);
-    if (v == nullptr) return;
-    if (v->type != msgpack::type::BOOLEAN) {
-      fail("has key '" + std::string(key) + "' that is not a boolean");
-      return;
-    }
-    *out = v->via.boolean;
-  }
-
-  void updates(std::string_view key, std::vector<MemberUpdate>* out, Need need = Need::kOptional);
-
-  void fail(const std::string& problem, DecodeError reason = DecodeError::kMalformed) {
-    if (failed_) return;
-    failed_ = true;
-    *failure_ = {reason, what_ + " " + problem + "."};
-  }
-
- private:
-  std::string what_;
-  Failure* failure_;
-  const msgpack::object_map* map_ = nullptr;
-  bool failed_ = false;
-};
-
-void MapReader::updates(std::string_view key, std::vector<MemberUpdate>* out, Need need) {
-  const msgpack::object* v = find(key, need);
-  if (v == nullptr) return;
-  if (v->type != msgpack::type::ARRAY) {
-    fail("has key '" + std::string(key) + "' that is not an array");
-    return;
-  }
-  if (v->via.array.size > kMaxMembers) {
-    fail("has more than " + std::to_string(kMaxMembers) + " entries in '" + std::string(key) + "'",
-         DecodeError::kOversized);
-    return;
-  }
+void read_updates(MapReader& reader, std::string_view key, std::vector<MemberUpdate>* out,
+                  Need need = Need::kOptional) {
+  const msgpack::object_array* array = reader.array(key, kMaxMembers, need);
+  if (array == nullptr) return;
   // No reserve(): a vector sized from the count would cost ~150 bytes per 1-byte element.
   out->clear();
-  for (std::uint32_t i = 0; i < v->via.array.size; ++i) {
-    MapReader r(v->via.array.ptr[i], "member update " + std::to_string(i) + " of " + what_,
-                failure_);
+  for (std::uint32_t i = 0; i < array->size; ++i) {
+    MapReader r(array->ptr[i], "member update " + std::to_string(i) + " of " + reader.what(),
+                reader.failure());
     MemberUpdate u;
     std::uint8_t state = 0;
     r.str("n", &u.name);
@@ -263,7 +96,7 @@ void MapReader::updates(std::string_view key, std::vector<MemberUpdate>* out, Ne
       r.fail("has an unknown member state " + std::to_string(state));
     }
     if (!r.ok()) {
-      failed_ = true;
+      reader.mark_failed();
       return;
     }
     u.state = static_cast<MemberState>(state);
@@ -275,11 +108,11 @@ void read_message(MapReader& r, Ping* m) {
   r.uint("p", &m->probe);
   r.str("t", &m->target);
   r.uint("tg", &m->target_generation);
-  r.updates("u", &m->updates);
+  read_updates(r, "u", &m->updates);
 }
 void read_message(MapReader& r, Ack* m) {
   r.uint("p", &m->probe);
-  r.updates("u", &m->updates);
+  read_updates(r, "u", &m->updates);
 }
 void read_message(MapReader& r, PingReq* m) {
   r.uint("p", &m->probe);
@@ -287,7 +120,7 @@ void read_message(MapReader& r, PingReq* m) {
   r.uint("tg", &m->target_generation);
   r.str("ta", &m->target_address);
   r.boolean("w", &m->want_nack);
-  r.updates("u", &m->updates);
+  read_updates(r, "u", &m->updates);
 }
 void read_message(MapReader& r, Nack* m) { r.uint("p", &m->probe); }
 void read_message(MapReader& r, PushPullDigest* m) {
@@ -296,7 +129,7 @@ void read_message(MapReader& r, PushPullDigest* m) {
   r.boolean("r", &m->reply);
 }
 void read_message(MapReader& r, PushPullState* m) {
-  r.updates("m", &m->members, Need::kRequired);
+  read_updates(r, "m", &m->members, Need::kRequired);
   r.boolean("j", &m->join);
   r.boolean("r", &m->reply);
 }
@@ -411,6 +244,18 @@ bool is_membership_type(MsgType type) {
     case MsgType::kNack:
     case MsgType::kPushPullDigest:
     case MsgType::kPushPullState:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_raft_type(MsgType type) {
+  switch (type) {
+    case MsgType::kRaftVoteRequest:
+    case MsgType::kRaftVoteReply:
+    case MsgType::kRaftAppendEntries:
+    case MsgType::kRaftAppendReply:
       return true;
     default:
       return false;

@@ -27,6 +27,8 @@
 // rest), cluster id (kWrongCluster), then every other field (kMalformed). The envelope accepts
 // any 16-bit message type, so types appended by newer peers reach dispatch; decode_membership
 // rejects the types it does not know.
+// The building blocks (map packing, bounded parse, MapReader) are shared with the Raft codec
+// through the internal header daemon/wire/msgpack_map.h.
 //
 // Thread safety: pure functions on values; call from any thread.
 #pragma once
@@ -72,6 +74,9 @@ Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& lim
 MsgType message_type(const MembershipMessage& message);
 // True for the membership types (kPing..kPushPullState).
 bool is_membership_type(MsgType type);
+// True for the Raft types (kRaftVoteRequest..kRaftAppendReply); their bodies are encoded by
+// daemon/consensus/raft_codec.h, so this library needs no consensus types.
+bool is_raft_type(MsgType type);
 
 // The body bytes of `message`, to put in an Envelope of type message_type(message).
 std::string encode_body(const MembershipMessage& message);

@@ -24,6 +24,11 @@ enum class MsgType : std::uint16_t {
   kNack = 4,
   kPushPullDigest = 5,
   kPushPullState = 6,
+  // consensus (Raft among the voters; bodies in daemon/consensus/raft_codec.h)
+  kRaftVoteRequest = 7,  // RequestVote and PreVote (a flag in the body)
+  kRaftVoteReply = 8,
+  kRaftAppendEntries = 9,
+  kRaftAppendReply = 10,
   // local control (elasticctl <-> elasticd)
   kControlRequest = 100,
   kControlReply = 101,

@@ -1,0 +1,57 @@
+// The wire encoding of Raft messages: consensus::Message <-> the body of a wire::Envelope.
+//
+// Layering: daemon/wire knows nothing of consensus types; this codec lives in the consensus
+// library and builds on the internal helpers of daemon/wire/msgpack_map.h, so Raft bodies are
+// packed and checked exactly like membership bodies (map-encoded MessagePack with short keys;
+// unknown keys ignored; missing required keys, wrong types, out-of-range numbers and enums,
+// over-limit sizes and trailing bytes rejected). The envelope carries the sender's name and
+// address; the body carries the Raft node ids so the receiver can check `to` against itself.
+//   every body:     fr from, to to                                             (required)
+//   VoteRequest:    pv pre_vote, t term, li last_log_index, lt last_log_term   (required)
+//   VoteReply:      pv pre_vote, t term, ok granted                            (required)
+//   AppendEntries:  t term, pi prev_log_index, pt prev_log_term, c leader_commit,
+//                   e entries (array of Entry)                                 (required)
+//   Entry:          t term, i index, y type (0 no-op, 1 command), d data (bin) (required)
+//   AppendReply:    t term, ok success, m match_index, ci conflict_index, ct conflict_term
+//                                                                              (required)
+// Every field is required: a defaulted pre_vote or success would silently change meaning.
+//
+// Hostile bytes: decoding never throws, never crashes and allocates at most a bounded multiple
+// of the input (entry data references the input until it is copied into its Entry).
+//
+// Thread safety: pure functions on values; call from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "daemon/consensus/raft.h"
+#include "daemon/core/result.h"
+#include "daemon/wire/codec.h"
+#include "daemon/wire/messages.h"
+
+namespace elastic::consensus {
+
+// Limits on a decoded AppendEntries, whatever the envelope's size limit allows. Too many
+// entries, a too-large entry or too many bytes in all are kOversized. The encoder does not
+// enforce them: the leader must batch below them (see fits_raft_limits).
+inline constexpr std::size_t kMaxRaftEntriesPerMessage = 65'536;
+inline constexpr std::size_t kMaxRaftEntryBytes = 16 * 1024 * 1024;
+inline constexpr std::size_t kMaxRaftEntriesTotalBytes = 48 * 1024 * 1024;
+
+// True when `message` decodes on the receiving side: its entries are within the limits above.
+bool fits_raft_limits(const Message& message);
+
+// The wire message type that carries `body` (one of the wire::MsgType::kRaft* types).
+wire::MsgType raft_message_type(const MessageBody& body);
+
+// The body bytes of `message`, to put in an Envelope of type raft_message_type(message.body).
+std::string encode_raft(const Message& message);
+
+// Decodes the body of an envelope of `type`. A non-Raft type is kMalformed. On failure
+// `*reason` (when given) is set to the class of the error.
+Result<Message> decode_raft(wire::MsgType type, std::string_view body,
+                            wire::DecodeError* reason = nullptr);
+
+}  // namespace elastic::consensus
