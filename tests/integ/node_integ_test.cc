@@ -446,6 +446,19 @@ struct CurveCluster {
   Daemon n1, n2, n3;
 };
 
+// n1's ZAP handler refuses `outsider`'s handshake and counts it, no member ever lists it, and it
+// sees nobody but itself.
+void expect_kept_out(CurveCluster& cluster, Daemon& outsider, std::uint64_t refused_before) {
+  ASSERT_TRUE(wait_until([&] { return unauthenticated(cluster.n1) > refused_before; },
+                         std::chrono::seconds(10)))
+      << outsider.process().err();
+  EXPECT_FALSE(wait_until([&] { return anyone_sees(cluster.all(), outsider.name()); }, kStaysOut))
+      << describe(cluster.all());
+  const auto its_view = members_of(outsider);
+  ASSERT_TRUE(its_view.has_value());
+  EXPECT_EQ(its_view->size(), 1u) << describe({&outsider});
+}
+
 TEST(NodeInteg, CurveClusterConvergesAndRefusesAKeyOutsideTheAllowList) {
   TempDir dir;
   CurveCluster cluster(dir);
@@ -462,16 +475,7 @@ TEST(NodeInteg, CurveClusterConvergesAndRefusesAKeyOutsideTheAllowList) {
   intruder.set("membership.seeds=[\"" + cluster.n1.named_seed() + "\"]");
   intruder.start();
 
-  // n1's ZAP handler refuses the handshake and counts it ...
-  ASSERT_TRUE(wait_until([&] { return unauthenticated(cluster.n1) > refused_before; },
-                         std::chrono::seconds(10)))
-      << intruder.process().err();
-  // ... and no member ever lists the intruder, while the intruder sees nobody but itself.
-  EXPECT_FALSE(wait_until([&] { return anyone_sees(cluster.all(), "intruder"); }, kStaysOut))
-      << describe(cluster.all());
-  const auto its_view = members_of(intruder);
-  ASSERT_TRUE(its_view.has_value());
-  EXPECT_EQ(its_view->size(), 1u) << describe({&intruder});
+  expect_kept_out(cluster, intruder, refused_before);
   EXPECT_TRUE(all_alive(cluster.all())) << describe(cluster.all());
 }
 
@@ -484,14 +488,7 @@ TEST(NodeInteg, CurveClusterRefusesAPlainNode) {
   // curve = false: its NULL-mechanism handshake cannot meet a CURVE server.
   Daemon plain(dir, "plain", {cluster.n1.seed()});
   plain.start();
-  ASSERT_TRUE(wait_until([&] { return unauthenticated(cluster.n1) > refused_before; },
-                         std::chrono::seconds(10)))
-      << plain.process().err();
-  EXPECT_FALSE(wait_until([&] { return anyone_sees(cluster.all(), "plain"); }, kStaysOut))
-      << describe(cluster.all());
-  const auto its_view = members_of(plain);
-  ASSERT_TRUE(its_view.has_value());
-  EXPECT_EQ(its_view->size(), 1u) << describe({&plain});
+  expect_kept_out(cluster, plain, refused_before);
 }
 
 // Opens a TCP connection to 127.0.0.1:port, writes `bytes`, and waits (bounded) for the daemon

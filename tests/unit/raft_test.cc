@@ -493,6 +493,15 @@ TEST(RaftElection, ElectionTimeoutIsRandomizedWithinOneToTwoT) {
   }
 }
 
+// The ids 1..n except `left_out`.
+std::vector<NodeId> all_but(NodeId left_out, NodeId n) {
+  std::vector<NodeId> ids;
+  for (NodeId id = 1; id <= n; ++id) {
+    if (id != left_out) ids.push_back(id);
+  }
+  return ids;
+}
+
 TEST(RaftPreVote, IsolatedNodeDoesNotDisruptAStableLeader) {
   Cluster c(3, RaftConfig{});
   c.run(2s);
@@ -500,10 +509,7 @@ TEST(RaftPreVote, IsolatedNodeDoesNotDisruptAStableLeader) {
   ASSERT_TRUE(leader.has_value());
   const Term term = c.raft(*leader).term();
   const NodeId isolated = *leader == 3 ? 2 : 3;
-  std::vector<NodeId> majority;
-  for (NodeId id = 1; id <= 3; ++id) {
-    if (id != isolated) majority.push_back(id);
-  }
+  const std::vector<NodeId> majority = all_but(isolated, 3);
   c.run(5s, majority);
   EXPECT_EQ(c.raft(isolated).term(), term) << "pre-votes must not bump the term";
   EXPECT_NE(c.raft(isolated).role(), Role::kLeader);
@@ -524,10 +530,7 @@ TEST(RaftPreVote, WithoutPreVoteTheIsolatedNodeBumpsTerms) {
   ASSERT_TRUE(leader.has_value());
   const Term term = c.raft(*leader).term();
   const NodeId isolated = *leader == 3 ? 2 : 3;
-  std::vector<NodeId> majority;
-  for (NodeId id = 1; id <= 3; ++id) {
-    if (id != isolated) majority.push_back(id);
-  }
+  const std::vector<NodeId> majority = all_but(isolated, 3);
   c.run(5s, majority);
   EXPECT_GT(c.raft(isolated).term(), term);
 }

@@ -288,20 +288,25 @@ TEST_F(CurveTransport, NodesInTheAllowListTalk) {
   EXPECT_FALSE(a->send({b->bound_endpoint(), "nobody"}, nack(3)).ok());
 }
 
+// Services both ends until `server` has refused `client`'s handshake; whatever `server` received
+// meanwhile lands in `got`. False if no refusal came within the deadline.
+bool until_refused(ZmqTransport& server, ZmqTransport& client, std::vector<wire::Envelope>& got) {
+  return wait_until(
+      [&] {
+        (void)client.receive(Duration::zero());
+        for (wire::Envelope& e : server.receive(20ms).envelopes) got.push_back(std::move(e));
+        return server.stats().dropped_unauthenticated > 0;
+      },
+      10s);
+}
+
 TEST_F(CurveTransport, AKeyOutsideTheAllowListCannotDeliver) {
   auto b = open_transport(curve_options("b", allowed_dir()));
   auto x = open_transport(curve_options("x", dir_ / "outsiders"));
   ASSERT_TRUE(b && x);
   ASSERT_OK(x->send({b->bound_endpoint(), "b"}, nack(1)));
-  ZmqTransport* x_or_plain = x.get();
   std::vector<wire::Envelope> got;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        (void)x_or_plain->receive(Duration::zero());
-        for (wire::Envelope& e : b->receive(20ms).envelopes) got.push_back(std::move(e));
-        return b->stats().dropped_unauthenticated > 0;
-      },
-      10s));
+  EXPECT_TRUE(until_refused(*b, *x, got));
   // Keep receiving a little longer: x's retries must not get through either.
   auto a = open_transport(curve_options("a", allowed_dir()));
   ASSERT_TRUE(a);
@@ -316,15 +321,8 @@ TEST_F(CurveTransport, APlainClientCannotDeliverToACurveServer) {
   auto plain = open_transport(options("a", 1));  // claims an allowed name, has no keys
   ASSERT_TRUE(b && plain);
   ASSERT_OK(plain->send({b->bound_endpoint(), "b"}, nack(1)));
-  ZmqTransport* x_or_plain = plain.get();
   std::vector<wire::Envelope> got;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        (void)x_or_plain->receive(Duration::zero());
-        for (wire::Envelope& e : b->receive(20ms).envelopes) got.push_back(std::move(e));
-        return b->stats().dropped_unauthenticated > 0;
-      },
-      10s));
+  EXPECT_TRUE(until_refused(*b, *plain, got));
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(b->stats().received, 0u);
 }
