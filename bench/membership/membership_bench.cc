@@ -6,11 +6,22 @@
 //     detection latency p50/p99 (crash -> every live node marks it dead), false suspicion and
 //     false death episodes per 1,000 node-hours, bytes sent per node per second, CPU seconds
 //     per simulated node-hour;
-//  2. per cluster size, the time for one update (a node joining) to reach 99.99% of nodes.
+//  2. per cluster size N (100, 1,000, 10,000): every node starts knowing all N members (bulk
+//     bootstrap, Membership::seed_members; no join storm), then, after a quiet steady-state
+//     window that gives bytes sent per node per second and CPU seconds per simulated node-hour,
+//     `repeats` single updates are injected one after another and timed until 99% and 99.99% of
+//     the other live nodes hold them; plus the process's RSS after the bootstrap and its peak.
+//     The update is a refutation by default (a member told it is suspected gossips alive at
+//     incarnation + 1: one source) or, with --update join, a new node joining through the three
+//     seeds (the joiner and the seeds all gossip it). Nodes are polled every 10 ms of virtual
+//     time for the update, so times are exact to 10 ms.
 // Uses the shipped MembershipConfig defaults. Not a test: it asserts nothing (STYLE.md 12).
 //
-// Usage: membership_bench [--nodes 200] [--hours 1] [--sizes 100,1000] [--repeats 5]
-//                         [--seed 1] [--crash-every-s 120]
+// Usage: membership_bench [--nodes 200] [--hours 1] [--sizes 100,1000,10000] [--repeats 5]
+//                         [--seed 1] [--crash-every-s 120] [--steady-s 60]
+//                         [--update refute|join]
+// (--hours 0 skips table 1; --sizes "" skips table 2.)
+#include <malloc.h>
 #include <time.h>
 
 #include <algorithm>
@@ -18,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -43,6 +55,23 @@ double cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Resident and peak resident memory of this process, in bytes (from /proc/self/status).
+struct Memory {
+  double rss = 0;
+  double peak = 0;
+};
+Memory memory() {
+  Memory m;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    double kib = 0;
+    if (key == "VmRSS:" && status >> kib) m.rss = kib * 1024;
+    if (key == "VmHWM:" && status >> kib) m.peak = kib * 1024;
+  }
+  return m;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -55,12 +84,13 @@ double percentile(std::vector<double> v, double p) {
 struct Options {
   std::size_t nodes = 200;
   double hours = 1.0;
-  // 10,000 is possible (--sizes 100,1000,10000) but every node holds every member: the
-  // bootstrap needs ~30 GB and CPU hours here, so it is not a default.
-  std::vector<std::size_t> sizes = {100, 1000};
+  // Every node holds every member: 10,000 nodes are 10^8 records (about 7 GB here).
+  std::vector<std::size_t> sizes = {100, 1000, 10000};
   int repeats = 5;
   std::uint64_t seed = 1;
   int crash_every_s = 120;
+  int steady_s = 60;
+  bool join = false;  // --update join
 };
 
 struct LossResult {
@@ -170,53 +200,88 @@ LossResult run_loss(const Options& o, double loss) {
 
 struct SpreadResult {
   std::size_t n = 0;
-  std::vector<double> seconds;  // per repeat: join -> 99.99% of nodes see it alive
-  double bootstrap_cpu = 0;
-  double measure_cpu = 0;
+  std::vector<double> p99;      // per update: injection -> 99% of the other live nodes hold it
+  std::vector<double> p9999;    // ... -> 99.99%
+  double bootstrap_cpu = 0;     // CPU s of the bulk bootstrap
+  double bytes_per_node_s = 0;  // steady state (no update in flight)
+  double cpu_per_node_hour = 0;
+  double rss_bootstrapped = 0;  // bytes, right after the bootstrap
+  double rss_before = 0;        // bytes, before the cluster was built
+  double peak = 0;              // process peak RSS after this size (sizes run in order)
 };
 
 SpreadResult run_spread(const Options& o, std::size_t n) {
   SpreadResult r;
   r.n = n;
+  r.rss_before = memory().rss;
   ClusterOptions co;
-  co.start_window = std::chrono::milliseconds(static_cast<long>(10 * n));  // 100 joins/s
   MembershipCluster c(o.seed * 7919 + n, co);
   double cpu = cpu_seconds();
-  c.start_nodes(n);
-  // Converged when every node knows all n (checked cheaply through alive_count()).
-  c.sim().run_until_condition(
-      [&] {
-        for (NodeId id = 0; id < n; ++id) {
-          if (c.member(id)->alive_count() != n) return false;
-        }
-        return true;
-      },
-      c.sim().now() + 30min, 1s);
-  c.sim().run_for(30s);
+  c.start_nodes_bulk(n);
   r.bootstrap_cpu = cpu_seconds() - cpu;
+  r.rss_bootstrapped = memory().rss;
+
+  // Steady state: let every probe cycle start, then count a quiet window.
+  c.sim().run_for(5s);
+  std::uint64_t bytes_before = 0;
+  for (NodeId id = 0; id < n; ++id) bytes_before += c.sim().counters(id).bytes_sent;
   cpu = cpu_seconds();
-  const auto needed = static_cast<std::size_t>(std::ceil(0.9999 * static_cast<double>(n)));
+  c.sim().run_for(std::chrono::seconds(o.steady_s));
+  const double steady_cpu = cpu_seconds() - cpu;
+  std::uint64_t bytes = 0;
+  for (NodeId id = 0; id < n; ++id) bytes += c.sim().counters(id).bytes_sent;
+  r.bytes_per_node_s = static_cast<double>(bytes - bytes_before) /
+                       (static_cast<double>(n) * static_cast<double>(o.steady_s));
+  r.cpu_per_node_hour =
+      steady_cpu / (static_cast<double>(n) * static_cast<double>(o.steady_s) / 3600.0);
+
   for (int rep = 0; rep < o.repeats; ++rep) {
+    // The subject and the nodes that must learn of it (every other live original node).
     std::string subject;
-    std::size_t seen = 0;
-    TimePoint reached{};
-    std::vector<char> saw(n + static_cast<std::size_t>(o.repeats), 0);
-    c.set_observer([&](const ObservedEvent& e) {
-      if (e.event.name != subject || e.event.state != MemberState::kAlive || saw[e.observer]) {
-        return;
-      }
-      saw[e.observer] = 1;
-      if (e.observer < n && ++seen == needed) reached = e.time;
-    });
+    std::uint32_t incarnation = 0;
+    std::vector<NodeId> waiting;
     const TimePoint start = c.sim().now();
-    subject = c.name(static_cast<NodeId>(c.size()));
-    c.add_node();
-    c.sim().run_until_condition([&] { return seen >= needed; }, start + 2min, 50ms);
-    r.seconds.push_back(seen >= needed ? to_ms(reached - start) / 1000.0 : NAN);
-    c.set_observer(nullptr);
+    if (o.join) {
+      subject = c.name(static_cast<NodeId>(c.size()));
+      for (NodeId id = 0; id < n; ++id) waiting.push_back(id);
+      c.add_node();
+    } else {
+      // A non-seed, a different one each time, told by a random other node that it is suspected.
+      const auto target = static_cast<NodeId>(3 + c.sim().rng().below(n - 3));
+      auto accuser = static_cast<NodeId>(c.sim().rng().below(n - 1));
+      if (accuser >= target) ++accuser;
+      subject = c.name(target);
+      incarnation = c.member(target)->member(subject)->incarnation + 1;
+      for (NodeId id = 0; id < n; ++id) {
+        if (id != target) waiting.push_back(id);
+      }
+      c.inject_suspicion(accuser, target);
+    }
+    const std::size_t others = waiting.size();
+    const auto need99 = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(others)));
+    const auto need9999 = static_cast<std::size_t>(std::ceil(0.9999 * static_cast<double>(others)));
+    std::size_t have = 0;
+    double t99 = NAN, t9999 = NAN;
+    const auto holds = [&](NodeId id) {
+      const auto v = c.member(id)->member(subject);
+      return v && v->state == MemberState::kAlive && v->incarnation >= incarnation;
+    };
+    c.sim().run_until_condition(
+        [&] {
+          std::erase_if(waiting, holds);
+          have = others - waiting.size();
+          const double t = to_ms(c.sim().now() - start) / 1000.0;
+          if (std::isnan(t99) && have >= need99) t99 = t;
+          if (std::isnan(t9999) && have >= need9999) t9999 = t;
+          return have >= need9999;
+        },
+        start + 2min, 10ms);
+    r.p99.push_back(t99);
+    r.p9999.push_back(t9999);
+    // Let the update's retransmissions finish before the next one.
     c.sim().run_for(20s);
   }
-  r.measure_cpu = cpu_seconds() - cpu;
+  r.peak = memory().peak;
   return r;
 }
 
@@ -249,6 +314,12 @@ int main(int argc, char** argv) {
       o.seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--crash-every-s")
       o.crash_every_s = std::atoi(argv[i + 1]);
+    else if (a == "--steady-s")
+      o.steady_s = std::atoi(argv[i + 1]);
+    else if (a == "--update" && std::string(argv[i + 1]) == "join")
+      o.join = true;
+    else if (a == "--update" && std::string(argv[i + 1]) == "refute")
+      o.join = false;
     else {
       std::fprintf(stderr, "membership_bench: unknown option %s\n", a.c_str());
       return 64;
@@ -290,25 +361,47 @@ int main(int argc, char** argv) {
   }
 
   if (!o.sizes.empty()) {
-    std::printf("### Dissemination: a join reaching 99.99%% of nodes (%d joins per size)\n\n",
-                o.repeats);
     std::printf(
-        "| N | median | min | max | Serf model (200 ms, fan-out 3) | bootstrap CPU s | "
-        "measure CPU s |\n|---|---|---|---|---|---|---|\n");
+        "### Dissemination: one %s reaching 99%% and 99.99%% of the other live nodes\n\n"
+        "Bulk bootstrap at every size (each node starts knowing all N members alive, "
+        "Membership::seed_members; no join storm); gossip every %.0f ms to %d members "
+        "(Serf's model: 200 ms, fan-out 3); %d updates per size, one after another; steady "
+        "state measured over %d quiet simulated seconds; times polled every 10 ms.\n\n",
+        o.join ? "join (a new node, through 3 seeds)" : "refutation (alive, incarnation + 1)",
+        to_ms(defaults.gossip_interval), defaults.gossip_fanout, o.repeats, o.steady_s);
+    std::printf(
+        "| N | 99%%: p50 (min-max) | 99.99%%: p50 (min-max) | Serf model | bytes/node/s | CPU s / "
+        "node-h | bootstrap CPU s | RSS bootstrapped | bytes / member record | peak RSS "
+        "|\n|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
     for (std::size_t n : o.sizes) {
-      const auto r = run_spread(o, n);
-      std::vector<double> ok;
-      for (double s : r.seconds) {
-        if (!std::isnan(s)) ok.push_back(s);
+      if (n < 10) {
+        std::fprintf(stderr, "membership_bench: sizes must be at least 10\n");
+        return 64;
       }
+      const auto r = run_spread(o, n);
+      const auto cell = [](const std::vector<double>& v) {
+        std::vector<double> ok;
+        for (double s : v) {
+          if (!std::isnan(s)) ok.push_back(s);
+        }
+        char buf[96];
+        if (ok.empty()) return std::string("never");
+        std::snprintf(buf, sizeof buf, "%.2f s (%.2f-%.2f)%s", percentile(ok, 50),
+                      *std::min_element(ok.begin(), ok.end()),
+                      *std::max_element(ok.begin(), ok.end()),
+                      ok.size() == v.size() ? "" : " (some never)");
+        return std::string(buf);
+      };
       const char* model = n == 1000 ? "2.2 s" : n == 10000 ? "2.6 s" : "-";
-      std::printf("| %zu | %.2f s | %.2f s | %.2f s | %s | %.1f | %.1f |%s\n", n,
-                  percentile(ok, 50), ok.empty() ? NAN : *std::min_element(ok.begin(), ok.end()),
-                  ok.empty() ? NAN : *std::max_element(ok.begin(), ok.end()), model,
-                  r.bootstrap_cpu, r.measure_cpu,
-                  ok.size() == r.seconds.size() ? "" : " (some joins never reached 99.99%)");
+      const double per_record =
+          (r.rss_bootstrapped - r.rss_before) / (static_cast<double>(n) * static_cast<double>(n));
+      std::printf("| %zu | %s | %s | %s | %.0f | %.4f | %.1f | %.0f MiB | %.0f | %.0f MiB |\n", n,
+                  cell(r.p99).c_str(), cell(r.p9999).c_str(), model, r.bytes_per_node_s,
+                  r.cpu_per_node_hour, r.bootstrap_cpu, r.rss_bootstrapped / (1 << 20), per_record,
+                  r.peak / (1 << 20));
       std::fflush(stdout);
+      malloc_trim(0);  // give the freed cluster back, so the next size's RSS starts clean
     }
   }
   return 0;

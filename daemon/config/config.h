@@ -144,16 +144,21 @@ struct ConsensusConfig {
 };
 
 struct RendezvousConfig {
-  // Once min_nodes have joined, wait this long for more; every restart pays it.
+  // Once min_nodes have gathered, wait this long for more (first round, growth, recovery
+  // below min); a round that only replaces a lost node opens at once.
   Duration last_call = 10s;
   // Give up a round that never reaches min_nodes (torchelastic's join timeout).
   Duration join_timeout = 10min;
-  // Daemons sharing a running job check each other this often (the fast job tier).
-  Duration job_keepalive_interval = 1s;
-  // Silence after which a job peer is suspected and confirmed by indirect probes.
-  Duration job_peer_timeout = 3s;
+  // Daemons sharing a running job send each other a keepalive this often (the fast job tier);
+  // 200 ms keeps kill -9 -> every peer knowing under 1 s (bench/consensus/job_watch_bench).
+  Duration job_keepalive_interval = 200ms;
+  // Silence after which a job peer is suspected and confirmed by indirect probes (3 keepalives:
+  // no false declaration in 13 simulated daemon-hours at 5% loss).
+  Duration job_peer_timeout = 600ms;
   // Workers run under a leader lease; a daemon that loses it stops them (self-fencing).
-  Duration lease_duration = 10s;
+  // A lost node's work is re-placed only after its lease (+ one election timeout)
+  // has run out, so this bounds recovery from a node loss; renewed every third.
+  Duration lease_duration = 3s;
   // The rank-0 node's c10d store port (MASTER_PORT) is chosen from this range.
   int store_port_min = 29500;
   int store_port_max = 29599;

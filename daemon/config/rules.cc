@@ -267,6 +267,11 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
     k.require(!voter.empty(), {"consensus.voters"}, "voter names must not be empty");
   }
   k.unique("consensus.voters", c.consensus.voters, "voter");
+  // Every node that joins others must agree on the voters; [] on several nodes would make each
+  // the leader of its own job table (split brain by configuration).
+  k.require(voters != 0 || c.membership.seeds.empty(), {"consensus.voters", "membership.seeds"},
+            "is [] (this node alone) but membership.seeds joins other nodes; list the cluster's "
+            "1, 3 or 5 voters by node name, the same on every node");
   k.positive("consensus.election_timeout", c.consensus.election_timeout);
   k.positive("consensus.heartbeat_interval", c.consensus.heartbeat_interval);
   k.require(c.consensus.heartbeat_interval * 3 <= c.consensus.election_timeout,

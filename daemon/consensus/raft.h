@@ -1,8 +1,9 @@
-// Raft: leader election and log replication for the voter group, as a pure state machine.
+// Raft: leader election, log replication, snapshots and single-server voter changes for the
+// voter group, as a pure state machine.
 //
 // Like membership, it never touches a socket, a clock, a thread or the filesystem: the caller
 // feeds it the time, inbound messages and client proposals, and carries out the Effects it
-// returns. The daemon will drive it over the ZeroMQ/CURVE transport with RaftLog for the disk;
+// returns. The daemon drives it over the ZeroMQ/CURVE transport with RaftLog for the disk;
 // tests/sim drives it with virtual time, a lossy network and a map as its "disk".
 //
 // What it implements (Ongaro's dissertation, with etcd's PreVote and CheckQuorum):
@@ -24,26 +25,50 @@
 //    no-op of its term at once;
 //  - propose(bytes) on the leader appends and returns (index, term); elsewhere it returns the
 //    known leader as a redirect hint;
-//  - committed entries are handed out in index order, each once per process lifetime (the
-//    apply index is volatile: after a restart the caller's state machine is rebuilt from the
-//    log, since snapshots do not exist yet).
-// Not yet: membership changes (the voter set is fixed at construction: 1, 3 or 5 voters),
-// snapshots / InstallSnapshot, leadership transfer, a wire codec for these message structs.
+//  - committed entries are handed out in index order, each once per process lifetime;
+//  - SNAPSHOTS: the owner decides when (compact(upto, state machine bytes) for an applied
+//    index); Raft keeps Snapshot{last_index, last_term, voters at that index, data} and drops
+//    the entries it covers. The data is opaque: Raft never knows what the state machine is.
+//    A follower whose next index lies inside the leader's snapshot gets it whole in one
+//    InstallSnapshot (resent at most every election_timeout / 2 until acknowledged; data is
+//    bounded by kMaxSnapshotBytes so the message fits the transport); it keeps its log suffix
+//    if the entry at the snapshot's last index matches (dissertation 5.3), else discards its
+//    log, and hands the snapshot to its owner in Effects::restore. A snapshot at or below the
+//    receiver's commit index (stale, duplicate) changes nothing and is acknowledged;
+//  - VOTER CHANGES, one server at a time (dissertation 4.1): a kConfig entry carries the whole
+//    new voter list (encode_voters); every server uses the latest config entry in its log,
+//    committed or not, from the moment it is appended, and reverts when that entry is
+//    truncated (the config is always derivable: snapshot voters, then config entries of the
+//    log, else the bootstrap voters). The leader accepts a change only after it has committed
+//    an entry of its own term and while no other change is uncommitted (Ongaro's fix of the
+//    single-server-change bug); removing the last voter is refused. Quorums and votes always
+//    use the current config. A leader that removed itself keeps leading until the change
+//    commits, then steps down; a node outside its current config never campaigns (a new voter
+//    waits for the leader to reach it, by AppendEntries or InstallSnapshot).
+// The apply index is volatile: after a restart the caller rebuilds its state machine from
+// Recovered::snapshot, then Raft hands out the committed entries after it.
+// Not yet: leadership transfer, learners, chunked snapshots.
 //
 // THE DURABILITY CONTRACT. Every call takes an Effects& that it clears first. The caller must
 // carry the effects out in this order:
-//   1. effects.persist: write hard_state (if set), then drop every log entry with index >=
-//      truncate_from (if set; nothing to drop is fine), then append `append` in order; all of it
-//      durable (fsync) before step 2 -- a vote or an acknowledgement sent before its state is
-//      on disk can be forgotten by a crash and break election safety or lose a commit;
+//   1. effects.persist: write hard_state (if set); then, if `snapshot` is set, store it durably
+//      and drop every log entry with index <= snapshot->last_index; then drop every log entry
+//      with index >= truncate_from (if set; nothing to drop is fine); then append `append` in
+//      order; all of it durable (fsync) before step 2 -- a vote or an acknowledgement sent
+//      before its state is on disk can be forgotten by a crash and break election safety or
+//      lose a commit;
 //   2. effects.sends: hand each message to the transport (any order, may be lost);
-//   3. effects.apply: apply the committed entries to the state machine in order;
-//   4. effects.leader_change: informational.
+//   3. effects.restore: reset the state machine from restore->data (it then reflects every
+//      entry up to restore->last_index);
+//   4. effects.apply: apply the committed entries to the state machine in order (kNoop and
+//      kConfig entries carry no command: skip them, but they do advance the applied index);
+//   5. effects.leader_change: informational.
 // A leader counts its own log as replicated, which is sound because of step 1.
 //
 // Thread safety: none; one owner calls everything. Errors: the core has no environment
-// failures; a broken invariant (truncating a committed entry, a bad constructor argument)
-// aborts loudly.
+// failures; refusals (compact, propose_voter_change) say why in one sentence; a broken
+// invariant (truncating a committed entry, a bad constructor argument, a config entry that
+// does not decode) aborts loudly.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +76,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
+#include "daemon/consensus/voter_list.h"
+#include "daemon/core/result.h"
 #include "daemon/core/rng.h"
 #include "daemon/core/time.h"
 
@@ -65,7 +93,10 @@ using Index = std::uint64_t;  // log indices start at 1; 0 is "before the log"
 
 inline constexpr NodeId kNoNode = 0;
 
-enum class EntryType : std::uint8_t { kNoop = 0, kCommand = 1 };
+// kConfig: data is encode_voters(the whole new voter list). Values are on disk and on the wire:
+// append only.
+enum class EntryType : std::uint8_t { kNoop = 0, kCommand = 1, kConfig = 2 };
+inline constexpr std::uint8_t kMaxEntryType = 2;
 
 struct Entry {
   Term term = 0;
@@ -73,6 +104,18 @@ struct Entry {
   EntryType type = EntryType::kCommand;
   std::string data;  // any length, opaque
   bool operator==(const Entry&) const = default;
+};
+
+// The state machine up to last_index, as opaque bytes, with what Raft needs to go on after it.
+// data is bounded by kMaxSnapshotBytes, which keeps an InstallSnapshot (one message) below the
+// transport's max_message_bytes (64 MiB by default; config.h) with room for the envelope.
+inline constexpr std::size_t kMaxSnapshotBytes = 48 * 1024 * 1024;
+struct Snapshot {
+  Index last_index = 0;  // 0: no snapshot
+  Term last_term = 0;
+  std::vector<NodeId> voters;  // the config in force at last_index (sorted)
+  std::string data;
+  bool operator==(const Snapshot&) const = default;
 };
 
 // What must survive a crash besides the log.
@@ -113,7 +156,19 @@ struct AppendReply {
   Term conflict_term = 0;    // failure: the follower's term at prev_log_index (0: log too short)
 };
 
-using MessageBody = std::variant<VoteRequest, VoteReply, AppendEntries, AppendReply>;
+// The leader's whole snapshot, for a follower whose next index lies inside it.
+struct InstallSnapshot {
+  Term term = 0;
+  Snapshot snapshot;
+};
+
+struct InstallSnapshotReply {
+  Term term = 0;
+  Index match_index = 0;  // the receiver holds (or has committed) everything up to here
+};
+
+using MessageBody = std::variant<VoteRequest, VoteReply, AppendEntries, AppendReply,
+                                 InstallSnapshot, InstallSnapshotReply>;
 
 struct Message {
   NodeId from = kNoNode;
@@ -123,9 +178,11 @@ struct Message {
 
 struct Persist {
   std::optional<HardState> hard_state;
+  // Store durably (replacing any older one), then drop entries with index <= last_index.
+  std::optional<Snapshot> snapshot = std::nullopt;
   std::optional<Index> truncate_from;  // drop entries with index >= this, before appending
   std::vector<Entry> append;
-  bool empty() const { return !hard_state && !truncate_from && append.empty(); }
+  bool empty() const { return !hard_state && !snapshot && !truncate_from && append.empty(); }
 };
 
 enum class Role : std::uint8_t { kFollower, kPreCandidate, kCandidate, kLeader };
@@ -139,6 +196,7 @@ struct LeaderChange {
 struct Effects {
   Persist persist;
   std::vector<Message> sends;
+  std::optional<Snapshot> restore;  // reset the state machine from it before `apply`
   std::vector<Entry> apply;
   std::optional<LeaderChange> leader_change;
   void clear() { *this = Effects{}; }
@@ -162,21 +220,50 @@ struct ProposeOutcome {
   NodeId leader_hint = kNoNode;  // not accepted: the leader this node believes in, if any
 };
 
+struct VoterChange {
+  enum class Kind : std::uint8_t { kAdd, kRemove };
+  Kind kind = Kind::kAdd;
+  NodeId node = kNoNode;
+};
+
+struct VoterChangeOutcome {
+  bool accepted = false;
+  Index index = 0;  // accepted: where the config entry sits; it commits like any entry
+  Term term = 0;
+  NodeId leader_hint = kNoNode;  // not accepted: the leader this node believes in, if any
+  std::string refusal;           // not accepted: why, one sentence
+};
+
 // What a node starts from: its durable state (RaftLog::open, or the simulator's storage).
 struct Recovered {
   HardState hard_state;
-  std::vector<Entry> log;  // indices 1..n, contiguous
+  // Indices snapshot.last_index + 1 .. n (1..n without a snapshot), contiguous.
+  std::vector<Entry> log;
+  // The owner restores its state machine from it before the first call; Raft starts with
+  // commit and apply index at its last_index.
+  std::optional<Snapshot> snapshot = std::nullopt;
 };
 
 class Raft {
  public:
-  // `voters` holds every voter including `self` (1, 3 or 5 of them; others abort).
+  // `voters` is the bootstrap voter set (>= 1 distinct non-zero ids; others abort), in force
+  // until a snapshot or a config entry says otherwise. `self` need not be in the current
+  // config: then it follows but never campaigns.
   Raft(NodeId self, std::vector<NodeId> voters, const RaftConfig& config, Recovered recovered,
        std::uint64_t seed, TimePoint now);
 
   void tick(TimePoint now, Effects& out);
   void on_message(TimePoint now, const Message& message, Effects& out);
   ProposeOutcome propose(TimePoint now, std::string data, Effects& out);
+  // Leader only: appends a kConfig entry with the changed voter list (see the header comment
+  // for the refusals). Never moves next_deadline().
+  VoterChangeOutcome propose_voter_change(TimePoint now, VoterChange change, Effects& out);
+  // Replaces the entries up to `upto` (<= last_applied()) with a snapshot holding
+  // `state_machine`, the caller's state after applying exactly the entries up to `upto`.
+  // Effects carry only persist.snapshot. A no-op (ok, empty effects) if `upto` is not above the
+  // current snapshot; an Error if `upto` is not applied yet or the data is over
+  // kMaxSnapshotBytes. Any role.
+  Status compact(Index upto, std::string state_machine, Effects& out);
   // The next time tick() has work (in the past only if the caller ran late).
   TimePoint next_deadline() const { return deadline_; }
 
@@ -187,20 +274,33 @@ class Raft {
   NodeId leader() const { return leader_; }
   Index commit_index() const { return commit_; }
   Index last_applied() const { return applied_; }
-  Index last_index() const { return log_.size(); }
-  Term last_term() const { return log_.empty() ? 0 : log_.back().term; }
+  Index last_index() const { return snapshot_.last_index + log_.size(); }
+  Term last_term() const { return log_.empty() ? snapshot_.last_term : log_.back().term; }
+  // The first index still in the log (snapshot_index() + 1).
+  Index first_index() const { return snapshot_.last_index + 1; }
+  Index snapshot_index() const { return snapshot_.last_index; }
+  // 0 outside [snapshot_index(), last_index()] (0 itself, compacted or beyond the end).
   Term term_at(Index index) const {
-    return index == 0 || index > log_.size() ? 0 : entry(index).term;
+    if (index == snapshot_.last_index) return snapshot_.last_term;
+    return index < snapshot_.last_index || index > last_index() ? 0 : entry(index).term;
   }
-  const Entry& entry(Index index) const { return log_.at(index - 1); }
+  // index in [first_index(), last_index()]; anything else aborts (std::out_of_range).
+  const Entry& entry(Index index) const { return log_.at(index - snapshot_.last_index - 1); }
+  // The entries from first_index() on.
   const std::vector<Entry>& log() const { return log_; }
+  const Snapshot& snapshot() const { return snapshot_; }
+  // The current config (sorted) and the index of the entry it came from (snapshot_index() or 0
+  // when it comes from the snapshot or the bootstrap list).
   const std::vector<NodeId>& voters() const { return voters_; }
+  Index config_index() const { return config_index_; }
+  bool is_voter(NodeId id) const;
 
  private:
   struct Progress {
     Index next = 1;
     Index match = 0;
     bool recent_active = false;
+    TimePoint snapshot_due{};  // no InstallSnapshot to this follower before then
   };
 
   std::size_t quorum() const { return voters_.size() / 2 + 1; }
@@ -214,25 +314,34 @@ class Raft {
   void campaign(TimePoint now, Effects& out);
   void append_local(Entry entry, Effects& out);
   void truncate_local(Index from, Effects& out);
+  void recompute_config();
+  void sync_progress();
+  std::vector<NodeId> config_at(Index index) const;
   void send(NodeId to, MessageBody body, Effects& out);
-  void send_append(NodeId to, Effects& out);
-  void broadcast_append(Effects& out);
+  void send_append(TimePoint now, NodeId to, Effects& out);
+  void broadcast_append(TimePoint now, Effects& out);
   bool log_up_to_date(Index last_index, Term last_term) const;
   bool in_lease(TimePoint now) const;
-  void maybe_commit(Effects& out);
+  void maybe_commit(TimePoint now, Effects& out);
   void advance_commit(Index commit, Effects& out);
 
   void handle_vote_request(TimePoint now, NodeId from, const VoteRequest& m, Effects& out);
   void handle_vote_reply(TimePoint now, NodeId from, const VoteReply& m, Effects& out);
   void handle_append(TimePoint now, NodeId from, const AppendEntries& m, Effects& out);
   void handle_append_reply(TimePoint now, NodeId from, const AppendReply& m, Effects& out);
+  void handle_install_snapshot(TimePoint now, NodeId from, const InstallSnapshot& m, Effects& out);
+  void handle_install_snapshot_reply(TimePoint now, NodeId from, const InstallSnapshotReply& m,
+                                     Effects& out);
 
   NodeId self_;
-  std::vector<NodeId> voters_;
+  std::vector<NodeId> bootstrap_voters_;
+  std::vector<NodeId> voters_;  // the current config
+  Index config_index_ = 0;
   RaftConfig config_;
   Rng rng_;
   HardState hard_;
-  std::vector<Entry> log_;
+  Snapshot snapshot_;
+  std::vector<Entry> log_;  // entries snapshot_.last_index + 1 ..
   Role role_ = Role::kFollower;
   NodeId leader_ = kNoNode;
   Index commit_ = 0;

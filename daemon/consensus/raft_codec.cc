@@ -1,6 +1,8 @@
 #include "daemon/consensus/raft_codec.h"
 
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "daemon/wire/msgpack_map.h"
 
@@ -53,6 +55,21 @@ void pack_body(Packer& p, const AppendEntries& m) {
     put_bin(p, "d", e.data);
   }
 }
+void pack_body(Packer& p, const InstallSnapshot& m) {
+  p.pack_map(kCommonFields + 5);
+  put_uint(p, "t", m.term);
+  put_uint(p, "li", m.snapshot.last_index);
+  put_uint(p, "lt", m.snapshot.last_term);
+  put_key(p, "v");
+  p.pack_array(static_cast<std::uint32_t>(m.snapshot.voters.size()));
+  for (NodeId v : m.snapshot.voters) p.pack_uint64(v);
+  put_bin(p, "d", m.snapshot.data);
+}
+void pack_body(Packer& p, const InstallSnapshotReply& m) {
+  p.pack_map(kCommonFields + 2);
+  put_uint(p, "t", m.term);
+  put_uint(p, "m", m.match_index);
+}
 void pack_body(Packer& p, const AppendReply& m) {
   p.pack_map(kCommonFields + 5);
   put_uint(p, "t", m.term);
@@ -93,8 +110,12 @@ void read_body(MapReader& r, AppendEntries* m) {
     er.uint("i", &e.index);
     er.uint("y", &type);
     er.bin("d", &e.data, Need::kRequired, kMaxRaftEntryBytes);
-    if (er.ok() && type > static_cast<std::uint8_t>(EntryType::kCommand)) {
+    if (er.ok() && type > kMaxEntryType) {
       er.fail("has an unknown entry type " + std::to_string(type));
+    }
+    if (er.ok() && type == static_cast<std::uint8_t>(EntryType::kConfig) &&
+        !decode_voters(e.data)) {
+      er.fail("is a config entry whose data is not a valid voter list");
     }
     if (!er.ok()) {
       r.mark_failed();
@@ -119,12 +140,44 @@ void read_body(MapReader& r, AppendReply* m) {
   r.uint("ct", &m->conflict_term);
 }
 
+void read_body(MapReader& r, InstallSnapshot* m) {
+  r.uint("t", &m->term);
+  r.uint("li", &m->snapshot.last_index);
+  r.uint("lt", &m->snapshot.last_term);
+  const msgpack::object_array* voters = r.array("v", kMaxVoters, Need::kRequired);
+  if (voters == nullptr) return;
+  // Checked the way a config entry is: re-encode and let decode_voters judge the list.
+  std::vector<NodeId> ids;
+  for (std::uint32_t i = 0; i < voters->size; ++i) {
+    const msgpack::object& o = voters->ptr[i];
+    if (o.type != msgpack::type::POSITIVE_INTEGER) {
+      r.fail("has a voter id that is not an unsigned integer");
+      return;
+    }
+    ids.push_back(o.via.u64);
+  }
+  auto checked = decode_voters(encode_voters(ids));
+  if (!checked) {
+    r.fail("has an empty voter list, a zero voter id or a duplicate one");
+    return;
+  }
+  m->snapshot.voters = std::move(*checked);
+  r.bin("d", &m->snapshot.data, Need::kRequired, kMaxSnapshotBytes);
+}
+void read_body(MapReader& r, InstallSnapshotReply* m) {
+  r.uint("t", &m->term);
+  r.uint("m", &m->match_index);
+}
+
 template <typename T>
 Result<Message> decode_as(std::string_view body, const char* name, DecodeError* reason) {
   const std::string what = std::string("The Raft ") + name + " body";
   Failure failure;
   msgpack::object_handle handle;
-  if (wire::internal::parse(body, kMaxRaftEntryBytes, what, &handle, &failure)) {
+  // A snapshot's data may be larger than one entry's.
+  const std::size_t bin_limit =
+      std::is_same_v<T, InstallSnapshot> ? kMaxSnapshotBytes : kMaxRaftEntryBytes;
+  if (wire::internal::parse(body, bin_limit, what, &handle, &failure)) {
     MapReader r(handle.get(), what, &failure);
     Message message;
     r.uint("fr", &message.from);
@@ -143,6 +196,10 @@ Result<Message> decode_as(std::string_view body, const char* name, DecodeError* 
 }  // namespace
 
 bool fits_raft_limits(const Message& message) {
+  if (const auto* install = std::get_if<InstallSnapshot>(&message.body)) {
+    return install->snapshot.data.size() <= kMaxSnapshotBytes &&
+           install->snapshot.voters.size() <= kMaxVoters;
+  }
   const auto* append = std::get_if<AppendEntries>(&message.body);
   if (append == nullptr) return true;
   if (append->entries.size() > kMaxRaftEntriesPerMessage) return false;
@@ -160,6 +217,10 @@ wire::MsgType raft_message_type(const MessageBody& body) {
     MsgType operator()(const VoteReply&) const { return MsgType::kRaftVoteReply; }
     MsgType operator()(const AppendEntries&) const { return MsgType::kRaftAppendEntries; }
     MsgType operator()(const AppendReply&) const { return MsgType::kRaftAppendReply; }
+    MsgType operator()(const InstallSnapshot&) const { return MsgType::kRaftInstallSnapshot; }
+    MsgType operator()(const InstallSnapshotReply&) const {
+      return MsgType::kRaftInstallSnapshotReply;
+    }
   };
   return std::visit(Visitor{}, body);
 }
@@ -184,6 +245,10 @@ Result<Message> decode_raft(wire::MsgType type, std::string_view body, DecodeErr
       return decode_as<AppendEntries>(body, "AppendEntries", reason);
     case MsgType::kRaftAppendReply:
       return decode_as<AppendReply>(body, "AppendReply", reason);
+    case MsgType::kRaftInstallSnapshot:
+      return decode_as<InstallSnapshot>(body, "InstallSnapshot", reason);
+    case MsgType::kRaftInstallSnapshotReply:
+      return decode_as<InstallSnapshotReply>(body, "InstallSnapshotReply", reason);
     default:
       break;
   }

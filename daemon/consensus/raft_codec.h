@@ -14,6 +14,11 @@
 //   Entry:          t term, i index, y type (0 no-op, 1 command), d data (bin) (required)
 //   AppendReply:    t term, ok success, m match_index, ci conflict_index, ct conflict_term
 //                                                                              (required)
+//   InstallSnapshot: t term, li last_index, lt last_term, v voters (array of uint, 1 to
+//                   kMaxVoters distinct non-zero ids), d data (bin, <= kMaxSnapshotBytes)
+//                                                                              (required)
+//   InstallSnapshotReply: t term, m match_index                                (required)
+// Entry type 2 (kConfig) must carry a valid encode_voters() list in d, so Raft can trust it.
 // Every field is required: a defaulted pre_vote or success would silently change meaning.
 //
 // Hostile bytes: decoding never throws, never crashes and allocates at most a bounded multiple
@@ -41,6 +46,8 @@ inline constexpr std::size_t kMaxRaftEntryBytes = 16 * 1024 * 1024;
 inline constexpr std::size_t kMaxRaftEntriesTotalBytes = 48 * 1024 * 1024;
 
 // True when `message` decodes on the receiving side: its entries are within the limits above.
+// An InstallSnapshot fits when its data is within kMaxSnapshotBytes (raft.h) and it has at most
+// kMaxVoters voters; the whole message then stays below the transport's 64 MiB default.
 bool fits_raft_limits(const Message& message);
 
 // The wire message type that carries `body` (one of the wire::MsgType::kRaft* types).

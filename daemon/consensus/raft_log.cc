@@ -13,8 +13,10 @@ namespace elastic::consensus {
 namespace {
 
 constexpr std::string_view kStateMagic = "ELRAFTS1";
+constexpr std::string_view kSnapshotMagic = "ELRAFTN1";
 constexpr std::uint8_t kRecordEntry = 1;
 constexpr std::uint8_t kRecordTruncate = 2;
+constexpr std::uint8_t kRecordBase = 3;
 constexpr std::size_t kHeaderBytes = 8;
 constexpr std::size_t kEntryFixedBytes = 1 + 8 + 8 + 1;
 
@@ -102,12 +104,13 @@ std::string encode_state(const HardState& hs, const std::vector<NodeId>& voters)
   return out;
 }
 
-Status write_state(const std::string& dir, const HardState& hs, const std::vector<NodeId>& voters) {
-  const std::string path = join(dir, RaftLog::kStateFile);
+// tmp + fsync + rename + directory fsync: after a crash the file is either old or new.
+Status write_atomically(const std::string& dir, const char* name, std::string_view bytes) {
+  const std::string path = join(dir, name);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Error{"Creating " + tmp + " failed: " + errno_text() + "."};
-  Status written = write_all(fd, encode_state(hs, voters), tmp);
+  Status written = write_all(fd, bytes, tmp);
   if (written.ok() && ::fsync(fd) != 0) {
     written = Error{"Fsync of " + tmp + " failed: " + errno_text() + "."};
   }
@@ -117,6 +120,54 @@ Status write_state(const std::string& dir, const HardState& hs, const std::vecto
     return Error{"Renaming " + tmp + " to " + path + " failed: " + errno_text() + "."};
   }
   return fsync_dir(dir);
+}
+
+Status write_state(const std::string& dir, const HardState& hs, const std::vector<NodeId>& voters) {
+  return write_atomically(dir, RaftLog::kStateFile, encode_state(hs, voters));
+}
+
+std::string encode_snapshot(const Snapshot& snapshot) {
+  std::string out(kSnapshotMagic);
+  out.reserve(kSnapshotMagic.size() + 32 + 8 * snapshot.voters.size() + snapshot.data.size());
+  put_u64(out, snapshot.last_index);
+  put_u64(out, snapshot.last_term);
+  put_u32(out, static_cast<std::uint32_t>(snapshot.voters.size()));
+  for (NodeId v : snapshot.voters) put_u64(out, v);
+  put_u64(out, snapshot.data.size());
+  out += snapshot.data;
+  put_u32(out, crc32c(out));
+  return out;
+}
+
+Result<Snapshot> decode_snapshot(std::string_view s, const std::string& path) {
+  auto corrupt = [&](std::size_t offset, const std::string& why) -> Error {
+    return Error{"Raft snapshot " + path + " is corrupt at byte offset " + std::to_string(offset) +
+                 ": " + why + "."};
+  };
+  const std::size_t voters_at = kSnapshotMagic.size() + 8 + 8 + 4;
+  if (s.size() < voters_at || s.substr(0, kSnapshotMagic.size()) != kSnapshotMagic) {
+    return corrupt(0, "bad magic or too short");
+  }
+  const std::uint64_t count = get_le(s, voters_at - 4, 4);
+  if (count == 0 || count > kMaxVoters) return corrupt(voters_at - 4, "bad voter count");
+  const std::size_t length_at = voters_at + 8 * count;
+  if (s.size() < length_at + 8 + 4) return corrupt(s.size(), "the file is cut short");
+  const std::uint64_t length = get_le(s, length_at, 8);
+  if (length != s.size() - length_at - 8 - 4) {
+    return corrupt(length_at, "the data length does not match the file size");
+  }
+  if (crc32c(s.substr(0, s.size() - 4)) != get_le(s, s.size() - 4, 4)) {
+    return corrupt(s.size() - 4, "the CRC does not match");
+  }
+  Snapshot snapshot;
+  snapshot.last_index = get_le(s, kSnapshotMagic.size(), 8);
+  snapshot.last_term = get_le(s, kSnapshotMagic.size() + 8, 8);
+  auto voters = decode_voters(s.substr(voters_at - 4, 4 + 8 * count));
+  if (!voters) return corrupt(voters_at, "a zero or duplicate voter id");
+  if (snapshot.last_index == 0) return corrupt(kSnapshotMagic.size(), "last index 0");
+  snapshot.voters = std::move(*voters);
+  snapshot.data = std::string(s.substr(length_at + 8, length));
+  return snapshot;
 }
 
 std::string encode_entry(const Entry& e) {
@@ -201,6 +252,7 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
                  ": " + why + "."};
   };
   auto& entries = log->entries_;
+  Index base = 0;  // the log file starts after this index (a base record says otherwise)
   while (at < data.size()) {
     const std::size_t record = at;
     if (data.size() - at < kHeaderBytes) break;  // torn header
@@ -222,14 +274,17 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
       e.term = get_le(payload, 1, 8);
       e.index = get_le(payload, 9, 8);
       const auto type = static_cast<std::uint8_t>(payload[17]);
-      if (type > static_cast<std::uint8_t>(EntryType::kCommand)) {
+      if (type > kMaxEntryType) {
         return corrupt(record, "unknown entry type " + std::to_string(type));
       }
       e.type = static_cast<EntryType>(type);
       e.data = std::string(payload.substr(kEntryFixedBytes));
-      if (e.index != entries.size() + 1) {
+      if (e.type == EntryType::kConfig && !decode_voters(e.data)) {
+        return corrupt(record, "a config entry without a valid voter list");
+      }
+      if (e.index != base + entries.size() + 1) {
         return corrupt(record, "entry index " + std::to_string(e.index) + " where " +
-                                   std::to_string(entries.size() + 1) + " was expected");
+                                   std::to_string(base + entries.size() + 1) + " was expected");
       }
       if (!entries.empty() && e.term < entries.back().term) {
         return corrupt(record, "entry terms decrease");
@@ -238,8 +293,12 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
     } else if (kind == kRecordTruncate) {
       if (payload.size() != 9) return corrupt(record, "malformed truncation record");
       const std::uint64_t from = get_le(payload, 1, 8);
-      if (from == 0) return corrupt(record, "truncation from index 0");
-      if (from <= entries.size()) entries.resize(from - 1);
+      if (from <= base) return corrupt(record, "truncation at or below the log's start");
+      if (from <= base + entries.size()) entries.resize(from - 1 - base);
+    } else if (kind == kRecordBase) {
+      if (payload.size() != 9) return corrupt(record, "malformed base record");
+      if (record != 0) return corrupt(record, "a base record that is not the first record");
+      base = get_le(payload, 1, 8);
     } else {
       return corrupt(record, "unknown record kind " + std::to_string(kind));
     }
@@ -251,7 +310,57 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
                    " failed: " + errno_text() + "."};
     }
   }
+
+  // The snapshot, and the log entries it does not cover.
+  const std::string snapshot_path = join(dir, kSnapshotFile);
+  if (exists(snapshot_path)) {
+    auto bytes = read_file(snapshot_path);
+    if (!bytes.ok()) return bytes.error();
+    auto snapshot = decode_snapshot(*bytes, snapshot_path);
+    if (!snapshot.ok()) return snapshot.error();
+    log->snapshot_ = std::move(*snapshot);
+  }
+  const Index snap = log->base();
+  if (base > snap) {
+    return corrupt(0, "the log starts after index " + std::to_string(base) +
+                          " but the snapshot ends at " + std::to_string(snap));
+  }
+  if (base != snap) {
+    // A crash between writing a snapshot and rewriting the log (or a log from before the first
+    // snapshot): keep only a suffix that continues the snapshot, and make the file say so.
+    if (snap < base + entries.size() + 1 && snap > base &&
+        entries[snap - base - 1].term == log->snapshot_->last_term) {
+      entries.erase(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(snap - base));
+    } else {
+      entries.clear();
+    }
+    if (auto rewritten = log->rewrite_log(snap, entries); !rewritten.ok()) {
+      return rewritten.error();
+    }
+  }
   return log;
+}
+
+std::vector<NodeId> RaftLog::current_voters() const {
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+    if (it->type == EntryType::kConfig) return *decode_voters(it->data);  // checked on open
+  }
+  return snapshot_ ? snapshot_->voters : voters_;
+}
+
+Status RaftLog::rewrite_log(Index base, const std::vector<Entry>& entries) {
+  std::string bytes;
+  std::string payload(1, static_cast<char>(kRecordBase));
+  put_u64(payload, base);
+  frame(bytes, payload);
+  for (const Entry& e : entries) frame(bytes, encode_entry(e));
+  if (auto s = write_atomically(dir_, kLogFile, bytes); !s.ok()) return s;
+  const std::string path = join(dir_, kLogFile);
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return Error{"Reopening " + path + " failed: " + errno_text() + "."};
+  ::close(fd_);
+  fd_ = fd;
+  return ok_status();
 }
 
 RaftLog::~RaftLog() {
@@ -276,8 +385,46 @@ Status RaftLog::persist(const Persist& p) {
   if (p.hard_state) {
     if (auto s = save_hard_state(*p.hard_state); !s.ok()) return s;
   }
+  if (p.truncate_from && *p.truncate_from <= (p.snapshot ? p.snapshot->last_index : base())) {
+    return Error{"Raft log truncation in " + dir_ + " from index " +
+                 std::to_string(*p.truncate_from) + " reaches into the snapshot."};
+  }
+  if (p.snapshot) {
+    // The snapshot is durable before any entry it covers is dropped; then the log is rewritten
+    // whole (it is short after a compaction), which also carries out truncate and append.
+    const Snapshot& snap = *p.snapshot;
+    if (snap.last_index <= base()) {
+      return Error{"Raft snapshot in " + dir_ + " at index " + std::to_string(snap.last_index) +
+                   " is not newer than the stored one at " + std::to_string(base()) + "."};
+    }
+    if (auto s = write_atomically(dir_, kSnapshotFile, encode_snapshot(snap)); !s.ok()) return s;
+    std::vector<Entry> entries;
+    for (const Entry& e : entries_) {
+      if (e.index > snap.last_index) entries.push_back(e);
+    }
+    // An entry at the snapshot's last index with another term: the log is replaced (the same
+    // rule open() applies after a crash right here).
+    if (snap.last_index > base() + entries_.size() ||
+        entries_[snap.last_index - base() - 1].term != snap.last_term) {
+      entries.clear();
+    }
+    if (p.truncate_from)
+      std::erase_if(entries, [&](const Entry& e) { return e.index >= *p.truncate_from; });
+    for (const Entry& e : p.append) {
+      if (e.index != snap.last_index + entries.size() + 1) {
+        return Error{"Raft log append out of order in " + dir_ + ": index " +
+                     std::to_string(e.index) + " after " +
+                     std::to_string(snap.last_index + entries.size()) + "."};
+      }
+      entries.push_back(e);
+    }
+    snapshot_ = snap;
+    if (auto s = rewrite_log(snap.last_index, entries); !s.ok()) return s;
+    entries_ = std::move(entries);
+    return ok_status();
+  }
   std::string bytes;
-  std::size_t size = entries_.size();
+  std::size_t size = base() + entries_.size();
   if (p.truncate_from && *p.truncate_from <= size) {
     std::string payload(1, static_cast<char>(kRecordTruncate));
     put_u64(payload, *p.truncate_from);
@@ -294,7 +441,9 @@ Status RaftLog::persist(const Persist& p) {
   }
   if (bytes.empty()) return ok_status();
   if (auto s = append_records(bytes); !s.ok()) return s;
-  if (p.truncate_from && *p.truncate_from <= entries_.size()) entries_.resize(*p.truncate_from - 1);
+  if (p.truncate_from && *p.truncate_from <= base() + entries_.size()) {
+    entries_.resize(*p.truncate_from - 1 - base());
+  }
   for (const Entry& e : p.append) entries_.push_back(e);
   return ok_status();
 }

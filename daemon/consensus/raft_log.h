@@ -1,5 +1,5 @@
 // RaftLog: the durable state of one voter in its data directory -- the hard state (term, vote,
-// voter set) and the append-only log of entries.
+// bootstrap voter set), the latest snapshot and the append-only log of entries after it.
 //
 // Files:
 //  - `raft-state`: magic "ELRAFTS1", term u64, vote u64, voter count u32, voters u64 each, then
@@ -10,14 +10,29 @@
 //  - `raft-log`: records appended in order, each `len u32 | crc32c(payload) u32 | payload`, the
 //    payload being `kind u8` then, for an entry (kind 1): term u64, index u64, type u8, data (any
 //    length, no padding); for a truncation (kind 2): from u64, meaning "entries with index >=
-//    from are gone". Truncation is a record, not a rewrite, so every write is an append and a
-//    crash can only tear the tail. Replay applies records in order; the log must stay contiguous.
+//    from are gone"; for a base (kind 3, only as the first record): index u64, meaning "the log
+//    starts after this index" (absent: after 0). Truncation is a record, not a rewrite, so
+//    every write is an append and a crash can only tear the tail. Replay applies records in
+//    order; the log must stay contiguous.
+//  - `raft-snapshot` (absent until the first snapshot): magic "ELRAFTN1", last_index u64,
+//    last_term u64, voter count u32, voters u64 each, data length u64, data, then a CRC32C of
+//    everything before it. Replaced atomically like raft-state (via `raft-snapshot.tmp`).
+// A persist() with a snapshot (compaction, or an InstallSnapshot) writes the snapshot file
+// first, then rewrites the log as a base record plus the entries after the snapshot into
+// `raft-log.tmp` (fsync, rename, directory fsync) -- so the file stops growing with history.
+// A crash between those steps leaves a new snapshot beside the old log: open() drops the log
+// entries the snapshot covers, and the whole log if its entry at the snapshot's last index has
+// another term (an installed snapshot replaced a conflicting log). Leftover .tmp files are
+// ignored and overwritten.
+// The voter set in raft-state is the bootstrap list and never changes; current_voters() is
+// derived from the snapshot and the log's config entries, like the Raft core does.
 // Recovery on open(): a last record cut short (header or payload runs past the end of the file,
 // or the very last record's CRC fails: a write torn after the length reached the disk) is cut
 // off with ftruncate and the file fsync'ed; repaired_bytes() says how much. A bad CRC or a
 // malformed record with more records after it is corruption of fsync'ed data: open() returns an
 // Error naming the file and the byte offset, and the node must not start.
-// Not yet: snapshots and compaction (the file grows with the log; open() reads it whole).
+// A snapshot file that is short, malformed or fails its CRC is corruption (it was fsync'ed
+// before it replaced the old one): an Error naming the file and the byte offset.
 //
 // Ownership: a RaftLog owns its file descriptor. Thread safety: none (one owner). Errors:
 // every I/O failure is an Error naming the path; persist() failing leaves the node unable to
@@ -26,6 +41,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +59,7 @@ class RaftLog {
  public:
   static constexpr const char* kStateFile = "raft-state";
   static constexpr const char* kLogFile = "raft-log";
+  static constexpr const char* kSnapshotFile = "raft-snapshot";
 
   // Creates the durable state of a new voter (term 0, no vote, this voter set). Refuses, with an
   // Error, a directory that already holds Raft state. The directory must exist.
@@ -55,9 +72,14 @@ class RaftLog {
   RaftLog& operator=(const RaftLog&) = delete;
 
   const HardState& hard_state() const { return hard_; }
+  // The bootstrap voter set (pass it to the Raft constructor).
   const std::vector<NodeId>& voters() const { return voters_; }
+  // The config in force: the last config entry of the log, else the snapshot's, else voters().
+  std::vector<NodeId> current_voters() const;
+  // The entries after the snapshot (from 1 without one).
   const std::vector<Entry>& entries() const { return entries_; }
-  Recovered recovered() const { return Recovered{hard_, entries_}; }
+  const std::optional<Snapshot>& snapshot() const { return snapshot_; }
+  Recovered recovered() const { return Recovered{hard_, entries_, snapshot_}; }
   std::uint64_t repaired_bytes() const { return repaired_bytes_; }
 
   // Carries out Effects::persist in the contract's order; durable when it returns ok.
@@ -67,11 +89,14 @@ class RaftLog {
  private:
   RaftLog(std::string dir, int fd) : dir_(std::move(dir)), fd_(fd) {}
   Status append_records(const std::string& bytes);
+  Status rewrite_log(Index base, const std::vector<Entry>& entries);
+  Index base() const { return snapshot_ ? snapshot_->last_index : 0; }
 
   std::string dir_;
   int fd_ = -1;
   HardState hard_;
   std::vector<NodeId> voters_;
+  std::optional<Snapshot> snapshot_;
   std::vector<Entry> entries_;
   std::uint64_t repaired_bytes_ = 0;
 };

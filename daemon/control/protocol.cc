@@ -106,7 +106,10 @@ Result<json> parse_reply(const std::string& text) {
 
 }  // namespace
 
-std::string encode_request(const Request& request) { return dump(json{{"verb", request.verb}}); }
+std::string encode_request(const Request& request) {
+  // A request with arguments was built whole by the caller (its "verb" included).
+  return request.text.empty() ? dump(json{{"verb", request.verb}}) : request.text;
+}
 
 Result<Request> decode_request(const std::string& text) {
   const json request = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -116,7 +119,7 @@ Result<Request> decode_request(const std::string& text) {
   if (verb == request.end() || !verb->is_string()) {
     return Error{"The request has no string \"verb\" field."};
   }
-  return Request{.verb = verb->get<std::string>()};
+  return Request{.verb = verb->get<std::string>(), .text = text};
 }
 
 std::string encode_reply(const NodesReply& reply) {
@@ -136,7 +139,16 @@ std::string encode_reply(const StatusReply& reply) {
                     {{"alive", reply.alive},
                      {"suspect", reply.suspect},
                      {"dead", reply.dead},
-                     {"left", reply.left}}}});
+                     {"left", reply.left}}},
+                   {"consensus",
+                    {{"voter", reply.consensus.voter},
+                     {"role", reply.consensus.role},
+                     {"leader", reply.consensus.leader},
+                     {"term", reply.consensus.term},
+                     {"commit_index", reply.consensus.commit_index},
+                     {"last_index", reply.consensus.last_index},
+                     {"voters", reply.consensus.voters},
+                     {"jobs", reply.consensus.jobs}}}});
 }
 
 std::string encode_error_reply(const std::string& message) {
@@ -221,6 +233,18 @@ Result<StatusReply> decode_status_reply(const std::string& text) {
           read_field(*members, "suspect", out.suspect, error) &&
           read_field(*members, "dead", out.dead, error) &&
           read_field(*members, "left", out.left, error))) {
+      return Error{"Bad status reply: " + error + "."};
+    }
+  }
+  if (const auto raft = reply.find("consensus"); raft != reply.end() && raft->is_object()) {
+    ConsensusInfo& c = out.consensus;
+    if (!(read_field(*raft, "voter", c.voter, error) && read_field(*raft, "role", c.role, error) &&
+          read_field(*raft, "leader", c.leader, error) &&
+          read_field(*raft, "term", c.term, error) &&
+          read_field(*raft, "commit_index", c.commit_index, error) &&
+          read_field(*raft, "last_index", c.last_index, error) &&
+          read_field(*raft, "voters", c.voters, error) &&
+          read_field(*raft, "jobs", c.jobs, error))) {
       return Error{"Bad status reply: " + error + "."};
     }
   }

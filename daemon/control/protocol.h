@@ -30,6 +30,9 @@ inline constexpr std::uint32_t kMaxReplyBytes = 64 * 1024 * 1024;
 
 struct Request {
   std::string verb;
+  // The whole request as received (a JSON object): verbs with arguments (submit, cancel, ...)
+  // read them from here. encode_request() sends it as is when set (it must hold "verb").
+  std::string text;
 };
 
 struct MemberRow {
@@ -88,13 +91,26 @@ struct NodesReply {
   TransportCounters transport;
 };
 
-// Reply to "status": who this node is and how many members it sees in each state.
+// What this node knows of Raft: its role if it is a voter, and the leader it believes in.
+struct ConsensusInfo {
+  bool voter = false;
+  std::string role;    // "follower", "pre-candidate", "candidate", "leader"; "" for non-voters
+  std::string leader;  // "" = unknown
+  std::uint64_t term = 0;
+  std::uint64_t commit_index = 0;
+  std::uint64_t last_index = 0;
+  std::vector<std::string> voters;
+  std::uint64_t jobs = 0;  // jobs in this node's applied table (voters only)
+};
+
+// Reply to "status": who this node is, how many members it sees in each state, and Raft.
 struct StatusReply {
   SelfInfo self;
   std::uint64_t alive = 0;
   std::uint64_t suspect = 0;
   std::uint64_t dead = 0;
   std::uint64_t left = 0;
+  ConsensusInfo consensus;
 };
 
 std::string encode_request(const Request& request);

@@ -49,6 +49,7 @@ struct Server::Connection {
   std::string out;
   std::size_t out_offset = 0;
   bool close_after_write = false;
+  std::uint64_t awaiting = 0;  // serial of the request whose deferred reply is due; 0 = none
   TimePoint last_activity{};
   std::uint32_t interest = 0;
 };
@@ -138,6 +139,7 @@ Server::~Server() {
 TimePoint Server::next_deadline() const {
   TimePoint earliest = kNever;
   for (const auto& [fd, connection] : connections_) {
+    if (connection->awaiting != 0) continue;
     earliest = std::min(earliest, connection->last_activity + kIdleTimeout);
   }
   return earliest;
@@ -163,7 +165,9 @@ void Server::process(TimePoint now) {
   }
   std::vector<int> idle;
   for (const auto& [fd, connection] : connections_) {
-    if (now >= connection->last_activity + kIdleTimeout) idle.push_back(fd);
+    if (connection->awaiting == 0 && now >= connection->last_activity + kIdleTimeout) {
+      idle.push_back(fd);
+    }
   }
   for (const int fd : idle) {
     close_connection(fd, "idle for " + std::to_string(kIdleTimeout.count()) + " s");
@@ -232,7 +236,7 @@ void Server::on_readable(Connection& connection, TimePoint now) {
 
 void Server::handle_frames(Connection& connection) {
   const int fd = connection.fd;
-  while (connection.in.size() >= 4) {
+  while (connection.awaiting == 0 && connection.in.size() >= 4) {
     const std::uint32_t length =
         read_frame_header(reinterpret_cast<const unsigned char*>(connection.in.data()));
     if (length > kMaxRequestBytes) {
@@ -244,27 +248,48 @@ void Server::handle_frames(Connection& connection) {
     const std::string body = connection.in.substr(4, length);
     connection.in.erase(0, 4 + std::size_t{length});
     auto request = decode_request(body);
-    std::string reply;
     if (!request.ok()) {
       // Answer, so a confused client learns why, then close: the stream may be out of step.
       spdlog::warn("control: closing connection from pid {} uid {}: {}", connection.peer.pid,
                    connection.peer.uid, request.error().message);
-      reply = encode_error_reply(request.error().message);
       connection.close_after_write = true;
       connection.in.clear();
-    } else {
-      spdlog::debug("control: \"{}\" from pid {} uid {} gid {}", request->verb, connection.peer.pid,
-                    connection.peer.uid, connection.peer.gid);
-      reply = handler_(*request, connection.peer);
+      queue_reply(connection, encode_error_reply(request.error().message));
+      break;
     }
-    if (reply.size() > kMaxReplyBytes) {
-      reply = encode_error_reply("The reply is larger than the protocol's limit.");
-    }
-    connection.out += frame_header(static_cast<std::uint32_t>(reply.size()));
-    connection.out += reply;
+    spdlog::debug("control: \"{}\" from pid {} uid {} gid {}", request->verb, connection.peer.pid,
+                  connection.peer.uid, connection.peer.gid);
+    const std::uint64_t serial = next_serial_++;
+    connection.awaiting = serial;
+    std::optional<std::string> reply =
+        handler_(*request, connection.peer, ReplyHandle{.fd = fd, .serial = serial});
+    if (!reply) return;  // deferred: reply() resumes this connection
+    connection.awaiting = 0;
+    queue_reply(connection, std::move(*reply));
     if (connection.close_after_write) break;
   }
   on_writable(connection);
+}
+
+void Server::queue_reply(Connection& connection, std::string reply) {
+  if (reply.size() > kMaxReplyBytes) {
+    reply = encode_error_reply("The reply is larger than the protocol's limit.");
+  }
+  connection.out += frame_header(static_cast<std::uint32_t>(reply.size()));
+  connection.out += reply;
+}
+
+bool Server::reply(ReplyHandle handle, std::string reply) {
+  const auto it = connections_.find(handle.fd);
+  if (it == connections_.end() || it->second->awaiting != handle.serial || handle.serial == 0) {
+    return false;
+  }
+  Connection& connection = *it->second;
+  connection.awaiting = 0;
+  queue_reply(connection, std::move(reply));
+  // Frames that arrived meanwhile are answered now (this also flushes the reply).
+  handle_frames(connection);
+  return true;
 }
 
 void Server::on_writable(Connection& connection) {

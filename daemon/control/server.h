@@ -16,6 +16,11 @@
 // path exists and is not a socket. The destructor closes everything and removes the socket file
 // if it is still ours.
 //
+// Deferred replies: a handler that cannot answer at once (the request goes to the Raft leader)
+// returns std::nullopt and later calls reply() with the handle it was given. Until then that
+// connection reads no further frame and is not closed for idleness (the node bounds how long a
+// request may take); a client that hangs up first simply loses the reply.
+//
 // Thread safety: none; the node's loop thread owns it. The handler runs on that thread.
 #pragma once
 
@@ -25,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "daemon/control/protocol.h"
@@ -39,10 +45,18 @@ struct PeerCredentials {
   gid_t gid = 0;
 };
 
+// Names one request awaiting a deferred reply; stale once its connection is gone.
+struct ReplyHandle {
+  int fd = -1;
+  std::uint64_t serial = 0;
+};
+
 class Server {
  public:
-  // Returns the encoded reply (protocol.h encode_*) to a decoded request.
-  using Handler = std::function<std::string(const Request&, const PeerCredentials&)>;
+  // Returns the encoded reply (protocol.h encode_*) to a decoded request, or std::nullopt to
+  // answer later through reply(handle, ...).
+  using Handler = std::function<std::optional<std::string>(const Request&, const PeerCredentials&,
+                                                           ReplyHandle)>;
 
   static constexpr std::size_t kMaxConnections = 64;
   static constexpr std::chrono::seconds kIdleTimeout{10};
@@ -60,6 +74,9 @@ class Server {
   // When the next idle connection times out (kNever if none).
   TimePoint next_deadline() const;
 
+  // Sends the deferred reply of `handle`; false when its connection has gone away.
+  bool reply(ReplyHandle handle, std::string reply);
+
   const std::string& path() const { return path_; }
   std::size_t connection_count() const { return connections_.size(); }
 
@@ -72,6 +89,7 @@ class Server {
   void handle_frames(Connection& connection);
   void update_interest(Connection& connection);
   void close_connection(int fd, const std::string& reason);
+  void queue_reply(Connection& connection, std::string reply);
 
   std::string path_;
   Handler handler_;
@@ -79,6 +97,7 @@ class Server {
   int epoll_fd_ = -1;
   ino_t inode_ = 0;  // of the socket file we created, so we never unlink a successor's
   std::map<int, std::unique_ptr<Connection>> connections_;
+  std::uint64_t next_serial_ = 1;
 };
 
 }  // namespace elastic::control

@@ -37,15 +37,45 @@ std::uint64_t fnv1a(std::string_view text) {
   return h;
 }
 
-std::uint64_t record_hash(const std::string& name, std::uint64_t generation,
+// name_hash is NameTable::hash_of(name).
+std::uint64_t record_hash(std::uint64_t name_hash, std::uint64_t generation,
                           std::uint32_t incarnation, MemberState state) {
-  std::uint64_t h = mix64(fnv1a(name));
+  std::uint64_t h = name_hash;
   h = mix64(h ^ generation);
   h = mix64(h ^ (static_cast<std::uint64_t>(incarnation) << 8 | static_cast<std::uint8_t>(state)));
   return h;
 }
 
 }  // namespace
+
+// ---- NameTable ----------------------------------------------------------------------------------
+
+const std::string& NameTable::Ref::empty() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
+NameTable::~NameTable() {
+  // A Ref outliving its table would write to freed memory later: fail here instead.
+  if (!entries_.empty()) std::abort();
+}
+
+std::uint64_t NameTable::hash_of(std::string_view text) { return mix64(fnv1a(text)); }
+
+NameTable::Ref NameTable::intern(std::string_view text) {
+  if (text.empty()) return Ref{};
+  const auto it = entries_.find(text);
+  if (it != entries_.end()) return Ref(it->second.get());
+  auto entry = std::make_unique<Entry>();
+  entry->text = std::string(text);
+  entry->hash = hash_of(text);
+  entry->table = this;
+  Entry* raw = entry.get();
+  entries_.emplace(std::string_view(raw->text), std::move(entry));
+  return Ref(raw);
+}
+
+void NameTable::release(Entry* entry) { entries_.erase(std::string_view(entry->text)); }
 
 // ---- formulas ---------------------------------------------------------------------------------
 
@@ -106,8 +136,12 @@ Duration Membership::push_pull_period(const config::MembershipConfig& config, st
 // ---- construction and queries -------------------------------------------------------------------
 
 Membership::Membership(Self self, const config::MembershipConfig& config, std::uint64_t seed,
-                       TimePoint now)
-    : self_(std::move(self)), config_(config), rng_(seed) {
+                       TimePoint now, std::shared_ptr<NameTable> names)
+    : names_(names != nullptr ? std::move(names) : std::make_shared<NameTable>()),
+      self_(std::move(self)),
+      config_(config),
+      rng_(seed) {
+  self_name_ = names_->intern(self_.name);
   Record& me = add_record(now, MemberUpdate{.name = self_.name,
                                             .generation = self_.generation,
                                             .incarnation = 0,
@@ -127,47 +161,66 @@ Membership::Membership(Self self, const config::MembershipConfig& config, std::u
   next_reconnect_ = now + config_.reconnect_interval;
 }
 
+void Membership::seed_members(TimePoint now, const std::vector<MemberUpdate>& members) {
+  catch_up_gossip_grid(now);
+  index_reserve(member_count_ + members.size());
+  probe_order_.reserve(probe_order_.size() + members.size());
+  for (const auto& u : members) {
+    if (u.name.empty() || u.name == self_.name || lookup(u.name)) continue;
+    Record& r = add_record(now, u);
+    if (r.state == MemberState::kSuspect) {
+      start_suspicion(now, r, u.from.empty() ? self_.name : u.from);
+    }
+  }
+}
+
+namespace {
+
+template <typename R>
+MemberView view_of(const R& r) {
+  return MemberView{.name = r.name.str(),
+                    .generation = r.generation,
+                    .incarnation = r.incarnation,
+                    .state = r.state,
+                    .address = r.address.str(),
+                    .last_heard = r.last_heard,
+                    .state_since = r.state_since};
+}
+
+}  // namespace
+
 std::vector<MemberView> Membership::members() const {
   std::vector<MemberView> views;
-  views.reserve(members_.size());
-  for (const auto& [name, r] : members_) {
-    views.push_back(MemberView{.name = r.name,
-                               .generation = r.generation,
-                               .incarnation = r.incarnation,
-                               .state = r.state,
-                               .address = r.address,
-                               .last_heard = r.last_heard,
-                               .state_since = r.state_since});
+  views.reserve(member_count_);
+  for (const Record& r : slots_) {
+    if (r.name) views.push_back(view_of(r));
   }
+  std::sort(views.begin(), views.end(),
+            [](const MemberView& a, const MemberView& b) { return a.name < b.name; });
   return views;
 }
 
 std::optional<MemberView> Membership::member(const std::string& name) const {
-  const auto it = members_.find(name);
-  if (it == members_.end()) return std::nullopt;
-  const Record& r = it->second;
-  return MemberView{.name = r.name,
-                    .generation = r.generation,
-                    .incarnation = r.incarnation,
-                    .state = r.state,
-                    .address = r.address,
-                    .last_heard = r.last_heard,
-                    .state_since = r.state_since};
+  const Record* r = find(name);
+  if (r == nullptr) return std::nullopt;
+  return view_of(*r);
 }
 
 std::size_t Membership::alive_count() const { return live_count_; }
 
 std::uint64_t Membership::digest() const {
   std::uint64_t sum = 0;
-  for (const auto& [name, r] : members_) {
-    sum += record_hash(r.name, r.generation, r.incarnation, r.state);
+  for (const Record& r : slots_) {
+    if (r.name) sum += record_hash(r.name.hash(), r.generation, r.incarnation, r.state);
   }
   return sum;
 }
 
 std::uint64_t Membership::digest_of(const std::vector<MemberUpdate>& members) {
   std::uint64_t sum = 0;
-  for (const auto& u : members) sum += record_hash(u.name, u.generation, u.incarnation, u.state);
+  for (const auto& u : members) {
+    sum += record_hash(NameTable::hash_of(u.name), u.generation, u.incarnation, u.state);
+  }
   return sum;
 }
 
@@ -193,55 +246,150 @@ TimePoint Membership::next_deadline() const {
 
 // ---- records ----------------------------------------------------------------------------------
 
+std::optional<Membership::Slot> Membership::lookup(std::string_view name) const {
+  if (index_.empty()) return std::nullopt;
+  const std::uint64_t hash = NameTable::hash_of(name);
+  const std::size_t mask = index_.size() - 1;
+  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot entry = index_[i];
+    if (entry == 0) return std::nullopt;
+    const Record& r = slots_[entry - 1];
+    if (r.name.hash() == hash && r.name.str() == name) return entry - 1;
+  }
+}
+
+Membership::Record* Membership::find(std::string_view name) {
+  const auto slot = lookup(name);
+  return slot ? &slots_[*slot] : nullptr;
+}
+
+const Membership::Record* Membership::find(std::string_view name) const {
+  const auto slot = lookup(name);
+  return slot ? &slots_[*slot] : nullptr;
+}
+
+Membership::Record& Membership::at(std::string_view name) {
+  Record* r = find(name);
+  if (r == nullptr) std::abort();  // callers pass names they just found: a logic error
+  return *r;
+}
+
+// Sizes the index for `members` records at most 70% full (linear probing stays short).
+void Membership::index_reserve(std::size_t members) {
+  std::size_t size = index_.empty() ? 16 : index_.size();
+  while (members * 10 > size * 7) size *= 2;
+  if (size == index_.size()) return;
+  index_.assign(size, 0);
+  for (Slot slot = 0; slot < slots_.size(); ++slot) {
+    if (slots_[slot].name) index_insert(slot);
+  }
+}
+
+void Membership::index_insert(Slot slot) {
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = slots_[slot].name.hash() & mask;
+  while (index_[i] != 0) i = (i + 1) & mask;
+  index_[i] = slot + 1;
+}
+
+// Backward-shift deletion: later entries of the probe run move up, so no tombstones are needed.
+void Membership::index_erase(Slot slot) {
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = slots_[slot].name.hash() & mask;
+  while (index_[i] != slot + 1) {
+    if (index_[i] == 0) std::abort();  // the record was indexed when added
+    i = (i + 1) & mask;
+  }
+  index_[i] = 0;
+  for (std::size_t j = (i + 1) & mask; index_[j] != 0; j = (j + 1) & mask) {
+    const std::size_t home = slots_[index_[j] - 1].name.hash() & mask;
+    // The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
+    const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    index_[i] = index_[j];
+    index_[j] = 0;
+    i = j;
+  }
+}
+
+const std::string& Membership::accuser_of(const Record& r) const {
+  return r.verdict != nullptr ? r.verdict->accuser.str() : NameTable::Ref{}.str();
+}
+
+void Membership::set_accuser(Record& r, const std::string& accuser) {
+  if (r.verdict == nullptr) r.verdict = std::make_unique<Verdict>();
+  r.verdict->accuser = names_->intern(accuser);
+}
+
+Membership::Suspicion* Membership::suspicion_of(Record& r) {
+  return r.verdict != nullptr && r.verdict->suspicion ? &*r.verdict->suspicion : nullptr;
+}
+
 Membership::Record& Membership::add_record(TimePoint now, const MemberUpdate& u) {
-  auto [it, inserted] = members_.try_emplace(u.name);
-  if (!inserted) std::abort();  // callers check first: a duplicate is a logic error
-  Record& r = it->second;
-  r.name = u.name;
+  if (u.name.empty() || lookup(u.name)) std::abort();  // callers check first: a logic error
+  index_reserve(member_count_ + 1);  // before the new record is named, so it is indexed once
+  Slot slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<Slot>(slots_.size());
+    slots_.emplace_back();
+  }
+  Record& r = slots_[slot];
+  r.name = names_->intern(u.name);
   r.generation = u.generation;
   r.incarnation = u.incarnation;
   r.state = u.state;
-  r.address = u.address;
-  r.accuser = u.state == MemberState::kAlive ? std::string{} : u.from;
+  r.address = names_->intern(u.address);
+  r.verdict.reset();
+  if (u.state != MemberState::kAlive) set_accuser(r, u.from);
+  r.last_heard = TimePoint{};
   r.state_since = now;
+  ++member_count_;
+  index_insert(slot);
   if (is_live(r.state)) {
     ++live_count_;
-  } else if (r.name != self_.name) {
-    tombstone_timers_.emplace(now + config_.tombstone_ttl, r.name);
+  } else if (!is_self(r)) {
+    tombstone_timers_.emplace(now + config_.tombstone_ttl, u.name);
   }
-  names_.insert(std::lower_bound(names_.begin(), names_.end(), u.name), u.name);
-  if (u.name != self_.name) {
+  if (!is_self(r)) {
     // memberlist: a new node goes to a random place of the not-yet-probed part of the pass.
-    probe_order_.push_back(u.name);
+    probe_order_.push_back(slot);
     const std::size_t lo = std::min(probe_index_, probe_order_.size() - 1);
-    const std::size_t at = lo + rng_.below(probe_order_.size() - lo);
-    std::swap(probe_order_[at], probe_order_.back());
+    const std::size_t pos = lo + rng_.below(probe_order_.size() - lo);
+    std::swap(probe_order_[pos], probe_order_.back());
   }
   return r;
 }
 
 void Membership::remove_record(const std::string& name) {
-  const auto it = members_.find(name);
-  if (it == members_.end()) return;
-  clear_suspicion(it->second);
-  if (is_live(it->second.state)) --live_count_;
-  members_.erase(it);
-  const auto pos = std::lower_bound(names_.begin(), names_.end(), name);
-  if (pos != names_.end() && *pos == name) names_.erase(pos);
-  // probe_order_ keeps the name until the next reshuffle; the probe loop skips unknown names.
+  const auto slot = lookup(name);
+  if (!slot) return;
+  Record& r = slots_[*slot];
+  clear_suspicion(r);
+  if (is_live(r.state)) --live_count_;
+  index_erase(*slot);
+  r = Record{};
+  free_slots_.push_back(*slot);
+  --member_count_;
+  // probe_order_ keeps the slot until the next reshuffle; the probe loop skips free slots (a
+  // reused one is simply probed in this pass).
 }
 
 void Membership::set_state(TimePoint now, Record& r, MemberState state) {
   if (is_live(r.state) && !is_live(state)) --live_count_;
   if (!is_live(r.state) && is_live(state)) ++live_count_;
-  if (!is_live(r.state)) tombstone_timers_.erase({r.state_since + config_.tombstone_ttl, r.name});
+  if (!is_live(r.state)) {
+    tombstone_timers_.erase({r.state_since + config_.tombstone_ttl, r.name.str()});
+  }
   if (state != MemberState::kSuspect) clear_suspicion(r);
-  if (state == MemberState::kAlive) r.accuser.clear();
+  if (state == MemberState::kAlive) r.verdict.reset();  // accuser and buddy state go with it
   r.state = state;
   r.state_since = now;
   // Our own record is never reaped: a left node keeps answering probes until it exits.
-  if (!is_live(state) && r.name != self_.name) {
-    tombstone_timers_.emplace(now + config_.tombstone_ttl, r.name);
+  if (!is_live(state) && !is_self(r)) {
+    tombstone_timers_.emplace(now + config_.tombstone_ttl, r.name.str());
   }
 }
 
@@ -256,8 +404,8 @@ void Membership::start_suspicion(TimePoint now, Record& r, const std::string& ac
   s.k = curve.k;
   s.accusers.insert(accuser);
   s.deadline = now + curve_timeout(curve, 0);
-  r.accuser = accuser;
-  r.suspicion = std::move(s);
+  set_accuser(r, accuser);
+  r.verdict->suspicion = std::move(s);
   arm_suspicion_timer(now, r);
   ++stats_.suspicions;
 }
@@ -266,41 +414,41 @@ void Membership::start_suspicion(TimePoint now, Record& r, const std::string& ac
 // Last calls go at deadline - k * probe_timeout (k = kSuspicionLastCalls..1), one probe_timeout
 // apart at least, so each Ping has a probe_timeout to be answered.
 void Membership::arm_suspicion_timer(TimePoint now, Record& r) {
-  Suspicion& s = *r.suspicion;
-  if (s.timer != TimePoint{}) suspicion_timers_.erase({s.timer, r.name});
+  Suspicion& s = *suspicion_of(r);
+  if (s.timer != TimePoint{}) suspicion_timers_.erase({s.timer, r.name.str()});
   s.timer = s.deadline;
   const int calls_left = kSuspicionLastCalls - s.last_calls;
   if (calls_left > 0) {
     const TimePoint call = s.deadline - config_.probe_timeout * calls_left;
     s.timer = std::clamp(call, now, s.deadline);
   }
-  suspicion_timers_.emplace(s.timer, r.name);
+  suspicion_timers_.emplace(s.timer, r.name.str());
 }
 
 void Membership::suspicion_timer_fired(TimePoint now, Record& r, Effects& out) {
-  Suspicion& s = *r.suspicion;
+  Suspicion& s = *suspicion_of(r);
   if (now < s.deadline && s.last_calls < kSuspicionLastCalls) {
     // A last call: the Ping carries our verdict first, so a live suspect answers with its
     // refutation (or re-sends the one we missed). The Ack matches no probe; only its updates
     // count.
     ++s.last_calls;
-    send(out, r.name, r.address,
+    send(out, r.name.str(), r.address.str(),
          wire::Ping{.probe = next_seq_++,
-                    .target = r.name,
+                    .target = r.name.str(),
                     .target_generation = r.generation,
                     .updates = piggyback(&r)});
     s.timer = TimePoint{};
     arm_suspicion_timer(now, r);
     // The next one comes a probe_timeout later at the earliest (never past the deadline).
     if (s.timer < now + config_.probe_timeout && s.timer < s.deadline) {
-      suspicion_timers_.erase({s.timer, r.name});
+      suspicion_timers_.erase({s.timer, r.name.str()});
       s.timer = std::min(now + config_.probe_timeout, s.deadline);
-      suspicion_timers_.emplace(s.timer, r.name);
+      suspicion_timers_.emplace(s.timer, r.name.str());
     }
     return;
   }
   clear_suspicion(r);
-  r.accuser = self_.name;
+  set_accuser(r, self_.name);
   set_state(now, r, MemberState::kDead);
   ++stats_.deaths;
   emit(r, out);
@@ -309,8 +457,9 @@ void Membership::suspicion_timer_fired(TimePoint now, Record& r, Effects& out) {
 
 // Lifeguard: each independent confirmation moves the deadline down the logarithmic curve.
 bool Membership::confirm_suspicion(Record& r, const std::string& accuser) {
-  if (!r.suspicion) return false;
-  Suspicion& s = *r.suspicion;
+  Suspicion* suspicion = suspicion_of(r);
+  if (suspicion == nullptr) return false;
+  Suspicion& s = *suspicion;
   if (s.confirmations >= s.k) return false;
   if (!s.accusers.insert(accuser).second) return false;
   ++s.confirmations;
@@ -321,24 +470,27 @@ bool Membership::confirm_suspicion(Record& r, const std::string& accuser) {
 }
 
 void Membership::clear_suspicion(Record& r) {
-  if (!r.suspicion) return;
-  suspicion_timers_.erase({r.suspicion->timer, r.name});
-  r.suspicion.reset();
+  Suspicion* s = suspicion_of(r);
+  if (s == nullptr) return;
+  suspicion_timers_.erase({s->timer, r.name.str()});
+  r.verdict->suspicion.reset();
 }
 
 void Membership::emit(const Record& r, Effects& out) const {
-  if (r.name == self_.name) return;  // events are about other members
-  out.events.push_back(MemberEvent{
-      .name = r.name, .generation = r.generation, .state = r.state, .address = r.address});
+  if (is_self(r)) return;  // events are about other members
+  out.events.push_back(MemberEvent{.name = r.name.str(),
+                                   .generation = r.generation,
+                                   .state = r.state,
+                                   .address = r.address.str()});
 }
 
 MemberUpdate Membership::update_of(const Record& r) const {
-  return MemberUpdate{.name = r.name,
+  return MemberUpdate{.name = r.name.str(),
                       .generation = r.generation,
                       .incarnation = r.incarnation,
                       .state = r.state,
-                      .address = r.address,
-                      .from = r.state == MemberState::kAlive ? std::string{} : r.accuser};
+                      .address = r.address.str(),
+                      .from = r.state == MemberState::kAlive ? std::string{} : accuser_of(r)};
 }
 
 // ---- dissemination ------------------------------------------------------------------------------
@@ -369,7 +521,7 @@ std::vector<MemberUpdate> Membership::piggyback(const Record* about) {
   for (const QueueKey& key : queue_order_) {
     if (updates.size() >= kMaxPiggybackUpdates) break;
     const Queued& q = queue_.at(std::get<2>(key));
-    if (about != nullptr && q.update.name == about->name) continue;
+    if (about != nullptr && q.update.name == about->name.str()) continue;
     const std::size_t size = estimated_size(q.update);
     if (bytes + size > kMaxPiggybackBytes) break;
     bytes += size;
@@ -391,29 +543,32 @@ std::vector<MemberUpdate> Membership::piggyback(const Record* about) {
 
 std::vector<MemberUpdate> Membership::full_state() const {
   std::vector<MemberUpdate> state;
-  state.reserve(members_.size());
-  for (const auto& [name, r] : members_) state.push_back(update_of(r));
+  state.reserve(member_count_);
+  for (const Record& r : slots_) {
+    if (r.name) state.push_back(update_of(r));
+  }
   return state;
 }
 
 // k distinct random members other than self and `exclude`: alive or suspect, plus dead ones
 // within gossip_to_dead when asked. Small lists are shuffled so no candidate is missed
 // (memberlist PR#350); large ones are sampled with a bounded number of tries.
-std::vector<std::string> Membership::random_members(std::size_t k, bool include_recent_dead,
-                                                    const std::string& exclude, TimePoint now) {
-  std::vector<std::string> picked;
+std::vector<Membership::Slot> Membership::random_members(std::size_t k, bool include_recent_dead,
+                                                         const std::string& exclude,
+                                                         TimePoint now) {
+  std::vector<Slot> picked;
   if (k == 0) return picked;
-  const auto eligible = [&](const std::string& name) {
-    if (name == self_.name || name == exclude) return false;
-    const Record& r = members_.at(name);
+  const auto eligible = [&](Slot slot) {
+    const Record& r = slots_[slot];
+    if (!r.name || is_self(r) || (!exclude.empty() && r.name.str() == exclude)) return false;
     if (is_live(r.state)) return true;
     return include_recent_dead && r.state == MemberState::kDead &&
            now - r.state_since < config_.gossip_to_dead;
   };
-  if (names_.size() <= 64) {
-    std::vector<std::string> candidates;
-    for (const auto& name : names_) {
-      if (eligible(name)) candidates.push_back(name);
+  if (member_count_ <= 64) {
+    std::vector<Slot> candidates;
+    for (Slot slot = 0; slot < slots_.size(); ++slot) {
+      if (eligible(slot)) candidates.push_back(slot);
     }
     for (std::size_t i = 0; i < candidates.size() && picked.size() < k; ++i) {
       const std::size_t j = i + rng_.below(candidates.size() - i);
@@ -422,11 +577,11 @@ std::vector<std::string> Membership::random_members(std::size_t k, bool include_
     }
     return picked;
   }
-  for (std::size_t tries = 0; tries < 3 * names_.size() && picked.size() < k; ++tries) {
-    const std::string& name = names_[rng_.below(names_.size())];
-    if (!eligible(name)) continue;
-    if (std::find(picked.begin(), picked.end(), name) != picked.end()) continue;
-    picked.push_back(name);
+  for (std::size_t tries = 0; tries < 3 * slots_.size() && picked.size() < k; ++tries) {
+    const auto slot = static_cast<Slot>(rng_.below(slots_.size()));
+    if (!eligible(slot)) continue;
+    if (std::find(picked.begin(), picked.end(), slot) != picked.end()) continue;
+    picked.push_back(slot);
   }
   return picked;
 }
@@ -450,7 +605,7 @@ void Membership::apply_updates(TimePoint now, const std::vector<MemberUpdate>& u
 }
 
 void Membership::apply_self_update(const MemberUpdate& u) {
-  Record& me = members_.at(self_.name);
+  Record& me = at(self_.name);
   if (u.generation > self_.generation) return;  // a newer instance of our name: not ours to fix
   if (left_) return;                            // a left node does not refute
   if (u.generation < self_.generation) {
@@ -481,8 +636,8 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
   }
   MemberUpdate u = in;
   const std::string accuser = u.from.empty() ? via : u.from;
-  auto it = members_.find(u.name);
-  if (it == members_.end()) {
+  Record* found = find(u.name);
+  if (found == nullptr) {
     if (!is_live(u.state)) {
       // Remember the tombstone so stale alive gossip about this generation cannot revive it
       // (memberlist#312); it was never a member to us, so no event and no gossip.
@@ -496,7 +651,7 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
     enqueue(update_of(r));
     return;
   }
-  Record& r = it->second;
+  Record& r = *found;
   if (u.generation < r.generation) return;  // about a former life of the member
   // memberlist mergeState: a remote verdict about a member we see alive is evidence only.
   if (from_push_pull && is_live(r.state) && u.state == MemberState::kDead) {
@@ -509,8 +664,8 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
     clear_suspicion(r);
     r.generation = u.generation;
     r.incarnation = u.incarnation;
-    if (!u.address.empty()) r.address = u.address;
-    r.accuser = u.state == MemberState::kAlive ? std::string{} : accuser;
+    if (!u.address.empty() && u.address != r.address.str()) r.address = names_->intern(u.address);
+    if (u.state != MemberState::kAlive) set_accuser(r, accuser);
     set_state(now, r, u.state);
     if (u.state == MemberState::kSuspect) start_suspicion(now, r, accuser);
     if (is_live(old) || is_live(r.state) || old != r.state) emit(r, out);
@@ -523,7 +678,9 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
       // Only a strictly higher incarnation (the member's own refutation) wins; left is final.
       if (u.incarnation <= r.incarnation || r.state == MemberState::kLeft) return;
       r.incarnation = u.incarnation;
-      if (!u.address.empty()) r.address = u.address;
+      if (!u.address.empty() && u.address != r.address.str()) {
+        r.address = names_->intern(u.address);
+      }
       if (r.state != MemberState::kAlive) {
         set_state(now, r, MemberState::kAlive);
         emit(r, out);
@@ -558,7 +715,7 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
         // A graceful leave explains a death; a newer dead only bumps the version.
         if (u.state == MemberState::kLeft) {
           r.incarnation = u.incarnation;
-          r.accuser = accuser;
+          set_accuser(r, accuser);
           set_state(now, r, MemberState::kLeft);
           emit(r, out);
           enqueue(update_of(r));
@@ -568,7 +725,7 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
         return;
       }
       r.incarnation = u.incarnation;
-      r.accuser = accuser;
+      set_accuser(r, accuser);
       set_state(now, r, u.state);
       emit(r, out);
       enqueue(update_of(r));
@@ -582,8 +739,8 @@ void Membership::apply_update(TimePoint now, const MemberUpdate& in, const std::
 bool Membership::note_sender(TimePoint now, const Inbound& in, Effects& out) {
   if (in.from.empty()) return true;
   if (in.from == self_.name) return false;  // our own echo, or our former self
-  auto it = members_.find(in.from);
-  if (it == members_.end()) {
+  Record* found = find(in.from);
+  if (found == nullptr) {
     Record& r = add_record(now, MemberUpdate{.name = in.from,
                                              .generation = in.from_generation,
                                              .incarnation = 0,
@@ -595,13 +752,15 @@ bool Membership::note_sender(TimePoint now, const Inbound& in, Effects& out) {
     enqueue(update_of(r));
     return true;
   }
-  Record& r = it->second;
+  Record& r = *found;
   if (in.from_generation < r.generation) return false;
   if (in.from_generation > r.generation) {
     clear_suspicion(r);
     r.generation = in.from_generation;
     r.incarnation = 0;
-    if (!in.from_address.empty()) r.address = in.from_address;
+    if (!in.from_address.empty() && in.from_address != r.address.str()) {
+      r.address = names_->intern(in.from_address);
+    }
     set_state(now, r, MemberState::kAlive);
     emit(r, out);
     enqueue(update_of(r));
@@ -622,14 +781,17 @@ void Membership::on_message(TimePoint now, const Inbound& in, Effects& out) {
   // rather than when our next probe or gossip happens to pick it. Pings are already answered
   // with the verdict.
   if (left_ || std::holds_alternative<wire::Ping>(in.message)) return;
-  const auto it = members_.find(in.from);
-  if (it == members_.end()) return;
-  Record& r = it->second;
+  Record* found = find(in.from);
+  if (found == nullptr) return;
+  Record& r = *found;
   if (r.state != MemberState::kSuspect && r.state != MemberState::kDead) return;
   if (r.generation != in.from_generation) return;
-  if (r.buddy_sent != TimePoint{} && now - r.buddy_sent < config_.gossip_interval) return;
-  r.buddy_sent = now;
-  send(out, r.name, in.from_address, wire::Ack{.probe = 0, .updates = piggyback(&r)});
+  // Suspect and dead records always hold a verdict (set_accuser runs before each such state).
+  if (r.verdict == nullptr) std::abort();
+  TimePoint& buddy_sent = r.verdict->buddy_sent;
+  if (buddy_sent != TimePoint{} && now - buddy_sent < config_.gossip_interval) return;
+  buddy_sent = now;
+  send(out, r.name.str(), in.from_address, wire::Ack{.probe = 0, .updates = piggyback(&r)});
 }
 
 void Membership::handle(TimePoint now, const Inbound& in, const wire::Ping& m, Effects& out) {
@@ -638,9 +800,8 @@ void Membership::handle(TimePoint now, const Inbound& in, const wire::Ping& m, E
   // former generation of ours is answered, so the prober learns of the restart.
   if (!m.target.empty() && m.target != self_.name) return;
   if (m.target_generation > self_.generation) return;
-  const auto it = members_.find(in.from);
-  const Record* about =
-      (it != members_.end() && it->second.state != MemberState::kAlive) ? &it->second : nullptr;
+  const Record* about = find(in.from);
+  if (about != nullptr && about->state == MemberState::kAlive) about = nullptr;
   send(out, in.from, in.from_address, wire::Ack{.probe = m.probe, .updates = piggyback(about)});
 }
 
@@ -656,9 +817,8 @@ void Membership::handle(TimePoint now, const Inbound& in, const wire::Ack& m, Ef
   if (relay != relays_.end()) {
     const Relay r = relay->second;
     relays_.erase(relay);
-    const auto it = members_.find(r.requester);
-    const Record* about =
-        (it != members_.end() && it->second.state != MemberState::kAlive) ? &it->second : nullptr;
+    const Record* about = find(r.requester);
+    if (about != nullptr && about->state == MemberState::kAlive) about = nullptr;
     send(out, r.requester, r.requester_address,
          wire::Ack{.probe = r.requester_probe, .updates = piggyback(about)});
   }
@@ -676,9 +836,8 @@ void Membership::handle(TimePoint now, const Inbound& in, const wire::PingReq& m
                              .nacked = false,
                              .nack_at = now + config_.probe_timeout * 4 / 5,
                              .expires = now + config_.probe_interval});
-  const auto it = members_.find(m.target);
-  const Record* about =
-      (it != members_.end() && it->second.state != MemberState::kAlive) ? &it->second : nullptr;
+  const Record* about = find(m.target);
+  if (about != nullptr && about->state == MemberState::kAlive) about = nullptr;
   send(out, m.target, m.target_address,
        wire::Ping{.probe = seq,
                   .target = m.target,
@@ -775,8 +934,8 @@ void Membership::tick(TimePoint now, Effects& out) {
   while (!suspicion_timers_.empty() && suspicion_timers_.begin()->first <= now) {
     const std::string name = suspicion_timers_.begin()->second;
     suspicion_timers_.erase(suspicion_timers_.begin());
-    Record& r = members_.at(name);
-    r.suspicion->timer = TimePoint{};  // erased above
+    Record& r = at(name);
+    suspicion_of(r)->timer = TimePoint{};  // erased above
     suspicion_timer_fired(now, r, out);
   }
   while (!tombstone_timers_.empty() && tombstone_timers_.begin()->first <= now) {
@@ -804,9 +963,10 @@ void Membership::tick(TimePoint now, Effects& out) {
     next_rejoin_ = now + config_.rejoin_interval;
     bool seed_is_member = false;
     bool seed_is_other = false;
-    for (const auto& [name, r] : members_) {
-      if (name == self_.name) continue;
-      if (std::find(seeds_.begin(), seeds_.end(), r.address) != seeds_.end() && is_live(r.state)) {
+    for (const Record& r : slots_) {
+      if (!r.name || is_self(r)) continue;
+      if (is_live(r.state) &&
+          std::find(seeds_.begin(), seeds_.end(), r.address.str()) != seeds_.end()) {
         seed_is_member = true;
         break;
       }
@@ -823,8 +983,8 @@ const Membership::Record* Membership::next_probe_target() {
       if (reshuffled) return nullptr;  // a whole pass found nobody to probe
       reshuffled = true;
       probe_order_.clear();
-      for (const auto& name : names_) {
-        if (name != self_.name) probe_order_.push_back(name);
+      for (Slot slot = 0; slot < slots_.size(); ++slot) {
+        if (slots_[slot].name && !is_self(slots_[slot])) probe_order_.push_back(slot);
       }
       for (std::size_t i = probe_order_.size(); i > 1; --i) {
         std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
@@ -832,10 +992,8 @@ const Membership::Record* Membership::next_probe_target() {
       probe_index_ = 0;
       if (probe_order_.empty()) return nullptr;
     }
-    const auto it = members_.find(probe_order_[probe_index_++]);
-    if (it != members_.end() && it->first != self_.name && is_live(it->second.state)) {
-      return &it->second;
-    }
+    const Record& r = slots_[probe_order_[probe_index_++]];
+    if (r.name && !is_self(r) && is_live(r.state)) return &r;
   }
 }
 
@@ -848,9 +1006,9 @@ void Membership::start_probe(TimePoint now, Effects& out) {
   }
   Probe p;
   p.seq = next_seq_++;
-  p.target = target->name;
+  p.target = target->name.str();
   p.generation = target->generation;
-  p.address = target->address;
+  p.address = target->address.str();
   p.timeout_at = now + config_.probe_timeout * scale;
   p.interval_end = now + config_.probe_interval * scale;
   next_probe_ = p.interval_end;
@@ -868,14 +1026,14 @@ void Membership::send_indirect(TimePoint now, Effects& out) {
   Probe& p = *probe_;
   p.indirect_sent = true;
   ++stats_.probe_timeouts;
-  std::vector<std::string> relays;
+  std::vector<Slot> relays;
   {
     // PingReq goes to alive members only (memberlist), never to the target itself.
-    std::vector<std::string> candidates = random_members(
+    const std::vector<Slot> candidates = random_members(
         static_cast<std::size_t>(std::max(config_.indirect_probes, 0)) * 2, false, p.target, now);
-    for (const auto& name : candidates) {
+    for (const Slot slot : candidates) {
       if (relays.size() >= static_cast<std::size_t>(std::max(config_.indirect_probes, 0))) break;
-      if (members_.at(name).state == MemberState::kAlive) relays.push_back(name);
+      if (slots_[slot].state == MemberState::kAlive) relays.push_back(slot);
     }
   }
   p.expected_nacks = static_cast<int>(relays.size());
@@ -883,10 +1041,10 @@ void Membership::send_indirect(TimePoint now, Effects& out) {
   const std::uint64_t generation = p.generation;
   const std::string address = p.address;
   const std::uint64_t seq = p.seq;
-  for (const auto& name : relays) {
+  for (const Slot slot : relays) {
     ++stats_.indirect_probes;
-    const Record& relay = members_.at(name);
-    send(out, name, relay.address,
+    const Record& relay = slots_[slot];
+    send(out, relay.name.str(), relay.address.str(),
          wire::PingReq{.probe = seq,
                        .target = target,
                        .target_generation = generation,
@@ -905,17 +1063,15 @@ void Membership::finish_probe(TimePoint now, Effects& out) {
   } else {
     raise_health(+1);
   }
-  const auto it = members_.find(p.target);
-  if (it == members_.end() || it->second.generation != p.generation || !is_live(it->second.state)) {
-    return;
-  }
-  const Record& r = it->second;
+  const Record* found = find(p.target);
+  if (found == nullptr || found->generation != p.generation || !is_live(found->state)) return;
+  const Record& r = *found;
   apply_update(now,
-               MemberUpdate{.name = r.name,
+               MemberUpdate{.name = r.name.str(),
                             .generation = r.generation,
                             .incarnation = r.incarnation,
                             .state = MemberState::kSuspect,
-                            .address = r.address,
+                            .address = r.address.str(),
                             .from = self_.name},
                self_.name, /*from_push_pull=*/false, out);
 }
@@ -924,22 +1080,22 @@ void Membership::gossip(TimePoint now, Effects& out) {
   if (queue_.empty()) return;
   const auto targets = random_members(static_cast<std::size_t>(std::max(config_.gossip_fanout, 0)),
                                       /*include_recent_dead=*/true, std::string{}, now);
-  for (const auto& name : targets) {
+  for (const Slot slot : targets) {
     if (queue_.empty()) break;
-    const Record& r = members_.at(name);
+    const Record& r = slots_[slot];
     const Record* about = r.state == MemberState::kAlive ? nullptr : &r;
-    send(out, name, r.address, wire::Ack{.probe = 0, .updates = piggyback(about)});
+    send(out, r.name.str(), r.address.str(), wire::Ack{.probe = 0, .updates = piggyback(about)});
   }
 }
 
 void Membership::push_pull(TimePoint now, Effects& out) {
   const auto picked = random_members(4, false, std::string{}, now);
-  for (const auto& name : picked) {
-    if (members_.at(name).state == MemberState::kAlive) {
-      const Record& r = members_.at(name);
-      send(out, name, r.address,
+  for (const Slot slot : picked) {
+    const Record& r = slots_[slot];
+    if (r.state == MemberState::kAlive) {
+      send(out, r.name.str(), r.address.str(),
            wire::PushPullDigest{.digest = digest(),
-                                .members = static_cast<std::uint32_t>(members_.size()),
+                                .members = static_cast<std::uint32_t>(member_count_),
                                 .reply = false});
       return;
     }
@@ -950,8 +1106,8 @@ void Membership::push_pull(TimePoint now, Effects& out) {
 // about one attempt per failed member per interval.
 void Membership::reconnect(TimePoint now, Effects& out) {
   std::vector<const Record*> failed;
-  for (const auto& [name, r] : members_) {
-    if (r.state == MemberState::kDead && now - r.state_since < config_.tombstone_ttl) {
+  for (const Record& r : slots_) {
+    if (r.name && r.state == MemberState::kDead && now - r.state_since < config_.tombstone_ttl) {
       failed.push_back(&r);
     }
   }
@@ -961,9 +1117,9 @@ void Membership::reconnect(TimePoint now, Effects& out) {
   if (rng_.unit() >= probability) return;
   const Record* target = failed[rng_.below(failed.size())];
   // The Ping carries our verdict about the target so that, if it is alive, it refutes.
-  send(out, target->name, target->address,
+  send(out, target->name.str(), target->address.str(),
        wire::Ping{.probe = next_seq_++,
-                  .target = target->name,
+                  .target = target->name.str(),
                   .target_generation = target->generation,
                   .updates = piggyback(target)});
 }
@@ -983,7 +1139,7 @@ void Membership::join(TimePoint now, const std::vector<std::string>& seed_addres
   if (left_) return;
   seeds_ = seed_addresses;
   next_rejoin_ = seeds_.empty() ? kNever : now + config_.rejoin_interval;
-  enqueue(update_of(members_.at(self_.name)));
+  enqueue(update_of(at(self_.name)));
   send_join(out);
 }
 
@@ -992,16 +1148,16 @@ void Membership::leave(TimePoint now, Effects& out) {
   if (left_) return;
   left_ = true;
   probe_.reset();
-  Record& me = members_.at(self_.name);
+  Record& me = at(self_.name);
   ++me.incarnation;
-  me.accuser = self_.name;
+  set_accuser(me, self_.name);
   set_state(now, me, MemberState::kLeft);
   enqueue(update_of(me));
   const auto targets = random_members(static_cast<std::size_t>(std::max(config_.gossip_fanout, 1)),
                                       false, std::string{}, now);
-  for (const auto& name : targets) {
-    const Record& r = members_.at(name);
-    send(out, name, r.address, wire::Ack{.probe = 0, .updates = piggyback(nullptr)});
+  for (const Slot slot : targets) {
+    const Record& r = slots_[slot];
+    send(out, r.name.str(), r.address.str(), wire::Ack{.probe = 0, .updates = piggyback(nullptr)});
   }
 }
 

@@ -34,7 +34,9 @@
 //  - reconnect: every reconnect_interval one dead member is pinged again with probability
 //    failed/alive (Serf), the Ping carrying our verdict so it refutes; seeds are re-joined
 //    every rejoin_interval while none is a live member, so healed partitions merge;
-//  - join through seed addresses (PushPullState join) and graceful leave (kLeft).
+//  - join through seed addresses (PushPullState join) and graceful leave (kLeft);
+//  - bulk bootstrap: seed_members() adds a known member list at once, without the join storm
+//    (for the simulator at 10,000 nodes and for a daemon restarting with a known member list).
 //
 // Ordering of member records: (generation, incarnation) first, then alive < suspect < dead/left.
 //
@@ -54,15 +56,25 @@
 // never reported); a tombstone heard about a member never seen is recorded silently.
 // next_deadline() may be <= now after on_message (the caller then ticks at once); after tick it
 // is always later than now. Above 64 members random picks sample; below they shuffle.
-// Thread safety: none; one owner calls everything. Randomness comes only from the seeded Rng.
+// Memory: one compact record per member (about 70 bytes with its index entries); names and
+// addresses are interned in a NameTable, shared between instances when the caller passes one
+// (the simulator: 10,000 instances x 10,000 records), and per-member heap objects exist only
+// for members that are not alive (accuser, suspicion).
+// Thread safety: none; one owner calls everything (instances sharing a NameTable: one thread
+// for all of them). Randomness comes only from the seeded Rng.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "daemon/config/config.h"
@@ -73,6 +85,65 @@
 namespace elastic::membership {
 
 using wire::MemberState;
+
+// NameTable: interned, reference-counted, immutable strings (member names and addresses), so
+// that a process running thousands of Membership instances stores each distinct name once
+// rather than once per instance and record. A Ref keeps its string alive and compares by
+// identity (two Refs of one table are equal exactly when their strings are). Ownership: the
+// table must outlive its Refs (each Membership holds a shared_ptr to its table). Thread safety:
+// none, not even between instances that share a table. Errors: none; destroying a table that
+// still has Refs aborts.
+class NameTable {
+ public:
+  struct Entry {
+    std::string text;
+    std::uint64_t hash = 0;  // hash_of(text)
+    std::uint32_t refs = 0;
+    NameTable* table = nullptr;
+  };
+
+  class Ref {
+   public:
+    Ref() = default;
+    Ref(const Ref& other) : entry_(other.entry_) {
+      if (entry_ != nullptr) ++entry_->refs;
+    }
+    Ref(Ref&& other) noexcept : entry_(other.entry_) { other.entry_ = nullptr; }
+    Ref& operator=(Ref other) noexcept {
+      std::swap(entry_, other.entry_);
+      return *this;
+    }
+    ~Ref() {
+      if (entry_ != nullptr && --entry_->refs == 0) entry_->table->release(entry_);
+    }
+    explicit operator bool() const { return entry_ != nullptr; }
+    // "" for a null Ref.
+    const std::string& str() const { return entry_ != nullptr ? entry_->text : empty(); }
+    std::uint64_t hash() const { return entry_ != nullptr ? entry_->hash : hash_of({}); }
+    friend bool operator==(const Ref& a, const Ref& b) { return a.entry_ == b.entry_; }
+
+   private:
+    friend class NameTable;
+    explicit Ref(Entry* entry) : entry_(entry) { ++entry_->refs; }
+    static const std::string& empty();
+    Entry* entry_ = nullptr;
+  };
+
+  NameTable() = default;
+  NameTable(const NameTable&) = delete;
+  NameTable& operator=(const NameTable&) = delete;
+  ~NameTable();
+
+  // The Ref of `text`; a null Ref for "".
+  Ref intern(std::string_view text);
+  std::size_t size() const { return entries_.size(); }
+  // FNV-1a mixed with splitmix64's finaliser: a well-spread 64-bit hash of a name.
+  static std::uint64_t hash_of(std::string_view text);
+
+ private:
+  void release(Entry* entry);
+  std::unordered_map<std::string_view, std::unique_ptr<Entry>> entries_;  // keys view Entry::text
+};
 
 struct Self {
   std::string name;
@@ -131,7 +202,17 @@ struct Stats {
 
 class Membership {
  public:
-  Membership(Self self, const config::MembershipConfig& config, std::uint64_t seed, TimePoint now);
+  // `names` may be shared with other instances driven by the same thread (the simulator);
+  // nullptr gives this instance a private table.
+  Membership(Self self, const config::MembershipConfig& config, std::uint64_t seed, TimePoint now,
+             std::shared_ptr<NameTable> names = nullptr);
+
+  // Bulk bootstrap, for the simulator and for a daemon restarting with a known member list:
+  // adds every listed member this node does not know yet, as given (alive ones alive, a suspect
+  // with a fresh suspicion, dead/left ones as tombstones), without messages, gossip or events
+  // (the caller knows the list it passed). Known members, self and empty names are skipped.
+  // O(members); call it before or instead of join().
+  void seed_members(TimePoint now, const std::vector<wire::MemberUpdate>& members);
 
   // Sends a join (this node's state) to every seed address; answers merge their state.
   void join(TimePoint now, const std::vector<std::string>& seed_addresses, Effects& out);
@@ -147,6 +228,7 @@ class Membership {
 
   std::vector<MemberView> members() const;  // every known member, self included, by name
   std::size_t alive_count() const;          // alive + suspect, self included
+  std::size_t member_count() const { return member_count_; }  // every record, self included
   const Self& self() const { return self_; }
   const Stats& stats() const { return stats_; }
 
@@ -174,6 +256,8 @@ class Membership {
   static constexpr int kSuspicionLastCalls = 2;
 
  private:
+  using Name = NameTable::Ref;
+  using Slot = std::uint32_t;  // a record's position in slots_
   struct Suspicion {
     TimePoint start{};
     Duration min{};
@@ -185,17 +269,22 @@ class Membership {
     TimePoint timer{};   // its key in suspicion_timers_: the next last call, then the deadline
     int last_calls = 0;  // verdict Pings sent to the suspect ahead of the deadline
   };
-  struct Record {
-    std::string name;
-    std::uint64_t generation = 0;
-    std::uint32_t incarnation = 0;
-    MemberState state = MemberState::kAlive;
-    std::string address;
-    std::string accuser;  // who declared it suspect/dead/left
-    TimePoint last_heard{};
-    TimePoint state_since{};
+  // What only a member that is not alive needs; allocated on the first verdict, freed on alive.
+  struct Verdict {
+    Name accuser;            // who declared it suspect/dead/left
     TimePoint buddy_sent{};  // when we last told it our suspect/dead verdict unasked
     std::optional<Suspicion> suspicion;
+  };
+  // Kept small on purpose: a 10,000-node simulation holds 10^8 of them.
+  struct Record {
+    Name name;  // null: a free slot
+    Name address;
+    std::uint64_t generation = 0;
+    TimePoint last_heard{};
+    TimePoint state_since{};
+    std::unique_ptr<Verdict> verdict;
+    std::uint32_t incarnation = 0;
+    MemberState state = MemberState::kAlive;
   };
   struct Probe {
     std::uint64_t seq = 0;
@@ -227,6 +316,20 @@ class Membership {
   // Queue order: fewest transmissions first, then newest first (~id), then name.
   using QueueKey = std::tuple<int, std::uint64_t, std::string>;
 
+  // Record storage: slots_ (a deque, so references stay valid while records are added) with a
+  // free list, and an open-addressing index by name (linear probing, slot + 1, 0 = empty).
+  std::optional<Slot> lookup(std::string_view name) const;
+  Record* find(std::string_view name);
+  const Record* find(std::string_view name) const;
+  Record& at(std::string_view name);  // aborts when absent: callers hold a known name
+  void index_insert(Slot slot);
+  void index_erase(Slot slot);
+  void index_reserve(std::size_t members);
+  bool is_self(const Record& r) const { return r.name == self_name_; }
+  const std::string& accuser_of(const Record& r) const;
+  void set_accuser(Record& r, const std::string& accuser);
+  Suspicion* suspicion_of(Record& r);
+
   Record& add_record(TimePoint now, const wire::MemberUpdate& u);
   void remove_record(const std::string& name);
   void set_state(TimePoint now, Record& r, MemberState state);
@@ -241,8 +344,8 @@ class Membership {
   std::vector<wire::MemberUpdate> piggyback(const Record* about);
   std::vector<wire::MemberUpdate> full_state() const;
   static std::uint64_t digest_of(const std::vector<wire::MemberUpdate>& members);
-  std::vector<std::string> random_members(std::size_t k, bool include_recent_dead,
-                                          const std::string& exclude, TimePoint now);
+  std::vector<Slot> random_members(std::size_t k, bool include_recent_dead,
+                                   const std::string& exclude, TimePoint now);
   const Record* next_probe_target();
   void raise_health(int delta);
   void send(Effects& out, const std::string& to, const std::string& address,
@@ -271,17 +374,21 @@ class Membership {
   void push_pull(TimePoint now, Effects& out);
   void reconnect(TimePoint now, Effects& out);
 
+  std::shared_ptr<NameTable> names_;  // first, so it outlives every Ref below
   Self self_;
+  Name self_name_;
   config::MembershipConfig config_;
   Rng rng_;
   Stats stats_;
   bool left_ = false;
-  std::map<std::string, Record> members_;  // self included; ordered, so iteration is stable
-  std::vector<std::string> names_;         // the keys of members_, sorted, for random picks
-  std::size_t live_count_ = 0;             // alive + suspect, self included
+  std::deque<Record> slots_;  // self included; free slots have a null name
+  std::vector<Slot> free_slots_;
+  std::vector<Slot> index_;  // power-of-two size, at most 70% full
+  std::size_t member_count_ = 0;
+  std::size_t live_count_ = 0;  // alive + suspect, self included
   std::vector<std::string> seeds_;
 
-  std::vector<std::string> probe_order_;  // shuffled round-robin list (may hold removed names)
+  std::vector<Slot> probe_order_;  // shuffled round-robin list (may hold freed or reused slots)
   std::size_t probe_index_ = 0;
   std::optional<Probe> probe_;
   std::uint64_t next_seq_ = 1;  // probe numbers; 0 marks a pure gossip Ack

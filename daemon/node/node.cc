@@ -1,9 +1,11 @@
 #include "daemon/node/node.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
@@ -16,6 +18,7 @@
 #include <random>
 
 #include "daemon/control/server.h"
+#include "daemon/rendezvous/job_codec.h"
 #include "daemon/transport/generation.h"
 #include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/codec.h"
@@ -190,9 +193,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   Node* self = node.get();
   auto server = control::Server::open(
       config.control.socket,
-      [self](const control::Request& request, const control::PeerCredentials& peer) {
-        return self->handle_control(request, peer);
-      });
+      [self](const control::Request& request, const control::PeerCredentials& peer,
+             control::ReplyHandle handle) { return self->handle_control(request, peer, handle); });
   if (!server.ok()) {
     failure = {config::kExitUnavailable, server.error().message + " (control.socket)"};
     return nullptr;
@@ -204,12 +206,42 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   node->membership_ = std::make_unique<membership::Membership>(
       membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
       clock_now());
+
+  node->jobs_.set_member_check([self](const std::string& name) {
+    for (const membership::MemberView& m : self->membership_->members()) {
+      if (m.name == name) return m.state == membership::MemberState::kAlive;
+    }
+    return false;
+  });
+  // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
+  node->voters_ = effective_voters(config, node->name_);
+  OpenFailure raft_failure;
+  node->consensus_ = ConsensusHost::open(config, node->name_, node->generation_, node->jobs_,
+                                         clock_now(), raft_failure);
+  if (!node->consensus_) {
+    failure = {raft_failure.exit_code, raft_failure.message};
+    return nullptr;
+  }
+  node->rounds_ = std::make_unique<RoundService>(
+      node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,
+      RoundService::Hooks{.send = [self](const std::string& to, const std::string& address,
+                                         wire::Envelope envelope) {
+        if (address.empty()) {
+          self->send_to(to, std::move(envelope));
+          return;
+        }
+        ++self->sends_attempted_;
+        (void)self->transport_->send(transport::PeerAddress{.address = address, .name = to},
+                                     std::move(envelope));
+      }});
   return node;
 }
 
 Node::~Node() {
   // Control first (it calls back into this Node), then the transport's sockets.
   control_.reset();
+  rounds_.reset();
+  consensus_.reset();
   membership_.reset();
   transport_.reset();
   if (signal_fd_ >= 0) ::close(signal_fd_);
@@ -233,10 +265,7 @@ int Node::run() {
 
   while (!stop_) {
     TimePoint now = clock_now();
-    // Wake at least once a second so idle peers get closed even when membership is quiet.
-    const TimePoint deadline = std::min(
-        {membership_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
-    const Duration wait = std::max(Duration::zero(), deadline - now);
+    const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
     transport::Received received = transport_->receive(wait, {control_->fd(), signal_fd_});
     now = clock_now();
     effects = {};
@@ -249,16 +278,69 @@ int Node::run() {
     if (stop_) break;
     membership_->tick(now, effects);
     carry_out(now, std::move(effects));
+    if (consensus_) {
+      consensus_->tick(now);
+      const bool leading = consensus_->is_leader();
+      rounds_->lead(now, leading, jobs_.table(),
+                    leading ? membership_->members() : std::vector<membership::MemberView>{},
+                    consensus_.get());
+      flush_consensus();
+      if (consensus_->failed()) {
+        exit_code_ = kExitIoError;
+        break;
+      }
+    }
+    rounds_->tick(now);
+    expire_calls(now);
     transport_->close_idle(now);
   }
   leave_gracefully();
+  for (auto& [id, call] : calls_) {
+    control_->reply(
+        control::ReplyHandle{.fd = static_cast<int>(call.handle_fd), .serial = call.handle_serial},
+        control::encode_error_reply("The daemon is stopping."));
+  }
+  calls_.clear();
   spdlog::info("elasticd stopped: name={} generation={}", name_, generation_);
-  return 0;
+  return exit_code_;
+}
+
+TimePoint Node::next_deadline(TimePoint now) const {
+  // Wake at least once a second so idle peers get closed even when membership is quiet.
+  TimePoint deadline = std::min(
+      {membership_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
+  if (consensus_) deadline = std::min(deadline, consensus_->next_deadline());
+  deadline = std::min(deadline, rounds_->next_deadline());
+  for (const auto& [id, call] : calls_) {
+    deadline = std::min({deadline, call.deadline, call.attempt_deadline});
+  }
+  return deadline;
 }
 
 void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
                    membership::Effects& effects) {
   for (wire::Envelope& envelope : envelopes) {
+    if (wire::is_raft_type(envelope.type)) {
+      if (consensus_) {
+        consensus_->on_envelope(now, envelope);
+      } else {
+        ++undecodable_bodies_;  // Raft traffic to a non-voter: misconfigured or hostile
+      }
+      continue;
+    }
+    if (envelope.type == wire::MsgType::kForwardRequest) {
+      on_forward_request(now, envelope);
+      continue;
+    }
+    if (envelope.type == wire::MsgType::kRoundStart || rendezvous::is_job_type(envelope.type) ||
+        rendezvous::is_lease_type(envelope.type)) {
+      rounds_->on_envelope(now, envelope);
+      continue;
+    }
+    if (envelope.type == wire::MsgType::kForwardReply) {
+      on_forward_reply(now, envelope);
+      continue;
+    }
     auto message = wire::decode_membership(envelope.type, envelope.body);
     if (!message.ok()) {
       // The transport checked the envelope; a body that does not decode is still hostile.
@@ -273,6 +355,23 @@ void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
                                                 .from_address = std::move(envelope.sender_address),
                                                 .message = std::move(message.value())},
                             effects);
+  }
+  if (consensus_) flush_consensus();
+}
+
+bool Node::send_to(const std::string& name, wire::Envelope envelope) {
+  const auto found = addresses_.find(name);
+  if (found == addresses_.end()) return false;
+  ++sends_attempted_;
+  return transport_
+      ->send(transport::PeerAddress{.address = found->second, .name = name}, std::move(envelope))
+      .ok();
+}
+
+void Node::flush_consensus() {
+  for (ConsensusHost::Outgoing& out : consensus_->take_sends()) {
+    // Lost Raft messages are retried by Raft itself (heartbeats repair), so failures only count.
+    send_to(out.to, std::move(out.envelope));
   }
 }
 
@@ -326,6 +425,8 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
     auto [it, inserted] = logged_states_.try_emplace({event.name, event.generation}, event.state);
     const char* old_state = inserted ? "none" : state_name(it->second);
     it->second = event.state;
+    if (!event.address.empty()) addresses_[event.name] = event.address;
+    if (consensus_) consensus_->learn_name(event.name);
     spdlog::info("member {} gen {}: {} -> {} ({})", event.name, event.generation, old_state,
                  state_name(event.state), event.address);
   }
@@ -365,11 +466,45 @@ control::SelfInfo Node::self_info(TimePoint now) const {
                            .uptime_s = to_ms(now - started_) / 1000.0};
 }
 
-std::string Node::handle_control(const control::Request& request,
-                                 const control::PeerCredentials& peer) {
+bool Node::is_admin(const control::PeerCredentials& peer) const {
+  if (peer.uid == 0) return true;
+  if (config_.control.admin_group.empty()) return false;
+  const group* admins = ::getgrnam(config_.control.admin_group.c_str());
+  if (admins == nullptr) return false;
+  if (peer.gid == admins->gr_gid) return true;
+  // Supplementary groups: the user's name in the group's member list.
+  const passwd* user = ::getpwuid(peer.uid);
+  if (user == nullptr) return false;
+  for (char** member = admins->gr_mem; *member != nullptr; ++member) {
+    if (std::strcmp(*member, user->pw_name) == 0) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> Node::handle_control(const control::Request& request,
+                                                const control::PeerCredentials& peer,
+                                                control::ReplyHandle handle) {
   spdlog::debug("control request \"{}\" from pid {} uid {} gid {}", request.verb, peer.pid,
                 peer.uid, peer.gid);
   const TimePoint now = clock_now();
+  if (is_leader_verb(request.verb)) {
+    const std::uint64_t id = next_call_id_++;
+    Call call;
+    call.request = ClientRequest{
+        .verb = request.verb,
+        .args = request.text,
+        .uid = static_cast<std::uint32_t>(peer.uid),
+        .gid = static_cast<std::uint32_t>(peer.gid),
+        .admin = is_admin(peer),
+        .client_id = name_ + "/" + std::to_string(generation_) + "/" + std::to_string(id),
+        .client_seq = 1};
+    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
+    call.handle_serial = handle.serial;
+    call.deadline = now + kClientRequestTimeout;
+    calls_.emplace(id, std::move(call));
+    dispatch(now, id);
+    return std::nullopt;
+  }
   if (request.verb == "nodes") {
     control::NodesReply reply;
     reply.self = self_info(now);
@@ -430,10 +565,192 @@ std::string Node::handle_control(const control::Request& request,
           break;
       }
     }
+    control::ConsensusInfo& raft = reply.consensus;
+    const RaftStatus status = consensus_->status();
+    raft.voters = status.voters;
+    raft.voter = status.voter;
+    raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
+    if (status.voter) {
+      raft.role = status.role;
+      raft.term = status.term;
+      raft.commit_index = status.commit_index;
+      raft.last_index = status.last_index;
+      raft.jobs = jobs_.job_count();
+    }
     return control::encode_reply(reply);
   }
-  return control::encode_error_reply("Unknown request \"" + request.verb +
-                                     "\"; this daemon answers \"nodes\" and \"status\".");
+  return control::encode_error_reply(
+      "Unknown request \"" + request.verb +
+      "\"; this daemon answers \"nodes\", \"status\", \"submit\", \"cancel\", \"jobs\", "
+      "\"job\" and \"voters\".");
+}
+
+void Node::dispatch(TimePoint now, std::uint64_t id) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return;
+  Call& call = it->second;
+  ++call.attempts;
+  call.in_flight = true;
+  if (consensus_ && consensus_->is_leader()) {
+    call.attempt_deadline = call.deadline;  // the proposal answers, or leadership moves
+    jobs_.serve(now, call.request, *consensus_,
+                [this, id](ForwardOutcome outcome, std::string body) {
+                  const auto found = calls_.find(id);
+                  if (found == calls_.end()) return;
+                  if (outcome == ForwardOutcome::kRedirect) {
+                    // Not the leader after all (or deposed before the commit): try again where it
+                    // moved.
+                    found->second.in_flight = false;
+                    found->second.last_error = body;
+                    found->second.attempt_deadline = clock_now() + std::chrono::milliseconds(50);
+                    return;
+                  }
+                  finish_call(id, outcome == ForwardOutcome::kOk, body);
+                });
+    if (consensus_) flush_consensus();
+    return;
+  }
+  // Whom to ask: the leader we believe in, else the voters in turn (never ourselves): the
+  // current set as this node's Raft knows it, plus the configured initial set.
+  std::string target = consensus_->leader();
+  if (target.empty()) target = leader_hint_;
+  if (target.empty() || target == name_) {
+    target.clear();
+    std::vector<std::string> voters = consensus_->voters();
+    for (const std::string& v : voters_) {
+      if (std::find(voters.begin(), voters.end(), v) == voters.end()) voters.push_back(v);
+    }
+    for (std::size_t i = 0; i < voters.size() && target.empty(); ++i) {
+      const std::string& voter = voters[next_voter_++ % voters.size()];
+      if (voter != name_) target = voter;
+    }
+  }
+  if (target.empty()) {
+    // A lone voter that is not leader yet: it will be in an election timeout or two.
+    call.in_flight = false;
+    call.last_error = "no leader is elected yet";
+    call.attempt_deadline = now + std::chrono::milliseconds(50);
+    return;
+  }
+  wire::Envelope envelope;
+  envelope.type = wire::MsgType::kForwardRequest;
+  envelope.body = encode_forward(ForwardRequest{.id = id,
+                                                .verb = call.request.verb,
+                                                .args = call.request.args,
+                                                .uid = call.request.uid,
+                                                .gid = call.request.gid,
+                                                .admin = call.request.admin,
+                                                .client_seq = id});
+  if (!send_to(target, std::move(envelope))) {
+    call.in_flight = false;
+    call.last_error = target + " is not reachable";
+    leader_hint_.clear();
+    call.attempt_deadline = now + std::chrono::milliseconds(100);
+    return;
+  }
+  call.attempt_deadline = now + kForwardAttemptTimeout;
+  call.last_error = target + " did not answer";
+}
+
+void Node::finish_call(std::uint64_t id, bool ok, const std::string& body) {
+  const auto it = calls_.find(id);
+  if (it == calls_.end()) return;
+  const control::ReplyHandle handle{.fd = static_cast<int>(it->second.handle_fd),
+                                    .serial = it->second.handle_serial};
+  calls_.erase(it);
+  control_->reply(handle, ok ? body : control::encode_error_reply(body));
+}
+
+void Node::expire_calls(TimePoint now) {
+  std::vector<std::uint64_t> due;
+  for (auto& [id, call] : calls_) {
+    if (now >= call.deadline) {
+      std::string voters;
+      for (const std::string& voter : voters_) voters += (voters.empty() ? "" : ", ") + voter;
+      finish_call(id, false,
+                  "No Raft leader answered within " +
+                      std::to_string(kClientRequestTimeout.count()) + " s (voters: " + voters +
+                      "; last attempt: " + call.last_error +
+                      "); a majority of the voters must be up and reachable.");
+      return;  // finish_call erased from calls_; the rest waits for the next pass
+    }
+    if (now >= call.attempt_deadline) due.push_back(id);
+  }
+  for (const std::uint64_t id : due) {
+    calls_[id].in_flight = false;
+    dispatch(now, id);
+  }
+}
+
+void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
+  auto request = decode_forward_request(envelope.body);
+  if (!request.ok()) {
+    ++undecodable_bodies_;
+    spdlog::debug("dropped a forwarded request from {}: {}", envelope.sender,
+                  request.error().message);
+    return;
+  }
+  if (is_round_report_verb(request->verb)) {
+    // A member daemon's report about a round (no reply: it repeats until the round changes).
+    if (consensus_ && consensus_->is_leader()) {
+      rounds_->on_report(now, envelope.sender, envelope.generation, request->verb, request->args);
+    }
+    return;
+  }
+  const transport::PeerAddress reply_to{.address = envelope.sender_address,
+                                        .name = envelope.sender};
+  const std::uint64_t id = request->id;
+  auto answer = [this, reply_to, id](ForwardOutcome outcome, std::string body) {
+    wire::Envelope reply;
+    reply.type = wire::MsgType::kForwardReply;
+    const std::string leader = consensus_->leader().empty() ? leader_hint_ : consensus_->leader();
+    reply.body = encode_forward(
+        ForwardReply{.id = id, .outcome = outcome, .body = std::move(body), .leader = leader});
+    ++sends_attempted_;
+    (void)transport_->send(reply_to, std::move(reply));
+  };
+  if (!consensus_ || !consensus_->is_leader() || !is_leader_verb(request->verb)) {
+    answer(ForwardOutcome::kRedirect, is_leader_verb(request->verb)
+                                          ? name_ + " is not the leader"
+                                          : "unknown verb " + request->verb);
+    return;
+  }
+  jobs_.serve(
+      now,
+      ClientRequest{.verb = request->verb,
+                    .args = std::move(request->args),
+                    .uid = request->uid,
+                    .gid = request->gid,
+                    .admin = request->admin,
+                    .client_id = envelope.sender + "/" + std::to_string(envelope.generation) + "/" +
+                                 std::to_string(request->client_seq),
+                    .client_seq = 1},
+      *consensus_, answer);
+  flush_consensus();
+}
+
+void Node::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {
+  auto reply = decode_forward_reply(envelope.body);
+  if (!reply.ok()) {
+    ++undecodable_bodies_;
+    spdlog::debug("dropped a forwarded reply from {}: {}", envelope.sender, reply.error().message);
+    return;
+  }
+  const auto it = calls_.find(reply->id);
+  if (it == calls_.end()) return;  // answered already, or timed out
+  if (reply->outcome != ForwardOutcome::kRedirect) {
+    leader_hint_ = envelope.sender;
+    finish_call(reply->id, reply->outcome == ForwardOutcome::kOk, reply->body);
+    return;
+  }
+  Call& call = it->second;
+  call.in_flight = false;
+  call.last_error = envelope.sender + " redirected: " + reply->body;
+  const bool new_hint =
+      !reply->leader.empty() && reply->leader != envelope.sender && reply->leader != name_;
+  leader_hint_ = new_hint ? reply->leader : std::string();
+  // Straight to a named leader; otherwise pause briefly so an election can finish.
+  call.attempt_deadline = now + (new_hint ? Duration::zero() : std::chrono::milliseconds(100));
 }
 
 }  // namespace elastic::node

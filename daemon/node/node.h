@@ -25,6 +25,18 @@
 // reload yet. Readiness: once bound and listening, logs one line
 //   elasticd ready: name=<n> generation=<g> address=<a> control=<path>
 //
+// Raft: a node named in consensus.voters (or every node of a one-node cluster) owns a
+// ConsensusHost; Raft envelopes go to it, its sends go to the voters' member addresses, its
+// deadline joins the loop's. A voter whose log cannot be written stops the node (exit 74).
+//
+// Client requests (submit, cancel, jobs, job): served by the leader. A request reaching any
+// other daemon is forwarded (kForwardRequest) to the leader it believes in -- Raft's own
+// knowledge on a voter, the hint of the last redirect elsewhere -- or else to the voters in
+// turn; a non-leader answers with a redirect naming the leader it knows. Each attempt waits
+// kForwardAttemptTimeout, the whole request kClientRequestTimeout, then the client gets one
+// sentence saying no leader answered. Retries keep the request's (client id, sequence), so the
+// job table applies a retried submission once.
+//
 // Signals: start() blocks SIGTERM, SIGINT and SIGHUP in the calling thread before ZeroMQ starts
 // its I/O threads (which inherit the mask), so they are only ever read from the signal fd. Call
 // start() from the main thread before any other thread exists.
@@ -36,6 +48,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +58,10 @@
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
+#include "daemon/node/consensus_host.h"
+#include "daemon/node/forward_codec.h"
+#include "daemon/node/job_service.h"
+#include "daemon/node/round_service.h"
 
 namespace elastic::transport {
 class ZmqTransport;
@@ -52,12 +69,17 @@ class ZmqTransport;
 namespace elastic::control {
 class Server;
 struct PeerCredentials;
+struct ReplyHandle;
 }  // namespace elastic::control
 
 namespace elastic::node {
 
 inline constexpr int kExitCantCreate = 73;  // EX_CANTCREAT: state dir or control socket
 inline constexpr std::chrono::milliseconds kLeaveFlush{500};
+// How long a client request may look for a Raft leader before it fails with a reason.
+inline constexpr std::chrono::seconds kClientRequestTimeout{10};
+// One forwarding attempt waits this long for an answer before trying another voter.
+inline constexpr std::chrono::milliseconds kForwardAttemptTimeout{1000};
 
 // A failed start: what to print and which exit code to use.
 struct StartFailure {
@@ -89,10 +111,23 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // Joins through the seeds and runs until SIGTERM or SIGINT; returns the exit code (0).
+  // Joins through the seeds and runs until SIGTERM or SIGINT; returns the exit code (0, or 74
+  // when this voter can no longer write its Raft log).
   int run();
 
  private:
+  // A client request waiting for the leader (see "Client requests" above).
+  struct Call {
+    ClientRequest request;
+    std::uint64_t handle_fd = 0;
+    std::uint64_t handle_serial = 0;
+    TimePoint deadline{};          // give up and answer with an error
+    TimePoint attempt_deadline{};  // the current forward got no answer: try another voter
+    bool in_flight = false;        // forwarded, or being served by the local leader
+    std::size_t attempts = 0;
+    std::string last_error;
+  };
+
   Node() = default;
   // Decodes membership bodies and feeds them to Membership; undecodable ones are counted.
   void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes, membership::Effects& effects);
@@ -101,7 +136,20 @@ class Node {
   void carry_out(TimePoint now, membership::Effects effects);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void leave_gracefully();
-  std::string handle_control(const control::Request& request, const control::PeerCredentials& peer);
+  std::optional<std::string> handle_control(const control::Request& request,
+                                            const control::PeerCredentials& peer,
+                                            control::ReplyHandle handle);
+  bool is_admin(const control::PeerCredentials& peer) const;
+  // Client requests: try the leader (local or remote) until one answers or the deadline.
+  void dispatch(TimePoint now, std::uint64_t id);
+  void finish_call(std::uint64_t id, bool ok, const std::string& body);
+  void expire_calls(TimePoint now);
+  void on_forward_request(TimePoint now, const wire::Envelope& envelope);
+  void on_forward_reply(TimePoint now, const wire::Envelope& envelope);
+  // Sends to a daemon by name at its last known address; false when unknown or refused.
+  bool send_to(const std::string& name, wire::Envelope envelope);
+  void flush_consensus();
+  TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
 
   config::DaemonConfig config_;
@@ -118,6 +166,18 @@ class Node {
   std::uint64_t undecodable_bodies_ = 0;  // envelopes whose membership body did not decode
   // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
   std::map<std::string, std::string> seed_names_;
+  // Raft (voters only) and the job table it replicates.
+  JobService jobs_;
+  std::unique_ptr<ConsensusHost> consensus_;
+  std::unique_ptr<RoundService> rounds_;
+  std::vector<std::string> voters_;
+  std::string leader_hint_;  // learned from redirects (non-voters) or from Raft (voters)
+  std::size_t next_voter_ = 0;
+  // Member name -> the address it was last seen at (from membership events).
+  std::map<std::string, std::string> addresses_;
+  std::map<std::uint64_t, Call> calls_;
+  std::uint64_t next_call_id_ = 1;
+  int exit_code_ = 0;
   // Last state logged per (name, generation), so events log as old -> new.
   std::map<std::pair<std::string, std::uint64_t>, membership::MemberState> logged_states_;
 };

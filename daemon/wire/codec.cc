@@ -256,6 +256,8 @@ bool is_raft_type(MsgType type) {
     case MsgType::kRaftVoteReply:
     case MsgType::kRaftAppendEntries:
     case MsgType::kRaftAppendReply:
+    case MsgType::kRaftInstallSnapshot:
+    case MsgType::kRaftInstallSnapshotReply:
       return true;
     default:
       return false;

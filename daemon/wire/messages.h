@@ -29,6 +29,20 @@ enum class MsgType : std::uint16_t {
   kRaftVoteReply = 8,
   kRaftAppendEntries = 9,
   kRaftAppendReply = 10,
+  kRaftInstallSnapshot = 11,  // a snapshot chunk for a follower behind the leader's log start
+  kRaftInstallSnapshotReply = 12,
+  // client requests a non-leader forwards to the Raft leader, and the leader's answer
+  kForwardRequest = 13,
+  kForwardReply = 14,
+  // job tier: daemons of one running round watch each other (daemon/rendezvous/job_watch.h)
+  kJobKeepalive = 15,
+  kJobKeepaliveAck = 16,
+  kJobProbeRequest = 17,  // "probe this round peer for me"
+  kJobProbeReply = 18,
+  // rendezvous: the leader tells member daemons about rounds, and grants worker leases
+  kRoundStart = 19,
+  kLeaseRequest = 20,
+  kLeaseGrant = 21,
   // local control (elasticctl <-> elasticd)
   kControlRequest = 100,
   kControlReply = 101,

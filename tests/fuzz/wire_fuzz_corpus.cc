@@ -7,6 +7,10 @@
 #include <utility>
 
 #include "daemon/consensus/raft_codec.h"
+#include "daemon/node/forward_codec.h"
+#include "daemon/node/round_codec.h"
+#include "daemon/rendezvous/job_codec.h"
+#include "daemon/rendezvous/job_table.h"
 #include "daemon/wire/codec.h"
 
 using namespace elastic::wire;
@@ -51,9 +55,44 @@ int main(int argc, char** argv) {
       {2, 1, raft::VoteReply{false, 5, true}},
       {1, 3, raft::AppendEntries{4, 9, 3, {noop, command}, 9}},
       {3, 1, raft::AppendReply{4, false, 0, 7, 3}},
+      {1, 3,
+       raft::AppendEntries{
+           4, 11, 4, {{4, 12, raft::EntryType::kConfig, raft::encode_voters({1, 2, 3, 4})}}, 11}},
+      {1, 4, raft::InstallSnapshot{4, raft::Snapshot{11, 4, {1, 2, 3}, std::string("sm\0", 3)}}},
+      {4, 1, raft::InstallSnapshotReply{4, 11}},
   };
   for (const raft::Message& m : raft_messages) {
     write(raft::raft_message_type(m.body), raft::encode_raft(m));
   }
+
+  namespace rdv = elastic::rendezvous;
+  namespace node = elastic::node;
+  write(MsgType::kForwardRequest, node::encode_forward(node::ForwardRequest{
+                                      7, "submit", R"({"verb":"submit"})", 1000, 100, false, 3}));
+  write(MsgType::kForwardReply, node::encode_forward(node::ForwardReply{
+                                    7, node::ForwardOutcome::kRedirect, "not the leader", "n2"}));
+  rdv::OpenRound open;
+  open.job_id = "fmnist-1";
+  open.round = 2;
+  open.expected_prev_round = 1;
+  open.ranks = {{"n1", 1, 1, 0}, {"n2", 3, 2, 1}};
+  open.store_endpoint = "10.0.0.1:29502";
+  open.reason = rdv::RoundReason::kMemberLost;
+  write(MsgType::kRoundStart,
+        node::encode_round_start(node::RoundStart{5, rdv::JobState::kRunning, open}));
+  const rdv::JobRoundRef ref{"fmnist-1", 5, 2};
+  write(MsgType::kJobKeepalive, rdv::encode_job(rdv::JobKeepalive{ref, 9}));
+  write(MsgType::kJobProbeRequest, rdv::encode_job(rdv::JobProbeRequest{ref, 4, "n2", 3}));
+  write(MsgType::kJobProbeReply, rdv::encode_job(rdv::JobProbeReply{ref, 4, "n2", 3, true}));
+  write(MsgType::kLeaseRequest, rdv::encode_lease(rdv::LeaseRequest{"n2", 3, 8, 5}));
+  write(MsgType::kLeaseGrant,
+        rdv::encode_lease(rdv::LeaseGrant{"n2", 3, 8, 5, std::chrono::seconds(3)}));
+  rdv::SubmitJob submit;
+  submit.client_id = "n1/1/7";
+  submit.client_seq = 1;
+  submit.spec.name = "fmnist";
+  submit.spec.command = {"elastic-trainer", "--model", "fmnist"};
+  write(MsgType::kControlRequest, rdv::encode_command(submit));
+  write(MsgType::kControlRequest, rdv::encode_command(open));
   return 0;
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -30,163 +31,6 @@ namespace elastic::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr auto kConverge = std::chrono::seconds(20);
-constexpr auto kReady = std::chrono::seconds(10);
-
-// Short SWIM timers so a test sees joins and deaths within seconds.
-const std::vector<std::string> kFastMembership = {
-    "membership.probe_interval=200ms",       "membership.probe_timeout=50ms",
-    "membership.gossip_interval=50ms",       "membership.suspicion_multiplier=2",
-    "membership.suspicion_max_multiplier=3", "membership.push_pull_interval=1s",
-    "membership.reconnect_interval=1s",      "membership.rejoin_interval=1s",
-    "membership.gossip_to_dead=5s",          "transport.heartbeat_interval=200ms",
-    "transport.heartbeat_timeout=1s",
-};
-
-// One elasticd under test: its files live in <dir>/<name>/.
-class Daemon {
- public:
-  Daemon(const TempDir& dir, std::string name, std::vector<std::string> seeds)
-      : dir_(dir.file(name)), name_(std::move(name)), seeds_(std::move(seeds)) {
-    std::filesystem::create_directories(dir_);
-  }
-
-  std::string socket() const { return dir_ + "/ctl.sock"; }
-  const std::string& name() const { return name_; }
-
-  std::vector<std::string> args() const {
-    std::string seeds = "membership.seeds=[";
-    for (std::size_t i = 0; i < seeds_.size(); ++i) {
-      seeds += (i ? ",\"" : "\"") + seeds_[i] + "\"";
-    }
-    seeds += "]";
-    std::vector<std::string> argv = {ELASTICD_PATH,
-                                     "-c",
-                                     "",
-                                     "--set",
-                                     "node.name=" + name_,
-                                     "--set",
-                                     "node.state_dir=" + dir_ + "/state",
-                                     "--set",
-                                     "control.socket=" + socket(),
-                                     "--set",
-                                     "transport.bind=tcp://127.0.0.1:0",
-                                     "--set",
-                                     seeds,
-                                     "--set",
-                                     "logging.level=debug"};
-    for (const auto& setting : kFastMembership) {
-      argv.push_back("--set");
-      argv.push_back(setting);
-    }
-    for (const auto& setting : settings_) {
-      argv.push_back("--set");
-      argv.push_back(setting);
-    }
-    return argv;
-  }
-
-  // Adds a "section.key=value" override for the next start().
-  void set(std::string setting) { settings_.push_back(std::move(setting)); }
-
-  // Starts (or restarts) the daemon and waits for its readiness line; returns its address.
-  std::string start() {
-    ++starts_;
-    process_.reset();
-    process_ = std::make_unique<Process>(args(), std::map<std::string, std::string>{}, dir_,
-                                         name_ + "-" + std::to_string(starts_));
-    const std::regex ready("elasticd ready: name=\\S+ generation=(\\d+) address=(\\S+) control=");
-    std::smatch match;
-    const bool up = wait_until(
-        [&] {
-          const std::string err = process_->err();
-          if (!std::regex_search(err, match, ready)) return false;
-          address_ = match[2];
-          generation_ = std::stoull(match[1]);
-          return true;
-        },
-        kReady);
-    EXPECT_TRUE(up) << name_ << " never became ready:\n" << process_->err();
-    return address_;
-  }
-
-  Process& process() { return *process_; }
-  const std::string& address() const { return address_; }
-  std::uint64_t generation() const { return generation_; }
-  // "127.0.0.1:PORT" for other daemons' seed lists.
-  std::string seed() const { return address_.substr(std::strlen("tcp://")); }
-  // "NAME@127.0.0.1:PORT": the seed form CURVE needs.
-  std::string named_seed() const { return name_ + "@" + seed(); }
-  // The port of its transport, for raw TCP clients.
-  int port() const { return std::stoi(address_.substr(address_.rfind(':') + 1)); }
-
- private:
-  std::string dir_;
-  std::string name_;
-  std::vector<std::string> seeds_;
-  std::vector<std::string> settings_;
-  std::unique_ptr<Process> process_;
-  std::string address_;
-  std::uint64_t generation_ = 0;
-  int starts_ = 0;
-};
-
-RunResult elasticctl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {ELASTICCTL_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, {}, std::chrono::seconds(10));
-}
-
-struct MemberSeen {
-  std::string state;
-  std::uint64_t generation = 0;
-  std::string address;
-};
-
-// name -> what `elasticctl nodes --json` on that daemon says; nullopt if it did not answer.
-std::optional<std::map<std::string, MemberSeen>> members_of(const Daemon& daemon) {
-  const RunResult r =
-      elasticctl({"-c", "", "--set", "control.socket=" + daemon.socket(), "nodes", "--json"});
-  if (!r.status.exited_with(0)) return std::nullopt;
-  const auto reply = nlohmann::json::parse(r.out, nullptr, false);
-  if (reply.is_discarded() || !reply.contains("members")) return std::nullopt;
-  std::map<std::string, MemberSeen> members;
-  for (const auto& member : reply["members"]) {
-    members[member["name"].get<std::string>()] =
-        MemberSeen{member["state"].get<std::string>(), member["generation"].get<std::uint64_t>(),
-                   member["address"].get<std::string>()};
-  }
-  return members;
-}
-
-// True when `observer` sees `name` in `state` (and at `generation`, if given).
-bool sees(const Daemon& observer, const std::string& name, const std::string& state,
-          std::uint64_t generation = 0) {
-  const auto members = members_of(observer);
-  if (!members) return false;
-  const auto it = members->find(name);
-  return it != members->end() && it->second.state == state &&
-         (generation == 0 || it->second.generation == generation);
-}
-
-bool all_alive(const std::vector<Daemon*>& daemons) {
-  for (const Daemon* observer : daemons) {
-    for (const Daemon* member : daemons) {
-      if (!sees(*observer, member->name(), "alive", member->generation())) return false;
-    }
-  }
-  return true;
-}
-
-std::string describe(const std::vector<Daemon*>& daemons) {
-  std::string text;
-  for (const Daemon* d : daemons) {
-    const RunResult r = elasticctl({"-c", "", "--set", "control.socket=" + d->socket(), "nodes"});
-    text += "--- " + d->name() + " sees:\n" + r.out + r.err;
-  }
-  return text;
-}
 
 // Three daemons converge; kill -9 of one is detected; its restart (a new generation) rejoins.
 TEST(NodeInteg, ThreeNodesConvergeDetectDeathAndRejoin) {
@@ -318,9 +162,10 @@ TEST(NodeInteg, SecondDaemonOnTheSameControlSocketIsRefused) {
   Daemon n1(dir, "n1", {});
   n1.start();
   std::vector<std::string> argv = n1.args();
-  // Same socket, own state dir.
+  // Same socket, own state dir and port.
   for (auto& arg : argv) {
     if (arg.rfind("node.state_dir=", 0) == 0) arg = "node.state_dir=" + dir.file("other");
+    if (arg.rfind("transport.bind=", 0) == 0) arg = "transport.bind=tcp://127.0.0.1:0";
   }
   const RunResult second = run(argv, {}, std::chrono::seconds(10));
   EXPECT_TRUE(second.status.exited_with(69)) << second.err;

@@ -2,9 +2,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace elastic::netns {
 namespace {
@@ -55,19 +57,43 @@ Timers short_timers() {
   return timers;
 }
 
+std::vector<std::string> RaftTimers::overrides() const {
+  if (defaults) return {};
+  return {
+      "consensus.election_timeout=" + ms(election_timeout),
+      "consensus.heartbeat_interval=" + ms(heartbeat_interval),
+  };
+}
+
+RaftTimers default_raft_timers() { return RaftTimers{}; }
+
+RaftTimers short_raft_timers() {
+  RaftTimers timers;
+  timers.defaults = false;
+  // 300 ms (randomised to 300-600 ms) elects within a second after a kill, yet stays far above
+  // the sub-millisecond RTT of the bridge; 50 ms heartbeats are a sixth of it, so a busy
+  // 2-core machine must stall a leader for 250+ ms before a follower campaigns.
+  timers.election_timeout = 300ms;
+  timers.heartbeat_interval = 50ms;
+  return timers;
+}
+
 std::string state_of(const View& view, const std::string& name) {
   const auto found = view.members.find(name);
   return found == view.members.end() ? "" : found->second.state;
 }
 
 DaemonCluster::DaemonCluster(NetnsCluster& hosts, std::string elasticd, std::string elasticctl,
-                             std::string work_dir, Timers timers)
+                             std::string work_dir, Timers timers, RaftTimers raft)
     : hosts_(hosts),
       elasticd_(std::move(elasticd)),
       elasticctl_(std::move(elasticctl)),
       work_dir_(std::move(work_dir)),
       timers_(timers),
-      daemons_(hosts.size()) {}
+      raft_timers_(raft),
+      daemons_(hosts.size()) {
+  for (int host = 0; host < std::min(3, hosts.size()); ++host) voters_.push_back(host);
+}
 
 DaemonCluster::~DaemonCluster() {
   for (auto& daemon : daemons_) {
@@ -95,7 +121,13 @@ Status DaemonCluster::start(int host, std::chrono::milliseconds timeout) {
       "membership.seeds=[" + seeds + "]",
       "control.socket=" + dir + "/ctl.sock",
   };
+  std::string voters;
+  for (const int voter : voters_) {
+    voters += std::string(voters.empty() ? "" : ",") + "\"" + name(voter) + "\"";
+  }
+  sets.push_back("consensus.voters=[" + voters + "]");
   for (const auto& timer : timers_.overrides()) sets.push_back(timer);
+  for (const auto& timer : raft_timers_.overrides()) sets.push_back(timer);
   std::vector<std::string> argv{elasticd_, "--config", "/dev/null"};
   for (const auto& set : sets) {
     argv.push_back("--set");
@@ -201,6 +233,129 @@ std::string DaemonCluster::describe(const std::vector<int>& hosts) {
       text += " " + member + "=" + row.state + "/i" + std::to_string(row.incarnation);
     }
     text += " deaths=" + std::to_string(seen->deaths) + "\n";
+  }
+  return text;
+}
+
+int DaemonCluster::host_of(const std::string& name) const {
+  for (int host = 0; host < hosts_.size(); ++host) {
+    if (DaemonCluster::name(host) == name) return host;
+  }
+  return -1;
+}
+
+bool DaemonCluster::is_voter(int host) const {
+  return std::find(voters_.begin(), voters_.end(), host) != voters_.end();
+}
+
+testing::RunResult DaemonCluster::ctl(int host, const std::vector<std::string>& args,
+                                      std::chrono::milliseconds timeout) const {
+  std::vector<std::string> argv = {elasticctl_, "--config", "/dev/null", "--set",
+                                   "control.socket=" + work_dir_ + "/" + name(host) + "/ctl.sock"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::run(argv, {}, timeout);
+}
+
+Result<RaftView> DaemonCluster::raft(int host) const {
+  const auto result = ctl(host, {"status", "--json"}, 20s);
+  if (!result.status.exited_with(0)) {
+    return Error{"elasticctl status on host " + std::to_string(host) + " failed (exit " +
+                 std::to_string(result.status.code) + "): " + result.err};
+  }
+  const auto json = nlohmann::json::parse(result.out, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("consensus") ||
+      !json["consensus"].is_object()) {
+    return Error{"elasticctl status --json on host " + std::to_string(host) +
+                 " printed no consensus object: " + result.out};
+  }
+  const auto& raft = json["consensus"];
+  RaftView view;
+  view.voter = raft.value("voter", false);
+  view.role = raft.value("role", "");
+  view.leader = raft.value("leader", "");
+  view.term = raft.value("term", std::uint64_t{0});
+  view.commit_index = raft.value("commit_index", std::uint64_t{0});
+  view.last_index = raft.value("last_index", std::uint64_t{0});
+  view.jobs = raft.value("jobs", std::uint64_t{0});
+  return view;
+}
+
+Submitted DaemonCluster::submit(int host, const std::string& job_name) const {
+  // Longer than elasticctl's own 15 s call timeout, so a refusal is its answer, not our kill.
+  const auto result =
+      ctl(host, {"submit", "--name", job_name, "--nodes", "1", "--", "/bin/true"}, 30s);
+  Submitted submitted;
+  submitted.exit_code = result.timed_out || result.status.signal != 0 ? -1 : result.status.code;
+  submitted.output = result.out + result.err;
+  const std::string prefix = "submitted ";
+  if (submitted.exit_code == 0 && result.out.rfind(prefix, 0) == 0) {
+    submitted.id = result.out.substr(prefix.size(), result.out.find('\n') - prefix.size());
+  }
+  return submitted;
+}
+
+Result<std::vector<std::string>> DaemonCluster::job_ids(int host) const {
+  const auto result = ctl(host, {"jobs", "--json"}, 30s);
+  if (!result.status.exited_with(0)) {
+    return Error{"elasticctl jobs on host " + std::to_string(host) + " failed (exit " +
+                 std::to_string(result.status.code) + "): " + result.out + result.err};
+  }
+  const auto json = nlohmann::json::parse(result.out, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("jobs") ||
+      !json["jobs"].is_array()) {
+    return Error{"elasticctl jobs --json on host " + std::to_string(host) +
+                 " printed no job list: " + result.out};
+  }
+  std::vector<std::string> ids;
+  for (const auto& job : json["jobs"]) {
+    if (job.is_object()) ids.push_back(job.value("id", ""));
+  }
+  return ids;
+}
+
+std::string DaemonCluster::agreed_leader(const std::vector<int>& hosts) const {
+  std::set<std::string> named;
+  std::map<int, RaftView> seen;
+  for (const int host : hosts) {
+    if (!is_voter(host)) continue;
+    const auto view = raft(host);
+    if (!view.ok()) continue;  // killed, or not started yet: only the answering voters count
+    named.insert(view->leader);
+    seen[host] = *view;
+  }
+  if (named.size() != 1 || named.begin()->empty()) return "";
+  const std::string leader = *named.begin();
+  const int leader_host = host_of(leader);
+  const auto found = seen.find(leader_host);
+  const bool leader_says_so = found != seen.end() && found->second.role == "leader";
+  return leader_says_so ? leader : "";
+}
+
+std::string DaemonCluster::wait_leader(const std::vector<int>& hosts,
+                                       std::chrono::milliseconds timeout) const {
+  std::string leader;
+  testing::wait_until(
+      [&] {
+        leader = agreed_leader(hosts);
+        return !leader.empty();
+      },
+      timeout);
+  return leader;
+}
+
+std::string DaemonCluster::describe_raft(const std::vector<int>& hosts) const {
+  std::string text;
+  for (const int host : hosts) {
+    const auto view = raft(host);
+    if (!view.ok()) {
+      text += name(host) + ": (" + view.error().message + ")\n";
+      continue;
+    }
+    text +=
+        name(host) + ": " + (view->voter ? "voter " + view->role : std::string("non-voter")) +
+        " leader=" + (view->leader.empty() ? "-" : view->leader) +
+        " term=" + std::to_string(view->term) + " commit=" + std::to_string(view->commit_index) +
+        " last=" + std::to_string(view->last_index) + " jobs=" + std::to_string(view->jobs) + "\n";
   }
   return text;
 }

@@ -86,18 +86,27 @@ std::size_t estimate_wire_bytes(const std::string& sender, const std::string& se
 
 MembershipProcess::MembershipProcess(const NodeInfo& info, std::string name,
                                      const config::MembershipConfig& config,
-                                     std::vector<std::string> seed_addresses, Sink sink)
+                                     std::vector<std::string> seed_addresses, Sink sink,
+                                     std::shared_ptr<membership::NameTable> names,
+                                     std::shared_ptr<const MemberList> bootstrap)
     : info_(info),
       name_(std::move(name)),
       config_(config),
       seed_addresses_(std::move(seed_addresses)),
-      sink_(std::move(sink)) {}
+      sink_(std::move(sink)),
+      names_(std::move(names)),
+      bootstrap_(std::move(bootstrap)) {}
 
 void MembershipProcess::start(SimContext& ctx) {
   membership_.emplace(membership::Self{name_, info_.generation, info_.address}, config_, info_.seed,
-                      ctx.now());
+                      ctx.now(), names_);
   effects_ = {};
-  if (!seed_addresses_.empty()) membership_->join(ctx.now(), seed_addresses_, effects_);
+  if (bootstrap_ != nullptr) {
+    membership_->seed_members(ctx.now(), *bootstrap_);
+    bootstrap_.reset();  // one list is shared by every node; this process is done with it
+  } else if (!seed_addresses_.empty()) {
+    membership_->join(ctx.now(), seed_addresses_, effects_);
+  }
   apply(ctx, effects_);
 }
 
@@ -185,13 +194,31 @@ void MembershipCluster::on_event(const ObservedEvent& e) {
   if (observer_) observer_(e);
 }
 
-NodeId MembershipCluster::add_node() {
+NodeId MembershipCluster::add_node() { return add_node_with(nullptr); }
+
+void MembershipCluster::start_nodes_bulk(std::size_t n) {
+  if (sim_.node_count() != 0) std::abort();  // the list below is the whole cluster
+  auto list = std::make_shared<MembershipProcess::MemberList>();
+  list->reserve(n);
+  for (NodeId id = 0; id < n; ++id) {
+    list->push_back(wire::MemberUpdate{.name = name(id),
+                                       .generation = 1,
+                                       .incarnation = 0,
+                                       .state = MemberState::kAlive,
+                                       .address = address_for(id, 0),
+                                       .from = {}});
+  }
+  for (std::size_t i = 0; i < n; ++i) add_node_with(list);
+}
+
+NodeId MembershipCluster::add_node_with(
+    std::shared_ptr<const MembershipProcess::MemberList> bootstrap) {
   const auto id = static_cast<NodeId>(sim_.node_count());
   address_epoch_.push_back(0);
   // The process is created again on every restart; it joins through the seeds' addresses at
   // that moment (a daemon's configured seeds): the earlier seeds on first start (node 0 founds
   // the cluster), every other seed after a restart.
-  return sim_.add_node(address_for(id, 0), [this, id](const NodeInfo& info) {
+  return sim_.add_node(address_for(id, 0), [this, id, bootstrap](const NodeInfo& info) {
     std::vector<std::string> seeds;
     const NodeId limit = info.generation == 1
                              ? std::min<NodeId>(id, static_cast<NodeId>(options_.seed_count))
@@ -199,8 +226,10 @@ NodeId MembershipCluster::add_node() {
     for (NodeId s = 0; s < limit && s < sim_.node_count(); ++s) {
       if (s != id) seeds.push_back(sim_.info(s).address);
     }
+    // The member list only on the first start; a restarted node joins like a daemon would.
     return std::make_unique<MembershipProcess>(info, name(id), options_.config, std::move(seeds),
-                                               sink());
+                                               sink(), names_,
+                                               info.generation == 1 ? bootstrap : nullptr);
   });
 }
 
@@ -233,6 +262,23 @@ void MembershipCluster::restart(NodeId id, bool new_address) {
   std::optional<std::string> address;
   if (new_address) address = address_for(id, ++address_epoch_[id]);
   sim_.restart(id, address);
+}
+
+void MembershipCluster::inject_suspicion(NodeId accuser, NodeId target) {
+  membership::Membership* subject = member(target);
+  if (subject == nullptr || member(accuser) == nullptr) std::abort();  // scenario misuse
+  const auto view = subject->member(name(target));
+  wire::MembershipMessage message =
+      wire::Ack{.probe = 0,
+                .updates = {wire::MemberUpdate{.name = name(target),
+                                               .generation = view->generation,
+                                               .incarnation = view->incarnation,
+                                               .state = MemberState::kSuspect,
+                                               .address = view->address,
+                                               .from = name(accuser)}}};
+  const std::size_t bytes = estimate_wire_bytes(name(accuser), sim_.info(accuser).address, message);
+  SimContext ctx(sim_, accuser);
+  ctx.send(sim_.info(target).address, MembershipPacket{name(accuser), std::move(message)}, bytes);
 }
 
 std::string MembershipCluster::convergence_problem() {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -259,6 +260,57 @@ TEST(MembershipSim, GossipIsPacedByTheGossipInterval) {
     // nodes (fan-out 3: at least log4(150) > 3 hops); one interval is a generous floor.
     EXPECT_GE(half - start, c.options().config.gossip_interval)
         << "half the cluster heard of the join after " << to_ms(half - start) << " ms";
+  }
+}
+
+// Bulk bootstrap (Membership::seed_members): 2,000 nodes start converged without a join storm,
+// and one refutation (a single source, incarnation + 1) reaches every live node within an
+// epidemic bound: fan-out f every gossip_interval needs about log_{f+1}(N) + ln(N) / f rounds
+// (Pittel); allowed twice that, since a hop waits up to one interval for the next grid point,
+// plus a probe interval for the refutation to start.
+TEST(MembershipSim, BulkBootstrappedClusterSpreadsOneUpdateToEveryNodeInLogNRounds) {
+  constexpr std::size_t kNodes = 2000;
+  for (std::uint64_t seed : scenario_seeds({81, 82})) {
+    SeedReport report(seed);
+    MembershipCluster c(seed, default_options());
+    c.start_nodes_bulk(kNodes);
+    EXPECT_EQ(c.sim().network_counters().sent, 0u) << "the bulk bootstrap sent messages";
+    ASSERT_TRUE(c.converged()) << c.convergence_problem();
+    ASSERT_TRUE(c.sim().run_for(5s));
+
+    const auto& config = c.options().config;
+    const double n = static_cast<double>(kNodes);
+    const double f = static_cast<double>(config.gossip_fanout);
+    const double rounds = std::log(n) / std::log(f + 1) + std::log(n) / f;
+    const Duration bound =
+        config.gossip_interval * static_cast<int>(std::ceil(2 * rounds)) + config.probe_interval;
+
+    const NodeId target = 1234;
+    const std::string subject = c.name(target);
+    std::vector<NodeId> waiting;
+    for (NodeId id = 0; id < kNodes; ++id) {
+      if (id != target) waiting.push_back(id);
+    }
+    const TimePoint start = c.sim().now();
+    c.inject_suspicion(17, target);
+    const bool everywhere = c.sim().run_until_condition(
+        [&] {
+          std::erase_if(waiting, [&](NodeId id) {
+            const auto v = c.member(id)->member(subject);
+            return v && v->state == MemberState::kAlive && v->incarnation == 1;
+          });
+          return waiting.empty();
+        },
+        start + bound, 10ms);
+    EXPECT_TRUE(everywhere) << waiting.size() << " nodes still without the refutation after "
+                            << to_ms(bound) / 1000 << " s";
+    std::printf(
+        "seed %llu: %zu bulk-bootstrapped nodes: refutation everywhere after %.2f s "
+        "(bound %.1f s)\n",
+        static_cast<unsigned long long>(seed), kNodes, to_ms(c.sim().now() - start) / 1000,
+        to_ms(bound) / 1000);
+    EXPECT_EQ(c.tally().false_deaths, 0u);
+    EXPECT_TRUE(c.converged()) << c.convergence_problem();
   }
 }
 

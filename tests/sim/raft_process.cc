@@ -1,5 +1,6 @@
 #include "tests/sim/raft_process.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -47,14 +48,79 @@ std::size_t estimate_raft_bytes(const consensus::Message& message) {
   if (const auto* ae = std::get_if<consensus::AppendEntries>(&message.body)) {
     for (const auto& e : ae->entries) bytes += 20 + e.data.size();
   }
+  if (const auto* is = std::get_if<consensus::InstallSnapshot>(&message.body)) {
+    bytes += 9 * is->snapshot.voters.size() + is->snapshot.data.size();
+  }
   return bytes;
 }
+
+std::string encode_applied(const std::vector<Entry>& applied) {
+  std::string out;
+  for (const Entry& e : applied) {
+    put_u64(out, e.term);
+    out.push_back(static_cast<char>(e.type));
+    put_u64(out, e.data.size());
+    out += e.data;
+  }
+  return out;
+}
+
+std::vector<Entry> decode_applied(const std::string& bytes) {
+  std::vector<Entry> applied;
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    Entry e;
+    e.term = get_u64(bytes, at);
+    e.type = static_cast<EntryType>(bytes.at(at + 8));
+    const std::uint64_t length = get_u64(bytes, at + 9);
+    e.data = bytes.substr(at + 17, length);
+    e.index = applied.size() + 1;
+    at += 17 + length;
+    applied.push_back(std::move(e));
+  }
+  return applied;
+}
+
+namespace {
+
+std::string encode_snapshot(const consensus::Snapshot& s) {
+  std::string out;
+  put_u64(out, s.last_index);
+  put_u64(out, s.last_term);
+  put_u64(out, s.voters.size());
+  for (auto v : s.voters) put_u64(out, v);
+  out += s.data;
+  return out;
+}
+
+consensus::Snapshot decode_snapshot(const std::string& bytes) {
+  consensus::Snapshot s;
+  s.last_index = get_u64(bytes, 0);
+  s.last_term = get_u64(bytes, 8);
+  const std::uint64_t count = get_u64(bytes, 16);
+  for (std::uint64_t i = 0; i < count; ++i) s.voters.push_back(get_u64(bytes, 24 + 8 * i));
+  s.data = bytes.substr(24 + 8 * count);
+  return s;
+}
+
+}  // namespace
 
 // --- RaftProcess -----------------------------------------------------------------------------
 
 RaftProcess::RaftProcess(const NodeInfo& info, std::vector<consensus::NodeId> voters,
-                         const consensus::RaftConfig& config, ApplySink sink)
-    : info_(info), voters_(std::move(voters)), config_(config), sink_(std::move(sink)) {}
+                         const consensus::RaftConfig& config, std::size_t compact_every,
+                         ApplySink sink, RestoreSink restore_sink)
+    : info_(info),
+      voters_(std::move(voters)),
+      config_(config),
+      compact_every_(compact_every),
+      sink_(std::move(sink)),
+      restore_sink_(std::move(restore_sink)) {}
+
+const Entry& RaftProcess::entry_at(Index index) const {
+  if (index > raft_->snapshot_index()) return raft_->entry(index);
+  return applied_.at(index - 1);
+}
 
 void RaftProcess::start(SimContext& ctx) {
   consensus::Recovered recovered;
@@ -62,12 +128,16 @@ void RaftProcess::start(SimContext& ctx) {
   if (auto it = storage.find("hard"); it != storage.end()) {
     recovered.hard_state = consensus::HardState{get_u64(it->second, 0), get_u64(it->second, 8)};
   }
+  if (auto it = storage.find("snapshot"); it != storage.end()) {
+    recovered.snapshot = decode_snapshot(it->second);
+  }
+  const Index base = recovered.snapshot ? recovered.snapshot->last_index : 0;
   for (auto it = storage.lower_bound("log/"); it != storage.end() && it->first.starts_with("log/");
        ++it) {
     const std::string& v = it->second;
     Entry e;
     e.term = get_u64(v, 0);
-    e.index = recovered.log.size() + 1;
+    e.index = base + recovered.log.size() + 1;
     e.type = static_cast<EntryType>(v.at(8));
     e.data = v.substr(9);
     if (it->first != log_key(e.index)) {
@@ -76,10 +146,13 @@ void RaftProcess::start(SimContext& ctx) {
     }
     recovered.log.push_back(std::move(e));
   }
+  // The owner's side of a restart: rebuild the state machine from the snapshot first.
+  applied_ = recovered.snapshot ? decode_applied(recovered.snapshot->data) : std::vector<Entry>{};
   raft_.emplace(info_.id + 1, voters_, config_, std::move(recovered), info_.seed, ctx.now());
-  applied_.clear();
+  installed_snapshots_ = 0;
   log_version_ = ++g_log_versions;
   prefix_version_ = log_version_;
+  if (!applied_.empty() && restore_sink_) restore_sink_(info_.id, applied_);
 }
 
 void RaftProcess::on_packet(SimContext& ctx, const Packet& packet) {
@@ -105,15 +178,31 @@ consensus::ProposeOutcome RaftProcess::propose(SimContext& ctx, std::string data
   return outcome;
 }
 
-void RaftProcess::carry_out(SimContext& ctx) {
-  // 1. Persist (the storage map is the disk: durable as soon as written).
+consensus::VoterChangeOutcome RaftProcess::change_voters(SimContext& ctx,
+                                                         consensus::VoterChange change) {
+  const TimePoint before = raft_->next_deadline();
+  auto outcome = raft_->propose_voter_change(ctx.now(), change, effects_);
+  carry_out(ctx);
+  if (raft_->next_deadline() != before) {
+    std::fprintf(stderr, "raft sim: propose_voter_change moved the timer\n");
+    std::abort();
+  }
+  return outcome;
+}
+
+void RaftProcess::persist(SimContext& ctx, const consensus::Persist& persist) {
+  // The storage map is the disk: durable as soon as written.
   auto& storage = ctx.storage();
-  const auto& persist = effects_.persist;
   if (persist.hard_state) {
     std::string v;
     put_u64(v, persist.hard_state->term);
     put_u64(v, persist.hard_state->vote);
     storage["hard"] = v;
+  }
+  if (persist.snapshot) {
+    storage["snapshot"] = encode_snapshot(*persist.snapshot);
+    storage.erase(storage.lower_bound("log/"),
+                  storage.upper_bound(log_key(persist.snapshot->last_index)));
   }
   if (persist.truncate_from) {
     storage.erase(storage.lower_bound(log_key(*persist.truncate_from)),
@@ -126,19 +215,48 @@ void RaftProcess::carry_out(SimContext& ctx) {
     v += e.data;
     storage[log_key(e.index)] = std::move(v);
   }
-  if (persist.truncate_from || !persist.append.empty()) log_version_ = ++g_log_versions;
+  if (persist.truncate_from || !persist.append.empty() || persist.snapshot) {
+    log_version_ = ++g_log_versions;
+  }
   if (persist.truncate_from) prefix_version_ = log_version_;
+}
+
+void RaftProcess::carry_out(SimContext& ctx) {
+  // 1. Persist.
+  persist(ctx, effects_.persist);
+  // An installed snapshot may replace the log: checkers start over for this node.
+  if (effects_.restore) prefix_version_ = log_version_ = ++g_log_versions;
   // 2. Send.
   for (auto& m : effects_.sends) {
     const std::size_t bytes = estimate_raft_bytes(m);
     ctx.send(address_for(static_cast<NodeId>(m.to - 1)), RaftPacket{std::move(m)}, bytes);
   }
-  // 3. Apply.
+  // 3. Restore.
+  if (effects_.restore) {
+    applied_ = decode_applied(effects_.restore->data);
+    if (applied_.size() != effects_.restore->last_index) {
+      std::fprintf(stderr, "raft sim: a snapshot's state machine does not end at its index\n");
+      std::abort();
+    }
+    ++installed_snapshots_;
+    if (restore_sink_) restore_sink_(info_.id, applied_);
+  }
+  // 4. Apply.
   for (const auto& e : effects_.apply) {
     applied_.push_back(e);
     if (sink_) sink_(info_.id, e);
   }
   effects_.clear();
+  // The owner's compaction policy (config.consensus.snapshot_every_entries in the daemon).
+  if (compact_every_ > 0 && raft_->last_applied() >= raft_->snapshot_index() + compact_every_) {
+    consensus::Effects compaction;
+    const Index upto = raft_->last_applied();
+    if (!raft_->compact(upto, encode_applied(applied_), compaction).ok()) {
+      std::fprintf(stderr, "raft sim: compaction refused\n");
+      std::abort();
+    }
+    persist(ctx, compaction.persist);
+  }
 }
 
 // --- RaftCluster -----------------------------------------------------------------------------
@@ -148,13 +266,18 @@ RaftCluster::RaftCluster(std::uint64_t seed, RaftClusterOptions options)
   sim_.set_default_link(options_.link);
   std::vector<consensus::NodeId> voters;
   for (std::size_t i = 0; i < options_.voters; ++i) voters.push_back(i + 1);
-  for (std::size_t i = 0; i < options_.voters; ++i) {
+  for (std::size_t i = 0; i < size(); ++i) {
     const auto config = options_.config;
-    sim_.add_node(RaftProcess::address_for(static_cast<NodeId>(i)), [this, voters,
-                                                                     config](const NodeInfo& info) {
-      return std::make_unique<RaftProcess>(
-          info, voters, config, [this](NodeId node, const Entry& e) { on_apply(node, e); });
-    });
+    const std::size_t compact_every = options_.compact_every;
+    sim_.add_node(RaftProcess::address_for(static_cast<NodeId>(i)),
+                  [this, voters, config, compact_every](const NodeInfo& info) {
+                    return std::make_unique<RaftProcess>(
+                        info, voters, config, compact_every,
+                        [this](NodeId node, const Entry& e) { on_apply(node, e); },
+                        [this](NodeId node, const std::vector<Entry>& applied) {
+                          on_restore(node, applied);
+                        });
+                  });
   }
   sim_.add_invariant([this] { return check(); });
 }
@@ -188,12 +311,46 @@ bool RaftCluster::propose() {
   return true;
 }
 
+consensus::VoterChangeOutcome RaftCluster::change_voters(consensus::VoterChange change) {
+  auto id = leader();
+  if (!id) return consensus::VoterChangeOutcome{false, 0, 0, 0, "No leader."};
+  SimContext ctx(sim_, *id);
+  return process(*id)->change_voters(ctx, change);
+}
+
+std::vector<consensus::NodeId> RaftCluster::leader_config() {
+  auto id = leader();
+  if (!id) return {};
+  return process(*id)->raft().voters();
+}
+
+std::vector<NodeId> RaftCluster::up_members() {
+  const auto config = leader_config();
+  std::vector<NodeId> members;
+  for (NodeId id = 0; id < size(); ++id) {
+    if (process(id) == nullptr) continue;
+    if (config.empty() || std::find(config.begin(), config.end(), id + 1) != config.end()) {
+      members.push_back(id);
+    }
+  }
+  return members;
+}
+
+void RaftCluster::on_restore(NodeId node, const std::vector<Entry>& applied) {
+  // A restored state machine applied its whole sequence at once: check each entry.
+  for (const Entry& e : applied) record_applied(node, e);
+}
+
 void RaftCluster::on_apply(NodeId node, const Entry& e) {
   auto* p = process(node);
   if (p != nullptr && p->applied().size() != e.index && !apply_violation_) {
     apply_violation_ = "n" + std::to_string(node) + " applied " + describe(e) + " as its entry " +
                        std::to_string(p->applied().size()) + " (out of order)";
   }
+  record_applied(node, e);
+}
+
+void RaftCluster::record_applied(NodeId node, const Entry& e) {
   auto [it, inserted] = applied_at_.emplace(e.index, e);
   if (!inserted && !(it->second == e) && !apply_violation_) {
     apply_violation_ = "state machine safety: n" + std::to_string(node) + " applied " +
@@ -216,15 +373,13 @@ std::optional<std::string> RaftCluster::check_log_matching(const RaftProcess& a,
   if (seen.prefix_a != a.prefix_version() || seen.prefix_b != b.prefix_version()) {
     seen.identical = 0;  // one of them lost entries (or restarted): check from the start
   }
-  const auto& la = a.raft().log();
-  const auto& lb = b.raft().log();
-  std::size_t i = std::min(la.size(), lb.size());
-  while (i > seen.identical && la[i - 1].term != lb[i - 1].term) --i;
-  for (std::size_t k = seen.identical; k < i; ++k) {
-    if (!(la[k] == lb[k])) {
+  Index i = std::min(a.raft().last_index(), b.raft().last_index());
+  while (i > seen.identical && a.entry_at(i).term != b.entry_at(i).term) --i;
+  for (Index k = seen.identical + 1; k <= i; ++k) {
+    if (!(a.entry_at(k) == b.entry_at(k))) {
       return "log matching: n" + std::to_string(ida) + " and n" + std::to_string(idb) +
              " agree on the term at index " + std::to_string(i) + " but differ at index " +
-             std::to_string(k + 1) + ": " + describe(la[k]) + " vs " + describe(lb[k]);
+             std::to_string(k) + ": " + describe(a.entry_at(k)) + " vs " + describe(b.entry_at(k));
     }
   }
   seen = PairCheck{a.log_version(), b.log_version(), a.prefix_version(), b.prefix_version(),
@@ -250,7 +405,7 @@ std::optional<std::string> RaftCluster::check() {
     }
     // Committed entries, first sightings.
     for (Index i = committed_.size() + 1; i <= r.commit_index(); ++i) {
-      committed_.push_back(Committed{r.entry(i), r.term()});
+      committed_.push_back(Committed{process(id)->entry_at(i), r.term()});
     }
     // Only what this node has not been checked against yet (its log unchanged since).
     auto& verified = verified_[id];
@@ -259,8 +414,8 @@ std::optional<std::string> RaftCluster::check() {
     }
     const Index upto = std::min<Index>(r.commit_index(), committed_.size());
     for (Index i = verified.second + 1; i <= upto; ++i) {
-      if (!(r.entry(i) == committed_[i - 1].entry)) {
-        return "n" + std::to_string(id) + " holds " + describe(r.entry(i)) +
+      if (!(process(id)->entry_at(i) == committed_[i - 1].entry)) {
+        return "n" + std::to_string(id) + " holds " + describe(process(id)->entry_at(i)) +
                " as committed where " + describe(committed_[i - 1].entry) + " was committed";
       }
     }
@@ -276,7 +431,7 @@ std::optional<std::string> RaftCluster::check() {
     for (Index i = checked + 1; i <= committed_.size(); ++i) {
       const auto& c = committed_[i - 1];
       if (r.term() <= c.seen_in_term) continue;
-      if (i > r.last_index() || !(r.entry(i) == c.entry)) {
+      if (i > r.last_index() || !(process(id)->entry_at(i) == c.entry)) {
         return "leader completeness: n" + std::to_string(id) + ", leader of term " +
                std::to_string(r.term()) + ", lacks committed " + describe(c.entry);
       }
@@ -301,9 +456,8 @@ std::optional<std::string> RaftCluster::check() {
 }
 
 bool RaftCluster::all_acknowledged_applied() {
-  for (NodeId id = 0; id < size(); ++id) {
+  for (NodeId id : up_members()) {
     auto* p = process(id);
-    if (p == nullptr) continue;
     std::set<std::string> applied;
     for (const auto& e : p->applied()) applied.insert(e.data);
     for (const auto& payload : acknowledged_) {
@@ -317,6 +471,8 @@ std::optional<std::string> RaftCluster::acknowledged_problem() {
   for (NodeId id = 0; id < size(); ++id) {
     auto* p = process(id);
     if (p == nullptr) continue;
+    const auto members = up_members();
+    const bool member = std::find(members.begin(), members.end(), id) != members.end();
     std::map<std::string, int> count;
     for (const auto& e : p->applied()) {
       if (e.type == EntryType::kCommand) ++count[e.data];
@@ -327,7 +483,7 @@ std::optional<std::string> RaftCluster::acknowledged_problem() {
                " times";
     }
     for (const auto& payload : acknowledged_) {
-      if (!count.contains(payload)) {
+      if (member && !count.contains(payload)) {
         return "n" + std::to_string(id) + " never applied acknowledged " + payload;
       }
     }

@@ -3,11 +3,16 @@
 // every simulator event.
 //
 // Durable state lives in the SimProcess storage (kept across crash and restart): "hard" holds
-// (term, vote), "log/<index, zero-padded>" one entry each. RaftProcess carries out Effects in the
-// contract's order -- persist, then send, then apply -- so a crash can never lose a vote or an
-// acknowledged entry. A crash happens between simulator events, i.e. between whole Effects;
-// crashes in the middle of a persist step (torn writes) are covered by RaftLog's unit tests,
-// not here.
+// (term, vote), "snapshot" the latest snapshot, "log/<index, zero-padded>" one entry each after
+// it. RaftProcess carries out Effects in the contract's order -- persist, then send, then
+// restore, then apply -- so a crash can never lose a vote or an acknowledged entry.
+// The state machine is the sequence of applied entries itself (applied()); its snapshot bytes
+// encode that sequence, so a node restored from a snapshot (InstallSnapshot, or its own after
+// a restart) holds the same sequence the checkers compare. Every node compacts once it has
+// applied `compact_every` entries past its snapshot, so InstallSnapshot and restarts from a
+// snapshot happen all the time. A crash happens between simulator events, i.e. between whole
+// Effects; crashes in the middle of a persist step (torn writes) are covered by RaftLog's unit
+// tests, not here.
 //
 // Checks (registered as simulator invariants, so the first violation stops the run):
 //  - election safety: at most one leader per term, ever (a term -> leader record);
@@ -16,12 +21,17 @@
 //  - leader completeness: every entry seen committed (by any node's commit index, while that
 //    node was in term T) is in the log of every leader of a term above T;
 //  - state machine safety: no two nodes apply different entries at one index, and each node
-//    applies indices 1, 2, 3, ... in order within a process lifetime;
+//    applies indices 1, 2, 3, ... in order within a process lifetime (a restored snapshot
+//    counts as applying its whole sequence, checked entry by entry the same way);
 //  - the client model (acknowledged_problem()): a proposal is acknowledged when the leader that
 //    accepted it applies it at its (index, term); at the end every acknowledged payload is
-//    applied exactly once by every up node, and no payload is applied twice anywhere.
+//    applied exactly once by every up node of the final config, and no payload is applied
+//    twice anywhere.
+// Entries a node compacted are checked through its state machine (applied()), which holds them.
 //
-// Node ids: sim node k is Raft voter k + 1 (Raft reserves 0), at address "raft-<k>".
+// Node ids: sim node k is Raft node k + 1 (Raft reserves 0), at address "raft-<k>". Nodes
+// 0 .. voters-1 are the bootstrap voters; the others (up to `nodes`) start outside the config
+// and join through voter changes (change_voters).
 // Ownership: the cluster owns its Simulator and, through it, every process. Thread safety: none.
 // Errors: misuse aborts through the Simulator.
 #pragma once
@@ -47,11 +57,19 @@ struct RaftPacket {
 // Approximate encoded size of a Raft message (headers plus entry payloads).
 std::size_t estimate_raft_bytes(const consensus::Message& message);
 
+// The state machine's snapshot bytes: the applied entries, in order from index 1.
+std::string encode_applied(const std::vector<consensus::Entry>& applied);
+std::vector<consensus::Entry> decode_applied(const std::string& bytes);
+
 class RaftProcess : public SimProcess {
  public:
   using ApplySink = std::function<void(NodeId node, const consensus::Entry& entry)>;
+  // Called after the state machine was reset from a snapshot (applied() holds its sequence).
+  using RestoreSink =
+      std::function<void(NodeId node, const std::vector<consensus::Entry>& applied)>;
   RaftProcess(const NodeInfo& info, std::vector<consensus::NodeId> voters,
-              const consensus::RaftConfig& config, ApplySink sink);
+              const consensus::RaftConfig& config, std::size_t compact_every, ApplySink sink,
+              RestoreSink restore_sink);
 
   void start(SimContext& ctx) override;
   void on_packet(SimContext& ctx, const Packet& packet) override;
@@ -60,6 +78,7 @@ class RaftProcess : public SimProcess {
 
   // A client request handled outside any simulator event (the harness's client).
   consensus::ProposeOutcome propose(SimContext& ctx, std::string data);
+  consensus::VoterChangeOutcome change_voters(SimContext& ctx, consensus::VoterChange change);
 
   const consensus::Raft& raft() const { return *raft_; }
   // Bumped on every change of the log, so checkers can skip unchanged pairs.
@@ -68,25 +87,36 @@ class RaftProcess : public SimProcess {
   // means the log only grew.
   std::uint64_t prefix_version() const { return prefix_version_; }
   const std::vector<consensus::Entry>& applied() const { return applied_; }
+  // The entry at `index` (1 .. raft().last_index()): from the log, or from the state machine
+  // for a compacted index.
+  const consensus::Entry& entry_at(consensus::Index index) const;
+  // InstallSnapshots this process lifetime reset its state machine from.
+  std::size_t installed_snapshots() const { return installed_snapshots_; }
 
   static std::string address_for(NodeId id) { return "raft-" + std::to_string(id); }
 
  private:
   void carry_out(SimContext& ctx);
+  void persist(SimContext& ctx, const consensus::Persist& persist);
 
   NodeInfo info_;
   std::vector<consensus::NodeId> voters_;
   consensus::RaftConfig config_;
+  std::size_t compact_every_;
   ApplySink sink_;
+  RestoreSink restore_sink_;
+  std::size_t installed_snapshots_ = 0;
   std::optional<consensus::Raft> raft_;
   consensus::Effects effects_;
   std::uint64_t log_version_ = 0;
   std::uint64_t prefix_version_ = 0;
-  std::vector<consensus::Entry> applied_;  // this process lifetime
+  std::vector<consensus::Entry> applied_;  // the state machine: entries 1 .. last applied
 };
 
 struct RaftClusterOptions {
-  std::size_t voters = 3;
+  std::size_t voters = 3;          // the bootstrap voters
+  std::size_t nodes = 0;           // all nodes, voters or not (0: just the voters)
+  std::size_t compact_every = 20;  // 0: never compact
   consensus::RaftConfig config{};
   LinkModel link{};
 };
@@ -96,7 +126,8 @@ class RaftCluster {
   RaftCluster(std::uint64_t seed, RaftClusterOptions options);
 
   Simulator& sim() { return sim_; }
-  std::size_t size() const { return options_.voters; }
+  // All nodes, voters or not.
+  std::size_t size() const { return std::max(options_.nodes, options_.voters); }
   // nullptr while the node is down.
   RaftProcess* process(NodeId id);
   void crash(NodeId id) { sim_.crash(id); }
@@ -106,6 +137,12 @@ class RaftCluster {
   std::optional<NodeId> leader();
   // One client request with a fresh payload to the current leader; true if accepted.
   bool propose();
+  // A voter change at the current leader (refused without one). Raft node ids (sim id + 1).
+  consensus::VoterChangeOutcome change_voters(consensus::VoterChange change);
+  // The config of the current leader (Raft node ids), or empty without one.
+  std::vector<consensus::NodeId> leader_config();
+  // Sim ids of the up nodes in the current leader's config (every up node without a leader).
+  std::vector<NodeId> up_members();
 
   std::size_t proposals() const { return proposed_.size(); }
   std::size_t acknowledged() const { return acknowledged_.size(); }
@@ -129,6 +166,8 @@ class RaftCluster {
     consensus::Term seen_in_term = 0;
   };
   void on_apply(NodeId node, const consensus::Entry& entry);
+  void on_restore(NodeId node, const std::vector<consensus::Entry>& applied);
+  void record_applied(NodeId node, const consensus::Entry& entry);
   std::optional<std::string> check();
   std::optional<std::string> check_log_matching(const RaftProcess& a, NodeId ida,
                                                 const RaftProcess& b, NodeId idb);

@@ -1,5 +1,8 @@
 // Raft scenarios on the simulator: the real Raft core, 3 and 5 voters, a lossy, duplicating,
-// reordering network, partitions, crashes and restarts, and a client proposing all along.
+// reordering network, partitions, crashes and restarts, and a client proposing all along. Every
+// node compacts its log every 20 applied entries (every 3 in the compaction scenario), so
+// lagging and restarted nodes catch up by InstallSnapshot; voter changes 3 -> 4 -> 5 -> 4 -> 3
+// (removing the leader on the way down) run under the same faults.
 // RaftCluster checks election safety, log matching, leader completeness and state machine
 // safety after every event; at the end every acknowledged proposal must be applied exactly once
 // on every node (after all are restarted and the network healed).
@@ -10,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,13 +46,82 @@ struct Chaos {
   double crash_all = 0.0;     // per step: every voter down at once (a power cut)
 };
 
+// Drives a plan of voter changes: each step is "add sim node k" or "remove the leader" or
+// "remove some follower"; a step is done when the leader's committed config shows it.
+class VoterPlan {
+ public:
+  enum class Step { kAdd3, kAdd4, kRemoveLeader, kRemoveFollower };
+  explicit VoterPlan(std::vector<Step> steps) : steps_(std::move(steps)) {}
+  bool done() const { return next_ >= steps_.size(); }
+  std::size_t completed() const { return next_; }
+  std::size_t leader_removals() const { return leader_removals_; }
+
+  // Called once per step of the scenario.
+  void drive(RaftCluster& c) {
+    if (done()) return;
+    auto leader = c.leader();
+    if (!leader) return;
+    const auto& r = c.process(*leader)->raft();
+    if (pending_ && r.voters() == *pending_ && r.commit_index() >= r.config_index()) {
+      pending_.reset();
+      ++next_;
+      return;
+    }
+    if (pending_) {
+      // Still in flight (or lost with a leader change): proposing again is refused while an
+      // uncommitted change exists, and starts over if it was truncated.
+      if (r.voters() != *pending_ && r.commit_index() >= r.config_index()) pending_.reset();
+      return;
+    }
+    consensus::VoterChange change;
+    switch (steps_[next_]) {
+      case Step::kAdd3:
+        change = {consensus::VoterChange::Kind::kAdd, 4};
+        break;
+      case Step::kAdd4:
+        change = {consensus::VoterChange::Kind::kAdd, 5};
+        break;
+      case Step::kRemoveLeader:
+        change = {consensus::VoterChange::Kind::kRemove, *leader + 1};
+        break;
+      case Step::kRemoveFollower:
+        for (auto v : r.voters()) {
+          if (v != *leader + 1) change = {consensus::VoterChange::Kind::kRemove, v};
+        }
+        break;
+    }
+    auto outcome = c.change_voters(change);
+    if (!outcome.accepted) return;
+    if (steps_[next_] == Step::kRemoveLeader) ++leader_removals_;
+    pending_ = c.process(*leader)->raft().voters();
+  }
+
+ private:
+  std::vector<Step> steps_;
+  std::size_t next_ = 0;
+  std::optional<std::vector<consensus::NodeId>> pending_;
+  std::size_t leader_removals_ = 0;
+};
+
+struct Scenario {
+  std::size_t voters = 3;
+  std::size_t nodes = 0;
+  std::size_t compact_every = 20;
+  std::vector<VoterPlan::Step> plan;
+};
+
 // Runs `duration` of chaos in steps of 100 ms with one client proposal per step, then heals,
 // restarts everyone and waits for every acknowledged proposal to be applied everywhere.
-void run_scenario(std::uint64_t seed, std::size_t voters, const Chaos& chaos, Duration duration) {
+void run_scenario(std::uint64_t seed, const Scenario& scenario, const Chaos& chaos,
+                  Duration duration) {
   RaftClusterOptions options;
-  options.voters = voters;
+  options.voters = scenario.voters;
+  options.nodes = scenario.nodes;
+  options.compact_every = scenario.compact_every;
   options.link = faulty_link();
   RaftCluster c(seed, options);
+  VoterPlan plan(scenario.plan);
+  const std::size_t voters = c.size();
   Rng& rng = c.sim().rng();
   const TimePoint end = c.sim().now() + duration;
   std::size_t down = 0;
@@ -57,6 +130,7 @@ void run_scenario(std::uint64_t seed, std::size_t voters, const Chaos& chaos, Du
   while (c.sim().now() < end) {
     ASSERT_TRUE(c.sim().run_for(100ms)) << *c.sim().violation();
     c.propose();
+    plan.drive(c);
     if (down < chaos.max_down && rng.unit() < chaos.crash) {
       const NodeId victim = static_cast<NodeId>(rng.below(voters));
       if (c.sim().is_up(victim)) {
@@ -101,6 +175,15 @@ void run_scenario(std::uint64_t seed, std::size_t voters, const Chaos& chaos, Du
   for (NodeId id = 0; id < voters; ++id) {
     if (!c.sim().is_up(id)) c.restart(id);
   }
+  // The rest of the voter plan in a calm cluster.
+  const bool planned = c.sim().run_until_condition(
+      [&] {
+        plan.drive(c);
+        return plan.done();
+      },
+      c.sim().now() + 60s);
+  ASSERT_FALSE(c.sim().violation().has_value()) << *c.sim().violation();
+  EXPECT_TRUE(planned) << "voter changes done: " << plan.completed();
   // A last proposal in a stable cluster so the final leader commits (and everyone learns) all.
   ASSERT_TRUE(c.sim().run_until_condition([&] { return c.propose(); }, c.sim().now() + 30s))
       << c.sim().violation().value_or("no leader after healing");
@@ -111,12 +194,20 @@ void run_scenario(std::uint64_t seed, std::size_t voters, const Chaos& chaos, Du
                        << c.acknowledged_problem().value_or("(still catching up)");
   EXPECT_EQ(c.acknowledged_problem(), std::nullopt);
   EXPECT_GT(c.acknowledged(), 0u);
+  std::size_t installs = 0;
+  for (NodeId id = 0; id < voters; ++id) installs += c.process(id)->installed_snapshots();
   std::printf(
-      "seed %llu: %zu voters, %zu proposals, %zu acknowledged, %zu crashes, %zu partitions, "
+      "seed %llu: %zu nodes, %zu proposals, %zu acknowledged, %zu crashes, %zu partitions, "
+      "%zu voter changes, %zu snapshot installs since the last restarts, final config of %zu, "
       "max term %llu, %llu events\n",
       static_cast<unsigned long long>(seed), voters, c.proposals(), c.acknowledged(), crashes,
-      partitions, static_cast<unsigned long long>(c.max_term()),
+      partitions, plan.completed(), installs, c.leader_config().size(),
+      static_cast<unsigned long long>(c.max_term()),
       static_cast<unsigned long long>(c.sim().events_processed()));
+}
+
+void run_scenario(std::uint64_t seed, std::size_t voters, const Chaos& chaos, Duration duration) {
+  run_scenario(seed, Scenario{voters, 0, 20, {}}, chaos, duration);
 }
 
 TEST(RaftSim, ThreeVotersLossyNetwork) {
@@ -172,6 +263,84 @@ TEST(RaftSim, EverythingCrashesAtOnce) {
   for (std::uint64_t seed : scenario_seeds({41, 42, 43, 44, 45})) {
     SeedReport report(seed);
     run_scenario(seed, 3, chaos, 120s);
+  }
+}
+
+TEST(RaftSim, FrequentCompactionWithCrashesAndPartitions) {
+  // A snapshot every 3 applied entries: nearly every catch-up goes through InstallSnapshot,
+  // and restarts rebuild from a snapshot plus a short log.
+  Chaos chaos;
+  chaos.crash = 0.08;
+  chaos.restart = 0.2;
+  chaos.partition = 0.04;
+  chaos.heal = 0.1;
+  chaos.max_down = 1;
+  for (std::uint64_t seed : scenario_seeds({51, 52, 53, 54, 55, 56, 57, 58, 59, 60})) {
+    SeedReport report(seed);
+    run_scenario(seed, Scenario{3, 0, 3, {}}, chaos, 60s);
+  }
+}
+
+TEST(RaftSim, RestartedNodeCatchesUpByInstallSnapshot) {
+  for (std::uint64_t seed : scenario_seeds({61, 62, 63, 64})) {
+    SeedReport report(seed);
+    RaftClusterOptions options;
+    options.voters = 3;
+    options.compact_every = 10;
+    options.link = faulty_link();
+    RaftCluster c(seed, options);
+    ASSERT_TRUE(
+        c.sim().run_until_condition([&] { return c.leader().has_value(); }, c.sim().now() + 30s));
+    const NodeId down = (*c.leader() + 1) % 3;
+    c.crash(down);
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_TRUE(c.sim().run_for(100ms)) << *c.sim().violation();
+      c.propose();
+    }
+    const auto leader = c.leader();
+    ASSERT_TRUE(leader.has_value());
+    ASSERT_GT(c.process(*leader)->raft().snapshot_index(), 0u);
+    c.restart(down);
+    const bool caught_up = c.sim().run_until_condition(
+        [&] {
+          return c.process(down)->raft().commit_index() >=
+                     c.process(*leader)->raft().snapshot_index() &&
+                 c.all_acknowledged_applied();
+        },
+        c.sim().now() + 30s);
+    ASSERT_FALSE(c.sim().violation().has_value()) << *c.sim().violation();
+    EXPECT_TRUE(caught_up);
+    EXPECT_GE(c.process(down)->installed_snapshots(), 1u);
+    EXPECT_EQ(c.acknowledged_problem(), std::nullopt);
+  }
+}
+
+TEST(RaftSim, VoterChangesThreeFourFiveFourThreeUnderFaults) {
+  using S = VoterPlan::Step;
+  const Scenario scenario{3, 5, 20, {S::kAdd3, S::kAdd4, S::kRemoveLeader, S::kRemoveFollower}};
+  Chaos chaos;
+  chaos.crash = 0.03;
+  chaos.restart = 0.2;
+  chaos.partition = 0.02;
+  chaos.heal = 0.15;
+  chaos.max_down = 1;
+  for (std::uint64_t seed : scenario_seeds({71, 72, 73, 74, 75, 76, 77, 78})) {
+    SeedReport report(seed);
+    run_scenario(seed, scenario, chaos, 60s);
+  }
+}
+
+TEST(RaftSim, VoterChangesWithLeaderCrashes) {
+  using S = VoterPlan::Step;
+  // 3 -> 4 -> 3 -> 4 -> 3, both removals of the leader, while leaders also crash.
+  const Scenario scenario{3, 5, 20, {S::kAdd3, S::kRemoveLeader, S::kAdd4, S::kRemoveLeader}};
+  Chaos chaos;
+  chaos.crash_leader = 0.03;
+  chaos.restart = 0.3;
+  chaos.max_down = 1;
+  for (std::uint64_t seed : scenario_seeds({81, 82, 83, 84, 85, 86})) {
+    SeedReport report(seed);
+    run_scenario(seed, scenario, chaos, 60s);
   }
 }
 

@@ -146,7 +146,8 @@ TEST(Elasticd, PrintConfigReadsBackAsTheDefaults) {
 
 TEST(Elasticd, PrintConfigShowsOverrides) {
   const Finished r = elasticd({"-c", "", "--set", R"(membership.seeds=["n1:7946","n2:7946"])",
-                               "--set", "spawner.bind_cpus=false", "--print-config"});
+                               "--set", R"(consensus.voters=["n1"])", "--set",
+                               "spawner.bind_cpus=false", "--print-config"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto printed = reload(r.out);
   ASSERT_TRUE(printed.ok()) << printed.error().message;
@@ -357,7 +358,8 @@ TEST(Elasticctl, UnknownCommandExits64) {
   const Finished r = elasticctl({"frobnicate"});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: unknown command \"frobnicate\" (commands: config, keygen, nodes, status)\n"
+            "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, jobs, keygen, "
+            "nodes, status, submit, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -365,7 +367,8 @@ TEST(Elasticctl, MissingCommandExits64) {
   const Finished r = elasticctl({});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: a command is required (commands: config, keygen, nodes, status)\n"
+            "elasticctl: a command is required (commands: cancel, config, jobs, keygen, nodes, "
+            "status, submit, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 

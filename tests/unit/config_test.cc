@@ -236,7 +236,7 @@ TEST(Load, SetValuesAreTomlWhenTheyParse) {
       "checkpoint.keep=7",
       "spawner.log_max_bytes=4096",
       "logging.format=json",
-      "consensus.voters=[]",
+      R"(consensus.voters=["a", "b", "c"])",
   });
   ASSERT_TRUE(config.ok()) << config.error().message;
   EXPECT_THAT(config->membership.seeds, ElementsAre("a@a:1", "b@b:2"));
@@ -485,9 +485,9 @@ INSTANTIATE_TEST_SUITE_P(
         // CURVE needs every seed's name; the file's seeds line is where the user must look.
         FileCase{"CurveSeedWithoutNameFromFile",
                  "[transport]\ncurve = true\nsecret_key_file = \"/k/n1.key\"\n"
-                 "public_keys_dir = \"/k\"\n[membership]\n"
+                 "public_keys_dir = \"/k\"\n[consensus]\nvoters = [\"n2\"]\n[membership]\n"
                  "seeds = [\"n2@10.0.0.2:7946\", \"10.0.0.1:7946\"]\n",
-                 {"@:6: membership.seeds: \"10.0.0.1:7946\" needs a node name "
+                 {"@:8: membership.seeds: \"10.0.0.1:7946\" needs a node name "
                   "(\"name@host:port\") when transport.curve = true, because CURVE needs the "
                   "seed's public key"}}),
     [](const auto& test_case) { return std::string(test_case.param.name); });
@@ -508,9 +508,10 @@ TEST(FileErrors, LaterSetFixesTheValueButTheFileErrorStands) {
 // Seeds written for a plain cluster, CURVE turned on from the command line: the --set is blamed.
 TEST(FileErrors, CurveTurnedOnBySetBlamesTheSet) {
   TempDir dir;
-  const auto outcome = load_text(dir, "[membership]\nseeds = [\"10.0.0.1:7946\"]\n",
-                                 {"transport.secret_key_file=/k/n1.key",
-                                  "transport.public_keys_dir=/k", "transport.curve=true"});
+  const auto outcome =
+      load_text(dir, "[membership]\nseeds = [\"10.0.0.1:7946\"]\n",
+                {R"(consensus.voters=["n1"])", "transport.secret_key_file=/k/n1.key",
+                 "transport.public_keys_dir=/k", "transport.curve=true"});
   EXPECT_THAT(outcome.errors,
               ElementsAre("--set transport.curve=true: membership.seeds: \"10.0.0.1:7946\" "
                           "needs a node name (\"name@host:port\") when transport.curve = true, "
@@ -601,22 +602,23 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set transport.secret_key_file=key: transport.secret_key_file: must be an absolute path or \"\" (got \"key\")"}},
 
     // membership
-    SetCase{"Seeds", {R"(membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"])"},
+    SetCase{"Seeds", {R"(consensus.voters=["v"])", R"(membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"])"},
             {R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n1" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n2:0" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "[::1:7946" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n3:7946" is listed twice)"}},
-    SetCase{"SeedNames", {R"(membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"])"},
+    SetCase{"SeedNames", {R"(consensus.voters=["v"])", R"(membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"])"},
             {R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "@n1:7946" has an empty node name before '@' (write "name@host:port"))",
              R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "a b@n2:7946": the node name "a b" may contain only letters, digits, '.', '_' and '-' (at most 253))",
              R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n3@n3": "n3" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
              R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n4@x@h:1": "x@h:1" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
              R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n5@h:0": "h:0" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))",
              R"(--set membership.seeds=["@n1:7946", "a b@n2:7946", "n3@n3", "n4@x@h:1", "n5@h:0", "n6@"]: membership.seeds: "n6@": "" after the node name must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01@10.0.0.1:7946"))"}},
-    SetCase{"SeedNamedTwice", {R"(membership.seeds=["n1@h:1", "n1@h:1"])"},
+    SetCase{"SeedNamedTwice", {R"(consensus.voters=["v"])", R"(membership.seeds=["n1@h:1", "n1@h:1"])"},
             {R"(--set membership.seeds=["n1@h:1", "n1@h:1"]: membership.seeds: "n1@h:1" is listed twice)"}},
     SetCase{"CurveSeedNeedsName",
             {"transport.curve=true", "transport.secret_key_file=/k/n1.key", "transport.public_keys_dir=/k",
+             R"(consensus.voters=["n2"])",
              R"(membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"])"},
             {R"(--set membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"]: membership.seeds: "10.0.0.1:7946" needs a node name ("name@host:port") when transport.curve = true, because CURVE needs the seed's public key)",
              R"(--set membership.seeds=["n2@10.0.0.2:7946", "10.0.0.1:7946", "[fe80::1]:7946"]: membership.seeds: "[fe80::1]:7946" needs a node name ("name@host:port") when transport.curve = true, because CURVE needs the seed's public key)"}},
@@ -644,6 +646,8 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
     // consensus
     SetCase{"VotersEven", {R"(consensus.voters=["a","b"])"},
             {R"(--set consensus.voters=["a","b"]: consensus.voters: has 2 voters; use 1, 3 or 5 (an even count adds no fault tolerance), or [] for this node alone)"}},
+    SetCase{"SeedsWithoutVoters", {R"(membership.seeds=["h1:7946"])"},
+            {R"(--set membership.seeds=["h1:7946"]: consensus.voters: is [] (this node alone) but membership.seeds joins other nodes; list the cluster's 1, 3 or 5 voters by node name, the same on every node)"}},
     SetCase{"VotersDuplicateAndEmpty", {R"(consensus.voters=["a","","a"])"},
             {R"(--set consensus.voters=["a","","a"]: consensus.voters: voter names must not be empty)",
              R"(--set consensus.voters=["a","","a"]: consensus.voters: "a" is listed twice)"}},
@@ -658,9 +662,9 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
     // rendezvous
     SetCase{"LastCall", {"rendezvous.last_call=10m"},
             {"--set rendezvous.last_call=10m: rendezvous.last_call: 10m must be shorter than rendezvous.join_timeout (10m)"}},
-    SetCase{"Keepalive", {"rendezvous.job_keepalive_interval=3s"},
-            {"--set rendezvous.job_keepalive_interval=3s: rendezvous.job_keepalive_interval: 3s must be shorter than "
-             "rendezvous.job_peer_timeout (3s)"}},
+    SetCase{"Keepalive", {"rendezvous.job_keepalive_interval=600ms"},
+            {"--set rendezvous.job_keepalive_interval=600ms: rendezvous.job_keepalive_interval: 600ms must be shorter than "
+             "rendezvous.job_peer_timeout (600ms)"}},
     SetCase{"Lease", {"rendezvous.lease_duration=1s"},
             {"--set rendezvous.lease_duration=1s: rendezvous.lease_duration: 1s must be longer than "
              "consensus.election_timeout (1s), or every leader change stops every job"}},
@@ -727,13 +731,15 @@ TEST(Validate, AcceptsValidEdgeValues) {
 
 // Names are optional without CURVE (and unused), required and accepted with it.
 TEST(Validate, AcceptsNamedSeeds) {
-  auto plain = with_overrides({R"(membership.seeds=["n1@10.0.0.1:7946", "10.0.0.2:7946"])"});
+  auto plain = with_overrides(
+      {R"(membership.seeds=["n1@10.0.0.1:7946", "10.0.0.2:7946"])", R"(consensus.voters=["n1"])"});
   EXPECT_TRUE(plain.ok()) << plain.error().message;
   auto curve = with_overrides({
       "transport.curve=true",
       "transport.secret_key_file=/k/n1.key",
       "transport.public_keys_dir=/k",
       R"(membership.seeds=["gpu-01.rack_2@[fe80::1]:7946", "n2@node02:1", "n3@10.0.0.3:65535"])",
+      R"(consensus.voters=["n2"])",
   });
   EXPECT_TRUE(curve.ok()) << curve.error().message;
 }

@@ -970,5 +970,115 @@ TEST(MembershipTest, TombstonesExpireAfterTheirTtl) {
   EXPECT_TRUE(a.member("b"));
 }
 
+TEST(MembershipTest, NameTableStoresEachStringOnceAndFreesItWithItsLastRef) {
+  NameTable table;
+  {
+    const NameTable::Ref a = table.intern("gpu-node-0001.cluster.example");
+    NameTable::Ref b = table.intern(std::string("gpu-node-0001.cluster.example"));
+    const NameTable::Ref c = table.intern("gpu-node-0002.cluster.example");
+    EXPECT_EQ(a, b);
+    EXPECT_FALSE(a == c);
+    EXPECT_EQ(a.str(), "gpu-node-0001.cluster.example");
+    EXPECT_EQ(a.hash(), NameTable::hash_of("gpu-node-0001.cluster.example"));
+    EXPECT_EQ(table.size(), 2u);
+    b = c;  // a still holds the first string
+    EXPECT_EQ(table.size(), 2u);
+    EXPECT_FALSE(table.intern(""));
+    EXPECT_EQ(table.intern("").str(), "");
+  }
+  EXPECT_EQ(table.size(), 0u);
+}
+
+std::vector<MemberUpdate> numbered_members(std::size_t n, const std::string& prefix = "m") {
+  std::vector<MemberUpdate> list;
+  for (std::size_t i = 0; i < n; ++i) list.push_back(alive(prefix + std::to_string(i)));
+  return list;
+}
+
+TEST(MembershipTest, SeedMembersBootstrapsSilentlyAndTheNodeWorksAsUsual) {
+  TimePoint now = kStart;
+  Membership a(Self{.name = "m0", .generation = 1, .address = "m0:1"}, test_config(), 5, now);
+  std::vector<MemberUpdate> list = numbered_members(200);  // includes a itself (m0)
+  list.push_back(list[7]);                                 // a duplicate is skipped
+  list.push_back(verdict(MemberState::kDead, "gone", "m3"));
+  list.push_back(MemberUpdate{});  // an empty name is skipped
+  a.seed_members(now, list);
+  EXPECT_EQ(a.member_count(), 201u);  // 200 + the tombstone of "gone"
+  EXPECT_EQ(a.alive_count(), 200u);
+  EXPECT_EQ(a.queued_updates(), 0u);  // nothing to gossip: a quiet start
+  EXPECT_EQ(state_of(a, "gone"), MemberState::kDead);
+  EXPECT_EQ(a.member("m150")->address, "m150:1");
+  const auto views = a.members();
+  EXPECT_TRUE(
+      std::is_sorted(views.begin(), views.end(),
+                     [](const MemberView& x, const MemberView& y) { return x.name < y.name; }));
+
+  // It probes the seeded members, and a suspicion about itself is refuted and gossiped.
+  // (Nobody answers here, so its probes time out and slow down: two in 5 s.)
+  std::set<std::string> probed;
+  while (now < kStart + 5s) {
+    now = a.next_deadline();
+    Effects e;
+    a.tick(now, e);
+    for (const auto& s : e.sends) {
+      if (std::holds_alternative<wire::Ping>(s.message)) probed.insert(s.to);
+    }
+  }
+  EXPECT_GE(probed.size(), 2u);
+  for (const auto& name : probed) EXPECT_TRUE(a.member(name)) << name;
+  Effects e;
+  a.on_message(now, gossip("m9", {verdict(MemberState::kSuspect, "m0", "m9")}), e);
+  EXPECT_EQ(a.member("m0")->incarnation, 1u);
+  EXPECT_GE(a.queued_updates(), 1u);
+}
+
+// The open-addressing index with backward-shift deletion: many removals and slot reuse must keep
+// every member findable and every removed one gone.
+TEST(MembershipTest, RecordIndexSurvivesRemovalsAndReuse) {
+  config::MembershipConfig c = test_config();
+  c.tombstone_ttl = 1min;
+  TimePoint now = kStart;
+  Membership a(Self{.name = "self", .generation = 1, .address = "self:1"}, c, 9, now);
+  a.seed_members(now, numbered_members(600));
+  Effects e;
+  std::vector<MemberUpdate> deaths;
+  for (std::size_t i = 0; i < 600; i += 3) {
+    deaths.push_back(verdict(MemberState::kDead, "m" + std::to_string(i), "m1"));
+  }
+  a.on_message(now, gossip("m1", deaths), e);
+  while (now < kStart + 2min) {
+    now = a.next_deadline();
+    a.tick(now, e);
+  }
+  for (std::size_t i = 0; i < 600; ++i) {
+    EXPECT_EQ(a.member("m" + std::to_string(i)).has_value(), i % 3 != 0) << i;
+  }
+  EXPECT_EQ(a.member_count(), 401u);
+  a.seed_members(now, numbered_members(450, "new"));  // reuses the 200 free slots, then grows
+  EXPECT_EQ(a.member_count(), 851u);
+  for (std::size_t i = 0; i < 450; ++i) EXPECT_TRUE(a.member("new" + std::to_string(i))) << i;
+  for (std::size_t i = 1; i < 600; i += 3) EXPECT_TRUE(a.member("m" + std::to_string(i))) << i;
+  EXPECT_FALSE(a.member("m0"));
+  EXPECT_EQ(a.members().size(), 851u);
+}
+
+TEST(MembershipTest, InstancesSharingANameTableStoreEachNameOnce) {
+  auto table = std::make_shared<NameTable>();
+  {
+    std::vector<std::unique_ptr<Membership>> nodes;
+    const auto list = numbered_members(50);
+    for (std::size_t i = 0; i < 50; ++i) {
+      const std::string name = "m" + std::to_string(i);
+      nodes.push_back(
+          std::make_unique<Membership>(Self{.name = name, .generation = 1, .address = name + ":1"},
+                                       test_config(), i, kStart, table));
+      nodes.back()->seed_members(kStart, list);
+    }
+    EXPECT_EQ(table->size(), 100u);  // 50 names and 50 addresses, for 2,500 records
+    EXPECT_EQ(nodes[3]->digest(), nodes[40]->digest());  // the same view, order-independent
+  }
+  EXPECT_EQ(table->size(), 0u);
+}
+
 }  // namespace
 }  // namespace elastic::membership

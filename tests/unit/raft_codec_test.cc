@@ -36,6 +36,12 @@ bool same(const AppendReply& a, const AppendReply& b) {
   return a.term == b.term && a.success == b.success && a.match_index == b.match_index &&
          a.conflict_index == b.conflict_index && a.conflict_term == b.conflict_term;
 }
+bool same(const InstallSnapshot& a, const InstallSnapshot& b) {
+  return a.term == b.term && a.snapshot == b.snapshot;
+}
+bool same(const InstallSnapshotReply& a, const InstallSnapshotReply& b) {
+  return a.term == b.term && a.match_index == b.match_index;
+}
 bool same(const Message& a, const Message& b) {
   if (a.from != b.from || a.to != b.to || a.body.index() != b.body.index()) return false;
   return std::visit(
@@ -71,6 +77,12 @@ std::vector<Message> every_message() {
       message(AppendEntries{7, 99, 6, entries(5, 33), 98}),
       message(AppendReply{7, true, 104, 0, 0}),
       message(AppendReply{7, false, 0, 50, 4}),
+      message(AppendEntries{
+          7, 99, 6, {Entry{7, 100, EntryType::kConfig, encode_voters({5, 1, 9})}}, 98}),
+      message(InstallSnapshot{9, Snapshot{120, 8, {1, 2, 3}, binary(1000, 5)}}),
+      message(InstallSnapshot{9, Snapshot{1, 1, {0xffff'ffff'ffff'fff0ULL}, {}}}),
+      message(InstallSnapshotReply{9, 120}),
+      message(InstallSnapshotReply{10, 0}),
   };
 }
 
@@ -141,7 +153,8 @@ std::vector<Field> replaced(std::vector<Field> fields, const std::string& key,
 
 TEST(RaftCodec, TypesAreRaftAndNotMembership) {
   for (MsgType t : {MsgType::kRaftVoteRequest, MsgType::kRaftVoteReply, MsgType::kRaftAppendEntries,
-                    MsgType::kRaftAppendReply}) {
+                    MsgType::kRaftAppendReply, MsgType::kRaftInstallSnapshot,
+                    MsgType::kRaftInstallSnapshotReply}) {
     EXPECT_TRUE(wire::is_raft_type(t));
     EXPECT_FALSE(wire::is_membership_type(t));
   }
@@ -149,6 +162,8 @@ TEST(RaftCodec, TypesAreRaftAndNotMembership) {
   EXPECT_FALSE(wire::is_raft_type(MsgType::kControlRequest));
   EXPECT_EQ(static_cast<int>(MsgType::kRaftVoteRequest), 7);
   EXPECT_EQ(static_cast<int>(MsgType::kRaftAppendReply), 10);
+  EXPECT_EQ(static_cast<int>(MsgType::kRaftInstallSnapshot), 11);
+  EXPECT_EQ(static_cast<int>(MsgType::kRaftInstallSnapshotReply), 12);
   EXPECT_EQ(static_cast<int>(MsgType::kControlRequest), 100);
 }
 
@@ -333,6 +348,86 @@ TEST(RaftCodec, LimitsAreOversized) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(reason, DecodeError::kOversized) << m.error().message;
   EXPECT_NE(m.error().message.find("bytes of entry data"), std::string::npos);
+}
+
+TEST(RaftCodec, VoterListsAreChecked) {
+  // Config entries: the data must be a valid voter list.
+  for (const std::string& data :
+       {std::string(), std::string("abc"), encode_voters({}), encode_voters({1, 1}),
+        encode_voters({0, 2}), encode_voters({1, 2}) + "x"}) {
+    DecodeError reason = DecodeError::kOversized;
+    const Message m =
+        message(AppendEntries{7, 99, 6, {Entry{7, 100, EntryType::kConfig, data}}, 98});
+    Result<Message> got = decode_raft(MsgType::kRaftAppendEntries, encode_raft(m), &reason);
+    ASSERT_FALSE(got.ok()) << data.size();
+    EXPECT_EQ(reason, DecodeError::kMalformed);
+    EXPECT_NE(got.error().message.find("voter list"), std::string::npos) << got.error().message;
+  }
+  // InstallSnapshot voters: required, non-empty, unsigned, distinct, non-zero, bounded.
+  auto install = [](std::function<void(Packer&)> voters) {
+    std::vector<Field> fields = {{"fr", u(1)}, {"to", u(2)}, {"t", u(3)},
+                                 {"li", u(9)}, {"lt", u(2)}, {"d", bin("state")}};
+    if (voters) fields.push_back({"v", std::move(voters)});
+    return pack_map(fields);
+  };
+  auto ids = [](std::vector<std::uint64_t> v) {
+    return [v](Packer& p) {
+      p.pack_array(static_cast<std::uint32_t>(v.size()));
+      for (auto id : v) p.pack_uint64(id);
+    };
+  };
+  Result<Message> good = decode_raft(MsgType::kRaftInstallSnapshot, install(ids({3, 1, 2})));
+  ASSERT_OK(good);
+  EXPECT_EQ(std::get<InstallSnapshot>(good->body).snapshot,
+            (Snapshot{9, 2, {1, 2, 3}, std::string("state")}));
+  for (const auto& bad : {install(nullptr), install(ids({})), install(ids({1, 1})),
+                          install(ids({0, 1})), install(str("1")), install([](Packer& p) {
+                            p.pack_array(1);
+                            p.pack_int64(-1);
+                          })}) {
+    DecodeError reason = DecodeError::kOversized;
+    EXPECT_FALSE(decode_raft(MsgType::kRaftInstallSnapshot, bad, &reason).ok());
+    EXPECT_EQ(reason, DecodeError::kMalformed);
+  }
+  std::vector<std::uint64_t> many;
+  for (std::uint64_t i = 1; i <= kMaxVoters + 1; ++i) many.push_back(i);
+  DecodeError reason = DecodeError::kMalformed;
+  EXPECT_FALSE(decode_raft(MsgType::kRaftInstallSnapshot, install(ids(many)), &reason).ok());
+  EXPECT_EQ(reason, DecodeError::kOversized);
+  // The reply: both fields required.
+  const std::vector<Field> reply = {{"fr", u(1)}, {"to", u(2)}, {"t", u(4)}, {"m", u(3)}};
+  ASSERT_OK(decode_raft(MsgType::kRaftInstallSnapshotReply, pack_map(reply)));
+  for (const Field& f : reply) {
+    EXPECT_FALSE(
+        decode_raft(MsgType::kRaftInstallSnapshotReply, pack_map(without(reply, f.first))).ok())
+        << f.first;
+  }
+}
+
+TEST(RaftCodec, LargeSnapshotsRoundTripAndOversizedAreRejected) {
+  const Message big =
+      message(InstallSnapshot{4, Snapshot{1000, 3, {1, 2, 3, 4, 5}, binary(20'000'001, 9)}});
+  ASSERT_TRUE(fits_raft_limits(big));
+  Result<Message> got = round_trip(big);
+  ASSERT_OK(got);
+  EXPECT_TRUE(same(*got, big));
+  const Message over =
+      message(InstallSnapshot{4, Snapshot{1000, 3, {1}, std::string(kMaxSnapshotBytes + 1, 's')}});
+  EXPECT_FALSE(fits_raft_limits(over));
+  DecodeError reason = DecodeError::kMalformed;
+  EXPECT_FALSE(decode_raft(MsgType::kRaftInstallSnapshot, encode_raft(over), &reason).ok());
+  EXPECT_EQ(reason, DecodeError::kOversized);
+}
+
+TEST(RaftCodec, EveryTruncationOfInstallSnapshotIsRejected) {
+  for (const Message& m : {message(InstallSnapshot{9, Snapshot{120, 8, {1, 2, 3}, binary(40, 1)}}),
+                           message(InstallSnapshotReply{9, 120})}) {
+    const std::string bytes = encode_raft(m);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_FALSE(decode_raft(raft_message_type(m.body), bytes.substr(0, n)).ok())
+          << "prefix of " << n << " bytes";
+    }
+  }
 }
 
 TEST(RaftCodec, EveryTruncationOfAppendEntriesIsRejected) {

@@ -1,7 +1,11 @@
 // Raft core rules (table-driven, manual time, a hand-steered message queue) and the durable log
 // (real files in a TempDir): vote granting, stepping down, log matching and truncation, the
 // current-term commit rule with the Raft paper's Figure 8 scripted step by step, PreVote,
-// CheckQuorum, persistence round trips, torn tails, bad CRCs, odd payload lengths, bootstrap.
+// CheckQuorum, persistence round trips, torn tails, bad CRCs, odd payload lengths, bootstrap;
+// snapshots (compaction, term lookups at the boundary, InstallSnapshot to a lagging follower,
+// stale and duplicate ones, the snapshot file's crash points and CRC) and one-at-a-time voter
+// changes (refusals, a new voter catching up by snapshot, removing a follower or the leader,
+// reverting a truncated config).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -10,7 +14,9 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,17 +42,21 @@ std::vector<Entry> log_of_terms(const std::vector<Term>& terms) {
 }
 
 // A small cluster with durable state kept as the contract says (persist, then send).
+// Nodes 1..n are the bootstrap voters; `extra` more nodes n+1.. start outside the config (they
+// know the bootstrap voters and wait to be added).
 class Cluster {
  public:
-  Cluster(std::size_t n, RaftConfig config) : config_(config) {
-    for (NodeId id = 1; id <= n; ++id) ids_.push_back(id);
+  Cluster(std::size_t n, RaftConfig config, std::size_t extra = 0) : config_(config) {
+    for (NodeId id = 1; id <= n; ++id) bootstrap_.push_back(id);
+    for (NodeId id = 1; id <= n + extra; ++id) ids_.push_back(id);
     for (NodeId id : ids_) restart(id);
   }
   // Starts (or restarts) `id` from its durable state; messages in flight to it are dropped.
   void restart(NodeId id) {
     auto& n = nodes_[id];
-    n.raft = std::make_unique<Raft>(id, ids_, config_, Recovered{n.hard, n.log}, 100 + id + seed_++,
-                                    now_);
+    n.raft = std::make_unique<Raft>(id, bootstrap_, config_, Recovered{n.hard, n.log, n.snapshot},
+                                    100 + id + seed_++, now_);
+    n.restored = n.snapshot;  // the owner rebuilds its state machine from the snapshot
     n.applied.clear();
     n.up = true;
     drop([&](const Message& m) { return m.to == id; });
@@ -58,17 +68,42 @@ class Cluster {
   Raft& raft(NodeId id) { return *nodes_.at(id).raft; }
   const std::vector<Entry>& applied(NodeId id) { return nodes_.at(id).applied; }
   const std::vector<Entry>& durable_log(NodeId id) { return nodes_.at(id).log; }
+  const std::optional<Snapshot>& durable_snapshot(NodeId id) { return nodes_.at(id).snapshot; }
+  // The last snapshot the node's state machine was reset from (restart or InstallSnapshot).
+  const std::optional<Snapshot>& restored(NodeId id) { return nodes_.at(id).restored; }
+  bool up(NodeId id) { return nodes_.at(id).up; }
   TimePoint now() const { return now_; }
 
   void carry_out(NodeId id, Effects& e) {
     auto& n = nodes_.at(id);
     if (e.persist.hard_state) n.hard = *e.persist.hard_state;
-    if (e.persist.truncate_from && *e.persist.truncate_from <= n.log.size()) {
-      n.log.resize(*e.persist.truncate_from - 1);
+    if (e.persist.snapshot) {
+      n.snapshot = e.persist.snapshot;
+      std::erase_if(n.log, [&](const Entry& x) { return x.index <= n.snapshot->last_index; });
+    }
+    if (e.persist.truncate_from) {
+      std::erase_if(n.log, [&](const Entry& x) { return x.index >= *e.persist.truncate_from; });
     }
     for (const auto& entry : e.persist.append) n.log.push_back(entry);
     for (auto& m : e.sends) queue_.push_back(m);
+    if (e.restore) {
+      n.restored = e.restore;
+      n.applied.clear();
+    }
     for (auto& entry : e.apply) n.applied.push_back(entry);
+  }
+  // Compacts `id`'s log up to what it applied, with a state machine blob naming the index.
+  void compact(NodeId id) {
+    Effects e;
+    const Index upto = raft(id).last_applied();
+    ASSERT_TRUE(raft(id).compact(upto, "sm@" + std::to_string(upto), e).ok());
+    carry_out(id, e);
+  }
+  VoterChangeOutcome change(NodeId id, VoterChange change) {
+    Effects e;
+    auto outcome = raft(id).propose_voter_change(now_, change, e);
+    carry_out(id, e);
+    return outcome;
   }
   // Fires `id`'s election timer (or leader timers) now.
   void fire(NodeId id) {
@@ -127,21 +162,29 @@ class Cluster {
   }
   void run(Duration d) { run(d, ids_); }
   std::optional<NodeId> leader() {
+    std::optional<NodeId> best;
     for (NodeId id : ids_) {
-      if (nodes_[id].up && raft(id).role() == Role::kLeader) return id;
+      if (nodes_[id].up && raft(id).role() == Role::kLeader &&
+          (!best || raft(id).term() > raft(*best).term())) {
+        best = id;
+      }
     }
-    return std::nullopt;
+    return best;
   }
+  const std::vector<NodeId>& ids() const { return ids_; }
 
  private:
   struct Node {
     std::unique_ptr<Raft> raft;
     HardState hard;
     std::vector<Entry> log;
-    std::vector<Entry> applied;
+    std::optional<Snapshot> snapshot;
+    std::optional<Snapshot> restored;
+    std::vector<Entry> applied;  // since the last restart or restore
     bool up = false;
   };
   RaftConfig config_;
+  std::vector<NodeId> bootstrap_;
   std::vector<NodeId> ids_;
   std::map<NodeId, Node> nodes_;
   std::deque<Message> queue_;
@@ -560,6 +603,421 @@ TEST(RaftCheckQuorum, LeaderWithAMajorityStays) {
   EXPECT_EQ(c.raft(*leader).term(), term);
 }
 
+// --- snapshots ------------------------------------------------------------------------------
+
+// A follower of a 3-voter group (leader 2, term 3) that has applied `terms.size()` entries.
+Raft applied_follower(const std::vector<Term>& terms) {
+  Raft r(1, {1, 2, 3}, RaftConfig{}, Recovered{{3, kNoNode}, log_of_terms(terms)}, 7, kStart);
+  Effects e;
+  r.on_message(kStart,
+               Message{2, 1, AppendEntries{3, terms.size(), terms.back(), {}, terms.size()}}, e);
+  EXPECT_EQ(r.last_applied(), terms.size());
+  return r;
+}
+
+TEST(RaftSnapshot, CompactionTable) {
+  struct Case {
+    const char* name;
+    Index upto;
+    std::size_t data_bytes;
+    bool ok;
+    Index snapshot_after;  // r.snapshot_index() afterwards
+    bool persists;
+  };
+  const std::vector<Case> cases = {
+      {"compact the applied prefix", 3, 3, true, 3, true},
+      {"compact everything applied", 5, 0, true, 5, true},
+      {"beyond the applied index", 6, 3, false, 0, false},
+      {"nothing to compact", 0, 3, true, 0, false},
+      {"over the size limit", 3, kMaxSnapshotBytes + 1, false, 0, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Raft r = applied_follower({1, 1, 2, 2, 3});
+    Effects e;
+    const Status status = r.compact(c.upto, std::string(c.data_bytes, 'm'), e);
+    EXPECT_EQ(status.ok(), c.ok);
+    if (!status.ok()) {
+      EXPECT_FALSE(status.error().message.empty());
+    }
+    EXPECT_EQ(r.snapshot_index(), c.snapshot_after);
+    EXPECT_EQ(e.persist.snapshot.has_value(), c.persists);
+    EXPECT_TRUE(e.sends.empty());
+    EXPECT_EQ(r.last_index(), 5u);
+    EXPECT_EQ(r.last_term(), 3u);
+    if (c.persists) {
+      EXPECT_EQ(*e.persist.snapshot,
+                (Snapshot{c.upto, r.term_at(c.upto), {1, 2, 3}, std::string(c.data_bytes, 'm')}));
+      EXPECT_EQ(r.first_index(), c.upto + 1);
+      EXPECT_EQ(r.log().size(), 5 - c.upto);
+    }
+  }
+  // A second compaction at or below the first is a no-op.
+  Raft r = applied_follower({1, 1, 2, 2, 3});
+  Effects e;
+  ASSERT_TRUE(r.compact(4, "a", e).ok());
+  ASSERT_TRUE(r.compact(3, "b", e).ok());
+  EXPECT_FALSE(e.persist.snapshot.has_value());
+  EXPECT_EQ(r.snapshot().data, "a");
+}
+
+TEST(RaftSnapshot, TermLookupsAtTheSnapshotBoundary) {
+  Raft r = applied_follower({1, 1, 2, 2, 3});
+  Effects e;
+  ASSERT_TRUE(r.compact(4, "sm", e).ok());
+  EXPECT_EQ(r.term_at(4), 2u) << "the snapshot's last term stays known";
+  EXPECT_EQ(r.term_at(3), 0u) << "compacted";
+  EXPECT_EQ(r.term_at(5), 3u);
+  EXPECT_EQ(r.entry(5).term, 3u);
+  struct Case {
+    const char* name;
+    AppendEntries request;
+    bool success;
+    Index match_or_conflict;
+    std::vector<Term> log_after;  // terms from first_index() on
+  };
+  auto entries = [](Index first, std::vector<Term> terms) {
+    std::vector<Entry> v;
+    for (Term t : terms) v.push_back(Entry{t, first++, EntryType::kCommand, "x"});
+    return v;
+  };
+  const std::vector<Case> cases = {
+      {"prev at the boundary", {3, 4, 2, entries(5, {3, 3}), 5}, true, 6, {3, 3}},
+      {"prev below the boundary: covered entries skipped",
+       {3, 2, 1, entries(3, {2, 2, 3, 3}), 5},
+       true,
+       6,
+       {3, 3}},
+      {"entirely inside the snapshot", {3, 1, 1, entries(2, {1, 2}), 5}, true, 4, {3}},
+      {"prev beyond the log", {3, 7, 3, {}, 5}, false, 6, {3}},
+      {"conflict right after the boundary: hint stops at the first index",
+       {3, 5, 4, {}, 5},
+       false,
+       5,
+       {3}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Raft f = applied_follower({1, 1, 2, 2, 3});
+    Effects x;
+    ASSERT_TRUE(f.compact(4, "sm", x).ok());
+    f.on_message(kStart, Message{2, 1, c.request}, x);
+    ASSERT_EQ(x.sends.size(), 1u);
+    const auto& reply = std::get<AppendReply>(x.sends[0].body);
+    EXPECT_EQ(reply.success, c.success);
+    EXPECT_EQ(c.success ? reply.match_index : reply.conflict_index, c.match_or_conflict);
+    std::vector<Term> terms;
+    for (const auto& entry : f.log()) terms.push_back(entry.term);
+    EXPECT_EQ(terms, c.log_after);
+  }
+}
+
+TEST(RaftSnapshot, InstallSnapshotTable) {
+  struct Case {
+    const char* name;
+    std::vector<Term> follower_log;
+    Index follower_commit;
+    Snapshot snapshot;
+    bool installed;
+    Index reply_match;
+    std::optional<Index> truncated_from;
+    Index last_index_after;
+  };
+  const Snapshot at10{10, 2, {1, 2, 3, 4}, "sm10"};
+  const std::vector<Case> cases = {
+      {"short log: replaced", {1, 1, 2}, 3, at10, true, 10, {}, 10},
+      {"stale (below commit): ignored", {1, 1, 2}, 3, {2, 1, {1, 2, 3}, "old"}, false, 3, {}, 3},
+      {"matching entry: suffix kept", {1, 1, 2, 2, 2}, 0, {3, 2, {1, 2}, "s3"}, true, 3, {}, 5},
+      {"conflicting entry: log discarded", {1, 1, 1, 1}, 0, {2, 2, {1, 2}, "s2"}, true, 2, 3, 2},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Raft r(1, {1, 2, 3}, RaftConfig{}, Recovered{{3, kNoNode}, log_of_terms(c.follower_log)}, 7,
+           kStart);
+    Effects e;
+    if (c.follower_commit > 0) {
+      r.on_message(kStart,
+                   Message{2, 1,
+                           AppendEntries{3,
+                                         c.follower_commit,
+                                         c.follower_log[c.follower_commit - 1],
+                                         {},
+                                         c.follower_commit}},
+                   e);
+      ASSERT_EQ(r.commit_index(), c.follower_commit);
+    }
+    r.on_message(kStart, Message{2, 1, InstallSnapshot{3, c.snapshot}}, e);
+    ASSERT_EQ(e.sends.size(), 1u);
+    EXPECT_EQ(std::get<InstallSnapshotReply>(e.sends[0].body).match_index, c.reply_match);
+    EXPECT_EQ(e.persist.snapshot.has_value(), c.installed);
+    EXPECT_EQ(e.restore.has_value(), c.installed);
+    EXPECT_EQ(e.persist.truncate_from, c.truncated_from);
+    EXPECT_TRUE(e.apply.empty());
+    EXPECT_EQ(r.last_index(), c.last_index_after);
+    if (c.installed) {
+      EXPECT_EQ(*e.restore, c.snapshot);
+      EXPECT_EQ(r.commit_index(), c.snapshot.last_index);
+      EXPECT_EQ(r.last_applied(), c.snapshot.last_index);
+      EXPECT_EQ(r.voters(), c.snapshot.voters) << "the snapshot's config is in force";
+      // The same snapshot again (a duplicate) changes nothing and is acknowledged.
+      r.on_message(kStart, Message{2, 1, InstallSnapshot{3, c.snapshot}}, e);
+      EXPECT_TRUE(e.persist.empty());
+      EXPECT_FALSE(e.restore.has_value());
+      ASSERT_EQ(e.sends.size(), 1u);
+      EXPECT_EQ(std::get<InstallSnapshotReply>(e.sends[0].body).match_index, c.snapshot.last_index);
+    }
+  }
+  // A snapshot from a stale term is refused with the current term.
+  Raft r(1, {1, 2, 3}, RaftConfig{}, Recovered{{5, kNoNode}, {}}, 7, kStart);
+  Effects e;
+  r.on_message(kStart, Message{2, 1, InstallSnapshot{4, at10}}, e);
+  EXPECT_FALSE(e.restore.has_value());
+  ASSERT_EQ(e.sends.size(), 1u);
+  EXPECT_EQ(std::get<InstallSnapshotReply>(e.sends[0].body).term, 5u);
+}
+
+TEST(RaftSnapshot, LaggingFollowerCatchesUpByInstallSnapshot) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const NodeId lagging = *leader == 3 ? 2 : 3;
+  c.crash(lagging);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(c.propose(*leader, "p" + std::to_string(i)).accepted);
+  c.run(300ms, all_but(lagging, 3));
+  for (NodeId id : all_but(lagging, 3)) c.compact(id);
+  const Index snap = c.raft(*leader).snapshot_index();
+  ASSERT_GE(snap, 11u);
+  c.restart(lagging);
+  c.run(1s);
+  ASSERT_TRUE(c.restored(lagging).has_value()) << "the follower got InstallSnapshot";
+  EXPECT_EQ(c.restored(lagging)->last_index, snap);
+  EXPECT_EQ(c.restored(lagging)->data, "sm@" + std::to_string(snap));
+  ASSERT_TRUE(c.durable_snapshot(lagging).has_value()) << "persisted before it was used";
+  EXPECT_EQ(c.durable_snapshot(lagging)->last_index, snap);
+  EXPECT_EQ(c.raft(lagging).commit_index(), c.raft(*leader).commit_index());
+  // Applying continues right after the snapshot.
+  auto outcome = c.propose(*leader, "after");
+  ASSERT_TRUE(outcome.accepted);
+  c.run(300ms);
+  ASSERT_FALSE(c.applied(lagging).empty());
+  EXPECT_EQ(c.applied(lagging).front().index, snap + 1);
+  EXPECT_EQ(c.applied(lagging).back().data, "after");
+  // A restart rebuilds from the durable snapshot, then the log.
+  c.crash(lagging);
+  c.restart(lagging);
+  EXPECT_EQ(c.raft(lagging).last_applied(), snap);
+  EXPECT_EQ(c.raft(lagging).first_index(), snap + 1);
+  c.run(300ms);
+  EXPECT_EQ(c.applied(lagging).back().data, "after");
+}
+
+// --- voter changes --------------------------------------------------------------------------
+
+TEST(RaftVoterChange, RefusalsAndTheOneChangeRule) {
+  // A fresh 3-voter leader elected by hand; nothing of its term committed yet.
+  Raft r(1, {1, 2, 3}, RaftConfig{}, Recovered{}, 7, kStart);
+  Effects e;
+  const TimePoint t = r.next_deadline();
+  r.tick(t, e);
+  r.on_message(t, Message{2, 1, VoteReply{true, 1, true}}, e);
+  r.on_message(t, Message{2, 1, VoteReply{false, 1, true}}, e);
+  ASSERT_EQ(r.role(), Role::kLeader);
+  using K = VoterChange::Kind;
+  struct Step {
+    const char* name;
+    std::function<void()> before;
+    VoterChange change;
+    bool accepted;
+    const char* refusal;  // a substring
+  };
+  const std::vector<Step> steps = {
+      {"before its term has a commit", [] {}, {K::kAdd, 4}, false, "not yet committed an entry"},
+      {"after the no-op commits",
+       [&] {
+         r.on_message(t, Message{2, 1, AppendReply{1, true, 1, 0, 0}}, e);
+       },
+       {K::kAdd, 4},
+       true,
+       ""},
+      {"a second change while the first is uncommitted",
+       [] {},
+       {K::kAdd, 5},
+       false,
+       "not committed yet"},
+      {"still uncommitted with 2 of 4",
+       [&] {
+         r.on_message(t, Message{2, 1, AppendReply{1, true, 2, 0, 0}}, e);
+       },
+       {K::kRemove, 2},
+       false,
+       "not committed yet"},
+      {"committed with 3 of 4",
+       [&] {
+         r.on_message(t, Message{3, 1, AppendReply{1, true, 2, 0, 0}}, e);
+       },
+       {K::kAdd, 4},
+       false,
+       "already a voter"},
+      {"remove a non-voter", [] {}, {K::kRemove, 9}, false, "not a voter"},
+      {"node id 0", [] {}, {K::kAdd, 0}, false, "id 0"},
+      {"remove a follower", [] {}, {K::kRemove, 4}, true, ""},
+  };
+  for (const auto& step : steps) {
+    SCOPED_TRACE(step.name);
+    step.before();
+    auto outcome = r.propose_voter_change(t, step.change, e);
+    EXPECT_EQ(outcome.accepted, step.accepted) << outcome.refusal;
+    EXPECT_NE(outcome.refusal.find(step.refusal), std::string::npos) << outcome.refusal;
+    if (outcome.accepted) {
+      ASSERT_EQ(e.persist.append.size(), 1u);
+      EXPECT_EQ(e.persist.append[0].type, EntryType::kConfig);
+      EXPECT_EQ(r.config_index(), outcome.index) << "in force as soon as appended";
+      EXPECT_EQ(decode_voters(e.persist.append[0].data), r.voters());
+    }
+  }
+  EXPECT_EQ(r.voters(), (std::vector<NodeId>{1, 2, 3}));
+
+  // A follower redirects; a lone voter cannot remove itself.
+  Raft follower(2, {1, 2, 3}, RaftConfig{}, Recovered{}, 7, kStart);
+  auto redirected = follower.propose_voter_change(t, {K::kAdd, 4}, e);
+  EXPECT_FALSE(redirected.accepted);
+  EXPECT_NE(redirected.refusal.find("not the Raft leader"), std::string::npos);
+  Raft solo(1, {1}, RaftConfig{}, Recovered{}, 7, kStart);
+  solo.tick(solo.next_deadline(), e);
+  ASSERT_EQ(solo.role(), Role::kLeader);
+  auto last = solo.propose_voter_change(t, {K::kRemove, 1}, e);
+  EXPECT_FALSE(last.accepted);
+  EXPECT_NE(last.refusal.find("last voter"), std::string::npos);
+  // A lone voter may add a second; from then on commits need both.
+  auto add = solo.propose_voter_change(t, {K::kAdd, 2}, e);
+  EXPECT_TRUE(add.accepted) << add.refusal;
+  EXPECT_EQ(solo.commit_index(), add.index - 1);
+}
+
+TEST(RaftVoterChange, NodeOutsideTheConfigNeverCampaigns) {
+  Raft r(4, {1, 2, 3}, RaftConfig{}, Recovered{}, 7, kStart);
+  TimePoint t = kStart;
+  for (int i = 0; i < 20; ++i) {
+    t = r.next_deadline();
+    Effects e;
+    r.tick(t, e);
+    EXPECT_TRUE(e.sends.empty());
+    EXPECT_TRUE(e.persist.empty());
+  }
+  EXPECT_EQ(r.role(), Role::kFollower);
+  EXPECT_EQ(r.term(), 0u);
+  // It follows a leader it hears from, and a config entry naming it makes it a voter.
+  Effects e;
+  r.on_message(t,
+               Message{1, 4,
+                       AppendEntries{2,
+                                     0,
+                                     0,
+                                     {Entry{2, 1, EntryType::kNoop, ""},
+                                      Entry{2, 2, EntryType::kConfig, encode_voters({1, 2, 3, 4})}},
+                                     0}},
+               e);
+  EXPECT_EQ(r.leader(), 1u);
+  EXPECT_TRUE(r.is_voter(4));
+  EXPECT_EQ(r.config_index(), 2u);
+}
+
+TEST(RaftVoterChange, TruncatedConfigEntryRevertsToThePreviousConfig) {
+  Raft r(1, {1, 2, 3}, RaftConfig{}, Recovered{{2, kNoNode}, log_of_terms({1, 1})}, 7, kStart);
+  Effects e;
+  r.on_message(
+      kStart,
+      Message{2, 1,
+              AppendEntries{2, 2, 1, {Entry{2, 3, EntryType::kConfig, encode_voters({1, 2})}}, 2}},
+      e);
+  EXPECT_EQ(r.voters(), (std::vector<NodeId>{1, 2}));
+  EXPECT_EQ(r.config_index(), 3u);
+  // A leader of term 3 overwrites index 3: back to the bootstrap config.
+  r.on_message(kStart,
+               Message{3, 1, AppendEntries{3, 2, 1, {Entry{3, 3, EntryType::kNoop, ""}}, 2}}, e);
+  EXPECT_EQ(e.persist.truncate_from, 3u);
+  EXPECT_EQ(r.voters(), (std::vector<NodeId>{1, 2, 3}));
+  EXPECT_EQ(r.config_index(), 0u);
+}
+
+// Proposals until `id` applied one more entry; returns false if it never does.
+bool commit_one(Cluster& c, NodeId leader, NodeId observer, const std::string& data) {
+  if (!c.propose(leader, data).accepted) return false;
+  c.run(300ms);
+  return !c.applied(observer).empty() && c.applied(observer).back().data == data;
+}
+
+TEST(RaftVoterChange, AddedVoterCatchesUpBySnapshot) {
+  Cluster c(3, RaftConfig{}, 1);
+  c.run(2s);
+  auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  EXPECT_EQ(c.raft(4).term(), 0u) << "node 4 is outside the config and stays quiet";
+  EXPECT_EQ(c.raft(4).role(), Role::kFollower);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(c.propose(*leader, "p" + std::to_string(i)).accepted);
+  c.run(300ms);
+  for (NodeId id = 1; id <= 3; ++id) c.compact(id);
+  auto outcome = c.change(*leader, {VoterChange::Kind::kAdd, 4});
+  ASSERT_TRUE(outcome.accepted) << outcome.refusal;
+  c.run(1s);
+  ASSERT_TRUE(c.restored(4).has_value()) << "node 4 caught up by InstallSnapshot";
+  EXPECT_EQ(c.restored(4)->last_index, c.raft(*leader).snapshot_index());
+  EXPECT_GE(c.raft(*leader).commit_index(), outcome.index);
+  for (NodeId id = 1; id <= 4; ++id) {
+    EXPECT_EQ(c.raft(id).voters(), (std::vector<NodeId>{1, 2, 3, 4})) << id;
+  }
+  EXPECT_TRUE(commit_one(c, *leader, 4, "with four"));
+  // Four voters need three: with node 4 and one other down, nothing commits.
+  const NodeId other = *leader == 1 ? 2 : 1;
+  c.crash(4);
+  c.crash(other);
+  EXPECT_FALSE(commit_one(c, *leader, *leader, "needs three"));
+}
+
+TEST(RaftVoterChange, RemovedFollowerStopsCampaigning) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const NodeId removed = *leader == 3 ? 2 : 3;
+  auto outcome = c.change(*leader, {VoterChange::Kind::kRemove, removed});
+  ASSERT_TRUE(outcome.accepted) << outcome.refusal;
+  c.run(300ms);
+  ASSERT_GE(c.raft(*leader).commit_index(), outcome.index);
+  EXPECT_FALSE(c.raft(removed).is_voter(removed));
+  const Term term = c.raft(removed).term();
+  c.run(5s, all_but(removed, 3));  // cut off: a voter would campaign
+  EXPECT_EQ(c.raft(removed).term(), term);
+  EXPECT_EQ(c.raft(removed).role(), Role::kFollower);
+  // The two remaining voters commit on their own.
+  c.crash(removed);
+  EXPECT_TRUE(commit_one(c, *leader, *leader, "two voters"));
+}
+
+TEST(RaftVoterChange, RemovedLeaderStepsDownOnceCommitted) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const Term term = c.raft(*leader).term();
+  auto outcome = c.change(*leader, {VoterChange::Kind::kRemove, *leader});
+  ASSERT_TRUE(outcome.accepted) << outcome.refusal;
+  EXPECT_EQ(c.raft(*leader).role(), Role::kLeader) << "it leads until the change commits";
+  c.run(3s);
+  EXPECT_NE(c.raft(*leader).role(), Role::kLeader);
+  auto next = c.leader();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_NE(*next, *leader);
+  EXPECT_GT(c.raft(*next).term(), term);
+  EXPECT_EQ(c.raft(*next).voters(), all_but(*leader, 3));
+  EXPECT_GE(c.raft(*next).commit_index(), outcome.index);
+  EXPECT_FALSE(c.raft(*leader).is_voter(*leader));
+  c.run(3s);
+  EXPECT_EQ(c.leader(), next) << "the removed leader does not campaign";
+  EXPECT_TRUE(commit_one(c, *next, *next, "without the old leader"));
+}
+
 // --- durable log ----------------------------------------------------------------------------
 
 std::vector<Entry> odd_entries(Term term, Index first, std::size_t n) {
@@ -736,6 +1194,203 @@ TEST(RaftLog, CorruptStateFileIsAnError) {
   auto log = RaftLog::open(dir.path());
   ASSERT_FALSE(log.ok());
   EXPECT_NE(log.error().message.find(dir / RaftLog::kStateFile), std::string::npos);
+}
+
+// --- durable snapshots -----------------------------------------------------------------------
+
+// Entries 1..n of term 1, with a config entry at `config_at` (0: none).
+std::vector<Entry> entries_with_config(std::size_t n, Index config_at,
+                                       const std::vector<NodeId>& voters) {
+  std::vector<Entry> v = odd_entries(1, 1, n);
+  if (config_at > 0) {
+    v[config_at - 1].type = EntryType::kConfig;
+    v[config_at - 1].data = encode_voters(voters);
+  }
+  return v;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(RaftLog, SnapshotCompactsTheLogAndSurvivesAReopen) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1, 2, 3}).ok());
+  const auto entries = entries_with_config(10, 4, {1, 2, 3, 4});
+  const Snapshot snap{6, 1, {1, 2, 3, 4}, std::string("state\0machine", 13)};
+  {
+    auto log = RaftLog::open(dir.path());
+    ASSERT_TRUE(log.ok()) << log.error().message;
+    Persist p;
+    p.hard_state = HardState{2, 1};
+    p.append = entries;
+    ASSERT_TRUE((*log)->persist(p).ok());
+    EXPECT_EQ((*log)->current_voters(), (std::vector<NodeId>{1, 2, 3, 4}));
+    const auto before = std::filesystem::file_size(dir / RaftLog::kLogFile);
+    Persist q;
+    q.snapshot = snap;
+    ASSERT_TRUE((*log)->persist(q).ok());
+    EXPECT_LT(std::filesystem::file_size(dir / RaftLog::kLogFile), before)
+        << "the entries up to 6 left the log file";
+    // The log stays appendable after the rewrite.
+    Persist r;
+    r.append = {Entry{2, 11, EntryType::kCommand, "eleven"}};
+    ASSERT_TRUE((*log)->persist(r).ok());
+  }
+  auto reopened = RaftLog::open(dir.path());
+  ASSERT_TRUE(reopened.ok()) << reopened.error().message;
+  ASSERT_TRUE((*reopened)->snapshot().has_value());
+  EXPECT_EQ(*(*reopened)->snapshot(), snap);
+  std::vector<Entry> expected(entries.begin() + 6, entries.end());
+  expected.push_back(Entry{2, 11, EntryType::kCommand, "eleven"});
+  EXPECT_EQ((*reopened)->entries(), expected);
+  EXPECT_EQ((*reopened)->voters(), (std::vector<NodeId>{1, 2, 3})) << "bootstrap list kept";
+  EXPECT_EQ((*reopened)->current_voters(), (std::vector<NodeId>{1, 2, 3, 4}));
+  Raft raft(2, (*reopened)->voters(), RaftConfig{}, (*reopened)->recovered(), 1, kStart);
+  EXPECT_EQ(raft.first_index(), 7u);
+  EXPECT_EQ(raft.term_at(6), 1u);
+  EXPECT_EQ(raft.last_index(), 11u);
+  EXPECT_EQ(raft.commit_index(), 6u);
+  EXPECT_EQ(raft.voters(), (std::vector<NodeId>{1, 2, 3, 4}));
+}
+
+// Every crash point of persist(snapshot): the files it replaces atomically are either old or
+// new, and leftover .tmp files of any content may lie beside them.
+TEST(RaftLog, SnapshotCrashPointsRecoverConsistently) {
+  struct Case {
+    const char* name;
+    std::vector<Entry> log;  // before
+    Persist persist;         // with a snapshot
+  };
+  const auto ten = entries_with_config(10, 0, {});
+  Persist compaction;
+  compaction.snapshot = Snapshot{6, 1, {1, 2, 3}, "sm6"};
+  Persist install_conflicting;  // the follower's entry at 6 has term 1, the snapshot says 2
+  install_conflicting.snapshot = Snapshot{6, 2, {1, 2}, "sm6-term2"};
+  install_conflicting.truncate_from = 7;
+  Persist install_beyond;  // past the end of the log
+  install_beyond.snapshot = Snapshot{20, 2, {1, 2, 3}, "sm20"};
+  Persist install_matching;  // keeps the suffix
+  install_matching.snapshot = Snapshot{8, 1, {1, 2, 3}, "sm8"};
+  const std::vector<Case> cases = {
+      {"compaction", ten, compaction},
+      {"install over a conflicting log", ten, install_conflicting},
+      {"install beyond the log", ten, install_beyond},
+      {"install over a matching log", ten, install_matching},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1, 2, 3}).ok());
+    std::vector<Entry> after_entries;
+    std::optional<Snapshot> after_snapshot;
+    {
+      auto log = RaftLog::open(dir.path());
+      ASSERT_TRUE(log.ok());
+      Persist p;
+      p.hard_state = HardState{2, 1};
+      p.append = c.log;
+      ASSERT_TRUE((*log)->persist(p).ok());
+    }
+    const std::string old_log = read_all(dir / RaftLog::kLogFile);
+    {
+      auto log = RaftLog::open(dir.path());
+      ASSERT_TRUE(log.ok());
+      ASSERT_TRUE((*log)->persist(c.persist).ok());
+      after_entries = (*log)->entries();
+      after_snapshot = (*log)->snapshot();
+    }
+    const std::string new_log = read_all(dir / RaftLog::kLogFile);
+    const std::string new_snapshot = read_all(dir / RaftLog::kSnapshotFile);
+    ASSERT_TRUE(after_snapshot.has_value());
+    struct Point {
+      const char* name;
+      bool snapshot_renamed;
+      bool log_renamed;
+    };
+    for (const Point& point :
+         {Point{"before the snapshot rename", false, false},
+          Point{"between the renames", true, false}, Point{"after both renames", true, true}}) {
+      SCOPED_TRACE(point.name);
+      testing::TempDir crash;
+      std::filesystem::copy_file(dir / RaftLog::kStateFile, crash / RaftLog::kStateFile);
+      crash.write(RaftLog::kLogFile, point.log_renamed ? new_log : old_log);
+      if (point.snapshot_renamed) crash.write(RaftLog::kSnapshotFile, new_snapshot);
+      // Half-written temporaries of the next step.
+      crash.write(std::string(RaftLog::kSnapshotFile) + ".tmp", new_snapshot.substr(0, 17));
+      crash.write(std::string(RaftLog::kLogFile) + ".tmp", new_log.substr(0, 5));
+      auto log = RaftLog::open(crash.path());
+      ASSERT_TRUE(log.ok()) << log.error().message;
+      if (point.snapshot_renamed) {
+        EXPECT_EQ((*log)->snapshot(), after_snapshot);
+        EXPECT_EQ((*log)->entries(), after_entries);
+      } else {
+        EXPECT_FALSE((*log)->snapshot().has_value());
+        EXPECT_EQ((*log)->entries(), c.log);
+      }
+      // The recovered state starts a Raft core, and the log keeps working across a reopen.
+      Raft raft(1, (*log)->voters(), RaftConfig{}, (*log)->recovered(), 1, kStart);
+      const Index next = raft.last_index() + 1;
+      Persist more;
+      more.append = {Entry{2, next, EntryType::kCommand, "next"}};
+      ASSERT_TRUE((*log)->persist(more).ok());
+      std::vector<Entry> expected = (*log)->entries();
+      log = Error{"closed"};
+      auto again = RaftLog::open(crash.path());
+      ASSERT_TRUE(again.ok()) << again.error().message;
+      EXPECT_EQ((*again)->entries(), expected);
+      EXPECT_EQ((*again)->entries().back().index, next);
+    }
+  }
+}
+
+TEST(RaftLog, CorruptSnapshotIsAnErrorNamingFileAndOffset) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
+  {
+    auto log = RaftLog::open(dir.path());
+    ASSERT_TRUE(log.ok());
+    Persist p;
+    p.hard_state = HardState{1, 1};
+    p.append = odd_entries(1, 1, 3);
+    ASSERT_TRUE((*log)->persist(p).ok());
+    Persist q;
+    q.snapshot = Snapshot{2, 1, {1}, std::string(1000, 'd')};
+    ASSERT_TRUE((*log)->persist(q).ok());
+  }
+  const std::string path = dir / RaftLog::kSnapshotFile;
+  const std::string good = read_all(path);
+  struct Case {
+    const char* name;
+    std::string bytes;
+    std::string offset;
+    const char* why;
+  };
+  std::string flipped = good;
+  flipped[500] = static_cast<char>(flipped[500] ^ 0x01);
+  std::string bad_magic = good;
+  bad_magic[0] = 'X';
+  const std::vector<Case> cases = {
+      {"a flipped data byte", flipped, std::to_string(good.size() - 4), "CRC"},
+      {"cut short", good.substr(0, good.size() - 10), "", "data length"},
+      {"bad magic", bad_magic, "0", "magic"},
+      {"empty", "", "0", "too short"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(),
+                          std::filesystem::copy_options::recursive |
+                              std::filesystem::copy_options::overwrite_existing);
+    copy.write(RaftLog::kSnapshotFile, c.bytes);
+    auto log = RaftLog::open(copy.path());
+    ASSERT_FALSE(log.ok());
+    const std::string& message = log.error().message;
+    EXPECT_NE(message.find(copy / RaftLog::kSnapshotFile), std::string::npos) << message;
+    EXPECT_NE(message.find("byte offset " + c.offset), std::string::npos) << message;
+    EXPECT_NE(message.find(c.why), std::string::npos) << message;
+  }
 }
 
 }  // namespace

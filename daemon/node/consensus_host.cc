@@ -1,0 +1,331 @@
+#include "daemon/node/consensus_host.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "daemon/consensus/raft_codec.h"
+#include "daemon/node/node.h"
+
+namespace elastic::node {
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+Status make_dirs(const std::string& path) {
+  std::string partial;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      partial = path.substr(0, i);
+      if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
+        return Error{"Cannot create directory " + partial + ": " + std::strerror(errno) + "."};
+      }
+    }
+  }
+  return ok_status();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out + "]";
+}
+
+}  // namespace
+
+consensus::NodeId voter_id(std::string_view name) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : name) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash == consensus::kNoNode ? 1 : hash;
+}
+
+std::string raft_dir(const config::DaemonConfig& config) {
+  return config.consensus.data_dir.empty() ? config.node.state_dir + "/raft"
+                                           : config.consensus.data_dir;
+}
+
+std::vector<std::string> effective_voters(const config::DaemonConfig& config,
+                                          const std::string& self) {
+  return config.consensus.voters.empty() ? std::vector<std::string>{self} : config.consensus.voters;
+}
+
+std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& config,
+                                                   const std::string& self,
+                                                   std::uint64_t generation, StateMachine& machine,
+                                                   TimePoint now, OpenFailure& failure) {
+  std::unique_ptr<ConsensusHost> host(new ConsensusHost());
+  host->self_ = self;
+  host->self_id_ = voter_id(self);
+  host->machine_ = &machine;
+  const std::vector<std::string> voters = effective_voters(config, self);
+  std::vector<consensus::NodeId> ids;
+  for (const std::string& name : voters) {
+    const consensus::NodeId id = voter_id(name);
+    if (!host->names_.emplace(id, name).second) {
+      failure = {config::kExitConfig, "consensus.voters: the names " + host->names_[id] + " and " +
+                                          name + " hash to the same Raft id; rename one."};
+      return nullptr;
+    }
+    ids.push_back(id);
+  }
+
+  const std::string dir = raft_dir(config);
+  if (auto made = make_dirs(dir); !made.ok()) {
+    failure = {kExitCantCreate, made.error().message + " (consensus.data_dir)"};
+    return nullptr;
+  }
+  const bool has_state = exists(dir + "/" + consensus::RaftLog::kStateFile) ||
+                         exists(dir + "/" + consensus::RaftLog::kLogFile);
+  if (!has_state) {
+    if (generation != 1) {
+      failure = {config::kExitConfig,
+                 "consensus.data_dir: " + dir + " holds no Raft state, but this node has run " +
+                     "before (generation " + std::to_string(generation) +
+                     "); a voter that lost its term and vote could elect a second leader. "
+                     "Restore the directory, or remove this node from consensus.voters on every "
+                     "node and wipe node.state_dir to rejoin as a new voter."};
+      return nullptr;
+    }
+    if (auto created = consensus::RaftLog::bootstrap(dir, ids); !created.ok()) {
+      failure = {kExitCantCreate, created.error().message + " (consensus.data_dir)"};
+      return nullptr;
+    }
+    spdlog::info("raft: bootstrapped {} with voters {}", dir, join_names(voters));
+  }
+  auto log = consensus::RaftLog::open(dir);
+  if (!log.ok()) {
+    failure = {kExitIoError, log.error().message + " (consensus.data_dir)"};
+    return nullptr;
+  }
+  host->log_ = std::move(log.value());
+  if (host->log_->repaired_bytes() > 0) {
+    spdlog::warn("raft: cut {} torn bytes off the end of the log in {}",
+                 host->log_->repaired_bytes(), dir);
+  }
+  std::vector<consensus::NodeId> on_disk = host->log_->voters();
+  std::vector<consensus::NodeId> configured = ids;
+  std::sort(on_disk.begin(), on_disk.end());
+  std::sort(configured.begin(), configured.end());
+  if (on_disk != configured) {
+    failure = {config::kExitConfig,
+               "consensus.voters: " + join_names(voters) +
+                   " is not the voter set the Raft state in " + dir +
+                   " was bootstrapped with; every node must list the same voters."};
+    return nullptr;
+  }
+  host->names_.emplace(host->self_id_, self);
+
+  consensus::RaftConfig raft_config;
+  raft_config.election_timeout = config.consensus.election_timeout;
+  raft_config.heartbeat_interval = config.consensus.heartbeat_interval;
+  std::random_device entropy;
+  const std::uint64_t seed = (std::uint64_t{entropy()} << 32) ^ entropy() ^ generation;
+  host->snapshot_every_ =
+      static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries));
+  consensus::Recovered recovered = host->log_->recovered();
+  if (recovered.snapshot) {
+    // The state machine starts from the snapshot; Raft applies the entries after it.
+    if (auto restored = machine.restore(recovered.snapshot->last_index, recovered.snapshot->data);
+        !restored.ok()) {
+      failure = {kExitIoError, "The Raft snapshot in " + dir + " does not restore: " +
+                                   restored.error().message + " (consensus.data_dir)"};
+      return nullptr;
+    }
+  }
+  host->raft_ = std::make_unique<consensus::Raft>(host->self_id_, ids, raft_config,
+                                                  std::move(recovered), seed, now);
+  spdlog::info("raft: voter {} at term {} with {} log entries", self, host->raft_->term(),
+               host->raft_->last_index());
+  return host;
+}
+
+std::string ConsensusHost::name_of(consensus::NodeId id) const {
+  const auto found = names_.find(id);
+  return found == names_.end() ? std::string() : found->second;
+}
+
+std::string ConsensusHost::leader() const { return name_of(raft_->leader()); }
+
+void ConsensusHost::learn_name(const std::string& name) { names_.emplace(voter_id(name), name); }
+
+std::vector<std::string> ConsensusHost::voters() const {
+  std::vector<std::string> names;
+  for (const auto id : raft_->voters()) {
+    const std::string name = name_of(id);
+    names.push_back(name.empty() ? "#" + std::to_string(id) : name);
+  }
+  return names;
+}
+
+void ConsensusHost::change_voter(TimePoint now, bool add, const std::string& name,
+                                 Completion done) {
+  if (failed_) {
+    done(Error{"This voter cannot write its Raft log."});
+    return;
+  }
+  learn_name(name);
+  consensus::Effects effects;
+  const consensus::VoterChangeOutcome outcome = raft_->propose_voter_change(
+      now,
+      consensus::VoterChange{
+          .kind = add ? consensus::VoterChange::Kind::kAdd : consensus::VoterChange::Kind::kRemove,
+          .node = voter_id(name)},
+      effects);
+  if (!outcome.accepted) {
+    done(Error{outcome.refusal});
+    return;
+  }
+  spdlog::info("raft: proposed to {} voter {} at index {}", add ? "add" : "remove", name,
+               outcome.index);
+  pending_.emplace(outcome.index, std::make_pair(outcome.term, std::move(done)));
+  carry_out(now, effects);
+}
+
+RaftStatus ConsensusHost::status() const {
+  RaftStatus status;
+  status.voter = is_voter();
+  status.role = consensus::role_name(raft_->role());
+  status.leader = leader();
+  status.term = raft_->term();
+  status.commit_index = raft_->commit_index();
+  status.last_index = raft_->last_index();
+  status.applied_index = raft_->last_applied();
+  status.voters = voters();
+  return status;
+}
+
+void ConsensusHost::tick(TimePoint now) {
+  if (failed_) return;
+  consensus::Effects effects;
+  raft_->tick(now, effects);
+  carry_out(now, effects);
+}
+
+void ConsensusHost::on_envelope(TimePoint now, const wire::Envelope& envelope) {
+  if (failed_) return;
+  auto message = consensus::decode_raft(envelope.type, envelope.body);
+  // The envelope's sender was authenticated by the transport (CURVE); the body's ids must agree
+  // with it, so one voter cannot speak for another.
+  if (!message.ok() || message->to != self_id_ || message->from != voter_id(envelope.sender)) {
+    ++dropped_;
+    spdlog::debug(
+        "raft: dropped a message from {}: {}", envelope.sender,
+        message.ok() ? "ids do not match its sender or this voter" : message.error().message);
+    return;
+  }
+  learn_name(envelope.sender);
+  consensus::Effects effects;
+  raft_->on_message(now, *message, effects);
+  carry_out(now, effects);
+}
+
+void ConsensusHost::propose(TimePoint now, std::string command, Completion done) {
+  if (failed_) {
+    done(Error{"This voter cannot write its Raft log."});
+    return;
+  }
+  consensus::Effects effects;
+  const consensus::ProposeOutcome outcome = raft_->propose(now, std::move(command), effects);
+  if (!outcome.accepted) {
+    const std::string hint = name_of(outcome.leader_hint);
+    done(Error{hint.empty() ? "No leader is known yet; retry shortly."
+                            : "Not the leader; the leader is " + hint + "."});
+    return;
+  }
+  pending_.emplace(outcome.index, std::make_pair(outcome.term, std::move(done)));
+  carry_out(now, effects);
+}
+
+void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
+  (void)now;
+  if (!effects.persist.empty()) {
+    const Status persisted = log_->persist(effects.persist);
+    if (!persisted.ok()) {
+      // Nothing of this step may leave the node: a vote or ack must never outrun the disk.
+      spdlog::critical("raft: {}; this voter stops (it can no longer promise durability)",
+                       persisted.error().message);
+      failed_ = true;
+      for (auto& [index, waiting] : pending_) {
+        waiting.second(Error{"This voter cannot write its Raft log."});
+      }
+      pending_.clear();
+      return;
+    }
+  }
+  for (const consensus::Message& message : effects.sends) {
+    const std::string to = name_of(message.to);
+    if (to.empty()) continue;
+    wire::Envelope envelope;
+    envelope.type = consensus::raft_message_type(message.body);
+    envelope.body = consensus::encode_raft(message);
+    sends_.push_back(Outgoing{to, std::move(envelope)});
+  }
+  if (effects.restore) {
+    // A snapshot from the leader replaces everything applied so far.
+    if (auto restored = machine_->restore(effects.restore->last_index, effects.restore->data);
+        !restored.ok()) {
+      spdlog::critical("raft: the leader's snapshot at index {} does not restore: {}",
+                       effects.restore->last_index, restored.error().message);
+      std::abort();  // the leader's committed state is unreadable: a broken invariant
+    }
+    spdlog::info("raft: state restored from the leader's snapshot at index {}",
+                 effects.restore->last_index);
+  }
+  for (const consensus::Entry& entry : effects.apply) {
+    std::string result;
+    if (entry.type == consensus::EntryType::kCommand)
+      result = machine_->apply(entry.index, entry.data);
+    const auto waiting = pending_.find(entry.index);
+    if (waiting == pending_.end()) continue;
+    auto [term, done] = std::move(waiting->second);
+    pending_.erase(waiting);
+    if (term == entry.term) {
+      done(std::move(result));
+    } else {
+      done(Error{"The leader changed before the request committed; retry."});
+    }
+  }
+  if (!effects.apply.empty() &&
+      raft_->last_applied() - raft_->snapshot_index() >= snapshot_every_) {
+    consensus::Effects compaction;
+    const Status compacted =
+        raft_->compact(raft_->last_applied(), machine_->snapshot(), compaction);
+    if (compacted.ok() && !compaction.persist.empty()) {
+      if (const Status written = log_->persist(compaction.persist); !written.ok()) {
+        spdlog::critical("raft: {}; this voter stops", written.error().message);
+        failed_ = true;
+        return;
+      }
+      spdlog::info("raft: compacted the log into a snapshot at index {}", raft_->snapshot_index());
+    } else if (!compacted.ok()) {
+      spdlog::warn("raft: no snapshot: {}", compacted.error().message);
+    }
+  }
+  if (effects.leader_change) {
+    const std::string leader = name_of(effects.leader_change->leader);
+    spdlog::info("raft: term {} leader {}", effects.leader_change->term,
+                 leader.empty() ? "unknown" : leader);
+    if (effects.leader_change->leader != self_id_) {
+      // Entries of a deposed leader may still commit under the next one, or be overwritten;
+      // the proposer finds out by retrying (deduplicated by the state machine).
+      for (auto& [index, waiting] : pending_) {
+        waiting.second(Error{"Leadership moved before the request committed; retry."});
+      }
+      pending_.clear();
+    }
+  }
+}
+
+}  // namespace elastic::node

@@ -1,0 +1,77 @@
+// JobService: the job table as the daemon serves it. It is the replicated state machine that
+// ConsensusHost applies committed entries to (rendezvous::JobTable underneath), and on the
+// leader it turns client requests (elasticctl verbs, local or forwarded from another daemon)
+// into Raft proposals or reads.
+//
+// Verbs served here (all need the leader; node.cc forwards them there):
+//   submit {spec}            -> validates, stamps the submitter's uid/gid/user and the time,
+//                               proposes SubmitJob; replies {"ok":true,"job":{...}} once applied
+//   cancel {job}             -> proposes CancelJob (owner or admin only)
+//   jobs                     -> {"ok":true,"jobs":[...]} from the leader's applied table
+//   job {job}                -> {"ok":true,"job":{...,"events":[...]}}
+//   voters [{action, node}]  -> the current voters; with action "add"/"remove" (root or
+//                               control.admin_group only) one voter change, answered once applied
+// Retries: every mutating request carries (client id, client sequence); the table remembers the
+// last sequence per client, so a request retried through a new leader is applied once.
+//
+// Thread safety: none; the node's loop thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "daemon/core/time.h"
+#include "daemon/node/consensus_host.h"
+#include "daemon/node/forward_codec.h"
+
+namespace elastic::rendezvous {
+class JobTable;
+}
+
+namespace elastic::node {
+
+struct ClientRequest {
+  std::string verb;
+  std::string args;  // the control request's JSON text
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  bool admin = false;
+  // Exactly-once: every client request is its own session "<daemon>/<generation>/<call id>"
+  // with sequence 1, whether served where it arrived or forwarded, so its retries dedupe.
+  std::string client_id;
+  std::uint64_t client_seq = 1;
+};
+
+// kOk: `body` is the control reply JSON; kError: one sentence for the user (final); kRedirect:
+// this node is not (or no longer) the leader, `body` says why and the caller tries elsewhere.
+using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
+
+bool is_leader_verb(std::string_view verb);
+
+class JobService : public StateMachine {
+ public:
+  JobService();
+  ~JobService() override;
+  std::string apply(consensus::Index index, std::string_view command) override;
+  std::string snapshot() const override;
+  Status restore(consensus::Index index, std::string_view bytes) override;
+  // On the leader only. Calls done exactly once (maybe before returning).
+  void serve(TimePoint now, const ClientRequest& request, ConsensusHost& consensus, ServeDone done);
+  const rendezvous::JobTable& table() const { return *table_; }
+  // How the leader checks that a voter to add is an alive cluster member.
+  void set_member_check(std::function<bool(const std::string&)> is_member) {
+    is_member_ = std::move(is_member);
+  }
+  std::size_t job_count() const;
+
+ private:
+  void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
+                    ServeDone done);
+
+  std::unique_ptr<rendezvous::JobTable> table_;
+  std::function<bool(const std::string&)> is_member_;
+};
+
+}  // namespace elastic::node

@@ -1,0 +1,42 @@
+#include "daemon/node/round_codec.h"
+
+#include "daemon/wire/msgpack_map.h"
+
+namespace elastic::node {
+
+std::string encode_round_start(const RoundStart& start) {
+  msgpack::sbuffer buffer;
+  wire::internal::Packer p(buffer);
+  p.pack_map(3);
+  wire::internal::put_uint(p, "t", start.term);
+  wire::internal::put_uint(p, "s", static_cast<std::uint64_t>(start.state));
+  wire::internal::put_bin(p, "o", rendezvous::encode_command(start.round));
+  return std::string(buffer.data(), buffer.size());
+}
+
+Result<RoundStart> decode_round_start(std::string_view body) {
+  const std::string what = "The round start";
+  wire::internal::Failure failure;
+  msgpack::object_handle handle;
+  if (!wire::internal::parse(body, kMaxRoundStartBytes, what, &handle, &failure)) {
+    return Error{failure.message};
+  }
+  wire::internal::MapReader r(handle.get(), what, &failure);
+  RoundStart start;
+  std::uint8_t state = 0;
+  std::string command;
+  r.uint("t", &start.term);
+  r.uint("s", &state);
+  r.bin("o", &command, wire::internal::Need::kRequired, kMaxRoundStartBytes);
+  if (!r.ok()) return Error{failure.message};
+  if (state > rendezvous::kMaxJobState) return Error{what + " has an unknown job state."};
+  start.state = static_cast<rendezvous::JobState>(state);
+  auto decoded = rendezvous::decode_command(command);
+  if (!decoded.ok()) return Error{what + ": " + decoded.error().message};
+  const auto* open = std::get_if<rendezvous::OpenRound>(&*decoded);
+  if (open == nullptr) return Error{what + " does not carry an OpenRound command."};
+  start.round = *open;
+  return start;
+}
+
+}  // namespace elastic::node

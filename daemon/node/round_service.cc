@@ -1,0 +1,519 @@
+#include "daemon/node/round_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "daemon/node/forward_codec.h"
+#include "daemon/node/round_codec.h"
+#include "daemon/rendezvous/job_codec.h"
+#include "daemon/rendezvous/planner.h"
+
+namespace elastic::node {
+namespace {
+
+using json = nlohmann::json;
+using rendezvous::JobState;
+
+constexpr std::chrono::milliseconds kPlanInterval{100};
+constexpr std::chrono::seconds kStartResend{1};
+constexpr std::chrono::seconds kReportResend{1};
+// How long the leader keeps telling an ended job's members that it ended.
+constexpr std::chrono::seconds kEndNotice{10};
+
+rendezvous::WallTime wall_now() {
+  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+}
+
+// "tcp://10.0.0.2:7946" -> "10.0.0.2" ("[::1]" keeps its brackets off: the planner adds them).
+std::string host_of(const std::string& address) {
+  std::string rest = address;
+  if (rest.rfind("tcp://", 0) == 0) rest = rest.substr(6);
+  const auto colon = rest.rfind(':');
+  if (colon != std::string::npos) rest = rest.substr(0, colon);
+  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') {
+    rest = rest.substr(1, rest.size() - 2);
+  }
+  return rest;
+}
+
+// The arguments of a "peer_lost" report to the leader.
+std::string lost_report(const rendezvous::PeerLost& lost) {
+  return json{{"job", lost.job},
+              {"round", lost.round},
+              {"peer", lost.peer},
+              {"generation", lost.generation},
+              {"reason", rendezvous::to_string(lost.reason)}}
+      .dump();
+}
+
+bool is_active_round_state(JobState state) {
+  return state == JobState::kRendezvous || state == JobState::kRunning;
+}
+
+}  // namespace
+
+bool is_round_report_verb(std::string_view verb) {
+  return verb == "round_ack" || verb == "peer_lost";
+}
+
+RoundService::RoundService(std::string self, std::uint64_t generation,
+                           const config::DaemonConfig& config, std::uint64_t seed, Hooks hooks)
+    : self_(std::move(self)),
+      generation_(generation),
+      config_(config),
+      hooks_(std::move(hooks)),
+      seed_(seed),
+      // The margin covers a deposed leader granting until CheckQuorum demotes it (one election
+      // timeout) and clock-rate differences.
+      granter_(config.rendezvous.lease_duration, config.consensus.election_timeout),
+      holder_(self_, generation, config.rendezvous.lease_duration) {}
+
+// ---------------------------------------------------------------------------------------------
+// Leader half
+
+void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
+                        const std::vector<membership::MemberView>& members,
+                        ConsensusHost* consensus) {
+  if (!leading || consensus == nullptr) {
+    if (leading_) {
+      granter_.step_down();
+      leader_jobs_.clear();
+      in_rounds_.clear();
+      leading_ = false;
+    }
+    return;
+  }
+  if (!leading_) {
+    granter_.become_leader(consensus->term(), now);
+    leading_ = true;
+    next_plan_ = now;
+  }
+  const rendezvous::WallTime wall = wall_now();
+
+  std::map<std::string, const membership::MemberView*> alive;
+  std::map<std::string, std::string> addresses;
+  for (const membership::MemberView& m : members) {
+    addresses[m.name] = m.address;
+    if (m.state == membership::MemberState::kAlive ||
+        m.state == membership::MemberState::kSuspect) {
+      alive[m.name] = &m;
+      first_seen_.try_emplace({m.name, m.generation}, wall);
+    }
+  }
+  // One job per node: a node in one active job's round is not usable by another.
+  std::map<std::string, std::string> busy;
+  in_rounds_.clear();
+  for (const auto& [id, job] : table.jobs()) {
+    if (rendezvous::is_terminal(job.state) || job.round == 0) continue;
+    for (const auto& r : job.ranks) {
+      busy[r.node] = id;
+      if (is_active_round_state(job.state)) in_rounds_.insert(r.node);
+    }
+  }
+
+  const bool plan_now = now >= next_plan_;
+  if (plan_now) next_plan_ = now + kPlanInterval;
+  for (const auto& [id, job] : table.jobs()) {
+    LeaderJob& state = leader_jobs_[id];
+    if (state.round_seen != job.round) {
+      const bool in_flight = state.in_flight;
+      state = LeaderJob{};
+      state.round_seen = job.round;
+      state.in_flight = in_flight;
+    }
+    if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
+      if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
+      if (job.round != 0 && now < state.ended_until) {
+        send_starts(now, job, state, addresses, consensus->term());
+      }
+      if (rendezvous::is_terminal(job.state)) continue;
+    }
+    if (is_active_round_state(job.state)) {
+      send_starts(now, job, state, addresses, consensus->term());
+      bool all_acked = true;
+      for (const auto& r : job.ranks) all_acked = all_acked && state.acked.contains(r.node);
+      if (job.state == JobState::kRendezvous && all_acked && !state.in_flight) {
+        rendezvous::SetJobState running{
+            .job_id = id,
+            .round = job.round,
+            .state = JobState::kRunning,
+            .cause = rendezvous::RoundReason::kMemberLost,
+            .reason = "every daemon of round " + std::to_string(job.round) + " started it",
+            .at = wall};
+        state.in_flight = true;
+        consensus->propose(now, rendezvous::encode_command(running),
+                           [this, id](Result<std::string>) { leader_jobs_[id].in_flight = false; });
+        continue;
+      }
+    }
+    if (!plan_now || state.in_flight) continue;
+    std::map<std::string, const membership::MemberView*> usable;
+    for (const auto& [name, view] : alive) {
+      const auto owner = busy.find(name);
+      if (owner == busy.end() || owner->second == id) usable[name] = view;
+    }
+    plan_job(now, job, usable, *consensus);
+  }
+  for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
+    it = table.job(it->first) == nullptr ? leader_jobs_.erase(it) : std::next(it);
+  }
+}
+
+void RoundService::plan_job(TimePoint now, const rendezvous::JobRecord& job,
+                            const std::map<std::string, const membership::MemberView*>& usable,
+                            ConsensusHost& consensus) {
+  LeaderJob& state = leader_jobs_[job.id];
+  const rendezvous::WallTime wall = wall_now();
+  const auto& r = config_.rendezvous;
+  const int range = std::max(1, r.store_port_max - r.store_port_min + 1);
+  const auto port =
+      static_cast<std::uint16_t>(r.store_port_min + static_cast<int>((job.round + 1) % range));
+  const std::uint32_t slots = job.spec.workers_per_node != 0 ? job.spec.workers_per_node : 1;
+
+  rendezvous::PlannerInput input;
+  input.job = &job;
+  input.now = wall;
+  input.config = r;
+  for (const auto& [name, view] : usable) {
+    const bool lost = state.lost.contains({name, view->generation});
+    input.candidates.push_back(rendezvous::Candidate{.name = name,
+                                                     .generation = view->generation,
+                                                     .slots = slots,
+                                                     .alive = !lost,
+                                                     .address = host_of(view->address),
+                                                     .store_port = port});
+    const bool member = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& a) {
+      return a.node == name && a.generation == view->generation;
+    });
+    if (!member && !lost) {
+      input.wait_list.push_back(rendezvous::Waiter{.node = name,
+                                                   .generation = view->generation,
+                                                   .since = first_seen_[{name, view->generation}]});
+    }
+  }
+  const rendezvous::Decision decision = rendezvous::plan(input);
+  if (decision.kind == rendezvous::Decision::Kind::kNone ||
+      decision.kind == rendezvous::Decision::Kind::kWaitUntil) {
+    return;
+  }
+  // A member that is gone from the round may still run workers under its lease: its work is
+  // placed elsewhere only once that lease has certainly run out.
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound ||
+      decision.kind == rendezvous::Decision::Kind::kRecover) {
+    for (const auto& member : job.ranks) {
+      const bool kept =
+          std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
+            return a.node == member.node && a.generation == member.generation;
+          });
+      if (!kept && !granter_.may_replace(member.node, now)) {
+        next_plan_ = std::min(next_plan_, granter_.replace_after(member.node));
+        return;
+      }
+    }
+  }
+  rendezvous::Command command;
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
+    command = rendezvous::make_open_round(job, decision, wall);
+  } else {
+    command = rendezvous::make_set_state(job, decision, wall);
+  }
+  spdlog::info("rendezvous: job {} round {}: {} ({})", job.id, job.round,
+               rendezvous::to_string(decision.kind), decision.detail);
+  state.in_flight = true;
+  const std::string id = job.id;
+  consensus.propose(now, rendezvous::encode_command(command),
+                    [this, id](Result<std::string> committed) {
+                      leader_jobs_[id].in_flight = false;
+                      if (!committed.ok()) {
+                        spdlog::info("rendezvous: job {}: proposal not committed: {}", id,
+                                     committed.error().message);
+                      }
+                    });
+}
+
+void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                               const std::map<std::string, std::string>& addresses,
+                               std::uint64_t term) {
+  if (now < state.next_start) return;
+  state.next_start = now + kStartResend;
+  RoundStart start{.term = term,
+                   .state = job.state,
+                   .round = rendezvous::OpenRound{.job_id = job.id,
+                                                  .round = job.round,
+                                                  .expected_prev_round = 0,
+                                                  .ranks = job.ranks,
+                                                  .store_endpoint = job.store_endpoint,
+                                                  .reason = job.round_reason,
+                                                  .detail = "",
+                                                  .at = job.round_opened_at}};
+  const std::string body = encode_round_start(start);
+  for (const auto& member : job.ranks) {
+    if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
+    wire::Envelope envelope;
+    envelope.type = wire::MsgType::kRoundStart;
+    envelope.body = body;
+    if (member.node == self_) {
+      envelope.sender = self_;
+      envelope.generation = generation_;
+      on_round_start(now, envelope);
+      continue;
+    }
+    const auto address = addresses.find(member.node);
+    hooks_.send(member.node, address == addresses.end() ? "" : address->second,
+                std::move(envelope));
+  }
+}
+
+void RoundService::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                             const std::string& verb, const std::string& args) {
+  if (!leading_) return;
+  const json value = json::parse(args, nullptr, /*allow_exceptions=*/false);
+  if (!value.is_object()) return;
+  const std::string job = value.value("job", "");
+  const std::uint64_t round = value.value("round", std::uint64_t{0});
+  const auto it = leader_jobs_.find(job);
+  if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (verb == "round_ack") {
+    if (it->second.acked.insert(from).second) {
+      spdlog::debug("rendezvous: {} (gen {}) runs job {} round {}", from, generation, job, round);
+    }
+  } else if (verb == "peer_lost") {
+    const std::string peer = value.value("peer", "");
+    const std::uint64_t peer_generation = value.value("generation", std::uint64_t{0});
+    if (it->second.lost.insert({peer, peer_generation}).second) {
+      spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
+                   peer_generation, job, round, value.value("reason", ""));
+      next_plan_ = now;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Member half
+
+void RoundService::on_envelope(TimePoint now, const wire::Envelope& envelope) {
+  if (envelope.type == wire::MsgType::kRoundStart) {
+    on_round_start(now, envelope);
+    return;
+  }
+  if (rendezvous::is_job_type(envelope.type)) {
+    auto message = rendezvous::decode_job(envelope.type, envelope.body);
+    if (!message.ok()) return;
+    const std::string& job =
+        std::visit([](const auto& m) -> const std::string& { return m.ref.job; }, *message);
+    const auto it = watched_.find(job);
+    if (it == watched_.end() || !it->second.watch) return;
+    rendezvous::JobWatchEffects effects;
+    it->second.watch->on_message(now, envelope.sender, envelope.generation, *message, effects);
+    carry_out(now, effects);
+    return;
+  }
+  if (rendezvous::is_lease_type(envelope.type)) {
+    auto message = rendezvous::decode_lease(envelope.type, envelope.body);
+    if (!message.ok()) return;
+    if (const auto* request = std::get_if<rendezvous::LeaseRequest>(&*message)) {
+      // Only the daemon itself may ask for its own lease.
+      if (request->node != envelope.sender) return;
+      const auto grant = granter_.on_request(now, *request, in_rounds_.contains(request->node));
+      if (!grant) return;
+      wire::Envelope reply;
+      reply.type = wire::MsgType::kLeaseGrant;
+      reply.body = rendezvous::encode_lease(*grant);
+      if (envelope.sender == self_) {
+        reply.sender = self_;
+        reply.generation = generation_;
+        on_envelope(now, reply);
+      } else {
+        hooks_.send(envelope.sender, envelope.sender_address, std::move(reply));
+      }
+    } else if (const auto* grant = std::get_if<rendezvous::LeaseGrant>(&*message)) {
+      rendezvous::LeaseHolderEffects effects;
+      holder_.on_grant(now, *grant, effects);
+      carry_out_lease(now, effects);
+    }
+  }
+}
+
+void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope) {
+  auto start = decode_round_start(envelope.body);
+  if (!start.ok()) {
+    spdlog::debug("dropped a round start from {}: {}", envelope.sender, start.error().message);
+    return;
+  }
+  const rendezvous::OpenRound& round = start->round;
+  const rendezvous::RoundStamp stamp{.term = start->term, .round = round.round};
+  if (!is_active_round_state(start->state)) {
+    if (fence_.check(round.job_id, stamp) == rendezvous::RoundFence::Verdict::kStale) return;
+    const auto it = watched_.find(round.job_id);
+    if (it != watched_.end() && it->second.info.round <= round.round) {
+      spdlog::info("job {} round {}: {}; this daemon stops watching it", round.job_id, round.round,
+                   rendezvous::to_string(start->state));
+      watched_.erase(it);
+      update_lease_want(now);
+    }
+    if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);
+    return;
+  }
+  const auto verdict = fence_.observe(round.job_id, stamp);
+  if (verdict == rendezvous::RoundFence::Verdict::kStale) {
+    ++stale_starts_;
+    spdlog::info("job {}: ignored a stale start of round {} (term {}) from {}", round.job_id,
+                 round.round, start->term, envelope.sender);
+    return;
+  }
+  const auto self = std::find_if(round.ranks.begin(), round.ranks.end(), [&](const auto& a) {
+    return a.node == self_ && a.generation == generation_;
+  });
+  if (self == round.ranks.end()) {
+    if (watched_.erase(round.job_id) > 0) update_lease_want(now);
+    return;
+  }
+  // The fence passed: the sender leads the newest term this daemon knows of.
+  lease_leader_ = envelope.sender;
+  lease_leader_address_ = envelope.sender_address;
+  Watched& watched = watched_[round.job_id];
+  watched.leader = envelope.sender;
+  watched.leader_address = envelope.sender_address;
+  if (watched.info.round != round.round || !watched.watch) {
+    watched.info = MemberRound{.job = round.job_id,
+                               .term = start->term,
+                               .round = round.round,
+                               .first_rank = self->first_rank,
+                               .slots = self->slots,
+                               .world = rendezvous::world_size(round.ranks),
+                               .store_endpoint = round.store_endpoint,
+                               .fenced = false};
+    watched.declared.clear();
+    const auto& r = config_.rendezvous;
+    watched.watch = std::make_unique<rendezvous::JobWatch>(
+        self_, generation_,
+        rendezvous::JobWatchConfig::from(r.job_keepalive_interval, r.job_peer_timeout),
+        seed_ ^ round.round);
+    std::vector<rendezvous::JobPeer> peers;
+    for (const auto& member : round.ranks) {
+      peers.push_back(rendezvous::JobPeer{member.node, member.generation, ""});
+    }
+    rendezvous::JobWatchEffects effects;
+    (void)watched.watch->set_round(now, round.job_id, start->term, round.round, peers, effects);
+    spdlog::info("job {} round {} (term {}): ranks {}..{} of {} on this node, store {}",
+                 round.job_id, round.round, start->term, self->first_rank,
+                 self->first_rank + self->slots - 1, watched.info.world, round.store_endpoint);
+    carry_out(now, effects);
+  }
+  report(watched, "round_ack", json{{"job", round.job_id}, {"round", round.round}}.dump());
+  update_lease_want(now);
+}
+
+void RoundService::report(const Watched& watched, const std::string& verb,
+                          const std::string& args) {
+  if (watched.leader == self_) {
+    on_report(TimePoint{}, self_, generation_, verb, args);
+    return;
+  }
+  wire::Envelope envelope;
+  envelope.type = wire::MsgType::kForwardRequest;
+  envelope.body = encode_forward(ForwardRequest{.id = 0,
+                                                .verb = verb,
+                                                .args = args,
+                                                .uid = 0,
+                                                .gid = 0,
+                                                .admin = false,
+                                                .client_seq = ++report_seq_});
+  hooks_.send(watched.leader, watched.leader_address, std::move(envelope));
+}
+
+void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects) {
+  for (rendezvous::JobOutgoing& out : effects.sends) {
+    wire::Envelope envelope;
+    envelope.type = rendezvous::job_message_type(out.message);
+    envelope.body = rendezvous::encode_job(out.message);
+    hooks_.send(out.to, out.to_address, std::move(envelope));
+  }
+  for (const rendezvous::PeerLost& lost : effects.lost) {
+    const auto it = watched_.find(lost.job);
+    if (it == watched_.end() || it->second.info.round != lost.round) continue;
+    spdlog::warn("job {} round {}: peer {} (gen {}) lost ({})", lost.job, lost.round, lost.peer,
+                 lost.generation, rendezvous::to_string(lost.reason));
+    it->second.declared.push_back(lost);
+    report(it->second, "peer_lost", lost_report(lost));
+    next_report_ = now + kReportResend;
+  }
+}
+
+void RoundService::tick(TimePoint now) {
+  for (auto& [job, watched] : watched_) {
+    if (!watched.watch) continue;
+    rendezvous::JobWatchEffects effects;
+    watched.watch->tick(now, effects);
+    carry_out(now, effects);
+  }
+  if (now >= next_report_) {
+    next_report_ = kNever;
+    for (auto& [job, watched] : watched_) {
+      for (const rendezvous::PeerLost& lost : watched.declared) {
+        report(watched, "peer_lost", lost_report(lost));
+        next_report_ = now + kReportResend;
+      }
+    }
+  }
+  rendezvous::LeaseHolderEffects effects;
+  holder_.tick(now, effects);
+  carry_out_lease(now, effects);
+}
+
+void RoundService::update_lease_want(TimePoint now) {
+  const bool member = std::any_of(watched_.begin(), watched_.end(),
+                                  [](const auto& w) { return !w.second.info.fenced; });
+  if (member && !holder_.wanted()) {
+    rendezvous::LeaseHolderEffects effects;
+    holder_.want(now, effects);
+    carry_out_lease(now, effects);
+  } else if (!member && holder_.wanted()) {
+    holder_.release();
+  }
+}
+
+void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects& effects) {
+  for (const rendezvous::LeaseRequest& request : effects.requests) {
+    wire::Envelope envelope;
+    envelope.type = wire::MsgType::kLeaseRequest;
+    envelope.body = rendezvous::encode_lease(request);
+    if (lease_leader_ == self_) {
+      envelope.sender = self_;
+      envelope.generation = generation_;
+      on_envelope(now, envelope);
+    } else if (!lease_leader_.empty()) {
+      hooks_.send(lease_leader_, lease_leader_address_, std::move(envelope));
+    }
+  }
+  if (effects.stop_workers) {
+    for (auto& [job, watched] : watched_) {
+      if (watched.info.fenced) continue;
+      watched.info.fenced = true;
+      spdlog::warn(
+          "job {} round {}: the leader's lease ran out; this daemon's workers must stop "
+          "(self-fencing) until a new round names it",
+          job, watched.info.round);
+    }
+  }
+}
+
+TimePoint RoundService::next_deadline() const {
+  TimePoint deadline = std::min(holder_.next_deadline(), next_report_);
+  if (leading_) deadline = std::min(deadline, next_plan_);
+  for (const auto& [job, watched] : watched_) {
+    if (watched.watch) deadline = std::min(deadline, watched.watch->next_deadline());
+  }
+  return deadline;
+}
+
+std::vector<MemberRound> RoundService::member_rounds() const {
+  std::vector<MemberRound> rounds;
+  for (const auto& [job, watched] : watched_) rounds.push_back(watched.info);
+  return rounds;
+}
+
+}  // namespace elastic::node

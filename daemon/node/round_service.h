@@ -1,0 +1,155 @@
+// RoundService: turns the replicated job table into rounds on real daemons. It has a leader
+// half and a member half; every daemon runs the member half, the Raft leader also the leader
+// half.
+//
+// Leader half (lead(), on every pass of the node loop while this node leads):
+//  - for each active job, the planner (rendezvous/planner.h) decides from the applied job
+//    record, the usable nodes and the wait list; an open-round, recover or fail decision
+//    becomes a command proposed to Raft (one in flight per job). Usable nodes: members that are
+//    alive or suspect in cluster membership, not declared lost for this round by the job tier,
+//    and not in another active job's round (one job per node at a time). Slots per node are the
+//    spec's workers_per_node, or 1 until the spawner reports GPUs (issue 5). The store port of
+//    round r is store_port_min + r mod (range size), so consecutive rounds never reuse a port
+//    the previous round's store may still hold.
+//  - re-placing a lost member's work waits for LeaseGranter::may_replace(): its workers may
+//    still run under a lease until then (a partitioned node stops them itself when its lease
+//    runs out);
+//  - once a round is committed, RoundStart (the committed OpenRound command and the leader's
+//    term) goes to every member until it acknowledges; when all have, the leader commits
+//    SetJobState(running). Members of a job that ended or is recovering get a RoundStart
+//    carrying that state, so they stop watching it.
+//  - job-tier reports from members (peer_lost, round_ack) arrive through on_report().
+// Member half:
+//  - RoundStart passes the RoundFence (a stale round or a deposed leader's copy is ignored);
+//    a member of the round watches its peers with JobWatch (keepalives, indirect probes) and
+//    reports a declared loss to the leader (repeated each second while the round stands);
+//  - while in an active round it holds a lease (LeaseHolder) renewed from the leader; when the
+//    lease runs out it logs and marks its rounds fenced (issue 5's spawner stops the workers).
+//
+// Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
+// rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
+// on kForwardRequest with the daemon-internal verbs "round_ack" and "peer_lost", which the
+// control socket never accepts from users.
+//
+// Thread safety: none; the node's loop thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "daemon/core/time.h"
+#include "daemon/membership/membership.h"
+#include "daemon/node/consensus_host.h"
+#include "daemon/node/round_codec.h"
+#include "daemon/rendezvous/fencing.h"
+#include "daemon/rendezvous/job_table.h"
+#include "daemon/rendezvous/job_watch.h"
+#include "daemon/rendezvous/lease.h"
+#include "daemon/wire/messages.h"
+
+namespace elastic::node {
+
+// Verbs one daemon sends the leader about rounds (never accepted on the control socket).
+bool is_round_report_verb(std::string_view verb);
+
+// What a member knows of one job's round (for status and tests).
+struct MemberRound {
+  std::string job;
+  std::uint64_t term = 0;
+  std::uint64_t round = 0;
+  std::uint32_t first_rank = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t world = 0;
+  std::string store_endpoint;
+  bool fenced = false;  // the lease ran out: the workers must not run
+};
+
+class RoundService {
+ public:
+  struct Hooks {
+    // Sends an envelope (type and body set) to a daemon at an address.
+    std::function<void(const std::string& to, const std::string& address, wire::Envelope)> send;
+  };
+
+  RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
+               std::uint64_t seed, Hooks hooks);
+
+  // Leader half; call on every loop pass (cheap when nothing changed). `leading` false makes
+  // it forget leader state.
+  void lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
+            const std::vector<membership::MemberView>& members, ConsensusHost* consensus);
+  // A report from daemon `from` (generation `generation`) forwarded to this leader.
+  void on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                 const std::string& verb, const std::string& args);
+
+  // Member half.
+  void on_envelope(TimePoint now, const wire::Envelope& envelope);
+  void tick(TimePoint now);
+  TimePoint next_deadline() const;
+
+  std::vector<MemberRound> member_rounds() const;
+  std::uint64_t stale_starts() const { return stale_starts_; }
+
+ private:
+  struct LeaderJob {
+    std::uint64_t round_seen = 0;  // the round the fields below are about
+    bool in_flight = false;        // a proposal for this job awaits its commit
+    std::set<std::string> acked;   // members that acknowledged round_seen
+    std::set<std::pair<std::string, std::uint64_t>> lost;  // declared by the job tier
+    TimePoint next_start{};   // when to (re)send RoundStart to unacked members
+    TimePoint ended_until{};  // keep telling members of an ended job until then
+  };
+  struct Watched {
+    MemberRound info;
+    std::unique_ptr<rendezvous::JobWatch> watch;
+    std::vector<rendezvous::PeerLost> declared;  // re-reported while the round stands
+    std::string leader;
+    std::string leader_address;
+  };
+
+  void plan_job(TimePoint now, const rendezvous::JobRecord& job,
+                const std::map<std::string, const membership::MemberView*>& usable,
+                ConsensusHost& consensus);
+  void send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                   const std::map<std::string, std::string>& addresses, std::uint64_t term);
+  void on_round_start(TimePoint now, const wire::Envelope& envelope);
+  void carry_out(TimePoint now, rendezvous::JobWatchEffects& effects);
+  void report(const Watched& watched, const std::string& verb, const std::string& args);
+  void carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects& effects);
+  void update_lease_want(TimePoint now);
+
+  std::string self_;
+  std::uint64_t generation_;
+  config::DaemonConfig config_;
+  Hooks hooks_;
+  std::uint64_t seed_;
+
+  // Leader half.
+  rendezvous::LeaseGranter granter_;
+  bool leading_ = false;
+  std::map<std::string, LeaderJob> leader_jobs_;
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
+  std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
+  TimePoint next_plan_{};
+
+  // Member half.
+  rendezvous::RoundFence fence_;
+  std::map<std::string, Watched> watched_;
+  rendezvous::LeaseHolder holder_;
+  std::string lease_leader_;
+  std::string lease_leader_address_;
+  std::uint64_t stale_starts_ = 0;
+  std::uint64_t report_seq_ = 0;
+  TimePoint next_report_{};
+};
+
+}  // namespace elastic::node

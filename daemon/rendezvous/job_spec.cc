@@ -1,0 +1,523 @@
+#include "daemon/rendezvous/job_spec.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <utility>
+
+#include "daemon/core/duration.h"
+#include "daemon/rendezvous/msgpack_fields.h"
+
+namespace elastic::rendezvous {
+namespace {
+
+Status field_error(std::string_view field, const std::string& problem) {
+  return Error{std::string(field) + ": " + problem};
+}
+
+bool is_name_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+bool is_env_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
+bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// Quotes user text in an error without flooding the message.
+std::string shown(std::string_view s) {
+  constexpr std::size_t kShown = 64;
+  std::string out = "'";
+  for (char c : s.substr(0, kShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (s.size() > kShown) out += "...";
+  return out + "'";
+}
+
+Status validate_path(std::string_view field, const std::string& path) {
+  if (path.empty()) return ok_status();
+  if (path.size() > kMaxPathBytes) {
+    return field_error(field, "is longer than " + std::to_string(kMaxPathBytes) + " bytes");
+  }
+  if (has_nul(path)) return field_error(field, "contains a NUL byte");
+  if (path.front() != '/') return field_error(field, shown(path) + " is not an absolute path");
+  return ok_status();
+}
+
+Status validate_duration(std::string_view field, Duration value, Duration max) {
+  if (value < Duration::zero()) return field_error(field, "must not be negative");
+  if (value > max) {
+    return field_error(
+        field, format_duration(value) + " is longer than the limit of " + format_duration(max));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+bool is_daemon_owned_env(std::string_view name) {
+  static constexpr std::string_view kOwned[] = {
+      "RANK",       "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE",
+      "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+  };
+  for (std::string_view owned : kOwned) {
+    if (name == owned) return true;
+  }
+  return name.starts_with("TORCHELASTIC_") || name.starts_with("ELASTIC_");
+}
+
+Status validate(const JobSpec& spec) {
+  // name
+  if (spec.name.empty()) return field_error("name", "must not be empty");
+  if (spec.name.size() > kMaxJobNameBytes) {
+    return field_error("name", shown(spec.name) + " is longer than " +
+                                   std::to_string(kMaxJobNameBytes) + " characters");
+  }
+  for (char c : spec.name) {
+    if (!is_name_char(c)) {
+      return field_error("name",
+                         shown(spec.name) + " may contain only letters, digits, '.', '_' and '-'");
+    }
+  }
+
+  // command and env
+  std::size_t exec_bytes = 0;
+  if (spec.command.empty()) return field_error("command", "must name the program to run");
+  if (spec.command.size() > kMaxCommandArgs) {
+    return field_error("command", "has " + std::to_string(spec.command.size()) +
+                                      " arguments, more than the limit of " +
+                                      std::to_string(kMaxCommandArgs));
+  }
+  if (spec.command.front().empty()) return field_error("command", "the program name is empty");
+  for (std::size_t i = 0; i < spec.command.size(); ++i) {
+    const std::string& arg = spec.command[i];
+    if (arg.size() > kMaxArgBytes) {
+      return field_error("command", "argument " + std::to_string(i) + " is longer than " +
+                                        std::to_string(kMaxArgBytes) + " bytes");
+    }
+    if (has_nul(arg)) {
+      return field_error("command", "argument " + std::to_string(i) + " contains a NUL byte");
+    }
+    exec_bytes += arg.size() + 1;
+  }
+  if (spec.env.size() > kMaxEnvVars) {
+    return field_error("env", "has " + std::to_string(spec.env.size()) +
+                                  " variables, more than the limit of " +
+                                  std::to_string(kMaxEnvVars));
+  }
+  for (const auto& [name, value] : spec.env) {
+    if (name.size() > kMaxEnvNameBytes) {
+      return field_error(
+          "env", "a variable name is longer than " + std::to_string(kMaxEnvNameBytes) + " bytes");
+    }
+    if (!is_env_name(name)) {
+      return field_error("env", shown(name) +
+                                    " is not a variable name (letters, digits and '_', not "
+                                    "starting with a digit)");
+    }
+    if (is_daemon_owned_env(name)) {
+      return field_error("env", name +
+                                    " is set by the daemon for every worker and cannot be "
+                                    "overridden");
+    }
+    if (value.size() > kMaxEnvValueBytes) {
+      return field_error("env", "the value of " + name + " is longer than " +
+                                    std::to_string(kMaxEnvValueBytes) + " bytes");
+    }
+    if (has_nul(value)) return field_error("env", "the value of " + name + " contains a NUL byte");
+    exec_bytes += name.size() + value.size() + 2;
+  }
+  if (exec_bytes > kMaxCommandAndEnvBytes) {
+    return field_error("command", "and env together take " + std::to_string(exec_bytes) +
+                                      " bytes, more than the limit of " +
+                                      std::to_string(kMaxCommandAndEnvBytes));
+  }
+
+  // nodes and workers
+  if (spec.min_nodes < 1) return field_error("min_nodes", "must be at least 1");
+  if (spec.max_nodes > kMaxNodesPerJob) {
+    return field_error("max_nodes", std::to_string(spec.max_nodes) + " is more than the limit of " +
+                                        std::to_string(kMaxNodesPerJob));
+  }
+  if (spec.min_nodes > spec.max_nodes) {
+    return field_error("nodes", "min " + std::to_string(spec.min_nodes) + " is greater than max " +
+                                    std::to_string(spec.max_nodes));
+  }
+  if (spec.workers_per_node > kMaxWorkersPerNode) {
+    return field_error("workers_per_node", std::to_string(spec.workers_per_node) +
+                                               " is more than the limit of " +
+                                               std::to_string(kMaxWorkersPerNode));
+  }
+
+  // paths, restarts, times
+  if (Status s = validate_path("checkpoint_root", spec.checkpoint_root); !s) return s;
+  if (Status s = validate_path("working_dir", spec.working_dir); !s) return s;
+  if (spec.max_restarts > kMaxRestartsLimit) {
+    return field_error("max_restarts", std::to_string(spec.max_restarts) +
+                                           " is more than the limit of " +
+                                           std::to_string(kMaxRestartsLimit));
+  }
+  if (Status s = validate_duration("restart_backoff", spec.restart_backoff, kMaxRestartBackoff);
+      !s) {
+    return s;
+  }
+  if (spec.last_call) {
+    if (Status s = validate_duration("last_call", *spec.last_call, kMaxLastCall); !s) return s;
+  }
+
+  // user
+  if (spec.user.size() > kMaxUserBytes) {
+    return field_error("user", "is longer than " + std::to_string(kMaxUserBytes) + " bytes");
+  }
+  for (char c : spec.user) {
+    if (c == '\0' || c == ':' || c == '/' || c == ' ' || c == '\n' || c == '\t') {
+      return field_error("user", shown(spec.user) + " is not a valid user name");
+    }
+  }
+  return ok_status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kMaxJsonBytes = 1024 * 1024;
+
+json to_json_value(const JobSpec& spec) {
+  json j = json::object();
+  j["name"] = spec.name;
+  j["command"] = spec.command;
+  json env = json::object();
+  for (const auto& [name, value] : spec.env) env[name] = value;
+  j["env"] = std::move(env);
+  j["min_nodes"] = spec.min_nodes;
+  j["max_nodes"] = spec.max_nodes;
+  j["workers_per_node"] = spec.workers_per_node;
+  j["checkpoint_root"] = spec.checkpoint_root;
+  j["max_restarts"] = spec.max_restarts;
+  j["restart_backoff"] = format_duration(spec.restart_backoff);
+  if (spec.last_call) j["last_call"] = format_duration(*spec.last_call);
+  j["working_dir"] = spec.working_dir;
+  j["user"] = spec.user;
+  j["uid"] = spec.uid;
+  j["gid"] = spec.gid;
+  return j;
+}
+
+const char* type_name(const json& v) { return v.type_name(); }
+
+Status expect_string(const json& v, std::string_view field, std::string* out) {
+  if (!v.is_string()) {
+    return field_error(field, std::string("expected a string, got ") + type_name(v));
+  }
+  *out = v.get_ref<const std::string&>();
+  return ok_status();
+}
+
+Status expect_u32(const json& v, std::string_view field, std::uint32_t* out) {
+  if (!v.is_number_integer()) {
+    return field_error(field, std::string("expected a non-negative integer, got ") +
+                                  (v.is_number() ? "a fraction" : type_name(v)));
+  }
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > std::numeric_limits<std::uint32_t>::max()) {
+      return field_error(field, std::to_string(u) + " is out of range");
+    }
+    *out = static_cast<std::uint32_t>(u);
+    return ok_status();
+  }
+  const auto i = v.get<std::int64_t>();
+  if (i < 0) return field_error(field, std::to_string(i) + " is negative");
+  if (static_cast<std::uint64_t>(i) > std::numeric_limits<std::uint32_t>::max()) {
+    return field_error(field, std::to_string(i) + " is out of range");
+  }
+  *out = static_cast<std::uint32_t>(i);
+  return ok_status();
+}
+
+Status expect_duration(const json& v, std::string_view field, Duration* out) {
+  std::string text;
+  if (!v.is_string()) {
+    return field_error(
+        field, std::string("expected a duration string such as \"10s\", got ") + type_name(v));
+  }
+  text = v.get_ref<const std::string&>();
+  Result<Duration> d = parse_duration(text);
+  if (!d) return field_error(field, d.error().message);
+  *out = *d;
+  return ok_status();
+}
+
+Status from_json_value(const json& j, JobSpec* spec) {
+  if (!j.is_object()) {
+    return field_error("spec", std::string("expected a JSON object, got ") + type_name(j));
+  }
+  if (!j.contains("name")) return field_error("name", "is required");
+  if (!j.contains("command")) return field_error("command", "is required");
+  for (const auto& [key, v] : j.items()) {
+    Status s = ok_status();
+    if (key == "name") {
+      s = expect_string(v, key, &spec->name);
+    } else if (key == "command") {
+      if (!v.is_array()) {
+        s = field_error(key, std::string("expected an array of strings, got ") + type_name(v));
+      } else if (v.size() > kMaxCommandArgs) {
+        s = field_error(key, "has more than " + std::to_string(kMaxCommandArgs) + " arguments");
+      } else {
+        spec->command.clear();
+        for (std::size_t i = 0; i < v.size() && s; ++i) {
+          std::string arg;
+          s = expect_string(v[i], "command[" + std::to_string(i) + "]", &arg);
+          spec->command.push_back(std::move(arg));
+        }
+      }
+    } else if (key == "env") {
+      if (!v.is_object()) {
+        s = field_error(key, std::string("expected an object of strings, got ") + type_name(v));
+      } else if (v.size() > kMaxEnvVars) {
+        s = field_error(key, "has more than " + std::to_string(kMaxEnvVars) + " variables");
+      } else {
+        spec->env.clear();
+        for (const auto& [name, value] : v.items()) {
+          std::string text;
+          s = expect_string(value, "env." + name, &text);
+          if (!s) break;
+          spec->env[name] = std::move(text);
+        }
+      }
+    } else if (key == "min_nodes") {
+      s = expect_u32(v, key, &spec->min_nodes);
+    } else if (key == "max_nodes") {
+      s = expect_u32(v, key, &spec->max_nodes);
+    } else if (key == "workers_per_node") {
+      s = expect_u32(v, key, &spec->workers_per_node);
+    } else if (key == "checkpoint_root") {
+      s = expect_string(v, key, &spec->checkpoint_root);
+    } else if (key == "max_restarts") {
+      s = expect_u32(v, key, &spec->max_restarts);
+    } else if (key == "restart_backoff") {
+      s = expect_duration(v, key, &spec->restart_backoff);
+    } else if (key == "last_call") {
+      if (v.is_null()) {
+        spec->last_call.reset();
+      } else {
+        Duration d{};
+        s = expect_duration(v, key, &d);
+        if (s) spec->last_call = d;
+      }
+    } else if (key == "working_dir") {
+      s = expect_string(v, key, &spec->working_dir);
+    } else if (key == "user") {
+      s = expect_string(v, key, &spec->user);
+    } else if (key == "uid") {
+      s = expect_u32(v, key, &spec->uid);
+    } else if (key == "gid") {
+      s = expect_u32(v, key, &spec->gid);
+    } else {
+      s = field_error("spec", "unknown field " + shown(key));
+    }
+    if (!s) return s;
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string to_json(const JobSpec& spec) {
+  // Replace invalid UTF-8 instead of throwing: specs are user text.
+  return to_json_value(spec).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<JobSpec> job_spec_from_json(std::string_view json_text) {
+  if (json_text.size() > kMaxJsonBytes) {
+    return Error{"spec: the JSON text is larger than " + std::to_string(kMaxJsonBytes) + " bytes"};
+  }
+  try {
+    const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Error{"spec: the text is not valid JSON"};
+    JobSpec spec;
+    if (Status s = from_json_value(j, &spec); !s) return s.error();
+    return spec;
+  } catch (const std::exception& e) {
+    return Error{std::string("spec: the JSON could not be read (") + e.what() + ")"};
+  } catch (...) {
+    return Error{"spec: the JSON could not be read"};
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MessagePack
+
+namespace internal {
+
+using wire::internal::put_key;
+using wire::internal::put_str;
+using wire::internal::put_uint;
+
+void put_int_duration(Packer& p, std::string_view key, Duration value) {
+  put_uint(p, key, static_cast<std::uint64_t>(std::max<Duration::rep>(value.count(), 0)));
+}
+
+void put_time(Packer& p, std::string_view key, WallTime value) {
+  put_uint(p, key,
+           static_cast<std::uint64_t>(std::max<std::int64_t>(value.time_since_epoch().count(), 0)));
+}
+
+void read_string(MapReader& r, std::string_view key, std::size_t max_bytes, std::string* out,
+                 Need need) {
+  const msgpack::object* v = r.find(key, need);
+  if (v == nullptr) return;
+  if (v->type != msgpack::type::STR) {
+    r.fail("has key '" + std::string(key) + "' that is not a string");
+    return;
+  }
+  if (v->via.str.size > max_bytes) {
+    r.fail("has key '" + std::string(key) + "' longer than " + std::to_string(max_bytes) + " bytes",
+           wire::DecodeError::kOversized);
+    return;
+  }
+  out->assign(v->via.str.ptr, v->via.str.size);
+}
+
+void read_duration(MapReader& r, std::string_view key, Duration* out, Need need) {
+  std::uint64_t ns = 0;
+  if (r.find(key, need) == nullptr) return;
+  r.uint(key, &ns, need);
+  if (!r.ok()) return;
+  if (ns > static_cast<std::uint64_t>(std::numeric_limits<Duration::rep>::max())) {
+    r.fail("has key '" + std::string(key) + "' out of range");
+    return;
+  }
+  *out = Duration(static_cast<Duration::rep>(ns));
+}
+
+void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
+  std::uint64_t ms = 0;
+  if (r.find(key, need) == nullptr) return;
+  r.uint(key, &ms, need);
+  if (!r.ok()) return;
+  if (ms > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    r.fail("has key '" + std::string(key) + "' out of range");
+    return;
+  }
+  *out = WallTime(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
+}
+
+// Keys: n name, c command, e env (map), mn min_nodes, mx max_nodes, w workers_per_node,
+// cr checkpoint_root, mr max_restarts, rb restart_backoff (ns), lc last_call (ns, optional),
+// wd working_dir, u user, ui uid, gi gid. All but lc are required: a defaulted field would
+// silently change a job.
+void pack_job_spec(Packer& p, const JobSpec& spec) {
+  p.pack_map(spec.last_call ? 14 : 13);
+  put_str(p, "n", spec.name);
+  put_key(p, "c");
+  p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
+  for (const std::string& arg : spec.command) p.pack(arg);
+  put_key(p, "e");
+  p.pack_map(static_cast<std::uint32_t>(spec.env.size()));
+  for (const auto& [name, value] : spec.env) {
+    p.pack(name);
+    p.pack(value);
+  }
+  put_uint(p, "mn", spec.min_nodes);
+  put_uint(p, "mx", spec.max_nodes);
+  put_uint(p, "w", spec.workers_per_node);
+  put_str(p, "cr", spec.checkpoint_root);
+  put_uint(p, "mr", spec.max_restarts);
+  put_int_duration(p, "rb", spec.restart_backoff);
+  if (spec.last_call) put_int_duration(p, "lc", *spec.last_call);
+  put_str(p, "wd", spec.working_dir);
+  put_str(p, "u", spec.user);
+  put_uint(p, "ui", spec.uid);
+  put_uint(p, "gi", spec.gid);
+}
+
+bool read_job_spec(const msgpack::object& object, const std::string& what, Failure* failure,
+                   JobSpec* spec) {
+  MapReader r(object, what, failure);
+  read_string(r, "n", kMaxJobNameBytes, &spec->name);
+  if (const msgpack::object_array* args = r.array("c", kMaxCommandArgs, Need::kRequired)) {
+    for (std::uint32_t i = 0; i < args->size; ++i) {
+      const msgpack::object& a = args->ptr[i];
+      if (a.type != msgpack::type::STR || a.via.str.size > kMaxArgBytes) {
+        r.fail("has command argument " + std::to_string(i) + " that is not a string of at most " +
+               std::to_string(kMaxArgBytes) + " bytes");
+        break;
+      }
+      spec->command.emplace_back(a.via.str.ptr, a.via.str.size);
+    }
+  }
+  if (const msgpack::object* env = r.find("e", Need::kRequired)) {
+    if (env->type != msgpack::type::MAP || env->via.map.size > kMaxEnvVars) {
+      r.fail("has key 'e' that is not a map of at most " + std::to_string(kMaxEnvVars) +
+             " entries");
+    } else {
+      for (std::uint32_t i = 0; i < env->via.map.size && r.ok(); ++i) {
+        const msgpack::object& k = env->via.map.ptr[i].key;
+        const msgpack::object& v = env->via.map.ptr[i].val;
+        if (k.type != msgpack::type::STR || k.via.str.size > kMaxEnvNameBytes ||
+            v.type != msgpack::type::STR || v.via.str.size > kMaxEnvValueBytes) {
+          r.fail("has environment entry " + std::to_string(i) + " that is not a bounded string");
+          break;
+        }
+        const bool inserted = spec->env
+                                  .emplace(std::string(k.via.str.ptr, k.via.str.size),
+                                           std::string(v.via.str.ptr, v.via.str.size))
+                                  .second;
+        if (!inserted) r.fail("has environment variable " + std::to_string(i) + " twice");
+      }
+    }
+  }
+  r.uint("mn", &spec->min_nodes);
+  r.uint("mx", &spec->max_nodes);
+  r.uint("w", &spec->workers_per_node);
+  read_string(r, "cr", kMaxPathBytes, &spec->checkpoint_root);
+  r.uint("mr", &spec->max_restarts);
+  read_duration(r, "rb", &spec->restart_backoff);
+  if (r.ok() && r.find("lc", Need::kOptional) != nullptr) {
+    Duration last_call{};
+    read_duration(r, "lc", &last_call);
+    if (r.ok()) spec->last_call = last_call;
+  }
+  read_string(r, "wd", kMaxPathBytes, &spec->working_dir);
+  read_string(r, "u", kMaxUserBytes, &spec->user);
+  r.uint("ui", &spec->uid);
+  r.uint("gi", &spec->gid);
+  return r.ok();
+}
+
+}  // namespace internal
+
+std::string encode_job_spec(const JobSpec& spec) {
+  msgpack::sbuffer buffer;
+  internal::Packer p(buffer);
+  internal::pack_job_spec(p, spec);
+  return std::string(buffer.data(), buffer.size());
+}
+
+Result<JobSpec> decode_job_spec(std::string_view bytes) {
+  const std::string what = "The job spec";
+  internal::Failure failure;
+  msgpack::object_handle handle;
+  if (wire::internal::parse(bytes, 0, what, &handle, &failure)) {
+    JobSpec spec;
+    if (internal::read_job_spec(handle.get(), what, &failure, &spec)) return spec;
+  }
+  return Error{std::move(failure.message)};
+}
+
+}  // namespace elastic::rendezvous

@@ -1,0 +1,106 @@
+// JobSpec: what a user submits (issue 5's job fields), its validation, and its two encodings:
+// JSON for the control API (elasticctl <-> elasticd) and MessagePack inside Raft commands.
+//
+// Validation (validate()) runs on the daemon that receives the submission and again when the
+// job table applies a SubmitJob, so a bad spec never becomes a job. Its Error is one sentence
+// "<field>: <problem>" naming the field as written in JSON, e.g.
+//   "nodes: min 3 is greater than max 2"
+//   "env: RANK is set by the daemon for every worker and cannot be overridden"
+//
+// JSON (an object; every key optional except name and command; unknown keys are errors so a
+// typo is never silently ignored):
+//   name "fmnist", command ["elastic-trainer", "--model", "fmnist"], env {"NAME": "value"},
+//   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
+//   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
+//   working_dir "/home/alice", user "alice", uid 1000, gid 1000
+// Durations are strings as in the config ("500ms", "1m30s"). The daemon must overwrite user,
+// uid and gid from the control socket's peer credentials; the JSON carries them only so that
+// `elasticctl status --json` shows them.
+//
+// MessagePack: a map with short keys (see job_spec.cc), decoded with the bounded helpers of
+// daemon/wire/msgpack_map.h. Decoding checks structure and limits, not the rules of
+// validate(); the job table validates separately.
+//
+// Errors: decoders never throw (nlohmann exceptions are caught inside) and never crash on
+// hostile input. Thread safety: pure functions on values.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/time.h"
+
+namespace elastic::rendezvous {
+
+// Limits that keep one job's spec (and so each Raft entry and snapshot) small. Argument and
+// environment sizes follow Linux's exec limits (MAX_ARG_STRLEN 128 KiB) with margin.
+inline constexpr std::size_t kMaxJobNameBytes = 64;
+inline constexpr std::size_t kMaxCommandArgs = 1024;
+inline constexpr std::size_t kMaxArgBytes = 16 * 1024;
+inline constexpr std::size_t kMaxEnvVars = 1024;
+inline constexpr std::size_t kMaxEnvNameBytes = 256;
+inline constexpr std::size_t kMaxEnvValueBytes = 16 * 1024;
+inline constexpr std::size_t kMaxCommandAndEnvBytes = 256 * 1024;  // argv + env in all
+inline constexpr std::size_t kMaxPathBytes = 4096;                 // PATH_MAX
+inline constexpr std::size_t kMaxUserBytes = 256;
+inline constexpr std::uint32_t kMaxNodesPerJob = 100'000;
+inline constexpr std::uint32_t kMaxWorkersPerNode = 1024;
+inline constexpr std::uint32_t kMaxRestartsLimit = 1'000'000;
+inline constexpr Duration kMaxRestartBackoff = std::chrono::hours(1);
+inline constexpr Duration kMaxLastCall = std::chrono::hours(1);
+
+struct JobSpec {
+  // Job ids are "<name>-<n>"; [A-Za-z0-9._-]{1,64}.
+  std::string name;
+  // argv; argv[0] is looked up in PATH by the spawner like execvp.
+  std::vector<std::string> command;
+  // Added to the workers' environment; sorted by name so encodings are deterministic.
+  std::map<std::string, std::string> env;
+  std::uint32_t min_nodes = 1;
+  std::uint32_t max_nodes = 1;
+  // 0 = one worker per local GPU, or per CPU slot on hosts without GPUs.
+  std::uint32_t workers_per_node = 0;
+  // Absolute; "" = the daemon's checkpoint.root (the daemon fills it before submitting).
+  std::string checkpoint_root;
+  // Worker failures tolerated before the job fails; lost nodes do not count.
+  std::uint32_t max_restarts = 3;
+  // Wait this long after a worker failure before the next round (a crash loop costs little).
+  Duration restart_backoff = std::chrono::seconds(1);
+  // Overrides rendezvous.last_call for this job.
+  std::optional<Duration> last_call;
+  // Absolute; "" = the submitting user's home directory (chosen by the spawner).
+  std::string working_dir;
+  // The submitting user, from the control socket's peer credentials.
+  std::string user;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Every rule of the header comment; the first problem found is the error.
+Status validate(const JobSpec& spec);
+
+// True for the variables the daemon sets for every worker (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, TORCHELASTIC_*,
+// ELASTIC_*): a job cannot override them.
+bool is_daemon_owned_env(std::string_view name);
+
+// JSON text of one object (keys as in the header comment; last_call only when set).
+std::string to_json(const JobSpec& spec);
+// Parses the JSON object; the error names the field ("min_nodes: expected an unsigned
+// integer, got a string"). Does not run validate().
+Result<JobSpec> job_spec_from_json(std::string_view json_text);
+
+// MessagePack (map-encoded) of the spec, and back. decode runs no validate().
+std::string encode_job_spec(const JobSpec& spec);
+Result<JobSpec> decode_job_spec(std::string_view bytes);
+
+}  // namespace elastic::rendezvous

@@ -1,0 +1,223 @@
+// JobTable: the replicated state machine of jobs and rounds. The Raft leader proposes
+// commands (encode_command); every daemon applies the committed ones in log order (apply);
+// the table is snapshotted with the Raft log and restored from it.
+//
+// Commands (all decisions the leader makes are commands, so a new leader knows them all):
+//   SubmitJob    validates the spec and creates job "<name>-<n>" (n counts submissions that
+//                created a job, from 1) in state pending.
+//   CancelJob    owner (by_uid == spec.uid) or admin only; not for terminal jobs -> cancelled.
+//   OpenRound    applies only when expected_prev_round equals the job's round and round is
+//                greater: two leaders deciding from the same state cannot both apply, and one
+//                (job, round) never gets two rank maps. The rank map must hold min..max nodes,
+//                distinct names, slots >= 1 and contiguous ranks from 0. State -> rendezvous.
+//                Reason kWorkerFailed consumes a restart and is refused once restarts reached
+//                max_restarts (the planner fails the job instead).
+//   SetJobState  for the job's current round only (stale and future rounds refused):
+//                  running     from rendezvous
+//                  recovering  from rendezvous or running; `cause` says why the round broke
+//                  succeeded   from rendezvous or running
+//                  failed      from any non-terminal state (round 0 = before any round)
+//                Terminal states are final.
+// Every state change and every opened round appends to the job's event log (the last
+// kMaxEventsPerJob are kept).
+//
+// Exactly-once for clients: SubmitJob and CancelJob carry (client_id, client_seq). The table
+// keeps, per client, the last applied seq and its result; a command whose seq is <= that
+// returns the remembered result (duplicate = true) and changes nothing, so a client retrying
+// through a new leader never submits twice. The table remembers kMaxClientSessions clients,
+// forgetting the one whose last command is oldest. Clients must number their commands
+// 1, 2, 3... and send one at a time.
+//
+// Bounds: at most kMaxActiveJobs non-terminal jobs (a SubmitJob beyond is refused) and
+// kMaxTerminalJobs terminal ones (the one that ended first is forgotten).
+//
+// Determinism: apply depends only on the table and its arguments (times come in the commands),
+// so the same commands in the same order give byte-identical snapshot(), and
+// restore(snapshot()).snapshot() is byte-identical.
+//
+// Errors: garbage, truncated, unknown-version or unknown-kind command bytes return an
+// ApplyResult with code kMalformed and leave the table unchanged; refused commands return
+// kRejected with one sentence, also unchanged. restore() returns an Error for bytes that are
+// not a snapshot. Neither throws nor crashes on hostile bytes. apply() with an index not
+// greater than the last applied one is a broken invariant (Raft applies each index once, in
+// order) and aborts.
+//
+// Ownership: a plain value (copyable). Thread safety: none; the Raft apply loop owns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/types.h"
+
+namespace elastic::rendezvous {
+
+inline constexpr std::uint32_t kCommandVersion = 1;
+inline constexpr std::uint32_t kSnapshotVersion = 1;
+inline constexpr std::size_t kMaxEventsPerJob = 1000;
+inline constexpr std::size_t kMaxActiveJobs = 10'000;
+inline constexpr std::size_t kMaxTerminalJobs = 1000;
+inline constexpr std::size_t kMaxClientSessions = 10'000;
+inline constexpr std::size_t kMaxReasonBytes = 1024;  // longer reasons are refused
+inline constexpr std::size_t kMaxEndpointBytes = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+struct SubmitJob {
+  std::string client_id;
+  std::uint64_t client_seq = 0;
+  JobSpec spec;
+  WallTime submitted_at{};  // stamped by the leader
+  bool operator==(const SubmitJob&) const = default;
+};
+
+struct CancelJob {
+  std::string client_id;
+  std::uint64_t client_seq = 0;
+  std::string job_id;
+  std::uint32_t by_uid = 0;  // from the caller's peer credentials
+  bool is_admin = false;     // root or control.admin_group
+  WallTime at{};
+  bool operator==(const CancelJob&) const = default;
+};
+
+struct OpenRound {
+  std::string job_id;
+  std::uint64_t round = 0;
+  std::uint64_t expected_prev_round = 0;
+  RankMap ranks;
+  std::string store_endpoint;  // "host:port" of the rank-0 node's c10d store
+  RoundReason reason = RoundReason::kSubmitted;
+  std::string detail;  // a human sentence for the event log ("node b (gen 3) was lost")
+  WallTime at{};
+  bool operator==(const OpenRound&) const = default;
+};
+
+struct SetJobState {
+  std::string job_id;
+  std::uint64_t round = 0;
+  JobState state = JobState::kRunning;           // running, recovering, succeeded or failed
+  RoundReason cause = RoundReason::kMemberLost;  // read only for recovering
+  std::string reason;
+  WallTime at{};
+  bool operator==(const SetJobState&) const = default;
+};
+
+using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState>;
+
+// Map-encoded MessagePack with the version and kind first (see job_table.cc).
+std::string encode_command(const Command& command);
+// Structure and limits only; the rules are apply()'s. Never throws.
+Result<Command> decode_command(std::string_view bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+struct JobEvent {
+  WallTime at{};
+  std::uint64_t round = 0;  // the job's round after the event
+  JobState from = JobState::kPending;
+  JobState to = JobState::kPending;
+  std::string reason;
+  bool operator==(const JobEvent&) const = default;
+};
+
+struct JobRecord {
+  std::string id;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  WallTime submitted_at{};
+  WallTime state_since{};  // when the current state began (join timeout, backoff)
+  std::string reason;      // of the latest state change ("restarts exhausted (3 of 3)")
+  // Why the job is recovering; meaningful in state recovering only.
+  RoundReason recovery_cause = RoundReason::kMemberLost;
+  std::uint32_t restarts = 0;  // worker-failure rounds so far
+  // The current round; 0 = none yet.
+  std::uint64_t round = 0;
+  RankMap ranks;
+  std::string store_endpoint;
+  RoundReason round_reason = RoundReason::kSubmitted;
+  WallTime round_opened_at{};
+  Index created_index = 0;       // the log index of its SubmitJob
+  Index ended_index = 0;         // the log index that made it terminal; 0 while active
+  std::vector<JobEvent> events;  // oldest first, at most kMaxEventsPerJob
+  bool operator==(const JobRecord&) const = default;
+};
+
+enum class ApplyCode : std::uint8_t {
+  kApplied = 0,    // the command changed the table
+  kRejected = 1,   // a valid command the rules refuse (message says why)
+  kMalformed = 2,  // bytes that are not a command (message says why)
+};
+
+struct ApplyResult {
+  ApplyCode code = ApplyCode::kApplied;
+  std::string job_id;      // the job concerned (the new id for SubmitJob), when known
+  std::string message;     // one sentence for kRejected and kMalformed
+  bool duplicate = false;  // answered from the client's remembered result
+  bool ok() const { return code == ApplyCode::kApplied; }
+  bool operator==(const ApplyResult&) const = default;
+};
+
+// What the table remembers per client.
+struct ClientSession {
+  std::uint64_t last_seq = 0;
+  ApplyCode code = ApplyCode::kApplied;
+  std::string job_id;
+  std::string message;
+  Index last_index = 0;  // for forgetting the least recently active client
+  bool operator==(const ClientSession&) const = default;
+};
+
+class JobTable {
+ public:
+  JobTable() = default;
+
+  // Applies the committed entry at `index` (> applied_index()).
+  ApplyResult apply(Index index, std::string_view command_bytes);
+  // The same for an already decoded command (tests, the simulator).
+  ApplyResult apply(Index index, const Command& command);
+
+  std::string snapshot() const;
+  static Result<JobTable> restore(std::string_view bytes);
+
+  // Jobs by id (sorted), active and retained terminal ones.
+  const std::map<std::string, JobRecord>& jobs() const { return jobs_; }
+  const JobRecord* job(std::string_view id) const;
+  const std::map<std::string, ClientSession>& clients() const { return clients_; }
+  Index applied_index() const { return applied_index_; }
+  std::uint64_t jobs_created() const { return jobs_created_; }
+
+  bool operator==(const JobTable&) const = default;
+
+ private:
+  ApplyResult apply_submit(Index index, const SubmitJob& c);
+  ApplyResult apply_cancel(Index index, const CancelJob& c);
+  ApplyResult apply_open(Index index, const OpenRound& c);
+  ApplyResult apply_set(Index index, const SetJobState& c);
+  ApplyResult remember(Index index, const std::string& client_id, std::uint64_t seq,
+                       ApplyResult result);
+  void change_state(Index index, JobRecord& job, JobState to, WallTime at, std::string reason);
+  void forget_old_terminal_jobs();
+
+  Index applied_index_ = 0;
+  std::uint64_t jobs_created_ = 0;
+  std::map<std::string, JobRecord> jobs_;
+  std::map<std::string, ClientSession> clients_;
+};
+
+// JSON of a record for the control API (`elasticctl status --json`): id, state, reason,
+// round, ranks, store endpoint, restarts, times (ms since the epoch), the spec, and the last
+// `max_events` events.
+std::string to_json(const JobRecord& job, std::size_t max_events = kMaxEventsPerJob);
+
+}  // namespace elastic::rendezvous

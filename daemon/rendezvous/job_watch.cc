@@ -1,0 +1,336 @@
+#include "daemon/rendezvous/job_watch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
+#include <utility>
+
+namespace elastic::rendezvous {
+namespace {
+
+const JobRoundRef& ref_of(const JobMessage& message) {
+  return std::visit([](const auto& m) -> const JobRoundRef& { return m.ref; }, message);
+}
+
+}  // namespace
+
+const char* to_string(LostReason reason) {
+  switch (reason) {
+    case LostReason::kSilent:
+      return "silent";
+    case LostReason::kWorkerExited:
+      return "worker_exited";
+    case LostReason::kRestarted:
+      return "restarted";
+  }
+  return "unknown";
+}
+
+JobWatchConfig JobWatchConfig::from(Duration keepalive_interval, Duration peer_timeout) {
+  JobWatchConfig c;
+  c.keepalive_interval = keepalive_interval;
+  c.peer_timeout = peer_timeout;
+  c.confirm_window = peer_timeout * 2 / 3;
+  c.helper_timeout = c.confirm_window * 3 / 8;
+  return c;
+}
+
+Status JobWatchConfig::validate() const {
+  if (keepalive_interval <= Duration::zero()) {
+    return Error{"The job watch keepalive_interval must be positive."};
+  }
+  if (peer_timeout <= keepalive_interval) {
+    return Error{"The job watch peer_timeout must be longer than keepalive_interval."};
+  }
+  if (confirm_window <= Duration::zero()) {
+    return Error{"The job watch confirm_window must be positive."};
+  }
+  if (helper_timeout <= Duration::zero() || helper_timeout >= confirm_window) {
+    return Error{"The job watch helper_timeout must be positive and shorter than confirm_window."};
+  }
+  if (indirect_probes < 0) return Error{"The job watch indirect_probes must not be negative."};
+  return ok_status();
+}
+
+JobWatch::JobWatch(std::string self, std::uint64_t self_generation, const JobWatchConfig& config,
+                   std::uint64_t seed)
+    : self_(std::move(self)), self_generation_(self_generation), config_(config), rng_(seed) {
+  if (Status s = config_.validate(); !s.ok()) {
+    std::fprintf(stderr, "JobWatch: %s\n", s.error().message.c_str());
+    std::abort();
+  }
+}
+
+Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t term,
+                           std::uint64_t round, const std::vector<JobPeer>& peers,
+                           JobWatchEffects& out) {
+  if (!ref_.job.empty() && job != ref_.job) {
+    std::fprintf(stderr, "JobWatch for job %s was given a round of job %s\n", ref_.job.c_str(),
+                 job.c_str());
+    std::abort();
+  }
+  if (!ref_.job.empty() && std::tie(round, term) <= std::tie(ref_.round, ref_.term)) {
+    return Error{"Round " + std::to_string(round) + " (term " + std::to_string(term) + ") of job " +
+                 job + " is not newer than the watched round " + std::to_string(ref_.round) +
+                 " (term " + std::to_string(ref_.term) + ")."};
+  }
+  ref_ = JobRoundRef{job, term, round};
+  active_ = true;
+  peers_.clear();
+  relays_.clear();
+  for (const JobPeer& info : peers) {
+    if (info.name == self_) continue;
+    Peer p;
+    p.info = info;
+    // Counting every peer as heard now gives late starters a full peer_timeout to speak.
+    p.last_heard = now;
+    peers_.emplace(info.name, std::move(p));
+  }
+  send_keepalives(out);
+  next_keepalive_ = now + config_.keepalive_interval;
+  recompute_deadline();
+  return ok_status();
+}
+
+void JobWatch::clear_round() {
+  active_ = false;
+  peers_.clear();
+  relays_.clear();
+  next_keepalive_ = kNever;
+  next_deadline_ = kNever;
+}
+
+bool JobWatch::suspected(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  return it != peers_.end() && it->second.suspected;
+}
+
+bool JobWatch::lost(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  return it != peers_.end() && it->second.lost;
+}
+
+void JobWatch::send(JobWatchEffects& out, const Peer& to, JobMessage message) {
+  out.sends.push_back(JobOutgoing{to.info.name, to.info.address, std::move(message)});
+}
+
+void JobWatch::send_keepalives(JobWatchEffects& out) {
+  for (const auto& [name, p] : peers_) {
+    if (p.lost) continue;
+    send(out, p, JobKeepalive{ref_, 0});
+    ++stats_.keepalives_sent;
+  }
+}
+
+void JobWatch::heard(TimePoint now, Peer& p) {
+  p.last_heard = now;
+  if (p.suspected) {
+    p.suspected = false;
+    p.retry_at = kNever;
+    p.attempts = 0;
+    ++stats_.suspicions_cleared;
+  }
+  // The silence deadline moved later; the cached next_deadline_ stays a valid lower bound.
+}
+
+void JobWatch::suspect(TimePoint now, Peer& p, JobWatchEffects& out) {
+  if (p.suspected || p.lost) return;
+  p.suspected = true;
+  p.suspected_at = now;
+  p.attempts = 0;
+  ++stats_.suspicions;
+  probe_attempt(now, p, out);
+}
+
+void JobWatch::probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out) {
+  ++p.attempts;
+  // Two attempts: at the start and halfway through the window, each with a direct ping and
+  // fresh helpers, so one unlucky set of lost packets cannot declare a live peer.
+  p.retry_at = p.attempts < 2 ? p.suspected_at + config_.confirm_window / 2 : kNever;
+  send(out, p, JobKeepalive{ref_, next_probe_++});
+  ++stats_.direct_probes;
+
+  std::vector<const Peer*> candidates;
+  for (const auto& [name, q] : peers_) {
+    if (&q == &p || q.lost || q.suspected) continue;
+    candidates.push_back(&q);
+  }
+  const std::size_t k =
+      std::min(candidates.size(), static_cast<std::size_t>(config_.indirect_probes));
+  for (std::size_t i = 0; i < k; ++i) {  // partial Fisher-Yates: k distinct random helpers
+    const std::size_t j = i + static_cast<std::size_t>(rng_.below(candidates.size() - i));
+    std::swap(candidates[i], candidates[j]);
+    send(out, *candidates[i], JobProbeRequest{ref_, next_probe_++, p.info.name, p.info.generation});
+    ++stats_.indirect_requests;
+  }
+  lower_deadline(p.retry_at);
+  lower_deadline(p.suspected_at + config_.confirm_window);
+}
+
+void JobWatch::declare(Peer& p, LostReason reason, JobWatchEffects& out) {
+  if (p.lost) return;
+  p.lost = true;
+  p.suspected = false;
+  p.retry_at = kNever;
+  ++stats_.declared;
+  out.lost.push_back(
+      PeerLost{ref_.job, ref_.term, ref_.round, p.info.name, p.info.generation, reason});
+  // Relays about it answer "not heard" now rather than at their expiry.
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    if (it->second.target == p.info.name) {
+      auto requester = peers_.find(it->second.requester);
+      if (requester != peers_.end() && !requester->second.lost) {
+        send(out, requester->second,
+             JobProbeReply{ref_, it->second.requester_probe, it->second.target,
+                           it->second.target_generation, false});
+      }
+      it = relays_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void JobWatch::answer_relays_for(const std::string& target, JobWatchEffects& out) {
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    if (it->second.target != target) {
+      ++it;
+      continue;
+    }
+    auto requester = peers_.find(it->second.requester);
+    if (requester != peers_.end() && !requester->second.lost) {
+      send(out, requester->second,
+           JobProbeReply{ref_, it->second.requester_probe, target, it->second.target_generation,
+                         true});
+    }
+    it = relays_.erase(it);
+  }
+}
+
+void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t from_generation,
+                          const JobMessage& message, JobWatchEffects& out) {
+  ++stats_.messages_received;
+  auto it = peers_.find(from);
+  if (!active_ || it == peers_.end() || !(ref_of(message) == ref_)) {
+    ++stats_.stale_dropped;
+    return;
+  }
+  Peer& p = it->second;
+  if (from_generation < p.info.generation) {
+    ++stats_.stale_dropped;
+    return;
+  }
+  if (from_generation > p.info.generation) {
+    // The daemon restarted: the generation that was in the round is gone for good.
+    ++stats_.stale_dropped;
+    declare(p, LostReason::kRestarted, out);
+    return;
+  }
+  if (!p.lost) {
+    heard(now, p);
+    answer_relays_for(from, out);
+  }
+
+  if (const auto* keepalive = std::get_if<JobKeepalive>(&message)) {
+    if (keepalive->probe != 0) send(out, p, JobKeepaliveAck{ref_, keepalive->probe});
+  } else if (const auto* request = std::get_if<JobProbeRequest>(&message)) {
+    auto target = peers_.find(request->target);
+    if (target == peers_.end() || target->second.info.generation != request->target_generation ||
+        request->target == self_ || p.lost) {
+      return;  // not a peer of this round as we know it; the requester's window decides
+    }
+    if (target->second.lost) {
+      send(out, p,
+           JobProbeReply{ref_, request->probe, request->target, request->target_generation, false});
+      return;
+    }
+    const std::uint64_t probe = next_probe_++;
+    relays_[probe] = Relay{from, request->probe, request->target, request->target_generation,
+                           now + config_.helper_timeout};
+    send(out, target->second, JobKeepalive{ref_, probe});
+    ++stats_.helper_probes;
+    lower_deadline(now + config_.helper_timeout);
+  } else if (const auto* reply = std::get_if<JobProbeReply>(&message)) {
+    auto target = peers_.find(reply->target);
+    if (reply->alive && target != peers_.end() && !target->second.lost &&
+        target->second.info.generation == reply->target_generation) {
+      // A helper heard the target after we asked: indirect evidence that it is alive.
+      heard(now, target->second);
+    }
+  }
+  // JobKeepaliveAck: heard() above is all it is for.
+}
+
+void JobWatch::on_peer_event(TimePoint now, const std::string& peer, PeerEventKind kind,
+                             JobWatchEffects& out) {
+  if (!active_) return;
+  auto it = peers_.find(peer);
+  if (it == peers_.end() || it->second.lost) return;
+  switch (kind) {
+    case PeerEventKind::kDisconnected:
+      suspect(now, it->second, out);
+      break;
+    case PeerEventKind::kWorkerExited:
+      declare(it->second, LostReason::kWorkerExited, out);
+      break;
+  }
+}
+
+void JobWatch::tick(TimePoint now, JobWatchEffects& out) {
+  if (!active_) return;
+  if (now >= next_keepalive_) {
+    send_keepalives(out);
+    next_keepalive_ += config_.keepalive_interval;
+    // A late tick (a starved daemon) sends once, not a burst, and keeps the grid.
+    if (next_keepalive_ <= now) next_keepalive_ = now + config_.keepalive_interval;
+  }
+  for (auto& [name, p] : peers_) {
+    if (p.lost) continue;
+    if (!p.suspected) {
+      if (now >= p.last_heard + config_.peer_timeout) suspect(now, p, out);
+      continue;
+    }
+    if (now >= p.suspected_at + config_.confirm_window) {
+      declare(p, LostReason::kSilent, out);
+    } else if (now >= p.retry_at) {
+      probe_attempt(now, p, out);
+    }
+  }
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    if (now < it->second.expires) {
+      ++it;
+      continue;
+    }
+    auto requester = peers_.find(it->second.requester);
+    if (requester != peers_.end() && !requester->second.lost) {
+      send(out, requester->second,
+           JobProbeReply{ref_, it->second.requester_probe, it->second.target,
+                         it->second.target_generation, false});
+    }
+    it = relays_.erase(it);
+  }
+  recompute_deadline();
+}
+
+void JobWatch::lower_deadline(TimePoint t) { next_deadline_ = std::min(next_deadline_, t); }
+
+void JobWatch::recompute_deadline() {
+  if (!active_) {
+    next_deadline_ = kNever;
+    return;
+  }
+  TimePoint next = next_keepalive_;
+  for (const auto& [name, p] : peers_) {
+    if (p.lost) continue;
+    if (p.suspected) {
+      next = std::min({next, p.retry_at, p.suspected_at + config_.confirm_window});
+    } else {
+      next = std::min(next, p.last_heard + config_.peer_timeout);
+    }
+  }
+  for (const auto& [probe, relay] : relays_) next = std::min(next, relay.expires);
+  next_deadline_ = next;
+}
+
+}  // namespace elastic::rendezvous

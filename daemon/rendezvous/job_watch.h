@@ -1,0 +1,253 @@
+// JobWatch: the fast job tier. The daemons of one running round watch each other directly and
+// declare a round peer lost within about a second, while cluster membership (SWIM) stays slow
+// and conservative.
+//
+// A pure state machine (STYLE.md rule 1): no sockets, clocks, threads or files. The daemon (and
+// tests/sim/job_watch_process.h) feeds it the time, inbound messages and transport/worker
+// events, and carries out the Effects it returns. One JobWatch per (daemon, job); set_round()
+// moves it to the job's next round.
+//
+// Protocol (timings from JobWatchConfig):
+//  - every keepalive_interval a JobKeepalive{job, term, round, probe = 0} goes to every round
+//    peer not yet declared lost; nobody answers it: every peer sends its own, so silence is
+//    seen from both sides;
+//  - any message of the current round from a peer's current generation is evidence that it is
+//    alive: it resets the peer's silence timer and clears a suspicion;
+//  - a peer silent for peer_timeout, or reported disconnected by the transport, is suspected:
+//    this node pings it directly (JobKeepalive{probe = n}, answered by JobKeepaliveAck{n}) and
+//    asks `indirect_probes` random other live peers to do the same (JobProbeRequest); a helper
+//    that hears the target within helper_timeout answers JobProbeReply{alive = true}, else
+//    {alive = false}. The attempt is repeated once halfway through the window with fresh
+//    helpers. A peer still unheard (directly or through a helper) confirm_window after the
+//    suspicion began is declared lost;
+//  - a worker-exit report that the peer's own daemon sent (the caller checks the source) is a
+//    declaration at once, not a suspicion; so is a message from a newer generation of the peer
+//    (it restarted, so the generation in the round is gone);
+//  - messages of another job, term or round, or from an older generation, are dropped (stale);
+//  - each peer is declared at most once per round (PeerLost), and a lost peer is neither
+//    pinged nor used as a helper again in that round.
+// Worst case from a silent crash to a declaration: peer_timeout + confirm_window + latency
+// (the peer's last keepalive may have left just before it died).
+//
+// Thread safety: none; one owner calls everything. Randomness (helper choice) comes only from
+// the seeded Rng. Errors: set_round() with a round not newer than the current one is refused
+// with an Error (a stale RoundStart); messages are never errors, stale ones are counted.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/rng.h"
+#include "daemon/core/time.h"
+
+namespace elastic::rendezvous {
+
+// ---------------------------------------------------------------------------------------------
+// Wire structs (daemon/rendezvous/job_codec.h encodes them). Every one names the round it is
+// about, so a receiver drops messages of any other (job, term, round).
+
+struct JobRoundRef {
+  std::string job;
+  std::uint64_t term = 0;   // the leader term that created the round (its fencing token)
+  std::uint64_t round = 0;  // the job's round number
+  bool operator==(const JobRoundRef&) const = default;
+};
+
+// Periodic keepalive (probe = 0, never answered) or a direct probe (probe != 0, answered by a
+// JobKeepaliveAck with the same number).
+struct JobKeepalive {
+  JobRoundRef ref;
+  std::uint64_t probe = 0;
+  bool operator==(const JobKeepalive&) const = default;
+};
+
+struct JobKeepaliveAck {
+  JobRoundRef ref;
+  std::uint64_t probe = 0;
+  bool operator==(const JobKeepaliveAck&) const = default;
+};
+
+// "Probe this round peer for me": the receiver pings `target` and answers a JobProbeReply.
+struct JobProbeRequest {
+  JobRoundRef ref;
+  std::uint64_t probe = 0;  // the requester's number, echoed in the reply
+  std::string target;
+  std::uint64_t target_generation = 0;
+  bool operator==(const JobProbeRequest&) const = default;
+};
+
+struct JobProbeReply {
+  JobRoundRef ref;
+  std::uint64_t probe = 0;
+  std::string target;
+  std::uint64_t target_generation = 0;
+  bool alive = false;  // false: the target stayed silent for the helper's timeout
+  bool operator==(const JobProbeReply&) const = default;
+};
+
+using JobMessage = std::variant<JobKeepalive, JobKeepaliveAck, JobProbeRequest, JobProbeReply>;
+
+// ---------------------------------------------------------------------------------------------
+// The state machine
+
+struct JobWatchConfig {
+  // How often every round peer gets a keepalive. 200 ms: small messages on connections that
+  // already exist; eight peers cost 40 messages/s per daemon.
+  Duration keepalive_interval = std::chrono::milliseconds(200);
+  // Silence after which a peer is suspected: three keepalive intervals, so one or two lost
+  // keepalives (5% loss: 1 in 400 / 8000) never start a suspicion.
+  Duration peer_timeout = std::chrono::milliseconds(600);
+  // From suspicion to declaration. Two keepalive intervals: two more keepalives, two direct
+  // pings and 2 * indirect_probes helper probes must all fail before a live peer is declared.
+  Duration confirm_window = std::chrono::milliseconds(400);
+  // How long a helper waits for the target before answering alive = false.
+  Duration helper_timeout = std::chrono::milliseconds(150);
+  // Helpers asked per probe attempt (two attempts per suspicion).
+  int indirect_probes = 3;
+
+  // keepalive_interval and peer_timeout from the daemon's RendezvousConfig; confirm_window is
+  // two thirds of peer_timeout and helper_timeout three eighths of confirm_window (the
+  // defaults above for 200 ms / 600 ms).
+  static JobWatchConfig from(Duration keepalive_interval, Duration peer_timeout);
+  // An Error naming the first bad field (non-positive durations, helper_timeout not below
+  // confirm_window, indirect_probes < 0).
+  Status validate() const;
+};
+
+struct JobPeer {
+  std::string name;
+  std::uint64_t generation = 0;
+  std::string address;
+  bool operator==(const JobPeer&) const = default;
+};
+
+enum class PeerEventKind {
+  kDisconnected,  // the transport lost its connection to the peer (suspect it)
+  kWorkerExited,  // the peer's own daemon reported that its workers of this round exited
+};
+
+enum class LostReason {
+  kSilent,        // suspected (silence or disconnect) and unconfirmed through the window
+  kWorkerExited,  // its daemon reported its workers gone
+  kRestarted,     // a newer generation of it spoke: the round's generation is gone
+};
+const char* to_string(LostReason reason);
+
+// A declaration: `peer` is lost for this round of the job. Emitted at most once per peer per
+// round.
+struct PeerLost {
+  std::string job;
+  std::uint64_t term = 0;
+  std::uint64_t round = 0;
+  std::string peer;
+  std::uint64_t generation = 0;
+  LostReason reason = LostReason::kSilent;
+  bool operator==(const PeerLost&) const = default;
+};
+
+struct JobOutgoing {
+  std::string to;  // peer name
+  std::string to_address;
+  JobMessage message;
+};
+
+struct JobWatchEffects {
+  std::vector<JobOutgoing> sends;
+  std::vector<PeerLost> lost;
+};
+
+struct JobWatchStats {
+  std::uint64_t keepalives_sent = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t stale_dropped = 0;  // another job, term, round or an older generation
+  std::uint64_t suspicions = 0;
+  std::uint64_t suspicions_cleared = 0;
+  std::uint64_t direct_probes = 0;
+  std::uint64_t indirect_requests = 0;  // JobProbeRequests this node sent
+  std::uint64_t helper_probes = 0;      // JobProbeRequests this node served
+  std::uint64_t declared = 0;
+};
+
+class JobWatch {
+ public:
+  // `self` is this daemon's name and generation; `seed` feeds the helper choice.
+  JobWatch(std::string self, std::uint64_t self_generation, const JobWatchConfig& config,
+           std::uint64_t seed);
+
+  // Starts watching a round: `peers` may include this daemon (skipped). The first keepalives
+  // go out at once and every peer counts as heard at `now`. A round that is not newer than the
+  // current one (same job; round number, then term) is refused. A different job is a caller
+  // bug and aborts.
+  Status set_round(TimePoint now, const std::string& job, std::uint64_t term, std::uint64_t round,
+                   const std::vector<JobPeer>& peers, JobWatchEffects& out);
+  // Stops watching (the round ended or this daemon left it); every later message is stale.
+  void clear_round();
+
+  void on_message(TimePoint now, const std::string& from, std::uint64_t from_generation,
+                  const JobMessage& message, JobWatchEffects& out);
+  void on_peer_event(TimePoint now, const std::string& peer, PeerEventKind kind,
+                     JobWatchEffects& out);
+  // Runs every timer that is due at `now`.
+  void tick(TimePoint now, JobWatchEffects& out);
+  // When tick() next has something to do (kNever without a round). It may be earlier than
+  // necessary after on_message (a harmless early tick); after tick it is later than `now`.
+  TimePoint next_deadline() const { return next_deadline_; }
+
+  bool active() const { return active_; }
+  const JobRoundRef& round() const { return ref_; }
+  bool suspected(const std::string& peer) const;
+  bool lost(const std::string& peer) const;
+  const JobWatchStats& stats() const { return stats_; }
+  const JobWatchConfig& config() const { return config_; }
+
+ private:
+  struct Peer {
+    JobPeer info;
+    TimePoint last_heard{};
+    bool lost = false;
+    // Suspicion: a deadline, the next probe attempt and the attempts made.
+    bool suspected = false;
+    TimePoint suspected_at{};
+    TimePoint retry_at = kNever;
+    int attempts = 0;
+  };
+  // A JobProbeRequest this node serves: its own probe number maps to the requester's.
+  struct Relay {
+    std::string requester;
+    std::uint64_t requester_probe = 0;
+    std::string target;
+    std::uint64_t target_generation = 0;
+    TimePoint expires{};
+  };
+
+  void send(JobWatchEffects& out, const Peer& to, JobMessage message);
+  void send_keepalives(JobWatchEffects& out);
+  void heard(TimePoint now, Peer& p);
+  void suspect(TimePoint now, Peer& p, JobWatchEffects& out);
+  void probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out);
+  void declare(Peer& p, LostReason reason, JobWatchEffects& out);
+  void answer_relays_for(const std::string& target, JobWatchEffects& out);
+  void recompute_deadline();
+  void lower_deadline(TimePoint t);
+
+  std::string self_;
+  std::uint64_t self_generation_ = 0;
+  JobWatchConfig config_;
+  Rng rng_;
+  JobWatchStats stats_;
+
+  bool active_ = false;
+  JobRoundRef ref_;
+  std::map<std::string, Peer> peers_;  // ordered: iteration (and so the trace) is stable
+  std::map<std::uint64_t, Relay> relays_;
+  std::uint64_t next_probe_ = 1;  // probe numbers; 0 marks a periodic keepalive
+  TimePoint next_keepalive_ = kNever;
+  TimePoint next_deadline_ = kNever;
+};
+
+}  // namespace elastic::rendezvous

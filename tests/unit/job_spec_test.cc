@@ -1,0 +1,260 @@
+// JobSpec: validation messages name the field, JSON and MessagePack round trips, hostile input.
+#include "daemon/rendezvous/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "daemon/core/rng.h"
+#include "tests/support/result_assertions.h"
+
+namespace elastic::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+JobSpec good_spec() {
+  JobSpec s;
+  s.name = "fmnist";
+  s.command = {"elastic-trainer", "--model", "fmnist"};
+  s.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
+  s.min_nodes = 2;
+  s.max_nodes = 4;
+  s.workers_per_node = 1;
+  s.checkpoint_root = "/nfs/checkpoints";
+  s.max_restarts = 5;
+  s.restart_backoff = 2s;
+  s.last_call = 1500ms;
+  s.working_dir = "/home/alice";
+  s.user = "alice";
+  s.uid = 1000;
+  s.gid = 1000;
+  return s;
+}
+
+TEST(JobSpecTest, GoodSpecIsValid) { EXPECT_OK(validate(good_spec())); }
+
+struct BadCase {
+  const char* label;
+  std::function<void(JobSpec&)> mutate;
+  const char* message;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.label; }
+
+class JobSpecValidation : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(JobSpecValidation, NamesTheFieldAndTheProblem) {
+  JobSpec spec = good_spec();
+  GetParam().mutate(spec);
+  const Status s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, JobSpecValidation,
+    ::testing::Values(
+        BadCase{"MinAboveMax", [](JobSpec& s) { s.min_nodes = 3, s.max_nodes = 2; },
+                "nodes: min 3 is greater than max 2"},
+        BadCase{"MinZero", [](JobSpec& s) { s.min_nodes = 0; }, "min_nodes: must be at least 1"},
+        BadCase{"MaxHuge", [](JobSpec& s) { s.max_nodes = kMaxNodesPerJob + 1; },
+                "max_nodes: 100001 is more than the limit of 100000"},
+        BadCase{"EmptyName", [](JobSpec& s) { s.name.clear(); }, "name: must not be empty"},
+        BadCase{"NameWithSpace", [](JobSpec& s) { s.name = "my job"; },
+                "name: 'my job' may contain only letters, digits, '.', '_' and '-'"},
+        BadCase{"NameWithSlash", [](JobSpec& s) { s.name = "../x"; },
+                "name: '../x' may contain only letters, digits, '.', '_' and '-'"},
+        BadCase{"NameTooLong", [](JobSpec& s) { s.name = std::string(65, 'a'); },
+                "name: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is "
+                "longer than 64 characters"},
+        BadCase{"NoCommand", [](JobSpec& s) { s.command.clear(); },
+                "command: must name the program to run"},
+        BadCase{"EmptyProgram", [](JobSpec& s) { s.command = {""}; },
+                "command: the program name is empty"},
+        BadCase{"NulInArgument", [](JobSpec& s) { s.command[1] = std::string("a\0b", 3); },
+                "command: argument 1 contains a NUL byte"},
+        BadCase{"HugeArgument",
+                [](JobSpec& s) { s.command.push_back(std::string(kMaxArgBytes + 1, 'x')); },
+                "command: argument 3 is longer than 16384 bytes"},
+        BadCase{"RankInEnv", [](JobSpec& s) { s.env["RANK"] = "3"; },
+                "env: RANK is set by the daemon for every worker and cannot be overridden"},
+        BadCase{"MasterPortInEnv", [](JobSpec& s) { s.env["MASTER_PORT"] = "1"; },
+                "env: MASTER_PORT is set by the daemon for every worker and cannot be "
+                "overridden"},
+        BadCase{"CudaDevicesInEnv", [](JobSpec& s) { s.env["CUDA_VISIBLE_DEVICES"] = "0"; },
+                "env: CUDA_VISIBLE_DEVICES is set by the daemon for every worker and cannot be "
+                "overridden"},
+        BadCase{"TorchelasticPrefix", [](JobSpec& s) { s.env["TORCHELASTIC_RUN_ID"] = "x"; },
+                "env: TORCHELASTIC_RUN_ID is set by the daemon for every worker and cannot be "
+                "overridden"},
+        BadCase{"ElasticPrefix", [](JobSpec& s) { s.env["ELASTIC_ROUND"] = "x"; },
+                "env: ELASTIC_ROUND is set by the daemon for every worker and cannot be "
+                "overridden"},
+        BadCase{"BadEnvName", [](JobSpec& s) { s.env["1X"] = "x"; },
+                "env: '1X' is not a variable name (letters, digits and '_', not starting with a "
+                "digit)"},
+        BadCase{"RelativeCheckpointRoot", [](JobSpec& s) { s.checkpoint_root = "ck"; },
+                "checkpoint_root: 'ck' is not an absolute path"},
+        BadCase{"RelativeWorkingDir", [](JobSpec& s) { s.working_dir = "./run"; },
+                "working_dir: './run' is not an absolute path"},
+        BadCase{"NegativeBackoff", [](JobSpec& s) { s.restart_backoff = -1s; },
+                "restart_backoff: must not be negative"},
+        BadCase{"LongLastCall", [](JobSpec& s) { s.last_call = 2h; },
+                "last_call: 2h is longer than the limit of 1h"},
+        BadCase{"TooManyWorkers", [](JobSpec& s) { s.workers_per_node = 5000; },
+                "workers_per_node: 5000 is more than the limit of 1024"},
+        BadCase{"TooManyRestarts", [](JobSpec& s) { s.max_restarts = kMaxRestartsLimit + 1; },
+                "max_restarts: 1000001 is more than the limit of 1000000"},
+        BadCase{"UserWithColon", [](JobSpec& s) { s.user = "a:b"; },
+                "user: 'a:b' is not a valid user name"}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+TEST(JobSpecTest, EmptyPathsMeanDaemonDefaults) {
+  JobSpec spec = good_spec();
+  spec.checkpoint_root.clear();
+  spec.working_dir.clear();
+  spec.last_call.reset();
+  EXPECT_OK(validate(spec));
+}
+
+TEST(JobSpecTest, CommandAndEnvTogetherAreBounded) {
+  JobSpec spec = good_spec();
+  for (int i = 0; i < 40; ++i) spec.env["V" + std::to_string(i)] = std::string(8000, 'v');
+  const Status s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.error().message.starts_with("command: and env together take "))
+      << s.error().message;
+}
+
+TEST(JobSpecTest, DaemonOwnedNames) {
+  for (const char* name :
+       {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT", "ELASTIC_JOB_ID"}) {
+    EXPECT_TRUE(is_daemon_owned_env(name)) << name;
+  }
+  for (const char* name : {"PATH", "NCCL_DEBUG", "OMP_NUM_THREADS_X", "MY_RANK", "ELASTIC"}) {
+    EXPECT_FALSE(is_daemon_owned_env(name)) << name;
+  }
+}
+
+TEST(JobSpecTest, JsonRoundTrip) {
+  const JobSpec spec = good_spec();
+  Result<JobSpec> back = job_spec_from_json(to_json(spec));
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, spec);
+
+  JobSpec no_last_call = spec;
+  no_last_call.last_call.reset();
+  Result<JobSpec> back2 = job_spec_from_json(to_json(no_last_call));
+  ASSERT_OK(back2);
+  EXPECT_EQ(*back2, no_last_call);
+}
+
+TEST(JobSpecTest, JsonMinimalUsesDefaults) {
+  Result<JobSpec> spec = job_spec_from_json(R"({"name":"a","command":["/bin/true"]})");
+  ASSERT_OK(spec);
+  EXPECT_EQ(spec->min_nodes, 1u);
+  EXPECT_EQ(spec->max_nodes, 1u);
+  EXPECT_EQ(spec->restart_backoff, JobSpec{}.restart_backoff);
+  EXPECT_FALSE(spec->last_call.has_value());
+  EXPECT_OK(validate(*spec));
+}
+
+struct JsonCase {
+  const char* label;
+  const char* json;
+  const char* message;
+};
+
+void PrintTo(const JsonCase& c, std::ostream* os) { *os << c.label; }
+
+class JobSpecJson : public ::testing::TestWithParam<JsonCase> {};
+
+TEST_P(JobSpecJson, ErrorsNameTheField) {
+  Result<JobSpec> spec = job_spec_from_json(GetParam().json);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message, GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, JobSpecJson,
+    ::testing::Values(JsonCase{"NotJson", "{", "spec: the text is not valid JSON"},
+                      JsonCase{"NotObject", "[1]", "spec: expected a JSON object, got array"},
+                      JsonCase{"NoName", R"({"command":["x"]})", "name: is required"},
+                      JsonCase{"NoCommand", R"({"name":"x"})", "command: is required"},
+                      JsonCase{"MinNodesString", R"({"name":"x","command":["x"],"min_nodes":"2"})",
+                               "min_nodes: expected a non-negative integer, got string"},
+                      JsonCase{"MinNodesNegative", R"({"name":"x","command":["x"],"min_nodes":-2})",
+                               "min_nodes: -2 is negative"},
+                      JsonCase{"MaxNodesFraction",
+                               R"({"name":"x","command":["x"],"max_nodes":2.5})",
+                               "max_nodes: expected a non-negative integer, got a fraction"},
+                      JsonCase{"UidTooBig", R"({"name":"x","command":["x"],"uid":4294967296})",
+                               "uid: 4294967296 is out of range"},
+                      JsonCase{"CommandNotArray", R"({"name":"x","command":"x"})",
+                               "command: expected an array of strings, got string"},
+                      JsonCase{"CommandElement", R"({"name":"x","command":["x",3]})",
+                               "command[1]: expected a string, got number"},
+                      JsonCase{"EnvValue", R"({"name":"x","command":["x"],"env":{"A":1}})",
+                               "env.A: expected a string, got number"},
+                      JsonCase{"DurationNumber", R"({"name":"x","command":["x"],"last_call":10})",
+                               "last_call: expected a duration string such as \"10s\", got number"},
+                      JsonCase{"UnknownField", R"({"name":"x","command":["x"],"min_node":2})",
+                               "spec: unknown field 'min_node'"}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+TEST(JobSpecTest, JsonBadDurationQuotesTheParser) {
+  Result<JobSpec> spec =
+      job_spec_from_json(R"({"name":"x","command":["x"],"restart_backoff":"10"})");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_TRUE(spec.error().message.starts_with("restart_backoff: ")) << spec.error().message;
+  EXPECT_GT(spec.error().message.size(), std::string("restart_backoff: ").size());
+}
+
+TEST(JobSpecTest, MsgpackRoundTrip) {
+  for (bool with_last_call : {true, false}) {
+    JobSpec spec = good_spec();
+    if (!with_last_call) spec.last_call.reset();
+    const std::string bytes = encode_job_spec(spec);
+    Result<JobSpec> back = decode_job_spec(bytes);
+    ASSERT_OK(back);
+    EXPECT_EQ(*back, spec);
+    EXPECT_EQ(encode_job_spec(*back), bytes);
+  }
+}
+
+TEST(JobSpecTest, MsgpackTruncationsAreErrors) {
+  const std::string bytes = encode_job_spec(good_spec());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_job_spec(bytes.substr(0, n)).ok()) << n;
+  }
+}
+
+TEST(JobSpecTest, HostileBytesNeverCrash) {
+  const std::string bytes = encode_job_spec(good_spec());
+  Rng rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string mutated = bytes;
+    const int flips = 1 + static_cast<int>(rng.below(4));
+    for (int f = 0; f < flips; ++f) {
+      mutated[rng.below(mutated.size())] = static_cast<char>(rng.below(256));
+    }
+    (void)decode_job_spec(mutated);
+    std::string random(rng.below(200), '\0');
+    for (char& c : random) c = static_cast<char>(rng.below(256));
+    (void)decode_job_spec(random);
+    (void)job_spec_from_json(random);
+    std::string json = to_json(good_spec());
+    json[rng.below(json.size())] = static_cast<char>(rng.below(256));
+    (void)job_spec_from_json(json);
+  }
+  // Deep nesting and huge inputs are refused without recursion trouble.
+  EXPECT_FALSE(job_spec_from_json(std::string(100000, '[')).ok());
+  EXPECT_FALSE(job_spec_from_json(std::string(2 * 1024 * 1024, ' ')).ok());
+}
+
+}  // namespace
+}  // namespace elastic::rendezvous

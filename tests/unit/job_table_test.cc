@@ -1,0 +1,780 @@
+// JobTable: commands and their rules, exactly-once for clients, bounds, snapshots, a model
+// check against a small reference model, and hostile bytes.
+#include "daemon/rendezvous/job_table.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "daemon/core/rng.h"
+#include "tests/support/result_assertions.h"
+
+namespace elastic::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+WallTime ms(std::int64_t t) { return WallTime(std::chrono::milliseconds(t)); }
+
+JobSpec spec(std::string name = "train", std::uint32_t min = 1, std::uint32_t max = 3,
+             std::uint32_t uid = 1000, std::uint32_t max_restarts = 2) {
+  JobSpec s;
+  s.name = std::move(name);
+  s.command = {"/usr/bin/python3", "train.py"};
+  s.min_nodes = min;
+  s.max_nodes = max;
+  s.max_restarts = max_restarts;
+  s.user = "alice";
+  s.uid = uid;
+  s.gid = uid;
+  return s;
+}
+
+RankMap ranks(std::vector<std::string> nodes, std::uint32_t slots = 2) {
+  RankMap map;
+  std::uint32_t next = 0;
+  for (std::string& n : nodes) {
+    map.push_back(RankAssignment{std::move(n), 1, slots, next});
+    next += slots;
+  }
+  return map;
+}
+
+OpenRound open(std::string job, std::uint64_t round, std::uint64_t prev, RankMap map,
+               RoundReason reason = RoundReason::kSubmitted, std::int64_t at = 2000) {
+  return OpenRound{std::move(job),   round,  prev, std::move(map),
+                   "10.0.0.1:29500", reason, "",   ms(at)};
+}
+
+SetJobState set(std::string job, std::uint64_t round, JobState state,
+                RoundReason cause = RoundReason::kMemberLost, std::int64_t at = 3000) {
+  return SetJobState{std::move(job), round, state, cause, "because", ms(at)};
+}
+
+// Applies through the byte encoding, so every test also exercises the codec.
+class TableTest : public ::testing::Test {
+ protected:
+  ApplyResult apply(const Command& c) { return table_.apply(++index_, encode_command(c)); }
+  ApplyResult submit(const JobSpec& s, std::string client = "c1", std::uint64_t seq = 0) {
+    return apply(SubmitJob{std::move(client), seq == 0 ? ++seq_ : seq, s, ms(1000)});
+  }
+  const JobRecord& job(const std::string& id) {
+    const JobRecord* j = table_.job(id);
+    EXPECT_NE(j, nullptr) << id;
+    static const JobRecord kNone;
+    return j == nullptr ? kNone : *j;
+  }
+
+  JobTable table_;
+  Index index_ = 0;
+  std::uint64_t seq_ = 0;
+};
+
+TEST_F(TableTest, SubmitCreatesAPendingJob) {
+  const ApplyResult r = submit(spec("fmnist"));
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.job_id, "fmnist-1");
+  EXPECT_FALSE(r.duplicate);
+  const JobRecord& j = job("fmnist-1");
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.round, 0u);
+  EXPECT_EQ(j.submitted_at, ms(1000));
+  EXPECT_EQ(j.state_since, ms(1000));
+  EXPECT_EQ(j.created_index, 1u);
+  ASSERT_EQ(j.events.size(), 1u);
+  EXPECT_EQ(j.events[0].reason, "submitted by alice (uid 1000)");
+  EXPECT_EQ(submit(spec("fmnist")).job_id, "fmnist-2");
+  EXPECT_EQ(table_.jobs_created(), 2u);
+}
+
+TEST_F(TableTest, InvalidSpecIsRejectedAndCreatesNothing) {
+  const ApplyResult r = submit(spec("bad", 3, 2));
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message, "nodes: min 3 is greater than max 2");
+  EXPECT_TRUE(table_.jobs().empty());
+  EXPECT_EQ(table_.jobs_created(), 0u);
+}
+
+TEST_F(TableTest, RetriedSubmitIsAnsweredFromMemory) {
+  const ApplyResult first = submit(spec(), "client-a", 7);
+  ASSERT_TRUE(first.ok());
+  // The same request again (e.g. retried through a new leader, stamped anew).
+  const ApplyResult again = apply(SubmitJob{"client-a", 7, spec(), ms(99999)});
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(again.job_id, first.job_id);
+  // An older sequence number is also answered without applying.
+  EXPECT_TRUE(submit(spec(), "client-a", 3).duplicate);
+  EXPECT_EQ(table_.jobs().size(), 1u);
+  // Another client with the same sequence number is independent.
+  const ApplyResult other = submit(spec(), "client-b", 7);
+  EXPECT_FALSE(other.duplicate);
+  EXPECT_EQ(table_.jobs().size(), 2u);
+  // Refusals are remembered too.
+  const ApplyResult refused = submit(spec("x", 0, 1), "client-a", 8);
+  EXPECT_EQ(refused.code, ApplyCode::kRejected);
+  const ApplyResult refused_again = submit(spec("x", 1, 1), "client-a", 8);
+  EXPECT_EQ(refused_again.code, ApplyCode::kRejected);
+  EXPECT_TRUE(refused_again.duplicate);
+  EXPECT_EQ(refused_again.message, refused.message);
+  EXPECT_EQ(table_.jobs().size(), 2u);
+}
+
+TEST_F(TableTest, CommandsWithoutClientIdentityAreRejected) {
+  EXPECT_EQ(apply(SubmitJob{"", 1, spec(), ms(1)}).code, ApplyCode::kRejected);
+  EXPECT_EQ(apply(SubmitJob{"c", 0, spec(), ms(1)}).code, ApplyCode::kRejected);
+  EXPECT_TRUE(table_.jobs().empty());
+}
+
+TEST_F(TableTest, CancelRules) {
+  const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
+  const ApplyResult stranger = apply(CancelJob{"c2", 1, id, 1001, false, ms(5)});
+  EXPECT_EQ(stranger.code, ApplyCode::kRejected);
+  EXPECT_EQ(stranger.message,
+            "uid 1001 may not cancel job j-1 of uid 1000; only its owner or an admin may.");
+  EXPECT_EQ(job(id).state, JobState::kPending);
+  EXPECT_EQ(apply(CancelJob{"c2", 2, "nope-9", 1000, false, ms(5)}).message,
+            "There is no job nope-9.");
+
+  const ApplyResult owner = apply(CancelJob{"c2", 3, id, 1000, false, ms(6)});
+  ASSERT_TRUE(owner.ok()) << owner.message;
+  EXPECT_EQ(job(id).state, JobState::kCancelled);
+  EXPECT_EQ(job(id).reason, "cancelled by uid 1000");
+  EXPECT_NE(job(id).ended_index, 0u);
+  EXPECT_EQ(apply(CancelJob{"c2", 4, id, 0, true, ms(7)}).message,
+            "Job j-1 has already been cancelled.");
+
+  const std::string id2 = submit(spec("k", 1, 2, 1000)).job_id;
+  EXPECT_TRUE(apply(CancelJob{"c3", 1, id2, 0, true, ms(8)}).ok());
+  EXPECT_EQ(job(id2).reason, "cancelled by uid 0 (admin)");
+}
+
+TEST_F(TableTest, OpenRoundIsACompareAndSetOnTheRound) {
+  const std::string id = submit(spec("j", 2, 3)).job_id;
+  const ApplyResult first = apply(open(id, 1, 0, ranks({"a", "b"})));
+  ASSERT_TRUE(first.ok()) << first.message;
+  EXPECT_EQ(job(id).state, JobState::kRendezvous);
+  EXPECT_EQ(job(id).round, 1u);
+  EXPECT_EQ(job(id).ranks, ranks({"a", "b"}));
+  EXPECT_EQ(job(id).store_endpoint, "10.0.0.1:29500");
+
+  // A second leader decided from the same state: refused, the first rank map stays.
+  const ApplyResult rival = apply(open(id, 1, 0, ranks({"c", "d"})));
+  EXPECT_EQ(rival.code, ApplyCode::kRejected);
+  EXPECT_EQ(rival.message,
+            "Cannot open round 1 of job j-1: it was decided at round 0 but the job is at round 1.");
+  EXPECT_EQ(job(id).ranks, ranks({"a", "b"}));
+  // Round numbers only increase.
+  EXPECT_EQ(apply(open(id, 1, 1, ranks({"a", "b"}))).message,
+            "Cannot open round 1 of job j-1: round numbers must increase past 1.");
+  // Skipping numbers is allowed (the leader allocates them).
+  EXPECT_TRUE(apply(open(id, 5, 1, ranks({"b", "a"}), RoundReason::kMemberLost)).ok());
+  EXPECT_EQ(job(id).round, 5u);
+  EXPECT_EQ(job(id).restarts, 0u);  // membership changes do not count
+}
+
+struct RankMapCase {
+  const char* label;
+  RankMap ranks;
+  std::uint32_t workers_per_node;
+  const char* message;
+};
+
+void PrintTo(const RankMapCase& c, std::ostream* os) { *os << c.label; }
+
+class RankMapRules : public ::testing::TestWithParam<RankMapCase> {};
+
+TEST_P(RankMapRules, BadRankMapsAreRefused) {
+  JobTable table;
+  JobSpec s = spec("j", 2, 3);
+  s.workers_per_node = GetParam().workers_per_node;
+  ASSERT_TRUE(table.apply(1, SubmitJob{"c", 1, s, ms(1)}).ok());
+  const ApplyResult r = table.apply(2, open("j-1", 1, 0, GetParam().ranks));
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message, GetParam().message);
+  EXPECT_EQ(table.job("j-1")->round, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, RankMapRules,
+    ::testing::Values(
+        RankMapCase{"BelowMin", ranks({"a"}), 0,
+                    "Cannot open round 1 of job j-1: its rank map has 1 nodes, outside the job's "
+                    "2..3."},
+        RankMapCase{"AboveMax", ranks({"a", "b", "c", "d"}), 0,
+                    "Cannot open round 1 of job j-1: its rank map has 4 nodes, outside the job's "
+                    "2..3."},
+        RankMapCase{"DuplicateNode", ranks({"a", "a"}), 0,
+                    "Cannot open round 1 of job j-1: its rank map names node a twice."},
+        RankMapCase{"ZeroSlots", RankMap{{"a", 1, 1, 0}, {"b", 1, 0, 1}}, 0,
+                    "Cannot open round 1 of job j-1: its rank map gives node b no slots."},
+        RankMapCase{"RankGap", RankMap{{"a", 1, 1, 0}, {"b", 1, 1, 2}}, 0,
+                    "Cannot open round 1 of job j-1: its rank map starts node b at rank 2 "
+                    "instead of 1."},
+        RankMapCase{"WrongWorkersPerNode", ranks({"a", "b"}, 2), 4,
+                    "Cannot open round 1 of job j-1: its rank map gives node a 2 slots, not the "
+                    "job's workers_per_node 4."}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+TEST_F(TableTest, WorkerFailuresConsumeRestartsUntilExhausted) {
+  const std::string id = submit(spec("j", 1, 2, 1000, /*max_restarts=*/2)).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a"}))).ok());
+  ASSERT_TRUE(apply(open(id, 2, 1, ranks({"a"}), RoundReason::kWorkerFailed)).ok());
+  EXPECT_EQ(job(id).restarts, 1u);
+  ASSERT_TRUE(apply(open(id, 3, 2, ranks({"a"}), RoundReason::kGrow)).ok());
+  ASSERT_TRUE(apply(open(id, 4, 3, ranks({"a"}), RoundReason::kWorkerFailed)).ok());
+  EXPECT_EQ(job(id).restarts, 2u);
+  const ApplyResult exhausted = apply(open(id, 5, 4, ranks({"a"}), RoundReason::kWorkerFailed));
+  EXPECT_EQ(exhausted.code, ApplyCode::kRejected);
+  EXPECT_EQ(exhausted.message, "Cannot open round 5 of job j-1: the job has used all 2 restarts.");
+  EXPECT_EQ(job(id).round, 4u);
+  EXPECT_EQ(job(id).restarts, 2u);
+  EXPECT_TRUE(apply(open(id, 5, 4, ranks({"a"}), RoundReason::kMemberLost)).ok());
+  EXPECT_EQ(job(id).events.back().reason, "round 5 opened (member_lost)");
+}
+
+// Every (from state, target state) pair of SetJobState.
+struct TransitionCase {
+  JobState from;
+  JobState to;
+  bool allowed;
+};
+
+void PrintTo(const TransitionCase& c, std::ostream* os) {
+  *os << to_string(c.from) << " -> " << to_string(c.to);
+}
+
+class Transitions : public ::testing::TestWithParam<TransitionCase> {};
+
+// Builds a table whose job "j-1" is in `state` (round 1 unless pending).
+JobTable table_in(JobState state) {
+  JobTable t;
+  Index i = 0;
+  EXPECT_TRUE(t.apply(++i, SubmitJob{"c", 1, spec("j", 1, 2), ms(1)}).ok());
+  if (state == JobState::kPending) return t;
+  EXPECT_TRUE(t.apply(++i, open("j-1", 1, 0, ranks({"a"}))).ok());
+  switch (state) {
+    case JobState::kRunning:
+      EXPECT_TRUE(t.apply(++i, set("j-1", 1, JobState::kRunning)).ok());
+      break;
+    case JobState::kRecovering:
+    case JobState::kSucceeded:
+    case JobState::kFailed:
+      EXPECT_TRUE(t.apply(++i, set("j-1", 1, state)).ok());
+      break;
+    case JobState::kCancelled:
+      EXPECT_TRUE(t.apply(++i, CancelJob{"c", 2, "j-1", 1000, false, ms(3)}).ok());
+      break;
+    default:
+      break;
+  }
+  EXPECT_EQ(t.job("j-1")->state, state);
+  return t;
+}
+
+TEST_P(Transitions, FollowTheTable) {
+  const TransitionCase c = GetParam();
+  JobTable t = table_in(c.from);
+  const JobRecord before = *t.job("j-1");
+  const ApplyResult r = t.apply(100, set("j-1", before.round, c.to));
+  EXPECT_EQ(r.ok(), c.allowed) << r.message;
+  EXPECT_EQ(t.job("j-1")->state, c.allowed ? c.to : c.from);
+  if (!c.allowed) {
+    EXPECT_EQ(*t.job("j-1"), before);
+    EXPECT_FALSE(r.message.empty());
+  }
+}
+
+std::vector<TransitionCase> all_transitions() {
+  using S = JobState;
+  const std::set<std::pair<S, S>> allowed = {
+      {S::kPending, S::kFailed},        {S::kRendezvous, S::kRunning},
+      {S::kRendezvous, S::kRecovering}, {S::kRendezvous, S::kSucceeded},
+      {S::kRendezvous, S::kFailed},     {S::kRunning, S::kRecovering},
+      {S::kRunning, S::kSucceeded},     {S::kRunning, S::kFailed},
+      {S::kRecovering, S::kFailed},
+  };
+  std::vector<TransitionCase> cases;
+  for (std::uint8_t f = 0; f <= kMaxJobState; ++f) {
+    for (std::uint8_t t = 0; t <= kMaxJobState; ++t) {
+      const auto from = static_cast<S>(f);
+      const auto to = static_cast<S>(t);
+      cases.push_back({from, to, allowed.contains({from, to})});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Transitions, ::testing::ValuesIn(all_transitions()),
+                         [](const auto& param_info) {
+                           return std::string(to_string(param_info.param.from)) + "_to_" +
+                                  to_string(param_info.param.to);
+                         });
+
+TEST_F(TableTest, SetJobStateRefusesStaleAndFutureRounds) {
+  const std::string id = submit(spec()).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a"}))).ok());
+  ASSERT_TRUE(apply(open(id, 2, 1, ranks({"a"}), RoundReason::kMemberLost)).ok());
+  const ApplyResult stale = apply(set(id, 1, JobState::kRunning));
+  EXPECT_EQ(stale.code, ApplyCode::kRejected);
+  EXPECT_EQ(stale.message, "Job train-1 cannot become running for round 1: the job is at round 2.");
+  EXPECT_EQ(apply(set(id, 3, JobState::kRunning)).code, ApplyCode::kRejected);
+  EXPECT_TRUE(apply(set(id, 2, JobState::kRunning)).ok());
+  ASSERT_TRUE(apply(set(id, 2, JobState::kRecovering, RoundReason::kWorkerFailed)).ok());
+  EXPECT_EQ(job(id).recovery_cause, RoundReason::kWorkerFailed);
+  EXPECT_EQ(job(id).state_since, ms(3000));
+  // Terminal states are final, even for OpenRound.
+  ASSERT_TRUE(apply(set(id, 2, JobState::kFailed)).ok());
+  EXPECT_EQ(apply(open(id, 3, 2, ranks({"a"}))).message,
+            "Cannot open round 3 of job train-1: the job is failed.");
+}
+
+TEST_F(TableTest, EveryChangeIsLoggedAndTheLogIsBounded) {
+  const std::string id = submit(spec("j", 1, 1, 1000, 0)).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a"}), RoundReason::kSubmitted, 5)).ok());
+  ASSERT_TRUE(apply(set(id, 1, JobState::kRunning, RoundReason::kMemberLost, 6)).ok());
+  const std::vector<JobEvent>& ev = job(id).events;
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[1], (JobEvent{ms(5), 1, JobState::kPending, JobState::kRendezvous,
+                             "round 1 opened (submitted)"}));
+  EXPECT_EQ(ev[2], (JobEvent{ms(6), 1, JobState::kRendezvous, JobState::kRunning, "because"}));
+  for (std::uint64_t r = 2; r < kMaxEventsPerJob + 50; ++r) {
+    ASSERT_TRUE(apply(open(id, r, r - 1, ranks({"a"}), RoundReason::kGrow)).ok());
+  }
+  EXPECT_EQ(job(id).events.size(), kMaxEventsPerJob);
+  EXPECT_EQ(job(id).events.back().round, kMaxEventsPerJob + 49);
+}
+
+TEST_F(TableTest, TerminalJobsAreBounded) {
+  for (std::size_t i = 0; i < kMaxTerminalJobs + 2; ++i) {
+    const std::string id = submit(spec("j")).job_id;
+    ASSERT_TRUE(apply(CancelJob{"admin", i + 1, id, 0, true, ms(1)}).ok());
+  }
+  EXPECT_EQ(table_.jobs().size(), kMaxTerminalJobs);
+  EXPECT_EQ(table_.job("j-1"), nullptr);  // the two that ended first are forgotten
+  EXPECT_EQ(table_.job("j-2"), nullptr);
+  EXPECT_NE(table_.job("j-3"), nullptr);
+  // Active jobs are never forgotten.
+  const std::string active = submit(spec("keep")).job_id;
+  for (std::size_t i = 0; i < 5; ++i) {
+    const std::string id = submit(spec("j")).job_id;
+    ASSERT_TRUE(apply(CancelJob{"admin", 5000 + i, id, 0, true, ms(1)}).ok());
+  }
+  EXPECT_NE(table_.job(active), nullptr);
+}
+
+TEST_F(TableTest, ClientSessionsAreBounded) {
+  for (std::size_t i = 0; i <= kMaxClientSessions; ++i) {
+    // Refused cancels are remembered like any result, and cost no job.
+    apply(CancelJob{"client-" + std::to_string(i), 1, "none-1", 0, true, ms(1)});
+  }
+  EXPECT_EQ(table_.clients().size(), kMaxClientSessions);
+  EXPECT_EQ(table_.clients().count("client-0"), 0u);  // the least recently active
+  EXPECT_EQ(table_.clients().count("client-1"), 1u);
+}
+
+TEST_F(TableTest, ActiveJobsAreBounded) {
+  for (std::size_t i = 0; i < kMaxActiveJobs; ++i) ASSERT_TRUE(submit(spec()).ok());
+  const ApplyResult r = submit(spec());
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message,
+            "The cluster already has 10000 active jobs, the most it keeps; wait for some to "
+            "finish.");
+}
+
+TEST(JobTableCodec, CommandsRoundTrip) {
+  JobSpec s = spec();
+  s.env["A"] = "b";
+  s.last_call = 3s;
+  const std::vector<Command> commands = {
+      SubmitJob{"client", 9, s, ms(123456)},
+      CancelJob{"client", 10, "train-4", 1000, true, ms(5)},
+      OpenRound{"train-4", 3, 2, ranks({"a", "b"}), "[::1]:29501", RoundReason::kGrow,
+                "2 nodes joined", ms(77)},
+      SetJobState{"train-4", 3, JobState::kRecovering, RoundReason::kWorkerFailed, "rank 1",
+                  ms(78)},
+  };
+  for (const Command& c : commands) {
+    const std::string bytes = encode_command(c);
+    Result<Command> back = decode_command(bytes);
+    ASSERT_OK(back);
+    EXPECT_EQ(*back, c);
+    EXPECT_EQ(encode_command(*back), bytes);
+  }
+}
+
+TEST(JobTableCodec, GarbageIsMalformedAndChangesNothing) {
+  JobTable t;
+  ASSERT_TRUE(t.apply(1, SubmitJob{"c", 1, spec(), ms(1)}).ok());
+  const auto jobs = t.jobs();
+  const auto clients = t.clients();
+  const std::string good = encode_command(SubmitJob{"c", 2, spec(), ms(1)});
+  const std::vector<std::string> garbage = {
+      "",
+      "\xc1",
+      "hello",
+      good.substr(0, good.size() - 1),
+      good + "x",
+      // version 2, kind 1
+      std::string("\x82\xa1v\x02\xa1k\x01", 7),
+      // version 1, kind 9
+      std::string("\x82\xa1v\x01\xa1k\x09", 7),
+  };
+  Index i = 1;
+  for (const std::string& g : garbage) {
+    const ApplyResult r = t.apply(++i, g);
+    EXPECT_EQ(r.code, ApplyCode::kMalformed);
+    EXPECT_FALSE(r.message.empty());
+  }
+  EXPECT_EQ(t.jobs(), jobs);
+  EXPECT_EQ(t.clients(), clients);
+  EXPECT_EQ(t.applied_index(), i);
+  EXPECT_EQ(decode_command(garbage[5]).error().message,
+            "The job table command has version 2, this daemon reads version 1.");
+  EXPECT_EQ(decode_command(garbage[6]).error().message,
+            "The job table command has an unknown kind 9.");
+}
+
+TEST(JobTableDeathTest, ApplyingAnIndexTwiceAborts) {
+  JobTable t;
+  ASSERT_TRUE(t.apply(5, SubmitJob{"c", 1, spec(), ms(1)}).ok());
+  EXPECT_DEATH(t.apply(5, SubmitJob{"c", 2, spec(), ms(1)}), "broken invariant");
+}
+
+TEST(JobTableJson, RecordAsJson) {
+  JobTable t;
+  ASSERT_TRUE(t.apply(1, SubmitJob{"c", 1, spec(), ms(1)}).ok());
+  ASSERT_TRUE(t.apply(2, open("train-1", 1, 0, ranks({"a", "b"}))).ok());
+  const auto j = nlohmann::json::parse(to_json(*t.job("train-1"), 1));
+  EXPECT_EQ(j["id"], "train-1");
+  EXPECT_EQ(j["state"], "rendezvous");
+  EXPECT_EQ(j["round"], 1);
+  EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["ranks"][1]["node"], "b");
+  EXPECT_EQ(j["ranks"][1]["first_rank"], 2);
+  EXPECT_EQ(j["spec"]["name"], "train");
+  ASSERT_EQ(j["events"].size(), 1u);
+  EXPECT_EQ(j["events"][0]["to"], "rendezvous");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model check: random commands (with retries, duplicates, stale and rival OpenRounds) against a
+// small reference model of the rules.
+
+struct ModelJob {
+  JobState state = JobState::kPending;
+  std::uint64_t round = 0;
+  std::uint32_t restarts = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t min = 1, max = 1, max_restarts = 0;
+};
+
+struct Model {
+  std::map<std::string, ModelJob> jobs;
+  std::map<std::string, std::pair<std::uint64_t, ApplyResult>> clients;
+  std::uint64_t created = 0;
+
+  static bool allowed(JobState from, JobState to) {
+    using S = JobState;
+    if (is_terminal(from)) return false;
+    if (to == S::kRunning) return from == S::kRendezvous;
+    if (to == S::kRecovering || to == S::kSucceeded) {
+      return from == S::kRendezvous || from == S::kRunning;
+    }
+    return to == S::kFailed;
+  }
+
+  ApplyCode expect(const Command& command) {
+    if (const auto* s = std::get_if<SubmitJob>(&command)) {
+      if (clients.contains(s->client_id) && s->client_seq <= clients[s->client_id].first) {
+        return clients[s->client_id].second.code;
+      }
+      const bool valid = validate(s->spec).ok();
+      ApplyResult r{valid ? ApplyCode::kApplied : ApplyCode::kRejected, "", "", false};
+      if (valid) {
+        r.job_id = s->spec.name + "-" + std::to_string(++created);
+        jobs[r.job_id] =
+            ModelJob{JobState::kPending,  0, 0, s->spec.uid, s->spec.min_nodes, s->spec.max_nodes,
+                     s->spec.max_restarts};
+      }
+      clients[s->client_id] = {s->client_seq, r};
+      return r.code;
+    }
+    if (const auto* c = std::get_if<CancelJob>(&command)) {
+      if (clients.contains(c->client_id) && c->client_seq <= clients[c->client_id].first) {
+        return clients[c->client_id].second.code;
+      }
+      ApplyCode code = ApplyCode::kRejected;
+      auto it = jobs.find(c->job_id);
+      if (it != jobs.end() && !is_terminal(it->second.state) &&
+          (c->is_admin || c->by_uid == it->second.uid)) {
+        it->second.state = JobState::kCancelled;
+        code = ApplyCode::kApplied;
+      }
+      clients[c->client_id] = {c->client_seq, ApplyResult{code, c->job_id, "", false}};
+      return code;
+    }
+    if (const auto* o = std::get_if<OpenRound>(&command)) {
+      auto it = jobs.find(o->job_id);
+      if (it == jobs.end()) return ApplyCode::kRejected;
+      ModelJob& j = it->second;
+      if (is_terminal(j.state) || o->expected_prev_round != j.round || o->round <= j.round ||
+          o->ranks.size() < j.min || o->ranks.size() > j.max) {
+        return ApplyCode::kRejected;
+      }
+      if (o->reason == RoundReason::kWorkerFailed) {
+        if (j.restarts >= j.max_restarts) return ApplyCode::kRejected;
+        ++j.restarts;
+      }
+      j.round = o->round;
+      j.state = JobState::kRendezvous;
+      return ApplyCode::kApplied;
+    }
+    const auto& s = std::get<SetJobState>(command);
+    auto it = jobs.find(s.job_id);
+    if (it == jobs.end() || s.round != it->second.round || !allowed(it->second.state, s.state)) {
+      return ApplyCode::kRejected;
+    }
+    it->second.state = s.state;
+    return ApplyCode::kApplied;
+  }
+};
+
+class CommandGenerator {
+ public:
+  explicit CommandGenerator(std::uint64_t seed) : rng_(seed) {}
+
+  Command next(const JobTable& table) {
+    const std::uint64_t dice = rng_.below(100);
+    if (dice < 10 && last_client_command_) return *last_client_command_;  // a retry
+    if (dice < 30) return remember(submit());
+    if (dice < 40) return remember(cancel(table));
+    if (dice < 75) return open_round(table);
+    return set_state(table);
+  }
+
+ private:
+  Command remember(Command c) {
+    last_client_command_ = c;
+    return c;
+  }
+
+  std::string client() { return "client-" + std::to_string(rng_.below(3)); }
+
+  Command submit() {
+    const std::string c = client();
+    JobSpec s = spec(rng_.below(2) ? "a" : "b", 1 + static_cast<std::uint32_t>(rng_.below(2)),
+                     1 + static_cast<std::uint32_t>(rng_.below(4)),
+                     1000 + static_cast<std::uint32_t>(rng_.below(2)),
+                     static_cast<std::uint32_t>(rng_.below(3)));
+    return SubmitJob{c, ++seq_[c], s, ms(static_cast<std::int64_t>(rng_.below(1000)))};
+  }
+
+  std::string some_job(const JobTable& table) {
+    if (table.jobs().empty() || rng_.below(10) == 0) return "ghost-1";
+    auto it = table.jobs().begin();
+    std::advance(it, static_cast<long>(rng_.below(table.jobs().size())));
+    return it->first;
+  }
+
+  Command cancel(const JobTable& table) {
+    const std::string c = client();
+    return CancelJob{c,
+                     ++seq_[c],
+                     some_job(table),
+                     1000 + static_cast<std::uint32_t>(rng_.below(2)),
+                     rng_.below(4) == 0,
+                     ms(5)};
+  }
+
+  Command open_round(const JobTable& table) {
+    const std::string id = some_job(table);
+    const JobRecord* j = table.job(id);
+    std::uint64_t current = j == nullptr ? 0 : j->round;
+    // Mostly fresh decisions; sometimes a stale one from a deposed leader, or a rival.
+    const std::uint64_t prev = rng_.below(4) == 0 && current > 0 ? rng_.below(current) : current;
+    const std::uint64_t round = rng_.below(5) == 0 ? current : prev + 1 + rng_.below(2);
+    std::vector<std::string> nodes;
+    const std::uint64_t n = 1 + rng_.below(4);
+    for (std::uint64_t k = 0; k < n; ++k) nodes.push_back("n" + std::to_string(rng_.below(100)));
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    return open(id, round, prev, ranks(nodes, 1), static_cast<RoundReason>(rng_.below(4)));
+  }
+
+  Command set_state(const JobTable& table) {
+    const std::string id = some_job(table);
+    const JobRecord* j = table.job(id);
+    const std::uint64_t round = (j == nullptr || rng_.below(5) == 0) ? rng_.below(3) : j->round;
+    static constexpr JobState kTargets[] = {JobState::kRunning, JobState::kRecovering,
+                                            JobState::kSucceeded, JobState::kFailed};
+    return set(id, round, kTargets[rng_.below(4)], static_cast<RoundReason>(rng_.below(4)));
+  }
+
+  Rng rng_;
+  std::map<std::string, std::uint64_t> seq_;
+  std::optional<Command> last_client_command_;
+};
+
+TEST(JobTableModel, RandomHistoriesMatchTheModel) {
+  // (command kind, code, duplicate) -> count, so a vacuous run fails.
+  std::map<std::tuple<std::size_t, ApplyCode, bool>, int> seen;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    CommandGenerator gen(seed);
+    Model model;
+    JobTable table;
+    JobTable twin;  // gets the same bytes: must stay byte-identical
+    std::map<std::pair<std::string, std::uint64_t>, RankMap> rank_maps;
+    std::set<std::pair<std::string, std::uint64_t>> acknowledged;  // (client, seq) applied
+    std::set<std::string> acknowledged_jobs;
+    Index index = 0;
+    for (int step = 0; step < 400; ++step) {
+      const Command command = gen.next(table);
+      const std::string bytes = encode_command(command);
+      index += 1 + (step % 3 == 0 ? 1 : 0);  // Raft no-ops leave gaps
+      const ApplyCode expected = model.expect(command);
+      const ApplyResult r = table.apply(index, bytes);
+      ASSERT_EQ(twin.apply(index, bytes), r);
+      ASSERT_EQ(r.code, expected) << "step " << step << ": " << r.message;
+      ++seen[{command.index(), r.code, r.duplicate}];
+
+      if (const auto* s = std::get_if<SubmitJob>(&command)) {
+        const auto key = std::make_pair(s->client_id, s->client_seq);
+        if (r.ok() && !r.duplicate) {
+          // No command applied twice.
+          ASSERT_TRUE(acknowledged.insert(key).second) << "step " << step;
+          acknowledged_jobs.insert(r.job_id);
+        }
+        if (acknowledged.contains(key)) {
+          ASSERT_TRUE(r.ok());
+        }
+      }
+      // Every acknowledged submission's job exists.
+      for (const std::string& id : acknowledged_jobs) ASSERT_NE(table.job(id), nullptr) << id;
+      ASSERT_EQ(table.jobs_created(), acknowledged_jobs.size());
+      // Never two rank maps for one (job, round).
+      for (const auto& [id, job] : table.jobs()) {
+        if (job.round == 0) continue;
+        auto [it, inserted] = rank_maps.try_emplace({id, job.round}, job.ranks);
+        ASSERT_EQ(it->second, job.ranks) << id << " round " << job.round;
+        const ModelJob& m = model.jobs.at(id);
+        ASSERT_EQ(job.state, m.state) << id;
+        ASSERT_EQ(job.round, m.round) << id;
+        ASSERT_EQ(job.restarts, m.restarts) << id;
+      }
+      // Snapshots: deterministic, and a restored table continues identically.
+      if (step % 50 == 49) {
+        const std::string snap = table.snapshot();
+        ASSERT_EQ(twin.snapshot(), snap);
+        Result<JobTable> restored = JobTable::restore(snap);
+        ASSERT_OK(restored);
+        ASSERT_EQ(restored->snapshot(), snap);
+        ASSERT_TRUE(*restored == table);
+        twin = std::move(*restored);
+      }
+    }
+  }
+  for (std::size_t kind = 0; kind < std::variant_size_v<Command>; ++kind) {
+    EXPECT_GT((seen[{kind, ApplyCode::kApplied, false}]), 50) << kind;
+    EXPECT_GT((seen[{kind, ApplyCode::kRejected, false}]), 50) << kind;
+  }
+  EXPECT_GT((seen[{0, ApplyCode::kApplied, true}]), 50);   // retried submissions
+  EXPECT_GT((seen[{1, ApplyCode::kRejected, true}]), 10);  // retried refused cancels
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile bytes
+
+std::vector<std::string> command_corpus() {
+  JobSpec s = spec();
+  s.env["X"] = "y";
+  s.last_call = 1s;
+  return {
+      encode_command(SubmitJob{"c", 1, s, ms(1)}),
+      encode_command(CancelJob{"c", 2, "train-1", 1000, false, ms(2)}),
+      encode_command(open("train-1", 1, 0, ranks({"a", "b"}))),
+      encode_command(set("train-1", 1, JobState::kRunning)),
+  };
+}
+
+std::string mutate(Rng& rng, std::string bytes) {
+  switch (rng.below(4)) {
+    case 0:  // truncate
+      return bytes.substr(0, rng.below(bytes.size() + 1));
+    case 1: {  // flip a few bytes
+      const std::uint64_t n = 1 + rng.below(4);
+      for (std::uint64_t i = 0; i < n && !bytes.empty(); ++i) {
+        bytes[rng.below(bytes.size())] = static_cast<char>(rng.below(256));
+      }
+      return bytes;
+    }
+    case 2: {  // random bytes
+      std::string r(rng.below(300), '\0');
+      for (char& c : r) c = static_cast<char>(rng.below(256));
+      return r;
+    }
+    default: {  // splice two halves
+      const std::size_t cut = rng.below(bytes.size() + 1);
+      return bytes.substr(0, cut) + bytes.substr(rng.below(bytes.size() + 1));
+    }
+  }
+}
+
+TEST(JobTableHostile, ApplyNeverCrashesAndGarbageChangesNothing) {
+  Rng rng(2024);
+  const std::vector<std::string> corpus = command_corpus();
+  JobTable table;
+  Index index = 0;
+  for (const std::string& c : corpus) (void)table.apply(++index, c);
+  for (int i = 0; i < 5000; ++i) {
+    const std::string bytes = mutate(rng, corpus[rng.below(corpus.size())]);
+    const JobTable before = table;
+    const ApplyResult r = table.apply(++index, bytes);
+    if (r.code == ApplyCode::kMalformed) {
+      ASSERT_EQ(table.jobs(), before.jobs());
+      ASSERT_EQ(table.clients(), before.clients());
+    }
+    if (r.code == ApplyCode::kRejected) {
+      ASSERT_EQ(table.jobs(), before.jobs());
+    }
+  }
+  // Whatever was applied still snapshots and restores.
+  Result<JobTable> restored = JobTable::restore(table.snapshot());
+  ASSERT_OK(restored);
+  EXPECT_EQ(restored->snapshot(), table.snapshot());
+}
+
+TEST(JobTableHostile, RestoreNeverCrashes) {
+  JobTable table;
+  Index index = 0;
+  for (const std::string& c : command_corpus()) (void)table.apply(++index, c);
+  (void)table.apply(++index, encode_command(SubmitJob{"d", 1, spec("other"), ms(9)}));
+  const std::string snap = table.snapshot();
+  for (std::size_t n = 0; n < snap.size(); ++n) {
+    ASSERT_FALSE(JobTable::restore(snap.substr(0, n)).ok()) << n;
+  }
+  Rng rng(99);
+  int restored = 0;
+  for (int i = 0; i < 5000; ++i) {
+    Result<JobTable> t = JobTable::restore(mutate(rng, snap));
+    if (!t) continue;
+    ++restored;
+    // A table restored from flipped bytes must still be usable.
+    (void)t->snapshot();
+    (void)t->apply(t->applied_index() + 1, command_corpus()[2]);
+  }
+  EXPECT_GT(restored, 0);  // some flips land in values that stay valid
+}
+
+}  // namespace
+}  // namespace elastic::rendezvous

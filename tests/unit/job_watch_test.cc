@@ -1,0 +1,359 @@
+// JobWatch rules with several instances, a tiny in-test router and manual time: keepalives,
+// silence -> suspicion -> declaration, clearing through helpers, disconnects, worker exits,
+// restarts, stale rounds, and exactly one declaration per peer per round.
+#include "daemon/rendezvous/job_watch.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/support/result_assertions.h"
+
+namespace elastic::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kLatency = 1ms;
+
+// N daemons "d0".."d<n-1>" in one round of job "j"; messages arrive kLatency after sending.
+class Round {
+ public:
+  explicit Round(int n, JobWatchConfig config = {}) {
+    for (int i = 0; i < n; ++i) {
+      peers_.push_back(JobPeer{name(i), 1, "addr-" + name(i)});
+    }
+    for (int i = 0; i < n; ++i) {
+      watches_.emplace(name(i), JobWatch(name(i), 1, config, 100 + static_cast<std::uint64_t>(i)));
+    }
+    for (int i = 0; i < n; ++i) {
+      JobWatchEffects out;
+      EXPECT_OK(watches_.at(name(i)).set_round(now_, "j", 3, 7, peers_, out));
+      absorb(name(i), out);
+    }
+  }
+
+  static std::string name(int i) { return "d" + std::to_string(i); }
+  JobWatch& at(int i) { return watches_.at(name(i)); }
+  TimePoint now() const { return now_; }
+  const std::vector<PeerLost>& lost(int i) { return lost_[name(i)]; }
+
+  void crash(int i) { down_.insert(name(i)); }
+  void pause(int i) { down_.insert(name(i)); }
+  void resume(int i) { down_.erase(name(i)); }
+  void block(int from, int to) { blocked_.insert({name(from), name(to)}); }
+
+  // Injects a message as if `from` (at `generation`) had sent it now.
+  void inject(int to, const std::string& from, std::uint64_t generation, JobMessage m) {
+    queue_.push_back(Flight{now_ + kLatency, from, generation, name(to), std::move(m)});
+  }
+  void event(int at_node, int peer, PeerEventKind kind) {
+    JobWatchEffects out;
+    at(at_node).on_peer_event(now_, name(peer), kind, out);
+    absorb(name(at_node), out);
+  }
+
+  // Advances time in 1 ms steps, delivering messages and running due timers.
+  void run_for(Duration d) {
+    const TimePoint end = now_ + d;
+    while (now_ < end) {
+      now_ += 1ms;
+      // Take the due flights out first: handling them queues more.
+      std::vector<Flight> due;
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->at > now_) {
+          ++it;
+          continue;
+        }
+        due.push_back(std::move(*it));
+        it = queue_.erase(it);
+      }
+      for (Flight& f : due) {
+        if (down_.count(f.to) != 0 || blocked_.count({f.from, f.to}) != 0) continue;
+        JobWatchEffects out;
+        watches_.at(f.to).on_message(now_, f.from, f.generation, f.message, out);
+        absorb(f.to, out);
+      }
+      for (auto& [n, w] : watches_) {
+        if (down_.count(n) != 0 || w.next_deadline() > now_) continue;
+        JobWatchEffects out;
+        w.tick(now_, out);
+        EXPECT_GT(w.next_deadline(), now_) << n;
+        absorb(n, out);
+      }
+    }
+  }
+
+  std::size_t sent_by(int i) const { return sent_.count(name(i)) ? sent_.at(name(i)) : 0; }
+
+ private:
+  struct Flight {
+    TimePoint at;
+    std::string from;
+    std::uint64_t generation;
+    std::string to;
+    JobMessage message;
+  };
+  void absorb(const std::string& from, JobWatchEffects& out) {
+    for (auto& s : out.sends) {
+      ++sent_[from];
+      queue_.push_back(Flight{now_ + kLatency, from, 1, s.to, std::move(s.message)});
+    }
+    for (auto& l : out.lost) lost_[from].push_back(l);
+    out = {};
+  }
+
+  TimePoint now_ = TimePoint{} + 1h;
+  std::vector<JobPeer> peers_;
+  std::map<std::string, JobWatch> watches_;
+  std::deque<Flight> queue_;
+  std::set<std::string> down_;
+  std::set<std::pair<std::string, std::string>> blocked_;
+  std::map<std::string, std::vector<PeerLost>> lost_;
+  std::map<std::string, std::size_t> sent_;
+};
+
+TEST(JobWatch, DefaultsAreTheDocumentedOnes) {
+  const JobWatchConfig c = JobWatchConfig::from(200ms, 600ms);
+  EXPECT_EQ(c.keepalive_interval, 200ms);
+  EXPECT_EQ(c.peer_timeout, 600ms);
+  EXPECT_EQ(c.confirm_window, 400ms);
+  EXPECT_EQ(c.helper_timeout, 150ms);
+  EXPECT_EQ(c.confirm_window, JobWatchConfig{}.confirm_window);
+  EXPECT_OK(c.validate());
+  JobWatchConfig bad = c;
+  bad.helper_timeout = bad.confirm_window;
+  EXPECT_FALSE(bad.validate().ok());
+}
+
+TEST(JobWatch, HealthyRoundSendsKeepalivesAndDeclaresNothing) {
+  Round r(4);
+  r.run_for(10s);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(r.lost(i).empty()) << i;
+    EXPECT_EQ(r.at(i).stats().suspicions, 0u);
+    // 3 peers, one keepalive each per 200 ms (plus the first at set_round).
+    EXPECT_EQ(r.at(i).stats().keepalives_sent, 3u * 51u);
+  }
+}
+
+TEST(JobWatch, CrashedPeerIsDeclaredOnceWithinTimeoutPlusWindow) {
+  Round r(5);
+  r.run_for(1s);
+  r.crash(2);
+  r.run_for(2s);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 2) continue;
+    ASSERT_EQ(r.lost(i).size(), 1u) << i;
+    const PeerLost& l = r.lost(i)[0];
+    EXPECT_EQ(l.peer, "d2");
+    EXPECT_EQ(l.job, "j");
+    EXPECT_EQ(l.term, 3u);
+    EXPECT_EQ(l.round, 7u);
+    EXPECT_EQ(l.generation, 1u);
+    EXPECT_EQ(l.reason, LostReason::kSilent);
+    EXPECT_TRUE(r.at(i).lost("d2"));
+  }
+  // Nothing more, however long it runs.
+  r.run_for(10s);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 2) continue;
+    EXPECT_EQ(r.lost(i).size(), 1u);
+  }
+}
+
+TEST(JobWatch, DeclarationTimeIsBoundedByTimeoutPlusWindow) {
+  Round r(3);
+  r.run_for(1s);
+  const TimePoint crashed = r.now();
+  r.crash(0);
+  Duration waited{};
+  while (r.lost(1).empty() && waited < 5s) {
+    r.run_for(1ms);
+    waited += 1ms;
+  }
+  ASSERT_EQ(r.lost(1).size(), 1u);
+  const JobWatchConfig c;
+  EXPECT_LE(r.now() - crashed, c.peer_timeout + c.confirm_window + 2 * kLatency);
+  EXPECT_GE(r.now() - crashed, c.peer_timeout - c.keepalive_interval + c.confirm_window);
+}
+
+TEST(JobWatch, OneWayBlockedPeerIsClearedThroughHelpers) {
+  Round r(4);
+  r.block(1, 0);  // d0 never hears d1 directly, but d2 and d3 do
+  r.run_for(20s);
+  EXPECT_GT(r.at(0).stats().suspicions, 0u);
+  EXPECT_EQ(r.at(0).stats().suspicions, r.at(0).stats().suspicions_cleared);
+  EXPECT_GT(r.at(2).stats().helper_probes + r.at(3).stats().helper_probes, 0u);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(r.lost(i).empty()) << i;
+}
+
+TEST(JobWatch, WithoutHelpersASilentLinkIsDeclared) {
+  Round r(2);
+  r.block(1, 0);
+  r.run_for(2s);
+  ASSERT_EQ(r.lost(0).size(), 1u);
+  EXPECT_EQ(r.lost(0)[0].peer, "d1");
+  EXPECT_TRUE(r.lost(1).empty());
+}
+
+TEST(JobWatch, PauseShorterThanTimeoutIsNotSuspected) {
+  Round r(4);
+  r.run_for(1s);
+  r.pause(3);
+  r.run_for(350ms);
+  r.resume(3);
+  r.run_for(5s);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(r.lost(i).empty()) << i;
+    EXPECT_EQ(r.at(i).stats().suspicions, 0u) << i;
+  }
+}
+
+TEST(JobWatch, DisconnectSuspectsButALivePeerIsCleared) {
+  Round r(4);
+  r.run_for(1s);
+  r.event(0, 1, PeerEventKind::kDisconnected);
+  EXPECT_TRUE(r.at(0).suspected("d1"));
+  r.run_for(50ms);
+  EXPECT_FALSE(r.at(0).suspected("d1"));
+  r.run_for(5s);
+  EXPECT_TRUE(r.lost(0).empty());
+}
+
+TEST(JobWatch, DisconnectOfACrashedPeerDeclaresAfterTheWindowOnly) {
+  Round r(4);
+  r.run_for(1s);
+  r.crash(1);
+  r.run_for(5ms);  // its last keepalives, already on the wire, still arrive
+  r.event(0, 1, PeerEventKind::kDisconnected);
+  r.run_for(JobWatchConfig{}.confirm_window - 2ms);
+  EXPECT_TRUE(r.lost(0).empty());
+  r.run_for(4ms);
+  ASSERT_EQ(r.lost(0).size(), 1u);
+  EXPECT_EQ(r.lost(0)[0].reason, LostReason::kSilent);
+}
+
+TEST(JobWatch, WorkerExitIsImmediateAndOnce) {
+  Round r(3);
+  r.run_for(1s);
+  r.event(0, 2, PeerEventKind::kWorkerExited);
+  ASSERT_EQ(r.lost(0).size(), 1u);
+  EXPECT_EQ(r.lost(0)[0].reason, LostReason::kWorkerExited);
+  r.event(0, 2, PeerEventKind::kWorkerExited);
+  r.event(0, 2, PeerEventKind::kDisconnected);
+  r.crash(2);
+  r.run_for(3s);
+  EXPECT_EQ(r.lost(0).size(), 1u);
+}
+
+TEST(JobWatch, NewerGenerationMeansRestarted) {
+  Round r(3);
+  r.run_for(1s);
+  r.inject(0, "d1", 2, JobKeepalive{JobRoundRef{"j", 3, 7}, 0});
+  r.run_for(5ms);
+  ASSERT_EQ(r.lost(0).size(), 1u);
+  EXPECT_EQ(r.lost(0)[0].peer, "d1");
+  EXPECT_EQ(r.lost(0)[0].reason, LostReason::kRestarted);
+  r.run_for(2s);
+  EXPECT_EQ(r.lost(0).size(), 1u);
+}
+
+TEST(JobWatch, StaleMessagesDoNotKeepAPeerAlive) {
+  Round r(2);
+  r.run_for(1s);
+  r.crash(1);
+  // Someone keeps talking in d1's name, but about other rounds, terms, jobs or generations.
+  for (int i = 0; i < 60; ++i) {
+    r.inject(0, "d1", 1, JobKeepalive{JobRoundRef{"j", 3, 6}, 0});
+    r.inject(0, "d1", 1, JobKeepalive{JobRoundRef{"j", 2, 7}, 0});
+    r.inject(0, "d1", 1, JobKeepaliveAck{JobRoundRef{"other", 3, 7}, 5});
+    r.inject(0, "d1", 0, JobKeepalive{JobRoundRef{"j", 3, 7}, 0});
+    r.inject(0, "zz", 1, JobKeepalive{JobRoundRef{"j", 3, 7}, 0});
+    r.run_for(25ms);
+  }
+  ASSERT_EQ(r.lost(0).size(), 1u);
+  EXPECT_EQ(r.lost(0)[0].reason, LostReason::kSilent);
+  EXPECT_GE(r.at(0).stats().stale_dropped, 300u);
+}
+
+TEST(JobWatch, SetRoundRefusesOlderRoundsAndResets) {
+  JobWatch w("a", 1, JobWatchConfig{}, 1);
+  const TimePoint t0 = TimePoint{} + 1h;
+  const std::vector<JobPeer> peers = {{"a", 1, "x"}, {"b", 1, "y"}};
+  JobWatchEffects out;
+  EXPECT_EQ(w.next_deadline(), kNever);
+  ASSERT_OK(w.set_round(t0, "j", 2, 5, peers, out));
+  EXPECT_EQ(out.sends.size(), 1u);  // one keepalive to b, none to itself
+  EXPECT_EQ(out.sends[0].to, "b");
+  EXPECT_EQ(out.sends[0].to_address, "y");
+  EXPECT_FALSE(w.set_round(t0, "j", 2, 5, peers, out).ok());
+  EXPECT_FALSE(w.set_round(t0, "j", 9, 4, peers, out).ok());
+  EXPECT_FALSE(w.set_round(t0, "j", 1, 5, peers, out).ok());
+  ASSERT_OK(w.set_round(t0, "j", 3, 5, peers, out));  // same round number, newer term
+  ASSERT_OK(w.set_round(t0, "j", 1, 6, peers, out));
+  EXPECT_EQ(w.round(), (JobRoundRef{"j", 1, 6}));
+  w.clear_round();
+  EXPECT_FALSE(w.active());
+  EXPECT_EQ(w.next_deadline(), kNever);
+  out = {};
+  w.on_message(t0, "b", 1, JobKeepalive{JobRoundRef{"j", 1, 6}, 9}, out);
+  EXPECT_TRUE(out.sends.empty());
+  EXPECT_EQ(w.stats().stale_dropped, 1u);
+}
+
+TEST(JobWatch, DirectProbeIsAnsweredWithAnAck) {
+  JobWatch w("a", 1, JobWatchConfig{}, 1);
+  const TimePoint t0 = TimePoint{} + 1h;
+  JobWatchEffects out;
+  ASSERT_OK(w.set_round(t0, "j", 1, 1, {{"a", 1, "x"}, {"b", 1, "y"}}, out));
+  out = {};
+  w.on_message(t0, "b", 1, JobKeepalive{JobRoundRef{"j", 1, 1}, 42}, out);
+  ASSERT_EQ(out.sends.size(), 1u);
+  EXPECT_EQ(out.sends[0].to, "b");
+  EXPECT_EQ(std::get<JobKeepaliveAck>(out.sends[0].message).probe, 42u);
+}
+
+TEST(JobWatch, HelperAnswersTimeoutWhenTheTargetStaysSilent) {
+  JobWatch w("h", 1, JobWatchConfig{}, 1);
+  const TimePoint t0 = TimePoint{} + 1h;
+  JobWatchEffects out;
+  ASSERT_OK(w.set_round(t0, "j", 1, 1, {{"h", 1, "x"}, {"r", 1, "y"}, {"t", 1, "z"}}, out));
+  out = {};
+  w.on_message(t0, "r", 1, JobProbeRequest{JobRoundRef{"j", 1, 1}, 77, "t", 1}, out);
+  ASSERT_EQ(out.sends.size(), 1u);
+  EXPECT_EQ(out.sends[0].to, "t");
+  const auto ping = std::get<JobKeepalive>(out.sends[0].message);
+  EXPECT_NE(ping.probe, 0u);
+  EXPECT_LE(w.next_deadline(), t0 + JobWatchConfig{}.helper_timeout);
+  out = {};
+  w.tick(t0 + JobWatchConfig{}.helper_timeout, out);
+  bool replied = false;
+  for (const auto& s : out.sends) {
+    if (const auto* reply = std::get_if<JobProbeReply>(&s.message)) {
+      EXPECT_EQ(s.to, "r");
+      EXPECT_EQ(reply->probe, 77u);
+      EXPECT_FALSE(reply->alive);
+      replied = true;
+    }
+  }
+  EXPECT_TRUE(replied);
+  // And an ack from the target before the timeout is answered alive at once.
+  out = {};
+  w.on_message(t0 + 1s, "r", 1, JobProbeRequest{JobRoundRef{"j", 1, 1}, 78, "t", 1}, out);
+  const auto ping2 = std::get<JobKeepalive>(out.sends.back().message);
+  out = {};
+  w.on_message(t0 + 1s + 1ms, "t", 1, JobKeepaliveAck{JobRoundRef{"j", 1, 1}, ping2.probe}, out);
+  ASSERT_EQ(out.sends.size(), 1u);
+  const auto reply = std::get<JobProbeReply>(out.sends[0].message);
+  EXPECT_EQ(reply.probe, 78u);
+  EXPECT_TRUE(reply.alive);
+}
+
+}  // namespace
+}  // namespace elastic::rendezvous
