@@ -291,6 +291,7 @@ int Node::run() {
       }
     }
     rounds_->tick(now);
+    refresh_stamped_hint();
     expire_calls(now);
     transport_->close_idle(now);
   }
@@ -320,6 +321,7 @@ TimePoint Node::next_deadline(TimePoint now) const {
 void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
                    membership::Effects& effects) {
   for (wire::Envelope& envelope : envelopes) {
+    observe_hint(envelope);
     if (wire::is_raft_type(envelope.type)) {
       if (consensus_) {
         consensus_->on_envelope(now, envelope);
@@ -357,6 +359,20 @@ void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
                             effects);
   }
   if (consensus_) flush_consensus();
+}
+
+void Node::observe_hint(const wire::Envelope& envelope) {
+  if (envelope.leader_hint.empty() || envelope.leader_term <= leader_hint_term_) return;
+  leader_hint_ = envelope.leader_hint;
+  leader_hint_term_ = envelope.leader_term;
+}
+
+void Node::refresh_stamped_hint() {
+  std::pair<std::string, std::uint64_t> hint{consensus_->leader(), consensus_->term()};
+  if (hint.first.empty()) hint = {leader_hint_, leader_hint_term_};
+  if (hint.first.empty() || hint == stamped_hint_) return;
+  stamped_hint_ = hint;
+  transport_->set_leader_hint(hint.first, hint.second);
 }
 
 bool Node::send_to(const std::string& name, wire::Envelope envelope) {

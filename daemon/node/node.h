@@ -149,6 +149,9 @@ class Node {
   // Sends to a daemon by name at its last known address; false when unknown or refused.
   bool send_to(const std::string& name, wire::Envelope envelope);
   void flush_consensus();
+  // Learns a gossip hint from a received envelope; refreshes the one this node stamps.
+  void observe_hint(const wire::Envelope& envelope);
+  void refresh_stamped_hint();
   TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
 
@@ -171,7 +174,11 @@ class Node {
   std::unique_ptr<ConsensusHost> consensus_;
   std::unique_ptr<RoundService> rounds_;
   std::vector<std::string> voters_;
-  std::string leader_hint_;  // learned from redirects (non-voters) or from Raft (voters)
+  // The leader this node believes in when its own Raft does not know one (non-voters): from
+  // the gossip hints every envelope carries (highest term wins) and from redirects.
+  std::string leader_hint_;
+  std::uint64_t leader_hint_term_ = 0;
+  std::pair<std::string, std::uint64_t> stamped_hint_;  // what the transport stamps now
   std::size_t next_voter_ = 0;
   // Member name -> the address it was last seen at (from membership events).
   std::map<std::string, std::string> addresses_;

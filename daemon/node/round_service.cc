@@ -95,14 +95,20 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
 
   std::map<std::string, const membership::MemberView*> alive;
   std::map<std::string, std::string> addresses;
+  // When this leader first saw each usable (node, generation): the wait list's order and the
+  // start of its last-call window. Entries of nodes no longer usable are dropped.
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> seen;
   for (const membership::MemberView& m : members) {
     addresses[m.name] = m.address;
     if (m.state == membership::MemberState::kAlive ||
         m.state == membership::MemberState::kSuspect) {
       alive[m.name] = &m;
-      first_seen_.try_emplace({m.name, m.generation}, wall);
+      const auto key = std::make_pair(m.name, m.generation);
+      const auto earlier = first_seen_.find(key);
+      seen.emplace(key, earlier == first_seen_.end() ? wall : earlier->second);
     }
   }
+  first_seen_ = std::move(seen);
   // One job per node: a node in one active job's round is not usable by another.
   std::map<std::string, std::string> busy;
   in_rounds_.clear();

@@ -241,6 +241,8 @@ class ZmqTransport::Impl {
     envelope.generation = options_.generation;
     envelope.sender_address = advertised();
     envelope.seq = ++seq_;
+    envelope.leader_hint = leader_hint_;
+    envelope.leader_term = leader_term_;
     std::string bytes = wire::encode_envelope(envelope);
     if (bytes.size() > static_cast<std::size_t>(options_.max_message_bytes)) {
       ++stats_.send_failures;
@@ -441,6 +443,8 @@ class ZmqTransport::Impl {
   std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
   std::map<std::string, Peer> peers_;                   // by address
   std::uint64_t seq_ = 0;
+  std::string leader_hint_;  // stamped on every envelope (gossip hint)
+  std::uint64_t leader_term_ = 0;
   TransportStats stats_;
 };
 
@@ -460,6 +464,11 @@ Received ZmqTransport::receive(Duration max_wait, const std::vector<int>& extra_
   return impl_->receive(max_wait, extra_fds);
 }
 void ZmqTransport::close_idle(TimePoint now) { impl_->close_idle(now); }
+
+void ZmqTransport::set_leader_hint(std::string leader, std::uint64_t term) {
+  impl_->leader_hint_ = std::move(leader);
+  impl_->leader_term_ = term;
+}
 std::string ZmqTransport::bound_endpoint() const { return impl_->bound_; }
 std::string ZmqTransport::advertised_endpoint() const { return impl_->advertised(); }
 std::size_t ZmqTransport::open_peers() const { return impl_->peers_.size(); }

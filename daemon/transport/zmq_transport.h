@@ -112,6 +112,8 @@ class ZmqTransport {
   // Queues `envelope` for `peer` without blocking. The header (version, cluster id, sender,
   // generation, sender_address, seq) is stamped here; the caller sets type and body.
   Status send(const PeerAddress& peer, wire::Envelope envelope);
+  // Stamped on every envelope sent from now on (wire::Envelope::leader_hint / leader_term).
+  void set_leader_hint(std::string leader, std::uint64_t term);
 
   // Waits up to max_wait for inbound envelopes or for one of `extra_fds` to become readable
   // (the daemon's control socket, its signal fd), and returns what is ready. Also services the

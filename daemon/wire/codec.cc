@@ -168,7 +168,8 @@ const char* to_string(DecodeError error) {
 std::string encode_envelope(const Envelope& e) {
   msgpack::sbuffer buffer(64 + e.body.size());
   Packer p(buffer);
-  p.pack_map(8);
+  const bool hint = !e.leader_hint.empty();
+  p.pack_map(hint ? 10 : 8);
   put_uint(p, "v", e.version);
   put_str(p, "c", e.cluster_id);
   put_str(p, "s", e.sender);
@@ -179,6 +180,10 @@ std::string encode_envelope(const Envelope& e) {
   put_key(p, "b");
   p.pack_bin(static_cast<std::uint32_t>(e.body.size()));
   p.pack_bin_body(e.body.data(), static_cast<std::uint32_t>(e.body.size()));
+  if (hint) {
+    put_str(p, "lh", e.leader_hint);
+    put_uint(p, "lt", e.leader_term);
+  }
   return std::string(buffer.data(), buffer.size());
 }
 
@@ -219,6 +224,8 @@ Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& lim
   r.uint("t", &type);
   r.uint("q", &e.seq);
   r.bin("b", &e.body);
+  r.str("lh", &e.leader_hint, Need::kOptional);
+  r.uint("lt", &e.leader_term, Need::kOptional);
   if (!r.ok()) return failed();
   e.type = static_cast<MsgType>(type);
   return e;

@@ -60,6 +60,11 @@ struct Envelope {
   MsgType type = MsgType::kPing;
   std::uint64_t seq = 0;  // per-sender message counter, for logs and duplicate detection
   std::string body;       // the MessagePack-encoded message of `type`
+  // Gossip hint: the Raft leader the sender believes in and its term ("" / 0: none). Every
+  // message carries it, so a non-voter learns the leader from ordinary membership traffic; a
+  // receiver keeps the hint with the highest term. Optional on the wire (keys "lh", "lt").
+  std::string leader_hint;
+  std::uint64_t leader_term = 0;
 };
 
 enum class MemberState : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };

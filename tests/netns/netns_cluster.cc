@@ -183,17 +183,28 @@ bool NetnsCluster::netem_available() {
 
 int NetnsCluster::remove_leftovers() {
   static const std::regex ours("^elxn([0-9]+)c[0-9]+-(s|h[0-9]+)$");
+  static const std::regex our_logs("^elxn([0-9]+)c[0-9]+-delay-logs$");
+  const auto owner_dead = [](const std::smatch& match) {
+    const long owner = std::stol(match[1].str());
+    if (owner == ::getpid()) return false;
+    return ::kill(static_cast<pid_t>(owner), 0) != 0 && errno == ESRCH;
+  };
   int removed = 0;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(kNetnsDir, error)) {
     const std::string name = entry.path().filename().string();
     std::smatch match;
-    if (!std::regex_match(name, match, ours)) continue;
-    const long owner = std::stol(match[1].str());
-    if (owner == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(owner), 0) == 0 || errno != ESRCH) continue;  // owner alive
+    if (!std::regex_match(name, match, ours) || !owner_dead(match)) continue;
     kill_and_delete(name);
     ++removed;
+  }
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::temp_directory_path(error), error)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(name, match, our_logs) || !owner_dead(match)) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
   }
   return removed;
 }
@@ -219,7 +230,8 @@ NetnsCluster::NetnsCluster(std::string prefix, std::vector<std::string> ips)
     : prefix_(std::move(prefix)),
       ips_(std::move(ips)),
       rules_(ips_.size()),
-      netem_on_(ips_.size(), false) {}
+      netem_on_(ips_.size(), false),
+      relays_(ips_.size()) {}
 
 NetnsCluster::~NetnsCluster() { destroy(); }
 
@@ -274,6 +286,13 @@ Status NetnsCluster::build() {
 void NetnsCluster::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
+  // Delay lines first, by pid (each Process SIGKILLs and reaps its own); kill_and_delete below
+  // would find them in the switch too, but could not reap them.
+  for (auto& relay : relays_) relay.reset();
+  if (!relay_log_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(relay_log_dir_, ignored);
+  }
   // Hosts first: their processes die and their eth0 ends vanish, then the switch.
   for (int i = 0; i < size(); ++i) kill_and_delete(netns(i));
   kill_and_delete(switch_netns());
@@ -359,21 +378,127 @@ Status NetnsCluster::set_loss(int host, double percent) {
   return apply_filter(host);
 }
 
-Status NetnsCluster::set_delay(int host, std::chrono::milliseconds delay) {
+Status NetnsCluster::set_delay(int host, std::chrono::milliseconds delay,
+                               std::chrono::milliseconds jitter) {
   const std::string ns = netns(host);
+  if (delay.count() > 0 && (jitter.count() < 0 || jitter > delay)) {
+    return Error{"A delay's jitter must be 0 to the delay (" + std::to_string(delay.count()) +
+                 " ms), not " + std::to_string(jitter.count()) + " ms."};
+  }
+  if (!netem_available()) {
+    if (delay.count() <= 0) return stop_delay_line(host);
+    return start_delay_line(host, delay, jitter);
+  }
   if (delay.count() <= 0) {
     if (!netem_on_.at(host)) return ok_status();
     netem_on_[host] = false;
     return command({tc_binary(), "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
   }
-  auto done = command({tc_binary(), "-n", ns, "qdisc", "replace", "dev", "eth0", "root", "netem",
-                       "delay", std::to_string(delay.count()) + "ms"});
-  if (!done.ok()) {
-    return Error{
-        "Cannot delay host " + std::to_string(host) +
-        " (tc netem; the kernel needs sch_netem, CONFIG_NET_SCH_NETEM): " + done.error().message};
+  std::vector<std::string> argv{tc_binary(), "-n", ns, "qdisc", "replace", "dev", "eth0", "root"};
+  argv.insert(argv.end(), {"netem", "delay", std::to_string(delay.count()) + "ms"});
+  if (jitter.count() > 0) argv.push_back(std::to_string(jitter.count()) + "ms");
+  if (auto done = command(argv); !done.ok()) {
+    return Error{"Cannot delay host " + std::to_string(host) +
+                 " with tc netem: " + done.error().message};
   }
   netem_on_[host] = true;
+  return ok_status();
+}
+
+pid_t NetnsCluster::delay_line_pid(int host) const {
+  const auto& relay = relays_.at(host);
+  return relay ? relay->pid() : -1;
+}
+
+Status NetnsCluster::start_delay_line(int host, std::chrono::milliseconds delay,
+                                      std::chrono::milliseconds jitter) {
+  // A new delay replaces the old line (simpler than re-tuning a running one).
+  if (auto stopped = stop_delay_line(host); !stopped.ok()) return stopped;
+  const std::string ip = ip_binary();
+  const std::string sw = switch_netns();
+  const std::string index = std::to_string(host);
+  const std::string port = "p" + index;
+  const std::string line_end = "r" + index;
+  const std::string bridge_end = "d" + index;
+  const auto failed = [&](const std::string& why) -> Status {
+    (void)stop_delay_line(host);
+    return Error{"Cannot delay host " + index +
+                 " (no sch_netem, so with the netns_delay line): " + why};
+  };
+  // The line's bridge side is ready before the port leaves the bridge, so the gap without a path
+  // is only the line's start-up.
+  const std::vector<std::vector<std::string>> steps = {
+      {ip, "-n", sw, "link", "add", line_end, "type", "veth", "peer", "name", bridge_end},
+      {ip, "-n", sw, "link", "set", bridge_end, "master", "br0"},
+      {ip, "-n", sw, "link", "set", bridge_end, "up"},
+      {ip, "-n", sw, "link", "set", line_end, "up"},
+      {ip, "-n", sw, "link", "set", port, "nomaster"},
+  };
+  // stop_delay_line() undoes these; it must see that there is something to undo.
+  line_ends_.insert(host);
+  for (const auto& step : steps) {
+    if (auto done = command(step); !done.ok()) return failed(done.error().message);
+  }
+  if (relay_log_dir_.empty()) {
+    std::error_code error;
+    const auto dir = std::filesystem::temp_directory_path(error) / (prefix_ + "-delay-logs");
+    if (!error) std::filesystem::create_directories(dir, error);
+    if (error) return failed("cannot make a log folder for it: " + error.message() + ".");
+    relay_log_dir_ = dir.string();
+  }
+  const auto micros = [](std::chrono::milliseconds ms) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(ms).count());
+  };
+  relays_.at(host) = std::make_unique<testing::Process>(
+      std::vector<std::string>{ip, "netns", "exec", sw, NETNS_DELAY_PATH, port, line_end,
+                               micros(delay), micros(jitter)},
+      std::map<std::string, std::string>{}, relay_log_dir_, "delay" + index);
+  auto& relay = *relays_[host];
+  const bool ready = testing::wait_until(
+      [&] { return relay.out().find("ready") != std::string::npos || !relay.running(); }, 10s);
+  if (!ready || relay.out().find("ready") == std::string::npos) {
+    std::string err = relay.err();
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    return failed(NETNS_DELAY_PATH + std::string(" did not start: ") +
+                  (err.empty() ? "no message." : err));
+  }
+  return ok_status();
+}
+
+Status NetnsCluster::stop_delay_line(int host) {
+  Status first = ok_status();
+  const auto step = [&](const std::vector<std::string>& argv) {
+    if (auto done = command(argv); !done.ok() && first.ok()) first = done;
+  };
+  if (auto& relay = relays_.at(host)) {
+    relay->signal(SIGTERM);
+    // Process's destructor SIGKILLs it if it did not stop in time, and reaps it either way. A
+    // line that had died, or did not stop cleanly (a sanitizer report, say), is an Error.
+    const auto status = relay->wait(5s);
+    if (!status || !status->exited_with(0)) {
+      std::string err = relay->err();
+      while (!err.empty() && err.back() == '\n') err.pop_back();
+      first = Error{"netns_delay " +
+                    (status ? "exited with code " + std::to_string(status->code) + ", signal " +
+                                  std::to_string(status->signal)
+                            : std::string("did not stop on SIGTERM")) +
+                    (err.empty() ? "." : ": " + err)};
+    }
+    relay.reset();
+  }
+  if (line_ends_.erase(host) == 0) return first;
+  const std::string ip = ip_binary();
+  const std::string sw = switch_netns();
+  const std::string index = std::to_string(host);
+  // Back on the bridge first, then the pair goes (deleting one end deletes both).
+  step({ip, "-n", sw, "link", "set", "p" + index, "master", "br0"});
+  const auto links = testing::run({ip, "-n", sw, "-o", "link", "show"}, {}, kCommandTimeout);
+  if (links.out.find(" r" + index + "@") != std::string::npos) {
+    step({ip, "-n", sw, "link", "del", "r" + index});
+  }
+  if (!first.ok()) {
+    return Error{"Cannot remove host " + index + "'s delay line: " + first.error().message};
+  }
   return ok_status();
 }
 

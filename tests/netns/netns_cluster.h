@@ -20,22 +20,43 @@
 //     broken link looks to TCP: no ICMP, no RST); partition() cuts every cross pair;
 //   - set_loss(h, p): h drops p% of the IPv4 packets it sends (the BPF random number source).
 // We use cls_bpf rather than tc netem/gact because it works on minimal kernels too (the dev VM's
-// kernel has neither sch_netem nor act_gact) and needs no nftables. set_delay() needs sch_netem
-// and returns an Error naming it where the kernel lacks it (see netem_available()).
+// kernel has neither sch_netem nor act_gact) and needs no nftables.
+//
+// Delay: set_delay(h, d) uses tc netem on h's eth0 where the kernel has sch_netem
+// (netem_available()). Kernels without it (the dev VM has only htb/tbf/pfifo, no netem, fq or
+// etf, so no qdisc can hold packets for a time) get a userspace delay line instead, in the
+// switch:
+//
+//   host h eth0 ==veth== p<h> --[netns_delay]-- r<h> ==veth== d<h> -- br0
+//
+// p<h> leaves the bridge, a new veth pair r<h>/d<h> is made with d<h> on the bridge, and the
+// netns_delay process (netns_delay.cc, run by pid in the switch namespace) copies every frame
+// between p<h> and r<h> through AF_PACKET sockets, holding h's egress frames for d (+ jitter,
+// order kept) and passing frames to h at once, as netem on eth0 would. Cut and loss filters sit
+// on eth0 inside the host, before the delay line, so they keep applying unchanged. Changing a
+// delay restarts the line (frames in flight are lost, as on a re-plugged link); set_delay(h, 0)
+// kills it by pid, puts p<h> back on the bridge and deletes r<h>/d<h>. Switching a host over
+// drops the few frames sent meanwhile (milliseconds), never duplicates them.
 //
 // Processes: run() starts argv inside a host's namespace through `ip netns exec` (which execs,
 // so the Process's pid is the program's pid: signals, /proc/<pid>/stat and kill -9 hit it).
 //
-// Cleanup: the destructor SIGKILLs (by pid) every process still inside the cluster's namespaces
-// (only this cluster's processes can be there), then deletes the namespaces, which removes every
-// veth and the bridge with them. create() first removes leftovers of crashed earlier runs: the
-// namespaces named elxn<pid>c* whose <pid> is no longer running (never anyone else's names).
+// Cleanup: the destructor stops its delay lines by pid, SIGKILLs (by pid) every process still
+// inside the cluster's namespaces (only this cluster's processes can be there), then deletes the
+// namespaces, which removes every veth, the delay lines' extra pairs and the bridge with them.
+// Delay lines die with the test process (PR_SET_PDEATHSIG) and live in the switch namespace, so
+// the leftover cleaner below removes theirs too, and their log folders
+// ($TMPDIR/<prefix>-delay-logs) by the same dead-owner rule. create() first removes leftovers of
+// crashed earlier runs: the namespaces named elxn<pid>c* whose <pid> is no longer running (never
+// anyone else's names).
 //
 // Errors: create() and every fault call return Result/Status with a sentence that includes the
 // failing command and its stderr. Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) and iproute2;
 // check_environment() says which is missing.
 // Thread safety: a NetnsCluster belongs to one test thread; different clusters are independent.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <map>
@@ -54,9 +75,10 @@ class NetnsCluster {
   // Root, `ip` and the kernel features the harness needs (netns, veth, bridge, clsact, cls_bpf).
   // The Error says exactly what is missing.
   static Status check_environment();
-  // Whether the kernel has sch_netem (needed only by set_delay).
+  // Whether the kernel has sch_netem (set_delay uses it if so, else a userspace delay line).
   static bool netem_available();
-  // Deletes namespaces named like ours whose owning pid is dead; returns how many it removed.
+  // Deletes namespaces (and delay-line log folders) named like ours whose owning pid is dead;
+  // returns how many namespaces it removed.
   static int remove_leftovers();
 
   // Builds the switch and `hosts` hosts (1..250). On error nothing is left behind.
@@ -89,13 +111,24 @@ class NetnsCluster {
   Status heal_all();
   // Drops `percent` (0..100) of the IPv4 packets `host` sends; 0 removes the rule.
   Status set_loss(int host, double percent);
-  // Delays every packet `host` sends by `delay` (tc netem); 0 removes it. Needs sch_netem.
-  Status set_delay(int host, std::chrono::milliseconds delay);
+  // Delays every packet `host` sends by `delay`, plus a uniform jitter within +-`jitter`
+  // (<= delay; order is kept with the delay line, netem may reorder); 0 removes it. tc netem
+  // where the kernel has it, else the netns_delay line (see the top of this file).
+  Status set_delay(int host, std::chrono::milliseconds delay,
+                   std::chrono::milliseconds jitter = std::chrono::milliseconds(0));
+  // Whether `host` has a delay (either mechanism).
+  bool delayed(int host) const { return netem_on_.at(host) || relays_.at(host) != nullptr; }
+  // The pid of `host`'s delay line, or -1 (none, or netem does the delay).
+  pid_t delay_line_pid(int host) const;
 
  private:
   NetnsCluster(std::string prefix, std::vector<std::string> ips);
   Status build();
   Status apply_filter(int host);
+  Status start_delay_line(int host, std::chrono::milliseconds delay,
+                          std::chrono::milliseconds jitter);
+  // Best effort: every step runs even if an earlier one failed; the first Error is returned.
+  Status stop_delay_line(int host);
   void destroy();
 
   struct HostRules {
@@ -107,6 +140,10 @@ class NetnsCluster {
   std::vector<std::string> ips_;
   std::vector<HostRules> rules_;
   std::vector<bool> netem_on_;
+  std::vector<std::unique_ptr<testing::Process>> relays_;  // per host; null if none
+  // $TMPDIR/<prefix>-delay-logs: the lines' stdout/stderr, made with the first line.
+  std::string relay_log_dir_;
+  std::set<int> line_ends_;  // hosts whose p<h> is off the bridge, with an r<h>/d<h> pair
   bool destroyed_ = false;
 };
 

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include "tests/netns/netns_cluster.h"
 #include "tests/support/process.h"
@@ -144,26 +145,76 @@ TEST_F(NetnsTest, HostsCannotReachAddressesOutsideTheirNamespaces) {
   EXPECT_EQ(routes.out.find("default"), std::string::npos) << routes.out;
 }
 
-TEST_F(NetnsTest, DelayUsesNetemOrSaysTheKernelLacksIt) {
+// netem where the kernel has it, else the netns_delay line (this dev VM has no sch_netem).
+TEST_F(NetnsTest, DelayHoldsEveryPacketAndRemovalRestoresFastReplies) {
   auto cluster = make(2);
   ASSERT_NE(cluster, nullptr);
   auto server = serve(*cluster, 1);
-  const auto delayed = cluster->set_delay(0, 100ms);
-  if (!NetnsCluster::netem_available()) {
-    ASSERT_FALSE(delayed.ok());
-    EXPECT_NE(delayed.error().message.find("sch_netem"), std::string::npos);
-    return;
-  }
-  ASSERT_TRUE(delayed.ok()) << delayed.error().message;
-  EXPECT_EQ(replies(*cluster, 0, 1, 3, 50), 0);    // each round trip now takes >= 100 ms
+  ASSERT_TRUE(cluster->set_delay(0, 100ms).ok());
+  EXPECT_TRUE(cluster->delayed(0));
+  EXPECT_FALSE(cluster->delayed(1));
+  EXPECT_EQ(replies(*cluster, 0, 1, 3, 50), 0);  // each round trip now takes >= 100 ms
+  const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(replies(*cluster, 0, 1, 3, 1000), 3);  // but still arrives
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  EXPECT_TRUE(tcp_connects(*cluster, 0, cluster->ip(1)));
+  // A new delay replaces the old one.
+  ASSERT_TRUE(cluster->set_delay(0, 40ms).ok());
+  EXPECT_EQ(replies(*cluster, 0, 1, 3, 20), 0);
+  EXPECT_EQ(replies(*cluster, 0, 1, 3, 1000), 3);
+  const pid_t line = cluster->delay_line_pid(0);
   ASSERT_TRUE(cluster->set_delay(0, 0ms).ok());
+  EXPECT_FALSE(cluster->delayed(0));
   EXPECT_EQ(replies(*cluster, 0, 1, 3, 50), 3);
+  if (line > 0) {
+    // The line is gone and the switch is as create() built it.
+    EXPECT_NE(::kill(line, 0), 0);
+    const auto links =
+        testing::run({ip_binary(), "-n", cluster->switch_netns(), "-o", "link"}, {}, 10s);
+    EXPECT_EQ(links.out.find(" r0@"), std::string::npos) << links.out;
+    EXPECT_EQ(links.out.find(" d0@"), std::string::npos) << links.out;
+    EXPECT_NE(links.out.find("master br0"), std::string::npos) << links.out;
+  }
+  ASSERT_TRUE(cluster->set_delay(0, 0ms).ok());  // removing twice is fine
+}
+
+TEST_F(NetnsTest, DelayWithJitterKeepsEveryPacketAndRejectsTooMuchJitter) {
+  auto cluster = make(2);
+  ASSERT_NE(cluster, nullptr);
+  auto server = serve(*cluster, 1);
+  EXPECT_FALSE(cluster->set_delay(0, 10ms, 20ms).ok());
+  ASSERT_TRUE(cluster->set_delay(0, 60ms, 20ms).ok());
+  EXPECT_EQ(replies(*cluster, 0, 1, 3, 30), 0);  // at least 40 ms each
+  EXPECT_EQ(replies(*cluster, 0, 1, 5, 1000), 5);
+}
+
+TEST_F(NetnsTest, DelayOnOneHostAndCutsAndLossOnOthersAllApply) {
+  auto cluster = make(4);
+  ASSERT_NE(cluster, nullptr);
+  std::vector<std::unique_ptr<Process>> servers;
+  for (int host = 0; host < 4; ++host) servers.push_back(serve(*cluster, host));
+  ASSERT_TRUE(cluster->set_delay(0, 100ms).ok());
+  ASSERT_TRUE(cluster->cut(0, 2).ok());         // on the delayed host itself
+  ASSERT_TRUE(cluster->set_loss(3, 100).ok());  // on another host
+  EXPECT_EQ(replies(*cluster, 0, 2, 3, 500), 0);
+  EXPECT_EQ(replies(*cluster, 2, 0, 3, 500), 0);
+  EXPECT_EQ(replies(*cluster, 3, 1, 3, 100), 0);
+  EXPECT_EQ(replies(*cluster, 1, 3, 3, 100), 0);  // 3's answers are lost too
+  EXPECT_EQ(replies(*cluster, 1, 2, 5), 5);       // untouched pair: fast
+  EXPECT_EQ(replies(*cluster, 1, 0, 3, 50), 0);   // 0's answers are late
+  EXPECT_EQ(replies(*cluster, 1, 0, 3, 1000), 3);
+  // Healing removes the cuts and the loss but keeps the delay.
+  ASSERT_TRUE(cluster->heal_all().ok());
+  EXPECT_EQ(replies(*cluster, 0, 2, 3, 50), 0);
+  EXPECT_EQ(replies(*cluster, 0, 2, 3, 1000), 3);
+  EXPECT_EQ(replies(*cluster, 3, 1, 5), 5);
+  EXPECT_TRUE(cluster->delayed(0));
 }
 
 TEST_F(NetnsTest, EverythingIsRemovedWhenTheClusterEndsEvenWithProcessesInside) {
   std::vector<std::string> names;
   pid_t inside = -1;
+  pid_t line = -1;
   {
     auto cluster = make(3);
     ASSERT_NE(cluster, nullptr);
@@ -173,11 +224,26 @@ TEST_F(NetnsTest, EverythingIsRemovedWhenTheClusterEndsEvenWithProcessesInside) 
     // A process the test still owns when the cluster goes: the cluster kills it by pid.
     auto server = serve(*cluster, 2);
     inside = server->pid();
+    // An active delay: its line (where netem is missing) and extra links must go as well.
+    ASSERT_TRUE(cluster->set_delay(1, 50ms).ok());
+    line = cluster->delay_line_pid(1);
+    if (!NetnsCluster::netem_available()) {
+      EXPECT_GT(line, 0);
+    }
     cluster.reset();
     EXPECT_TRUE(server->wait(10s).has_value());
   }
   for (const auto& name : names) EXPECT_FALSE(namespace_exists(name)) << name;
   EXPECT_NE(::kill(inside, 0), 0);
+  if (line > 0) {
+    EXPECT_NE(::kill(line, 0), 0);
+  }
+  // Nothing was ever made in the root namespace.
+  const auto links = testing::run({ip_binary(), "-o", "link"}, {}, 10s);
+  for (const auto& name : names) {
+    const auto prefix = name.substr(0, name.rfind('-'));
+    EXPECT_EQ(links.out.find(prefix), std::string::npos) << links.out;
+  }
 }
 
 TEST_F(NetnsTest, LeftoversOfACrashedRunAreRemovedAndOthersAreNot) {
@@ -195,6 +261,45 @@ TEST_F(NetnsTest, LeftoversOfACrashedRunAreRemovedAndOthersAreNot) {
   EXPECT_FALSE(namespace_exists(leftover));
   EXPECT_TRUE(namespace_exists(not_ours));
   testing::run({ip_binary(), "netns", "delete", not_ours}, {}, 10s);
+}
+
+TEST_F(NetnsTest, ACrashedRunsDelayLineAndLinksAreRemovedToo) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // A run that crashes with a delay active: no destructor runs.
+    ::close(pipe_fds[0]);
+    auto cluster = NetnsCluster::create(2);
+    std::string report;
+    if (cluster.ok() && (*cluster)->set_delay(0, 50ms).ok()) {
+      report = (*cluster)->switch_netns() + " " + std::to_string((*cluster)->delay_line_pid(0));
+    }
+    (void)!::write(pipe_fds[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char buffer[256];
+  for (ssize_t got; (got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
+    report.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(pipe_fds[0]);
+  ::waitpid(child, nullptr, 0);
+  std::istringstream in(report);
+  std::string switch_netns;
+  pid_t line = -1;
+  ASSERT_TRUE(in >> switch_netns >> line) << "the crashing child could not set a delay";
+  // (A parallel test process may remove it first: only the outcome is asserted.)
+  NetnsCluster::remove_leftovers();
+  EXPECT_FALSE(namespace_exists(switch_netns));
+  const auto prefix = switch_netns.substr(0, switch_netns.rfind('-'));
+  EXPECT_FALSE(
+      std::filesystem::exists(std::filesystem::temp_directory_path() / (prefix + "-delay-logs")));
+  if (line > 0) {
+    EXPECT_TRUE(testing::wait_until([&] { return ::kill(line, 0) != 0; }, 10s));
+  }
 }
 
 TEST_F(NetnsTest, ClustersBuiltSideBySideAreIndependent) {
