@@ -1,11 +1,12 @@
 #include "tests/sim/control_plane_process.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <utility>
+
+#include "tests/sim/raft_storage.h"
 
 namespace elastic::sim {
 namespace {
@@ -20,45 +21,6 @@ using rendezvous::RoundFence;
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "control plane sim: %s\n", what);
   std::abort();
-}
-
-std::string log_key(Index index) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "log/%016" PRIu64, index);
-  return buffer;
-}
-
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_u64(const std::string& in, std::size_t at) {
-  if (at + 8 > in.size()) die("stored record is truncated");
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
-  }
-  return v;
-}
-
-std::string encode_snapshot(const consensus::Snapshot& s) {
-  std::string out;
-  put_u64(out, s.last_index);
-  put_u64(out, s.last_term);
-  put_u64(out, s.voters.size());
-  for (auto v : s.voters) put_u64(out, v);
-  out += s.data;
-  return out;
-}
-
-consensus::Snapshot decode_snapshot(const std::string& bytes) {
-  consensus::Snapshot s;
-  s.last_index = get_u64(bytes, 0);
-  s.last_term = get_u64(bytes, 8);
-  const std::uint64_t count = get_u64(bytes, 16);
-  for (std::uint64_t i = 0; i < count; ++i) s.voters.push_back(get_u64(bytes, 24 + 8 * i));
-  s.data = bytes.substr(24 + 8 * count);
-  return s;
 }
 
 std::uint64_t fnv1a(std::string_view bytes) {
@@ -110,26 +72,7 @@ rendezvous::WallTime ControlPlaneProcess::wall(TimePoint now) const {
 void ControlPlaneProcess::start(SimContext& ctx) {
   next_heartbeat_ = ctx.now();
   if (info_.id >= options_.voters) return;
-  consensus::Recovered recovered;
-  auto& storage = ctx.storage();
-  if (auto it = storage.find("hard"); it != storage.end()) {
-    recovered.hard_state = consensus::HardState{get_u64(it->second, 0), get_u64(it->second, 8)};
-  }
-  if (auto it = storage.find("snapshot"); it != storage.end()) {
-    recovered.snapshot = decode_snapshot(it->second);
-  }
-  const Index base = recovered.snapshot ? recovered.snapshot->last_index : 0;
-  for (auto it = storage.lower_bound("log/"); it != storage.end() && it->first.starts_with("log/");
-       ++it) {
-    const std::string& v = it->second;
-    Entry e;
-    e.term = get_u64(v, 0);
-    e.index = base + recovered.log.size() + 1;
-    e.type = static_cast<EntryType>(v.at(8));
-    e.data = v.substr(9);
-    if (it->first != log_key(e.index)) die("stored log is not contiguous");
-    recovered.log.push_back(std::move(e));
-  }
+  consensus::Recovered recovered = recover_raft_state(ctx.storage());
   // The owner's side of a restart: the table comes back from the snapshot, the rest from the log.
   if (recovered.snapshot) {
     auto restored = rendezvous::JobTable::restore(recovered.snapshot->data);
@@ -248,36 +191,9 @@ bool ControlPlaneProcess::propose_command(SimContext& ctx, const std::string& jo
   return true;
 }
 
-void ControlPlaneProcess::persist(SimContext& ctx, const consensus::Persist& persist) {
-  // The storage map is the disk: durable as soon as written.
-  auto& storage = ctx.storage();
-  if (persist.hard_state) {
-    std::string v;
-    put_u64(v, persist.hard_state->term);
-    put_u64(v, persist.hard_state->vote);
-    storage["hard"] = v;
-  }
-  if (persist.snapshot) {
-    storage["snapshot"] = encode_snapshot(*persist.snapshot);
-    storage.erase(storage.lower_bound("log/"),
-                  storage.upper_bound(log_key(persist.snapshot->last_index)));
-  }
-  if (persist.truncate_from) {
-    storage.erase(storage.lower_bound(log_key(*persist.truncate_from)),
-                  storage.lower_bound("log0"));  // '0' follows '/': the end of the log keys
-  }
-  for (const auto& e : persist.append) {
-    std::string v;
-    put_u64(v, e.term);
-    v.push_back(static_cast<char>(e.type));
-    v += e.data;
-    storage[log_key(e.index)] = std::move(v);
-  }
-}
-
 void ControlPlaneProcess::carry_out(SimContext& ctx) {
   // The durability contract's order: persist, send, restore, apply.
-  persist(ctx, effects_.persist);
+  persist_raft_state(ctx.storage(), effects_.persist);
   for (auto& m : effects_.sends) {
     std::size_t bytes = 48;
     if (const auto* ae = std::get_if<consensus::AppendEntries>(&m.body)) {
@@ -302,7 +218,7 @@ void ControlPlaneProcess::carry_out(SimContext& ctx) {
     if (!raft_->compact(raft_->last_applied(), table_.snapshot(), compaction).ok()) {
       die("compaction refused");
     }
-    persist(ctx, compaction.persist);
+    persist_raft_state(ctx.storage(), compaction.persist);
   }
 }
 

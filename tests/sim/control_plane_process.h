@@ -5,7 +5,8 @@
 // Model (a simplified daemon; daemon/node/round_service.cc and job_service.cc are the real ones):
 //  - `daemons` daemons ("d<k>" at address "cp-<k>"); daemons 0 .. voters-1 run the real
 //    consensus::Raft with their durable state in the simulator's storage (kept across crash and
-//    restart, written in the Effects order: persist, send, restore, apply). Every voter applies
+//    restart, laid out by tests/sim/raft_storage.h, written in the Effects order: persist,
+//    send, restore, apply). Every voter applies
 //    the committed entries to its own rendezvous::JobTable and compacts every `compact_every`
 //    applied entries with JobTable::snapshot() as the snapshot data, so restarts and lagging
 //    voters rebuild the table through JobTable::restore. Non-voters hold no table (Raft has no
@@ -172,7 +173,6 @@ class ControlPlaneProcess : public SimProcess {
   };
 
   void carry_out(SimContext& ctx);
-  void persist(SimContext& ctx, const consensus::Persist& persist);
   void apply_entry(SimContext& ctx, const consensus::Entry& entry);
   void propose_submit(SimContext& ctx, const CpSubmit& submit);
   void reply(SimContext& ctx, const std::string& to, CpSubmitReply reply);

@@ -2,17 +2,17 @@
 // RaftCluster, a scenario harness that drives clients and checks Raft's safety properties after
 // every simulator event.
 //
-// Durable state lives in the SimProcess storage (kept across crash and restart): "hard" holds
-// (term, vote), "snapshot" the latest snapshot, "log/<index, zero-padded>" one entry each after
-// it. RaftProcess carries out Effects in the contract's order -- persist, then send, then
-// restore, then apply -- so a crash can never lose a vote or an acknowledged entry.
-// The state machine is the sequence of applied entries itself (applied()); its snapshot bytes
-// encode that sequence, so a node restored from a snapshot (InstallSnapshot, or its own after
-// a restart) holds the same sequence the checkers compare. Every node compacts once it has
-// applied `compact_every` entries past its snapshot, so InstallSnapshot and restarts from a
-// snapshot happen all the time. A crash happens between simulator events, i.e. between whole
-// Effects; crashes in the middle of a persist step (torn writes) are covered by RaftLog's unit
-// tests, not here.
+// Durable state lives in the SimProcess storage (kept across crash and restart), laid out by
+// tests/sim/raft_storage.h: "hard" holds (term, vote), "snapshot" the latest snapshot,
+// "log/<index, zero-padded>" one entry each after it. RaftProcess carries out Effects in the
+// contract's order -- persist, then send, then restore, then apply -- so a crash can never lose a
+// vote or an acknowledged entry. The state machine is the sequence of applied entries itself
+// (applied()); its snapshot bytes encode that sequence, so a node restored from a snapshot
+// (InstallSnapshot, or its own after a restart) holds the same sequence the checkers compare. Every
+// node compacts once it has applied `compact_every` entries past its snapshot, so InstallSnapshot
+// and restarts from a snapshot happen all the time. A crash happens between simulator events, i.e.
+// between whole Effects; crashes in the middle of a persist step (torn writes) are covered by
+// RaftLog's unit tests, not here.
 //
 // Checks (registered as simulator invariants, so the first violation stops the run):
 //  - election safety: at most one leader per term, ever (a term -> leader record);
