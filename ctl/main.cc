@@ -144,6 +144,13 @@ int status_command(const std::string& socket, bool json) {
   } else {
     std::cout << "raft:       not a voter (voters " << voters << ")\n";
   }
+  for (const auto& r : status->rounds) {
+    std::cout << "round:      job " << r.job << " round " << r.round << " (term " << r.term
+              << "): ranks " << r.first_rank << ".." << r.first_rank + r.slots - 1 << " of "
+              << r.world << ", store " << r.store_endpoint << (r.fenced ? ", FENCED" : "")
+              << "; job tier: " << r.suspicions << " suspicions (" << r.suspicions_cleared
+              << " cleared), " << r.declared << " lost\n";
+  }
   return 0;
 }
 

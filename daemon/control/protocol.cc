@@ -133,6 +133,20 @@ std::string encode_reply(const NodesReply& reply) {
 }
 
 std::string encode_reply(const StatusReply& reply) {
+  json rounds = json::array();
+  for (const RoundRow& r : reply.rounds) {
+    rounds.push_back({{"job", r.job},
+                      {"term", r.term},
+                      {"round", r.round},
+                      {"first_rank", r.first_rank},
+                      {"slots", r.slots},
+                      {"world", r.world},
+                      {"store_endpoint", r.store_endpoint},
+                      {"fenced", r.fenced},
+                      {"suspicions", r.suspicions},
+                      {"suspicions_cleared", r.suspicions_cleared},
+                      {"declared", r.declared}});
+  }
   return dump(json{{"ok", true},
                    {"self", to_json(reply.self)},
                    {"members",
@@ -148,7 +162,8 @@ std::string encode_reply(const StatusReply& reply) {
                      {"commit_index", reply.consensus.commit_index},
                      {"last_index", reply.consensus.last_index},
                      {"voters", reply.consensus.voters},
-                     {"jobs", reply.consensus.jobs}}}});
+                     {"jobs", reply.consensus.jobs}}},
+                   {"rounds", std::move(rounds)}});
 }
 
 std::string encode_error_reply(const std::string& message) {
@@ -246,6 +261,24 @@ Result<StatusReply> decode_status_reply(const std::string& text) {
           read_field(*raft, "voters", c.voters, error) &&
           read_field(*raft, "jobs", c.jobs, error))) {
       return Error{"Bad status reply: " + error + "."};
+    }
+  }
+  if (const auto rounds = reply.find("rounds"); rounds != reply.end() && rounds->is_array()) {
+    for (const json& row : *rounds) {
+      if (!row.is_object()) return Error{"Bad status reply: a round is not an object."};
+      RoundRow r;
+      if (!(read_field(row, "job", r.job, error) && read_field(row, "term", r.term, error) &&
+            read_field(row, "round", r.round, error) &&
+            read_field(row, "first_rank", r.first_rank, error) &&
+            read_field(row, "slots", r.slots, error) && read_field(row, "world", r.world, error) &&
+            read_field(row, "store_endpoint", r.store_endpoint, error) &&
+            read_field(row, "fenced", r.fenced, error) &&
+            read_field(row, "suspicions", r.suspicions, error) &&
+            read_field(row, "suspicions_cleared", r.suspicions_cleared, error) &&
+            read_field(row, "declared", r.declared, error))) {
+        return Error{"Bad status reply: " + error + "."};
+      }
+      out.rounds.push_back(std::move(r));
     }
   }
   return out;

@@ -103,6 +103,21 @@ struct ConsensusInfo {
   std::uint64_t jobs = 0;  // jobs in this node's applied table (voters only)
 };
 
+// A job round this daemon is a member of, and what its job tier has seen (JobWatchStats).
+struct RoundRow {
+  std::string job;
+  std::uint64_t term = 0;
+  std::uint64_t round = 0;
+  std::uint32_t first_rank = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t world = 0;
+  std::string store_endpoint;
+  bool fenced = false;  // its lease ran out: the workers must not run
+  std::uint64_t suspicions = 0;
+  std::uint64_t suspicions_cleared = 0;
+  std::uint64_t declared = 0;  // peers declared lost
+};
+
 // Reply to "status": who this node is, how many members it sees in each state, and Raft.
 struct StatusReply {
   SelfInfo self;
@@ -111,6 +126,7 @@ struct StatusReply {
   std::uint64_t dead = 0;
   std::uint64_t left = 0;
   ConsensusInfo consensus;
+  std::vector<RoundRow> rounds;
 };
 
 std::string encode_request(const Request& request);

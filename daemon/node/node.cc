@@ -276,6 +276,11 @@ int Node::run() {
     control_->process(now);
     deliver(now, received.envelopes, effects);
     if (stop_) break;
+    // A peer whose TCP connection dropped (kill -9 closes it at once): its round peers suspect
+    // it now instead of after job_peer_timeout of silence.
+    for (const transport::PeerDisconnect& lost : transport_->take_disconnects()) {
+      if (!lost.name.empty()) rounds_->on_peer_disconnected(now, lost.name);
+    }
     membership_->tick(now, effects);
     carry_out(now, std::move(effects));
     if (consensus_) {
@@ -592,6 +597,19 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
       raft.commit_index = status.commit_index;
       raft.last_index = status.last_index;
       raft.jobs = jobs_.job_count();
+    }
+    for (const MemberRound& r : rounds_->member_rounds()) {
+      reply.rounds.push_back(control::RoundRow{.job = r.job,
+                                               .term = r.term,
+                                               .round = r.round,
+                                               .first_rank = r.first_rank,
+                                               .slots = r.slots,
+                                               .world = r.world,
+                                               .store_endpoint = r.store_endpoint,
+                                               .fenced = r.fenced,
+                                               .suspicions = r.watch.suspicions,
+                                               .suspicions_cleared = r.watch.suspicions_cleared,
+                                               .declared = r.watch.declared});
     }
     return control::encode_reply(reply);
   }

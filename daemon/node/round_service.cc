@@ -343,6 +343,15 @@ void RoundService::on_envelope(TimePoint now, const wire::Envelope& envelope) {
   }
 }
 
+void RoundService::on_peer_disconnected(TimePoint now, const std::string& peer) {
+  for (auto& [job, watched] : watched_) {
+    if (!watched.watch || peer == self_) continue;
+    rendezvous::JobWatchEffects effects;
+    watched.watch->on_peer_event(now, peer, rendezvous::PeerEventKind::kDisconnected, effects);
+    carry_out(now, effects);
+  }
+}
+
 void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope) {
   auto start = decode_round_start(envelope.body);
   if (!start.ok()) {
@@ -391,7 +400,8 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
                                .slots = self->slots,
                                .world = rendezvous::world_size(round.ranks),
                                .store_endpoint = round.store_endpoint,
-                               .fenced = false};
+                               .fenced = false,
+                               .watch = {}};
     watched.declared.clear();
     const auto& r = config_.rendezvous;
     watched.watch = std::make_unique<rendezvous::JobWatch>(
@@ -518,7 +528,10 @@ TimePoint RoundService::next_deadline() const {
 
 std::vector<MemberRound> RoundService::member_rounds() const {
   std::vector<MemberRound> rounds;
-  for (const auto& [job, watched] : watched_) rounds.push_back(watched.info);
+  for (const auto& [job, watched] : watched_) {
+    rounds.push_back(watched.info);
+    if (watched.watch) rounds.back().watch = watched.watch->stats();
+  }
   return rounds;
 }
 

@@ -70,7 +70,8 @@ struct MemberRound {
   std::uint32_t slots = 0;
   std::uint64_t world = 0;
   std::string store_endpoint;
-  bool fenced = false;  // the lease ran out: the workers must not run
+  bool fenced = false;              // the lease ran out: the workers must not run
+  rendezvous::JobWatchStats watch;  // the job tier's counters for this round
 };
 
 class RoundService {
@@ -93,6 +94,8 @@ class RoundService {
 
   // Member half.
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
+  // The transport saw the connection to `peer` drop: its round watches suspect it at once.
+  void on_peer_disconnected(TimePoint now, const std::string& peer);
   void tick(TimePoint now);
   TimePoint next_deadline() const;
 

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -19,6 +20,13 @@ using std::chrono::milliseconds;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "elastic";
 constexpr const char* kMonitorEndpoint = "inproc://elastic.router.monitor";
+// Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
+constexpr const char* kPeerMonitorPrefix = "inproc://elastic.peer.monitor.";
+// The handshake (not the bare TCP connect) arms a peer's disconnect report; see the header.
+constexpr int kPeerMonitorEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED;
+// Recorded disconnects an owner has not taken; beyond this the oldest go (still counted), so
+// an owner that never calls take_disconnects() cannot grow memory with a flapping peer.
+constexpr std::size_t kMaxUntakenDisconnects = 4096;
 // First messages to a peer whose connection is not up yet wait here (see the header).
 constexpr std::size_t kMaxPendingPerPeer = 64;
 // While messages are pending, receive() wakes this often to retry them.
@@ -64,6 +72,10 @@ class ZmqTransport::Impl {
     TimePoint last_send;
     bool connected = false;  // a send has succeeded since the DEALER was created
     std::deque<std::string> pending;
+    // Reports this DEALER's connection events. Declared after `socket` so it is destroyed
+    // first: a DEALER being closed on purpose can never be read as a disconnect.
+    std::unique_ptr<zmq::socket_t> monitor;
+    bool handshaken = false;  // a handshake succeeded and no disconnect was reported since
   };
 
   explicit Impl(TransportOptions options) : options_(std::move(options)) {
@@ -197,6 +209,15 @@ class ZmqTransport::Impl {
         peer.socket->set(zmq::sockopt::curve_publickey, own_keys_.public_key);
         peer.socket->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
       }
+      const std::string monitor_endpoint = kPeerMonitorPrefix + std::to_string(++monitors_);
+      if (zmq_socket_monitor(peer.socket->handle(), monitor_endpoint.c_str(), kPeerMonitorEvents) !=
+          0) {
+        return Error{"Cannot monitor the connection to " + address.address + ": " +
+                     zmq_strerror(zmq_errno()) + "."};
+      }
+      peer.monitor = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+      peer.monitor->set(zmq::sockopt::linger, 0);
+      peer.monitor->connect(monitor_endpoint);
       peer.socket->connect(address.address);
     } catch (const zmq::error_t& e) {
       return Error{"Cannot connect to " + address.address + ": " + e.what() + "."};
@@ -279,12 +300,22 @@ class ZmqTransport::Impl {
     // Clamped so a caller's "forever" (Duration::max()) cannot overflow the deadline.
     const TimePoint deadline =
         steady_now() + std::clamp<Duration>(max_wait, Duration::zero(), std::chrono::hours(24));
+    const std::uint64_t disconnects_before = stats_.disconnects;
     std::vector<zmq_pollitem_t> items;
+    std::vector<std::pair<const std::string*, Peer*>> monitored;  // parallel to their items
     for (;;) {
       items.clear();
+      monitored.clear();
       items.push_back({router_->handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t zap_item = items.size();
       if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t monitor_item = items.size();
       if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t first_peer_monitor = items.size();
+      for (auto& [address, peer] : peers_) {
+        items.push_back({peer.monitor->handle(), 0, ZMQ_POLLIN, 0});
+        monitored.emplace_back(&address, &peer);
+      }
       const std::size_t first_fd = items.size();
       for (int fd : extra_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
 
@@ -296,8 +327,13 @@ class ZmqTransport::Impl {
           duration_cast<milliseconds>(wait + milliseconds(1) - Duration(1)).count();
       const int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
       if (rc > 0) {
-        if (zap_ && (items[1].revents & ZMQ_POLLIN)) serve_zap();
-        if (monitor_ && (items[first_fd - 1].revents & ZMQ_POLLIN)) drain_monitor();
+        if (zap_ && (items[zap_item].revents & ZMQ_POLLIN)) serve_zap();
+        if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) drain_monitor();
+        for (std::size_t i = 0; i < monitored.size(); ++i) {
+          if (items[first_peer_monitor + i].revents & ZMQ_POLLIN) {
+            drain_peer_monitor(*monitored[i].first, *monitored[i].second);
+          }
+        }
         if (items[0].revents & ZMQ_POLLIN) drain_router(&result.envelopes);
         for (std::size_t i = first_fd; i < items.size(); ++i) {
           if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
@@ -308,7 +344,10 @@ class ZmqTransport::Impl {
       for (auto& [address, peer] : peers_) {
         if (!peer.pending.empty()) flush(peer, now);
       }
-      if (!result.envelopes.empty() || !result.readable_fds.empty() || now >= deadline) break;
+      if (!result.envelopes.empty() || !result.readable_fds.empty() ||
+          stats_.disconnects > disconnects_before || now >= deadline) {
+        break;
+      }
     }
     return result;
   }
@@ -416,6 +455,38 @@ class ZmqTransport::Impl {
     }
   }
 
+  // Monitor events are [event id (u16) + value (u32), endpoint]; only the id matters here.
+  void drain_peer_monitor(const std::string& address, Peer& peer) {
+    for (;;) {
+      std::vector<zmq::message_t> event;
+      try {
+        if (!zmq::recv_multipart(*peer.monitor, std::back_inserter(event),
+                                 zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (event.empty() || event[0].size() < sizeof(std::uint16_t)) continue;
+      std::uint16_t id = 0;
+      std::memcpy(&id, event[0].data(), sizeof(id));
+      if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        peer.handshaken = true;
+      } else if (id == ZMQ_EVENT_DISCONNECTED && peer.handshaken) {
+        peer.handshaken = false;  // one report per connection; the next handshake re-arms
+        if (disconnects_.size() >= kMaxUntakenDisconnects) disconnects_.erase(disconnects_.begin());
+        disconnects_.push_back(PeerDisconnect{peer.name, address, steady_now()});
+        ++stats_.disconnects;
+      }
+    }
+  }
+
+  std::vector<PeerDisconnect> take_disconnects() {
+    std::vector<PeerDisconnect> taken;
+    taken.swap(disconnects_);
+    return taken;
+  }
+
   void close_idle(TimePoint now) {
     for (auto it = peers_.begin(); it != peers_.end();) {
       if (now - it->second.last_send >= options_.idle_peer_close) {
@@ -442,6 +513,8 @@ class ZmqTransport::Impl {
   std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
   std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
   std::map<std::string, Peer> peers_;                   // by address
+  std::uint64_t monitors_ = 0;                          // peer monitors created so far
+  std::vector<PeerDisconnect> disconnects_;             // recorded, not yet taken
   std::uint64_t seq_ = 0;
   std::string leader_hint_;  // stamped on every envelope (gossip hint)
   std::uint64_t leader_term_ = 0;
@@ -464,6 +537,7 @@ Received ZmqTransport::receive(Duration max_wait, const std::vector<int>& extra_
   return impl_->receive(max_wait, extra_fds);
 }
 void ZmqTransport::close_idle(TimePoint now) { impl_->close_idle(now); }
+std::vector<PeerDisconnect> ZmqTransport::take_disconnects() { return impl_->take_disconnects(); }
 
 void ZmqTransport::set_leader_hint(std::string leader, std::uint64_t term) {
   impl_->leader_hint_ = std::move(leader);

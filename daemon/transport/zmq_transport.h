@@ -19,7 +19,23 @@
 //
 // Receiving: receive() decodes each inbound envelope with the cluster id, protocol version and
 // max_message_bytes; malformed, oversized, wrong-version and wrong-cluster messages are dropped
-// and counted by reason. It returns as soon as at least one envelope (or watched fd) is ready.
+// and counted by reason. It returns as soon as at least one envelope (or watched fd) is ready,
+// or a peer disconnect was recorded (below).
+//
+// Peer disconnects (job-tier detection): each DEALER has a socket monitor (an inproc PAIR per
+// DEALER, polled inside receive() and closed with the DEALER). When the connection of a DEALER
+// whose ZMTP handshake had succeeded drops, the peer is recorded as a PeerDisconnect (the name
+// the DEALER was created for, its address, the time) for take_disconnects(), and counted in
+// TransportStats::disconnects. Why: when a peer's process dies (kill -9, OOM), its kernel
+// closes the TCP connection, which shows here within about a millisecond as a FIN or reset;
+// keepalive silence takes 600 ms or more. Only connections we dial are watched, so a peer is
+// covered while this node sends to it (the job tier probes its peers all the time). The
+// handshake, not the bare TCP connect, arms the report, so a peer that keeps refusing us
+// (CURVE denial) does not report a disconnect on every retry. ZeroMQ keeps reconnecting; a
+// later successful handshake re-arms the report, so a restarted peer that dies again reports
+// again. A ZMTP heartbeat timeout also ends a connection and reports. DEALERs closed by
+// close_idle() (or replaced because the address now names another node) never report.
+// receive() returns as soon as it recorded a disconnect, even with nothing else ready.
 //
 // CURVE (options.curve set): the ROUTER is a CURVE server with this node's keypair; a ZAP
 // handler (inproc://zeromq.zap.01 in this transport's private context, serviced by the owner's
@@ -89,12 +105,20 @@ struct TransportStats {
   std::uint64_t dropped_unauthenticated = 0;
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
+  std::uint64_t disconnects = 0;  // recorded PeerDisconnects (see the contract above)
 };
 
 // Where a message goes: the peer's ROUTER endpoint and, when known, its node name.
 struct PeerAddress {
   std::string address;
   std::string name;  // required with CURVE (it selects the server key); may be "" otherwise
+};
+
+// The connection to a peer we had sent to dropped (its process most likely died).
+struct PeerDisconnect {
+  std::string name;     // the peer name the DEALER was created for ("" if sent without one)
+  std::string address;  // the peer's ROUTER endpoint, as passed to send()
+  TimePoint at;         // steady clock, when receive() saw the event
 };
 
 struct Received {
@@ -120,8 +144,13 @@ class ZmqTransport {
   // ZAP handler and retries pending first messages while it waits.
   Received receive(Duration max_wait, const std::vector<int>& extra_fds = {});
 
-  // Closes DEALERs without a send since now - idle_peer_close (steady clock).
+  // Closes DEALERs without a send since now - idle_peer_close (steady clock). They never
+  // report a disconnect.
   void close_idle(TimePoint now);
+
+  // The peer disconnects recorded by receive() since the last call, oldest first; the
+  // transport forgets them. A peer that reconnects and drops again appears again.
+  std::vector<PeerDisconnect> take_disconnects();
 
   std::string bound_endpoint() const;
   // What this node stamps as sender_address.

@@ -403,6 +403,23 @@ TEST(ConsensusInteg, RoundsOpenRunAndReplaceALostNode) {
       << job.dump();
   const std::vector<std::string> first = rank_nodes(job);
   ASSERT_EQ(first.size(), 3u);
+  // Each member daemon shows its part of the round (ranks, world, store) in `status`.
+  for (std::size_t rank = 0; rank < first.size(); ++rank) {
+    Daemon* member = c.by_name(first[rank]);
+    nlohmann::json rounds;
+    EXPECT_TRUE(wait_until(
+        [&] {
+          const RunResult r = elasticctl(ctl_args(*member, {"status", "--json"}));
+          rounds = nlohmann::json::parse(r.out, nullptr, false).value("rounds", nlohmann::json());
+          return rounds.is_array() && rounds.size() == 1 && rounds[0]["round"] == 1;
+        },
+        kElect))
+        << first[rank] << ": " << rounds.dump();
+    EXPECT_EQ(rounds[0]["first_rank"], rank);
+    EXPECT_EQ(rounds[0]["world"], 3);
+    EXPECT_EQ(rounds[0]["fenced"], false);
+    EXPECT_EQ(rounds[0]["store_endpoint"], job["store_endpoint"]);
+  }
   EXPECT_EQ(job["store_endpoint"].get<std::string>().rfind("127.0.0.1:", 0), 0u);
 
   // Kill a member that is neither the leader nor n4 (the client).

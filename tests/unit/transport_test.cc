@@ -3,9 +3,12 @@
 #include "daemon/transport/zmq_transport.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <zmq.hpp>
 
@@ -29,6 +32,7 @@ namespace elastic::transport {
 namespace {
 
 using namespace std::chrono_literals;
+using elastic::testing::Process;
 using elastic::testing::TempDir;
 using elastic::testing::wait_until;
 
@@ -214,7 +218,10 @@ TEST(Transport, IdlePeersAreClosedAfterIdlePeerClose) {
   const TimePoint after_b = std::chrono::steady_clock::now();
   ASSERT_OK(a->send({c->bound_endpoint(), "c"}, nack(2)));
   EXPECT_EQ(a->open_peers(), 2u);
-  ASSERT_TRUE(flush(*a, 2));
+  // Delivered, not just handed to ZeroMQ: closing a DEALER (LINGER 0) drops what it has not
+  // written to TCP yet.
+  ASSERT_EQ(receive_n(*b, 1, {a.get()}).size(), 1u);
+  ASSERT_EQ(receive_n(*c, 1, {a.get()}).size(), 1u);
   a->close_idle(after_b + 30s);
   EXPECT_EQ(a->open_peers(), 2u);
   a->close_idle(std::chrono::steady_clock::now() + 61s);
@@ -223,7 +230,7 @@ TEST(Transport, IdlePeersAreClosedAfterIdlePeerClose) {
   // A closed peer is reopened by the next send.
   ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(3)));
   EXPECT_EQ(a->open_peers(), 1u);
-  EXPECT_EQ(receive_n(*b, 2, {a.get()}).size(), 2u);
+  EXPECT_EQ(receive_n(*b, 1, {a.get()}).size(), 1u);
 }
 
 TEST(Transport, ARestartedNodeReachesItsPeersUnderANewAndUnderTheSameRoutingId) {
@@ -244,6 +251,138 @@ TEST(Transport, ARestartedNodeReachesItsPeersUnderANewAndUnderTheSameRoutingId) 
     EXPECT_EQ(got[0].sender, "a");
     EXPECT_EQ(got[0].generation, generation);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peer disconnects
+
+// The dying peer runs in a child process, so SIGKILL closes its connections the way a crashed
+// daemon's kernel does. The child is this test binary again: with kPeerEnv set it serves a
+// transport from a static initializer (the end of this file) instead of running tests. It
+// prints "endpoint <bound endpoint>" once, then "got <probe>" for each Nack it receives.
+constexpr const char* kPeerEnv = "ELASTIC_TRANSPORT_TEST_PEER_BIND";
+
+class PeerProcess {
+ public:
+  PeerProcess(const TempDir& logs, const std::string& name, const std::string& bind)
+      : process_({std::filesystem::read_symlink("/proc/self/exe").string()}, {{kPeerEnv, bind}},
+                 logs.path(), name) {}
+
+  // The endpoint the child bound; "" if it did not say within the deadline.
+  std::string endpoint() {
+    std::string found;
+    wait_until(
+        [&] {
+          const std::string out = process_.out();
+          const std::size_t start = out.find("endpoint ");
+          const std::size_t end = out.find('\n', start);
+          if (start == std::string::npos || end == std::string::npos) return false;
+          found = out.substr(start + 9, end - start - 9);
+          return true;
+        },
+        10s);
+    return found;
+  }
+  bool got(std::uint64_t probe) const {
+    return process_.out().find("got " + std::to_string(probe) + "\n") != std::string::npos;
+  }
+  std::string err() const { return process_.err(); }
+  void kill() {
+    process_.signal(SIGKILL);
+    ASSERT_TRUE(process_.wait(10s).has_value());
+  }
+
+ private:
+  Process process_;
+};
+
+// Sends `probe` from `t` to the peer until the peer printed it: the send is refused while the
+// DEALER (re)connects, and a delivered message proves the handshake that arms the report.
+bool deliver(ZmqTransport& t, PeerProcess& peer, const PeerAddress& address, std::uint64_t probe) {
+  bool sent = false;
+  return wait_until(
+      [&] {
+        if (!sent) sent = t.send(address, nack(probe)).ok();
+        (void)t.receive(20ms);
+        return sent && peer.got(probe);
+      },
+      15s);
+}
+
+// Pumps `t` until at least `count` disconnects were reported (or the deadline passed).
+std::vector<PeerDisconnect> disconnects(ZmqTransport& t, std::size_t count) {
+  std::vector<PeerDisconnect> got;
+  wait_until(
+      [&] {
+        (void)t.receive(20ms);
+        for (PeerDisconnect& d : t.take_disconnects()) got.push_back(std::move(d));
+        return got.size() >= count;
+      },
+      10s);
+  return got;
+}
+
+TEST(TransportDisconnect, AKilledPeerIsReportedAtOnceAndAgainAfterItRestarts) {
+  TempDir logs;
+  auto a = open_transport(options("a", 1));
+  ASSERT_TRUE(a);
+  PeerProcess first(logs, "first", "tcp://127.0.0.1:*");
+  const std::string endpoint = first.endpoint();
+  ASSERT_FALSE(endpoint.empty()) << first.err();
+  ASSERT_TRUE(deliver(*a, first, {endpoint, "peer"}, 1));
+  EXPECT_TRUE(a->take_disconnects().empty());
+
+  first.kill();
+  const TimePoint killed = std::chrono::steady_clock::now();
+  // Nothing else is ready, yet receive() returns as soon as the disconnect is seen, long
+  // before its 20 s and before any heartbeat (200 ms interval, 1 s timeout) could notice.
+  Received r = a->receive(20s);
+  const Duration took = std::chrono::steady_clock::now() - killed;
+  EXPECT_TRUE(r.envelopes.empty());
+  EXPECT_LT(took, 5s);
+  std::vector<PeerDisconnect> gone = a->take_disconnects();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "peer");
+  EXPECT_EQ(gone[0].address, endpoint);
+  EXPECT_GE(gone[0].at, killed);
+  EXPECT_EQ(a->stats().disconnects, 1u);
+  EXPECT_TRUE(a->take_disconnects().empty());  // taken once
+
+  // The same daemon restarts on the same port: ZeroMQ reconnects the same DEALER, the new
+  // handshake re-arms the report, and the second death is reported too.
+  PeerProcess second(logs, "second", endpoint);
+  ASSERT_EQ(second.endpoint(), endpoint) << second.err();
+  ASSERT_TRUE(deliver(*a, second, {endpoint, "peer"}, 2));
+  EXPECT_EQ(a->stats().peers_opened, 1u);
+  EXPECT_TRUE(a->take_disconnects().empty());
+  second.kill();
+  gone = disconnects(*a, 1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "peer");
+  EXPECT_EQ(a->stats().disconnects, 2u);
+}
+
+TEST(TransportDisconnect, AnIdleClosedPeerReportsNothing) {
+  auto a = open_transport(options("a", 1));
+  auto b = open_transport(options("b", 1));
+  auto c = open_transport(options("c", 1));
+  ASSERT_TRUE(a && b && c);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  ASSERT_EQ(receive_n(*b, 1, {a.get()}).size(), 1u);
+  a->close_idle(std::chrono::steady_clock::now() + 61s);
+  ASSERT_EQ(a->open_peers(), 0u);
+  ASSERT_OK(a->send({c->bound_endpoint(), "c"}, nack(2)));
+  ASSERT_EQ(receive_n(*c, 1, {a.get()}).size(), 1u);
+
+  // b's connection went with its DEALER; c's is live. Both peers go away: only c is reported
+  // (b had its chance first, so waiting for c's report covers it).
+  b.reset();
+  c.reset();
+  std::vector<PeerDisconnect> gone = disconnects(*a, 1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "c");
+  EXPECT_TRUE(a->take_disconnects().empty());
+  EXPECT_EQ(a->stats().disconnects, 1u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,6 +453,23 @@ TEST_F(CurveTransport, AKeyOutsideTheAllowListCannotDeliver) {
   for (wire::Envelope& e : receive_n(*b, 1, {a.get(), x.get()})) got.push_back(std::move(e));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].sender, "a");
+  // b closes every refused connection, but x never got through a handshake: not a disconnect.
+  EXPECT_TRUE(x->take_disconnects().empty());
+  EXPECT_EQ(x->stats().disconnects, 0u);
+}
+
+TEST_F(CurveTransport, ACurvePeerThatGoesAwayIsReported) {
+  auto a = open_transport(curve_options("a", allowed_dir()));
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  ASSERT_EQ(receive_n(*b, 1, {a.get()}).size(), 1u);
+  const std::string endpoint = b->bound_endpoint();
+  b.reset();
+  std::vector<PeerDisconnect> gone = disconnects(*a, 1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "b");
+  EXPECT_EQ(gone[0].address, endpoint);
 }
 
 TEST_F(CurveTransport, APlainClientCannotDeliverToACurveServer) {
@@ -413,6 +569,31 @@ TEST(Generation, AnUncreatableDirectoryIsAnErrorNamingIt) {
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.error().message.find(dir / "file"), std::string::npos) << g.error().message;
 }
+
+// Peer mode of this binary (see PeerProcess). It runs before main(), so the child never
+// reaches gtest; SIGKILL from the test is its only way out.
+[[noreturn]] void serve_as_peer(const char* bind) {
+  TransportOptions o = options("peer", 1);
+  o.bind = bind;
+  Result<std::unique_ptr<ZmqTransport>> t = ZmqTransport::open(o);
+  if (!t.ok()) {
+    std::fprintf(stderr, "%s\n", t.error().message.c_str());
+    std::_Exit(1);
+  }
+  std::printf("endpoint %s\n", (*t)->bound_endpoint().c_str());
+  std::fflush(stdout);
+  for (;;) {
+    for (const wire::Envelope& e : (*t)->receive(1s).envelopes) {
+      std::printf("got %llu\n", static_cast<unsigned long long>(probe_of(e)));
+      std::fflush(stdout);
+    }
+  }
+}
+
+[[maybe_unused]] const bool kServesAsPeer = [] {
+  if (const char* bind = std::getenv(kPeerEnv)) serve_as_peer(bind);
+  return false;
+}();
 
 }  // namespace
 }  // namespace elastic::transport
