@@ -174,6 +174,9 @@ class ZmqTransport::Impl {
   Result<Peer*> peer_for(const PeerAddress& address, TimePoint now) {
     auto it = peers_.find(address.address);
     if (it != peers_.end() && (!options_.curve || it->second.name == address.name)) {
+      // A DEALER first opened for a seed (address only) learns its node's name from the first
+      // named send, so a dropped connection can be attributed (job-tier fast detection).
+      if (!address.name.empty()) it->second.name = address.name;
       return &it->second;
     }
     if (it != peers_.end()) close_peer(it);  // the same address now belongs to another node

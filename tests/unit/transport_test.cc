@@ -362,6 +362,26 @@ TEST(TransportDisconnect, AKilledPeerIsReportedAtOnceAndAgainAfterItRestarts) {
   EXPECT_EQ(a->stats().disconnects, 2u);
 }
 
+// A seed is first dialled by address only (membership's join); later sends name it. The
+// connection learns the name, so its loss is attributed to that node (else the job tier could
+// not use it and would wait for keepalive silence).
+TEST(TransportDisconnect, APeerFirstDialledByAddressIsReportedByItsLaterName) {
+  TempDir logs;
+  auto a = open_transport(options("a", 1));
+  ASSERT_TRUE(a);
+  PeerProcess seed(logs, "seed", "tcp://127.0.0.1:*");
+  const std::string endpoint = seed.endpoint();
+  ASSERT_FALSE(endpoint.empty()) << seed.err();
+  ASSERT_TRUE(deliver(*a, seed, {endpoint, ""}, 1));
+  ASSERT_TRUE(deliver(*a, seed, {endpoint, "seed"}, 2));
+  EXPECT_EQ(a->stats().peers_opened, 1u);  // the same DEALER
+  seed.kill();
+  const std::vector<PeerDisconnect> gone = disconnects(*a, 1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "seed");
+  EXPECT_EQ(gone[0].address, endpoint);
+}
+
 TEST(TransportDisconnect, AnIdleClosedPeerReportsNothing) {
   auto a = open_transport(options("a", 1));
   auto b = open_transport(options("b", 1));
