@@ -71,7 +71,7 @@ t0=$(date +%s.%N)
 kill -KILL "${pids[$i]}"; wait "${pids[$i]}" 2>/dev/null || true; unset "pids[$i]"
 wait_for 60 "round 2 running" running 2
 echo "round 2 running $(python3 -c "import time;print(round(time.time()-$t0,1))") s after the kill" \
-  "(detection ~1 s, then the lost node's 3 s lease must run out)"
+  "(detection ~0.4 s, then the lost node's 3 s lease must run out)"
 ctl3 status "$job"
 ctl3 jobs
 echo "== elastic-trainer: 2 Gloo ranks, one epoch of Fashion-MNIST"
