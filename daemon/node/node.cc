@@ -286,9 +286,11 @@ int Node::run() {
     if (consensus_) {
       consensus_->tick(now);
       const bool leading = consensus_->is_leader();
-      rounds_->lead(now, leading, jobs_.table(),
-                    leading ? membership_->members() : std::vector<membership::MemberView>{},
-                    consensus_.get());
+      if (rounds_->lead_due(now, leading)) {
+        rounds_->lead(now, leading, jobs_.table(),
+                      leading ? membership_->members() : std::vector<membership::MemberView>{},
+                      consensus_.get());
+      }
       flush_consensus();
       if (consensus_->failed()) {
         exit_code_ = kExitIoError;

@@ -151,7 +151,10 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
             .at = wall};
         state.in_flight = true;
         consensus->propose(now, rendezvous::encode_command(running),
-                           [this, id](Result<std::string>) { leader_jobs_[id].in_flight = false; });
+                           [this, id](Result<std::string>) {
+                             leader_jobs_[id].in_flight = false;
+                             next_lead_ = TimePoint{};  // the table changed: act on it now
+                           });
         continue;
       }
     }
@@ -163,8 +166,18 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     }
     plan_job(now, job, usable, *consensus);
   }
+  next_lead_ = next_plan_;
   for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
-    it = table.job(it->first) == nullptr ? leader_jobs_.erase(it) : std::next(it);
+    const rendezvous::JobRecord* job = table.job(it->first);
+    if (job == nullptr) {
+      it = leader_jobs_.erase(it);
+      continue;
+    }
+    const LeaderJob& state = it->second;
+    const bool notifying =
+        is_active_round_state(job->state) || (job->round != 0 && now < state.ended_until);
+    if (notifying) next_lead_ = std::min(next_lead_, state.next_start);
+    ++it;
   }
 }
 
@@ -233,6 +246,7 @@ void RoundService::plan_job(TimePoint now, const rendezvous::JobRecord& job,
   consensus.propose(now, rendezvous::encode_command(command),
                     [this, id](Result<std::string> committed) {
                       leader_jobs_[id].in_flight = false;
+                      next_lead_ = TimePoint{};  // the table changed, or re-plan: act now
                       if (!committed.ok()) {
                         spdlog::info("rendezvous: job {}: proposal not committed: {}", id,
                                      committed.error().message);
@@ -284,6 +298,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
   if (verb == "round_ack") {
     if (it->second.acked.insert(from).second) {
+      next_lead_ = TimePoint{};  // the round may be complete: commit running now
       spdlog::debug("rendezvous: {} (gen {}) runs job {} round {}", from, generation, job, round);
     }
   } else if (verb == "peer_lost") {
@@ -293,6 +308,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
       spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
                    peer_generation, job, round, value.value("reason", ""));
       next_plan_ = now;
+      next_lead_ = TimePoint{};
     }
   }
 }
@@ -519,7 +535,7 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
 
 TimePoint RoundService::next_deadline() const {
   TimePoint deadline = std::min(holder_.next_deadline(), next_report_);
-  if (leading_) deadline = std::min(deadline, next_plan_);
+  if (leading_) deadline = std::min(deadline, next_lead_);
   for (const auto& [job, watched] : watched_) {
     if (watched.watch) deadline = std::min(deadline, watched.watch->next_deadline());
   }

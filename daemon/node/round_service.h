@@ -84,10 +84,15 @@ class RoundService {
   RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
                std::uint64_t seed, Hooks hooks);
 
-  // Leader half; call on every loop pass (cheap when nothing changed). `leading` false makes
-  // it forget leader state.
+  // Leader half. `leading` false makes it forget leader state. Call it when lead_due(): the
+  // caller builds the member list only then, since the loop runs on every received message.
   void lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
             const std::vector<membership::MemberView>& members, ConsensusHost* consensus);
+  // True when lead() has work: leadership changed, planning or a RoundStart resend is due, or a
+  // proposal of this leader was applied or a member reported since the last pass.
+  bool lead_due(TimePoint now, bool leading) const {
+    return leading != leading_ || (leading && now >= next_lead_);
+  }
   // A report from daemon `from` (generation `generation`) forwarded to this leader.
   void on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                  const std::string& verb, const std::string& args);
@@ -143,6 +148,7 @@ class RoundService {
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
   TimePoint next_plan_{};
+  TimePoint next_lead_{};  // when lead() next has work (see lead_due)
 
   // Member half.
   rendezvous::RoundFence fence_;
