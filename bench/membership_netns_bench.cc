@@ -26,11 +26,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench/stats.h"
 #include "tests/netns/daemon_cluster.h"
 #include "tests/netns/netns_cluster.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
+
+using elastic::bench::format;
 
 using namespace std::chrono_literals;
 using elastic::netns::DaemonCluster;
@@ -84,12 +87,6 @@ double rss_mib(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return -1;
-}
-
-std::string format(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
 }
 
 struct SetResult {

@@ -31,11 +31,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/stats.h"
 #include "tests/netns/daemon_cluster.h"
 #include "tests/netns/netns_cluster.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
+
+using elastic::bench::format;
+using elastic::bench::ms_since;
+using elastic::bench::quantile;
 
 using namespace std::chrono_literals;
 using elastic::netns::DaemonCluster;
@@ -62,24 +67,6 @@ std::vector<int> hosts_except(int excluded) {
     if (host != excluded) hosts.push_back(host);
   }
   return hosts;
-}
-
-std::string format(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// The value at quantile q (0..1) of `values`, nearest rank.
-double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(rank, values.size() - 1)];
 }
 
 // Waits until the cluster is whole: every daemon sees all alive, one agreed leader, and every

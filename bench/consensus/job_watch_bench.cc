@@ -28,9 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "tests/sim/job_watch_process.h"
 
 namespace {
+
+using elastic::bench::percentile;
 
 using namespace std::chrono_literals;
 using elastic::Duration;
@@ -45,15 +48,6 @@ double cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(rank));
-  const auto hi = static_cast<std::size_t>(std::ceil(rank));
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
 }
 
 struct Options {

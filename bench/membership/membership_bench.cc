@@ -35,9 +35,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/stats.h"
 #include "tests/sim/membership_process.h"
 
 namespace {
+
+using elastic::bench::percentile;
 
 using namespace std::chrono_literals;
 using elastic::Duration;
@@ -70,15 +73,6 @@ Memory memory() {
     if (key == "VmHWM:" && status >> kib) m.peak = kib * 1024;
   }
   return m;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(rank));
-  const auto hi = static_cast<std::size_t>(std::ceil(rank));
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
 }
 
 struct Options {
