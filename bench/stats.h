@@ -1,7 +1,8 @@
-// Small helpers the benchmarks share: quantiles of a sample and number formatting.
+// Small helpers the benchmarks share: quantiles of a sample, number formatting and clocks.
 // Header-only (benchmarks are single files); pure functions on values.
 #pragma once
 
+#include <time.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +42,13 @@ inline std::string format(double value, int decimals) {
 inline double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
+}
+
+// CPU time this process has used, in seconds (simulated work, not wall time).
+inline double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace elastic::bench

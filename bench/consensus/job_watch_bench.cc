@@ -33,6 +33,7 @@
 
 namespace {
 
+using elastic::bench::cpu_seconds;
 using elastic::bench::percentile;
 
 using namespace std::chrono_literals;
@@ -43,12 +44,6 @@ using elastic::rendezvous::JobWatchConfig;
 using elastic::sim::JobWatchCluster;
 using elastic::sim::JobWatchClusterOptions;
 using elastic::sim::NodeId;
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 struct Options {
   std::size_t nodes = 8;

@@ -40,6 +40,7 @@
 
 namespace {
 
+using elastic::bench::cpu_seconds;
 using elastic::bench::percentile;
 
 using namespace std::chrono_literals;
@@ -51,12 +52,6 @@ using elastic::sim::MembershipCluster;
 using elastic::sim::NodeId;
 using elastic::sim::ObservedEvent;
 using elastic::wire::MemberState;
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 // Resident and peak resident memory of this process, in bytes (from /proc/self/status).
 struct Memory {
