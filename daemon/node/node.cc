@@ -10,15 +10,21 @@
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "daemon/control/server.h"
 #include "daemon/rendezvous/job_codec.h"
+#include "daemon/rendezvous/job_spec.h"
+#include "daemon/spawner/spawner.h"
+#include "daemon/topology/topology.h"
 #include "daemon/transport/generation.h"
 #include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/codec.h"
@@ -106,6 +112,20 @@ std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
+}
+
+// The kForwardRequest carrying client call `id` (the call id doubles as its sequence number).
+wire::Envelope forward_envelope(std::uint64_t id, const ClientRequest& request) {
+  wire::Envelope envelope;
+  envelope.type = wire::MsgType::kForwardRequest;
+  envelope.body = encode_forward(ForwardRequest{.id = id,
+                                                .verb = request.verb,
+                                                .args = request.args,
+                                                .uid = request.uid,
+                                                .gid = request.gid,
+                                                .admin = request.admin,
+                                                .client_seq = id});
+  return envelope;
 }
 
 }  // namespace
@@ -222,18 +242,65 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     failure = {raft_failure.exit_code, raft_failure.message};
     return nullptr;
   }
+  // Workers: this host's binding plan and the spawner (which also ends the workers a killed
+  // predecessor of this daemon left behind).
+  auto machine = topology::load_this_host();
+  if (!machine.ok()) {
+    failure = {config::kExitUnavailable, machine.error().message};
+    return nullptr;
+  }
+  auto plan = topology::make_plan(*machine, topology::plan_options(config));
+  if (!plan.ok()) {
+    failure = {config::kExitConfig, plan.error().message};
+    return nullptr;
+  }
+  for (const std::string& note : plan->notes) spdlog::warn("topology: {}", note);
+  spdlog::info("topology: {} worker slot(s), {} GPU(s), {} core(s)", plan->slots.size(),
+               plan->machine.gpus.size(), plan->machine.cores.size());
+  auto spawner = spawner::Spawner::open(spawner::SpawnerConfig{
+      .stop_grace = config.spawner.stop_grace,
+      .log_max_bytes = static_cast<std::uint64_t>(config.spawner.log_max_bytes),
+      .log_keep = config.spawner.log_keep,
+      .cgroup_root = config.spawner.cgroup_root,
+      .state_dir = config.node.state_dir});
+  if (!spawner.ok()) {
+    failure = {config::kExitUnavailable, spawner.error().message};
+    return nullptr;
+  }
+  if ((*spawner)->leftovers_ended() > 0) {
+    spdlog::warn("ended {} worker(s) left running by an earlier elasticd on this host",
+                 (*spawner)->leftovers_ended());
+  }
+  node->supervisor_ = std::make_unique<JobSupervisor>(
+      node->name_, config, std::move(spawner.value()), std::move(plan.value()),
+      JobSupervisor::Hooks{.report = [self](const std::string& job, const std::string& verb,
+                                            const std::string& args) {
+        self->rounds_->report_for(job, verb, args);
+      }});
+
   node->rounds_ = std::make_unique<RoundService>(
       node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,
-      RoundService::Hooks{.send = [self](const std::string& to, const std::string& address,
-                                         wire::Envelope envelope) {
-        if (address.empty()) {
-          self->send_to(to, std::move(envelope));
-          return;
-        }
-        ++self->sends_attempted_;
-        (void)self->transport_->send(transport::PeerAddress{.address = address, .name = to},
-                                     std::move(envelope));
-      }});
+      RoundService::Hooks{
+          .send =
+              [self](const std::string& to, const std::string& address, wire::Envelope envelope) {
+                if (address.empty()) {
+                  self->send_to(to, std::move(envelope));
+                  return;
+                }
+                ++self->sends_attempted_;
+                (void)self->transport_->send(transport::PeerAddress{.address = address, .name = to},
+                                             std::move(envelope));
+              },
+          .on_round =
+              [self](TimePoint now, const RoundStart& start) {
+                return self->supervisor_->on_round(now, start);
+              },
+          .stop_job =
+              [self](TimePoint now, const std::string& job, bool graceful, const std::string& why) {
+                self->supervisor_->stop_job(now, job,
+                                            graceful ? StopMode::kGraceful : StopMode::kKill, why);
+              }});
+  node->rounds_->set_slots(node->supervisor_->slots());
   return node;
 }
 
@@ -241,6 +308,7 @@ Node::~Node() {
   // Control first (it calls back into this Node), then the transport's sockets.
   control_.reset();
   rounds_.reset();
+  supervisor_.reset();  // the Spawner kills and reaps any worker still running
   consensus_.reset();
   membership_.reset();
   transport_.reset();
@@ -266,7 +334,8 @@ int Node::run() {
   while (!stop_) {
     TimePoint now = clock_now();
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
-    transport::Received received = transport_->receive(wait, {control_->fd(), signal_fd_});
+    transport::Received received =
+        transport_->receive(wait, {control_->fd(), signal_fd_, supervisor_->fd()});
     now = clock_now();
     effects = {};
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
@@ -298,10 +367,19 @@ int Node::run() {
       }
     }
     rounds_->tick(now);
+    supervisor_->process(now);
+    {
+      std::string leader = consensus_ ? consensus_->leader() : std::string();
+      if (leader.empty()) leader = leader_hint_;
+      const auto address = addresses_.find(leader);
+      rounds_->set_leader(now, leader, address == addresses_.end() ? "" : address->second);
+    }
     refresh_stamped_hint();
     expire_calls(now);
     transport_->close_idle(now);
   }
+  // Workers first: none may outlive the daemon, and a graceful stop lets them checkpoint.
+  supervisor_->shutdown(config_.spawner.stop_grace);
   leave_gracefully();
   for (auto& [id, call] : calls_) {
     control_->reply(
@@ -318,7 +396,7 @@ TimePoint Node::next_deadline(TimePoint now) const {
   TimePoint deadline = std::min(
       {membership_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
   if (consensus_) deadline = std::min(deadline, consensus_->next_deadline());
-  deadline = std::min(deadline, rounds_->next_deadline());
+  deadline = std::min({deadline, rounds_->next_deadline(), supervisor_->next_deadline()});
   for (const auto& [id, call] : calls_) {
     deadline = std::min({deadline, call.deadline, call.attempt_deadline});
   }
@@ -528,6 +606,39 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     dispatch(now, id);
     return std::nullopt;
   }
+  if (request.verb == "topology") {
+    nlohmann::json reply = {{"ok", true}, {"node", name_}};
+    reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
+                                              /*allow_exceptions=*/false);
+    return reply.dump();
+  }
+  if (request.verb == "logs") {
+    const nlohmann::json args = nlohmann::json::parse(request.text, nullptr, false);
+    const std::string target = args.is_object() && args.contains("node") && args["node"].is_string()
+                                   ? args["node"].get<std::string>()
+                                   : std::string();
+    if (target.empty() || target == name_) {
+      auto served = serve_node_verb(request.verb, request.text,
+                                    static_cast<std::uint32_t>(peer.uid), is_admin(peer));
+      return served.ok() ? *served : control::encode_error_reply(served.error().message);
+    }
+    const std::uint64_t id = next_call_id_++;
+    Call call;
+    call.request = ClientRequest{.verb = request.verb,
+                                 .args = request.text,
+                                 .uid = static_cast<std::uint32_t>(peer.uid),
+                                 .gid = static_cast<std::uint32_t>(peer.gid),
+                                 .admin = is_admin(peer),
+                                 .client_id = "",
+                                 .client_seq = 1};
+    call.target = target;
+    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
+    call.handle_serial = handle.serial;
+    call.deadline = now + std::chrono::seconds(5);
+    calls_.emplace(id, std::move(call));
+    dispatch(now, id);
+    return std::nullopt;
+  }
   if (request.verb == "nodes") {
     control::NodesReply reply;
     reply.self = self_info(now);
@@ -613,12 +724,92 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                                .suspicions_cleared = r.watch.suspicions_cleared,
                                                .declared = r.watch.declared});
     }
-    return control::encode_reply(reply);
+    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+    nlohmann::json workers = nlohmann::json::array();
+    for (const WorkerRow& w : supervisor_->workers()) {
+      workers.push_back({{"job", w.job},
+                         {"round", w.round},
+                         {"rank", w.rank},
+                         {"slot", w.slot},
+                         {"pid", w.pid},
+                         {"state", w.state},
+                         {"detail", w.detail}});
+    }
+    body["workers"] = std::move(workers);
+    body["slots"] = supervisor_->slots();
+    return body.dump();
   }
   return control::encode_error_reply(
       "Unknown request \"" + request.verb +
-      "\"; this daemon answers \"nodes\", \"status\", \"submit\", \"cancel\", \"jobs\", "
-      "\"job\" and \"voters\".");
+      "\"; this daemon answers \"nodes\", \"status\", \"topology\", \"logs\", \"submit\", "
+      "\"cancel\", \"jobs\", \"job\", \"events\", \"drain\", \"undrain\" and \"voters\".");
+}
+
+Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
+                                          std::uint32_t uid, bool admin) const {
+  if (verb != "logs") return Error{"Unknown node verb \"" + verb + "\"."};
+  const nlohmann::json args = nlohmann::json::parse(args_text, nullptr, false);
+  if (!args.is_object() || !args.contains("job") || !args["job"].is_string()) {
+    return Error{"The logs request needs a \"job\" (a job id)."};
+  }
+  const std::string job = args["job"].get<std::string>();
+  if (!args.contains("rank") || !args["rank"].is_number_unsigned()) {
+    return Error{"The logs request needs a \"rank\" (a number)."};
+  }
+  // Job ids are [A-Za-z0-9._-]; anything else could walk out of the log directory.
+  if (job.empty() || job.find('/') != std::string::npos || job == "." || job == "..") {
+    return Error{"\"" + job + "\" is not a job id."};
+  }
+  const auto rank = args["rank"].get<std::uint64_t>();
+  if (rank > rendezvous::kMaxNodesPerJob * std::uint64_t{rendezvous::kMaxWorkersPerNode}) {
+    return Error{"rank " + std::to_string(rank) + " is out of range."};
+  }
+  std::uint64_t max_bytes = 64 * 1024;
+  if (args.contains("max_bytes") && args["max_bytes"].is_number_unsigned()) {
+    max_bytes = std::clamp<std::uint64_t>(args["max_bytes"].get<std::uint64_t>(), 1, 1 << 20);
+  }
+  const std::string path = supervisor_->log_path(job, static_cast<std::uint32_t>(rank));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Error{"Rank " + std::to_string(rank) + " of job " + job + " has no log on " + name_ +
+                 " (" + path + ")."};
+  }
+  // Logs hold whatever the workers print: the job's own user, root and admins may read them.
+  // The owner is known from the rounds this daemon ran (not across a restart: then admins only).
+  const std::optional<std::uint32_t> owner = supervisor_->job_owner(job);
+  if (!admin && uid != 0 && owner != uid) {
+    return Error{"Only the owner of job " + job +
+                 ", root or control.admin_group may read its logs" +
+                 (owner ? "." : " (this daemon restarted since it ran the job).")};
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  std::uint64_t offset = size > max_bytes ? size - max_bytes : 0;
+  bool rotated = false;
+  if (args.contains("offset") && args["offset"].is_number_unsigned()) {
+    offset = args["offset"].get<std::uint64_t>();
+    if (offset > size) {  // the file was rotated (or truncated) since: start over
+      offset = 0;
+      rotated = true;
+    }
+  }
+  std::string data;
+  if (FILE* file = std::fopen(path.c_str(), "rb"); file != nullptr) {
+    const std::uint64_t want = std::min<std::uint64_t>(max_bytes, size - offset);
+    data.resize(want);
+    if (::fseeko(file, static_cast<off_t>(offset), SEEK_SET) == 0) {
+      data.resize(std::fread(data.data(), 1, want, file));
+    } else {
+      data.clear();
+    }
+    std::fclose(file);
+  } else {
+    return Error{"Cannot read " + path + ": " + std::strerror(errno) + "."};
+  }
+  nlohmann::json reply = {{"ok", true},   {"node", name_},     {"job", job},
+                          {"rank", rank}, {"path", path},      {"offset", offset + data.size()},
+                          {"size", size}, {"rotated", rotated}};
+  reply["data"] = std::move(data);
+  return reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Node::dispatch(TimePoint now, std::uint64_t id) {
@@ -627,6 +818,14 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
   Call& call = it->second;
   ++call.attempts;
   call.in_flight = true;
+  if (!call.target.empty()) {
+    // A node verb for one named daemon: retried there until the call's deadline.
+    const bool sent = send_to(call.target, forward_envelope(id, call.request));
+    call.last_error =
+        sent ? call.target + " did not answer" : call.target + " is not a member this daemon knows";
+    call.attempt_deadline = now + (sent ? kForwardAttemptTimeout : std::chrono::milliseconds(200));
+    return;
+  }
   if (consensus_ && consensus_->is_leader()) {
     call.attempt_deadline = call.deadline;  // the proposal answers, or leadership moves
     jobs_.serve(now, call.request, *consensus_,
@@ -668,16 +867,7 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
     call.attempt_deadline = now + std::chrono::milliseconds(50);
     return;
   }
-  wire::Envelope envelope;
-  envelope.type = wire::MsgType::kForwardRequest;
-  envelope.body = encode_forward(ForwardRequest{.id = id,
-                                                .verb = call.request.verb,
-                                                .args = call.request.args,
-                                                .uid = call.request.uid,
-                                                .gid = call.request.gid,
-                                                .admin = call.request.admin,
-                                                .client_seq = id});
-  if (!send_to(target, std::move(envelope))) {
+  if (!send_to(target, forward_envelope(id, call.request))) {
     call.in_flight = false;
     call.last_error = target + " is not reachable";
     leader_hint_.clear();
@@ -700,6 +890,10 @@ void Node::finish_call(std::uint64_t id, bool ok, const std::string& body) {
 void Node::expire_calls(TimePoint now) {
   std::vector<std::uint64_t> due;
   for (auto& [id, call] : calls_) {
+    if (now >= call.deadline && !call.target.empty()) {
+      finish_call(id, false, "No answer from " + call.target + " (" + call.last_error + ").");
+      return;
+    }
     if (now >= call.deadline) {
       std::string voters;
       for (const std::string& voter : voters_) voters += (voters.empty() ? "" : ", ") + voter;
@@ -745,6 +939,15 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
     ++sends_attempted_;
     (void)transport_->send(reply_to, std::move(reply));
   };
+  if (request->verb == "logs") {
+    auto served = serve_node_verb(request->verb, request->args, request->uid, request->admin);
+    if (served.ok()) {
+      answer(ForwardOutcome::kOk, std::move(*served));
+    } else {
+      answer(ForwardOutcome::kError, served.error().message);
+    }
+    return;
+  }
   if (!consensus_ || !consensus_->is_leader() || !is_leader_verb(request->verb)) {
     answer(ForwardOutcome::kRedirect, is_leader_verb(request->verb)
                                           ? name_ + " is not the leader"
@@ -775,7 +978,7 @@ void Node::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {
   const auto it = calls_.find(reply->id);
   if (it == calls_.end()) return;  // answered already, or timed out
   if (reply->outcome != ForwardOutcome::kRedirect) {
-    leader_hint_ = envelope.sender;
+    if (it->second.target.empty()) leader_hint_ = envelope.sender;
     finish_call(reply->id, reply->outcome == ForwardOutcome::kOk, reply->body);
     return;
   }

@@ -61,6 +61,7 @@
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/job_service.h"
+#include "daemon/node/job_supervisor.h"
 #include "daemon/node/round_service.h"
 
 namespace elastic::transport {
@@ -126,6 +127,8 @@ class Node {
     bool in_flight = false;        // forwarded, or being served by the local leader
     std::size_t attempts = 0;
     std::string last_error;
+    // A node verb (logs) for one named daemon rather than the leader; "" = the leader.
+    std::string target;
   };
 
   Node() = default;
@@ -154,6 +157,10 @@ class Node {
   void refresh_stamped_hint();
   TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
+  // Verbs one daemon answers about itself, for a local client or forwarded from another daemon:
+  // "logs" (a worker log of this node). Returns the reply JSON or an error sentence.
+  Result<std::string> serve_node_verb(const std::string& verb, const std::string& args,
+                                      std::uint32_t uid, bool admin) const;
 
   config::DaemonConfig config_;
   std::string name_;
@@ -173,6 +180,7 @@ class Node {
   JobService jobs_;
   std::unique_ptr<ConsensusHost> consensus_;
   std::unique_ptr<RoundService> rounds_;
+  std::unique_ptr<JobSupervisor> supervisor_;
   std::vector<std::string> voters_;
   // The leader this node believes in when its own Raft does not know one (non-voters): from
   // the gossip hints every envelope carries (highest term wins) and from redirects.

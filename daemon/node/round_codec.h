@@ -1,8 +1,10 @@
 // The body of kRoundStart, which the leader sends to the members of a job's round: the leader's
 // term (the fencing token), the job's state, and the committed OpenRound command itself (its
 // MessagePack encoding from rendezvous/job_table.h), so a member acts on exactly what the job
-// table holds. Map-encoded: t term, s state, o command (bin). Decoding never throws; anything
-// but a well-formed OpenRound is an Error. Thread safety: pure functions on values.
+// table holds, plus what a member needs to start the workers without a copy of the job table
+// (non-voters have none): the job's spec and its restart count. Map-encoded: t term, s state,
+// o command (bin), j spec (bin, rendezvous/job_spec.h), r restarts. Decoding never throws;
+// anything but a well-formed OpenRound and spec is an Error. Thread safety: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,8 @@ struct RoundStart {
   std::uint64_t term = 0;
   rendezvous::JobState state = rendezvous::JobState::kRendezvous;
   rendezvous::OpenRound round;
+  rendezvous::JobSpec spec;
+  std::uint32_t restarts = 0;  // TORCHELASTIC_RESTART_COUNT of this round's workers
 };
 
 std::string encode_round_start(const RoundStart& start);

@@ -22,6 +22,10 @@ constexpr std::chrono::seconds kStartResend{1};
 constexpr std::chrono::seconds kReportResend{1};
 // How long the leader keeps telling an ended job's members that it ended.
 constexpr std::chrono::seconds kEndNotice{10};
+// How long a node the job tier declared lost stays out of the job (see LeaderJob::lost).
+constexpr std::chrono::seconds kLostMemory{30};
+// A node re-sends its slots to the leader this often (and at once when the leader changes).
+constexpr std::chrono::seconds kNodeInfoResend{10};
 
 rendezvous::WallTime wall_now() {
   return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
@@ -56,7 +60,8 @@ bool is_active_round_state(JobState state) {
 }  // namespace
 
 bool is_round_report_verb(std::string_view verb) {
-  return verb == "round_ack" || verb == "peer_lost";
+  return verb == "round_ack" || verb == "peer_lost" || verb == "worker_failed" ||
+         verb == "workers_done" || verb == "node_info";
 }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
@@ -109,13 +114,14 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     }
   }
   first_seen_ = std::move(seen);
-  // One job per node: a node in one active job's round is not usable by another.
-  std::map<std::string, std::string> busy;
+  // Slots: a node's slots are shared by the jobs whose current round is on it; each job may use
+  // what the others leave.
+  std::map<std::string, std::map<std::string, std::uint32_t>> used;  // node -> job -> slots
   in_rounds_.clear();
   for (const auto& [id, job] : table.jobs()) {
     if (rendezvous::is_terminal(job.state) || job.round == 0) continue;
     for (const auto& r : job.ranks) {
-      busy[r.node] = id;
+      used[r.node][id] += r.slots;
       if (is_active_round_state(job.state)) in_rounds_.insert(r.node);
     }
   }
@@ -126,10 +132,13 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     LeaderJob& state = leader_jobs_[id];
     if (state.round_seen != job.round) {
       const bool in_flight = state.in_flight;
+      auto lost = std::move(state.lost);
       state = LeaderJob{};
       state.round_seen = job.round;
       state.in_flight = in_flight;
+      state.lost = std::move(lost);
     }
+    std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
     if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
       if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
       if (job.round != 0 && now < state.ended_until) {
@@ -158,11 +167,38 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
         continue;
       }
     }
+    if (is_active_round_state(job.state) && !state.in_flight && !job.ranks.empty()) {
+      bool all_done = true;
+      for (const auto& r : job.ranks) all_done = all_done && state.done.contains(r.node);
+      if (all_done) {
+        rendezvous::SetJobState succeeded{
+            .job_id = id,
+            .round = job.round,
+            .state = JobState::kSucceeded,
+            .cause = rendezvous::RoundReason::kMemberLost,
+            .reason = "every rank of round " + std::to_string(job.round) + " exited 0",
+            .at = wall};
+        state.in_flight = true;
+        consensus->propose(now, rendezvous::encode_command(succeeded),
+                           [this, id](Result<std::string>) {
+                             leader_jobs_[id].in_flight = false;
+                             next_lead_ = TimePoint{};
+                           });
+        continue;
+      }
+    }
     if (!plan_now || state.in_flight) continue;
-    std::map<std::string, const membership::MemberView*> usable;
+    std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>> usable;
     for (const auto& [name, view] : alive) {
-      const auto owner = busy.find(name);
-      if (owner == busy.end() || owner->second == id) usable[name] = view;
+      const auto known = node_slots_.find(name);
+      if (known == node_slots_.end() || known->second.first != view->generation) continue;
+      std::uint32_t free = known->second.second;
+      if (const auto u = used.find(name); u != used.end()) {
+        for (const auto& [other, n] : u->second) {
+          if (other != id) free -= std::min(free, n);
+        }
+      }
+      usable[name] = {view, free};
     }
     plan_job(now, job, usable, *consensus);
   }
@@ -181,26 +217,29 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   }
 }
 
-void RoundService::plan_job(TimePoint now, const rendezvous::JobRecord& job,
-                            const std::map<std::string, const membership::MemberView*>& usable,
-                            ConsensusHost& consensus) {
+void RoundService::plan_job(
+    TimePoint now, const rendezvous::JobRecord& job,
+    const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
+    ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
   const rendezvous::WallTime wall = wall_now();
   const auto& r = config_.rendezvous;
   const int range = std::max(1, r.store_port_max - r.store_port_min + 1);
   const auto port =
       static_cast<std::uint16_t>(r.store_port_min + static_cast<int>((job.round + 1) % range));
-  const std::uint32_t slots = job.spec.workers_per_node != 0 ? job.spec.workers_per_node : 1;
 
   rendezvous::PlannerInput input;
   input.job = &job;
   input.now = wall;
   input.config = r;
-  for (const auto& [name, view] : usable) {
+  input.worker_failure = state.failure;
+  for (const auto& [name, entry] : usable) {
+    const membership::MemberView* view = entry.first;
+    // A member keeps the slots it has (the node's free count excludes other jobs only).
     const bool lost = state.lost.contains({name, view->generation});
     input.candidates.push_back(rendezvous::Candidate{.name = name,
                                                      .generation = view->generation,
-                                                     .slots = slots,
+                                                     .slots = entry.second,
                                                      .alive = !lost,
                                                      .address = host_of(view->address),
                                                      .store_port = port});
@@ -268,7 +307,9 @@ void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, 
                                                   .store_endpoint = job.store_endpoint,
                                                   .reason = job.round_reason,
                                                   .detail = "",
-                                                  .at = job.round_opened_at}};
+                                                  .at = job.round_opened_at},
+                   .spec = job.spec,
+                   .restarts = job.restarts};
   const std::string body = encode_round_start(start);
   for (const auto& member : job.ranks) {
     if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
@@ -289,13 +330,41 @@ void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, 
 
 void RoundService::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                              const std::string& verb, const std::string& args) {
-  if (!leading_) return;
   const json value = json::parse(args, nullptr, /*allow_exceptions=*/false);
   if (!value.is_object()) return;
+  // Slots are kept even before this node's first lead() pass: a node reports them once per
+  // leader change (and every kNodeInfoResend), right when a new leader is elected.
+  if (!leading_ && verb != "node_info") return;
   const std::string job = value.value("job", "");
   const std::uint64_t round = value.value("round", std::uint64_t{0});
+  if (verb == "node_info") {
+    const std::uint32_t slots = value.value("slots", std::uint32_t{0});
+    auto& known = node_slots_[from];
+    if (known != std::make_pair(generation, slots)) {
+      known = {generation, slots};
+      spdlog::info("rendezvous: {} (gen {}) offers {} worker slot(s)", from, generation, slots);
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (verb == "worker_failed") {
+    if (!it->second.failure) {
+      const std::string detail = value.value("detail", "a worker of " + from + " failed");
+      spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
+      it->second.failure =
+          rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  if (verb == "workers_done") {
+    if (it->second.done.insert(from).second) next_lead_ = TimePoint{};
+    return;
+  }
   if (verb == "round_ack") {
     if (it->second.acked.insert(from).second) {
       next_lead_ = TimePoint{};  // the round may be complete: commit running now
@@ -304,7 +373,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
   } else if (verb == "peer_lost") {
     const std::string peer = value.value("peer", "");
     const std::uint64_t peer_generation = value.value("generation", std::uint64_t{0});
-    if (it->second.lost.insert({peer, peer_generation}).second) {
+    if (it->second.lost.emplace(std::make_pair(peer, peer_generation), now + kLostMemory).second) {
       spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
                    peer_generation, job, round, value.value("reason", ""));
       next_plan_ = now;
@@ -385,6 +454,12 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
       watched_.erase(it);
       update_lease_want(now);
     }
+    // Cancelled by its owner: the round is healthy, so the workers get TERM and a grace period
+    // to checkpoint; a recovering or failed round's collectives are broken: kill at once.
+    if (hooks_.stop_job) {
+      hooks_.stop_job(now, round.job_id, start->state == JobState::kCancelled,
+                      std::string("the job is ") + rendezvous::to_string(start->state));
+    }
     if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);
     return;
   }
@@ -400,6 +475,10 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
   });
   if (self == round.ranks.end()) {
     if (watched_.erase(round.job_id) > 0) update_lease_want(now);
+    if (hooks_.stop_job) {
+      hooks_.stop_job(now, round.job_id, false,
+                      "round " + std::to_string(round.round) + " does not include this node");
+    }
     return;
   }
   // The fence passed: the sender leads the newest term this daemon knows of.
@@ -435,8 +514,50 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
                  self->first_rank + self->slots - 1, watched.info.world, round.store_endpoint);
     carry_out(now, effects);
   }
-  report(watched, "round_ack", json{{"job", round.job_id}, {"round", round.round}}.dump());
   update_lease_want(now);
+  // The leader counts the round as started once the workers run; the supervisor acknowledges
+  // later through report_for() when it must first stop an older round's workers.
+  // A round this daemon fenced itself out of stays stopped: its lease may already count as run
+  // out at the leader, which can re-place the work at any moment.
+  if (watched.info.fenced) return;
+  const bool running = hooks_.on_round ? hooks_.on_round(now, *start) : true;
+  if (running) {
+    report(watched, "round_ack", json{{"job", round.job_id}, {"round", round.round}}.dump());
+  }
+}
+
+void RoundService::report_for(const std::string& job, const std::string& verb,
+                              const std::string& args) {
+  const auto it = watched_.find(job);
+  if (it == watched_.end()) return;
+  report(it->second, verb, args);
+}
+
+void RoundService::set_leader(TimePoint now, const std::string& leader,
+                              const std::string& address) {
+  if (leader.empty()) return;
+  if (leader != leader_ || (address != leader_address_ && !address.empty())) {
+    leader_ = leader;
+    leader_address_ = address;
+    next_node_info_ = now;
+  }
+  if (now < next_node_info_) return;
+  next_node_info_ = now + kNodeInfoResend;
+  const std::string args = json{{"slots", slots_}}.dump();
+  if (leader_ == self_) {
+    on_report(now, self_, generation_, "node_info", args);
+    return;
+  }
+  wire::Envelope envelope;
+  envelope.type = wire::MsgType::kForwardRequest;
+  envelope.body = encode_forward(ForwardRequest{.id = 0,
+                                                .verb = "node_info",
+                                                .args = args,
+                                                .uid = 0,
+                                                .gid = 0,
+                                                .admin = false,
+                                                .client_seq = ++report_seq_});
+  hooks_.send(leader_, leader_address_, std::move(envelope));
 }
 
 void RoundService::report(const Watched& watched, const std::string& verb,
@@ -529,6 +650,7 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
           "job {} round {}: the leader's lease ran out; this daemon's workers must stop "
           "(self-fencing) until a new round names it",
           job, watched.info.round);
+      if (hooks_.stop_job) hooks_.stop_job(now, job, false, "the leader's lease ran out");
     }
   }
 }

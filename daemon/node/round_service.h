@@ -54,6 +54,7 @@
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/rendezvous/job_watch.h"
 #include "daemon/rendezvous/lease.h"
+#include "daemon/rendezvous/planner.h"
 #include "daemon/wire/messages.h"
 
 namespace elastic::node {
@@ -79,6 +80,13 @@ class RoundService {
   struct Hooks {
     // Sends an envelope (type and body set) to a daemon at an address.
     std::function<void(const std::string& to, const std::string& address, wire::Envelope)> send;
+    // Member half -> the job supervisor. on_round: a round naming this daemon passed the fence;
+    // returns true when its workers run (then it is acknowledged at once). stop_job: the job
+    // has no round for this daemon any more (ended, recovering, not a member, fenced).
+    std::function<bool(TimePoint now, const RoundStart& start)> on_round;
+    std::function<void(TimePoint now, const std::string& job, bool graceful,
+                       const std::string& why)>
+        stop_job;
   };
 
   RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
@@ -104,7 +112,20 @@ class RoundService {
   void tick(TimePoint now);
   TimePoint next_deadline() const;
 
+  // A report about `job` to the leader of its round (the job supervisor's round_ack,
+  // worker_failed and workers_done); dropped when this daemon has no round of that job.
+  void report_for(const std::string& job, const std::string& verb, const std::string& args);
+  // The leader this daemon believes in, and this node's worker slots: the leader learns every
+  // node's slots from a "node_info" report, sent when the leader changes and every
+  // kNodeInfoResend.
+  void set_leader(TimePoint now, const std::string& leader, const std::string& address);
+  void set_slots(std::uint32_t slots) { slots_ = slots; }
+
   std::vector<MemberRound> member_rounds() const;
+  // Leader half: the slots each (node, generation) reported (for `elasticctl nodes`).
+  const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots() const {
+    return node_slots_;
+  }
   std::uint64_t stale_starts() const { return stale_starts_; }
 
  private:
@@ -112,7 +133,13 @@ class RoundService {
     std::uint64_t round_seen = 0;  // the round the fields below are about
     bool in_flight = false;        // a proposal for this job awaits its commit
     std::set<std::string> acked;   // members that acknowledged round_seen
-    std::set<std::pair<std::string, std::uint64_t>> lost;  // declared by the job tier
+    // Declared lost by the job tier -> until when it stays out of this job's rounds. Kept
+    // across rounds: a daemon killed a moment ago is still alive in cluster membership for
+    // seconds, and must not be taken back in as a newcomer (a restarted daemon is a new
+    // generation and may). Expires after kLostMemory, for a false declaration.
+    std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;
+    std::set<std::string> done;  // members whose workers all exited 0 in round_seen
+    std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
     TimePoint next_start{};   // when to (re)send RoundStart to unacked members
     TimePoint ended_until{};  // keep telling members of an ended job until then
   };
@@ -124,9 +151,11 @@ class RoundService {
     std::string leader_address;
   };
 
-  void plan_job(TimePoint now, const rendezvous::JobRecord& job,
-                const std::map<std::string, const membership::MemberView*>& usable,
-                ConsensusHost& consensus);
+  // usable: node -> (its member view, the slots other jobs leave it).
+  void plan_job(
+      TimePoint now, const rendezvous::JobRecord& job,
+      const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
+      ConsensusHost& consensus);
   void send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
                    const std::map<std::string, std::string>& addresses, std::uint64_t term);
   void on_round_start(TimePoint now, const wire::Envelope& envelope);
@@ -147,6 +176,9 @@ class RoundService {
   std::map<std::string, LeaderJob> leader_jobs_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
+  // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
+  // placed.
+  std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
   TimePoint next_plan_{};
   TimePoint next_lead_{};  // when lead() next has work (see lead_due)
 
@@ -159,6 +191,10 @@ class RoundService {
   std::uint64_t stale_starts_ = 0;
   std::uint64_t report_seq_ = 0;
   TimePoint next_report_{};
+  std::uint32_t slots_ = 0;
+  std::string leader_;
+  std::string leader_address_;
+  TimePoint next_node_info_{};
 };
 
 }  // namespace elastic::node

@@ -34,6 +34,13 @@ RoundStart sample_start() {
   start.round.reason = rendezvous::RoundReason::kMemberLost;
   start.round.detail = "node n3 (generation 1) was lost";
   start.round.at = rendezvous::WallTime(std::chrono::milliseconds(1'790'000'000'000));
+  start.spec.name = "fmnist";
+  start.spec.command = {"elastic-trainer", "--model", "fmnist"};
+  start.spec.env = {{"GLOO_SOCKET_IFNAME", "eth0"}};
+  start.spec.min_nodes = 2;
+  start.spec.max_nodes = 3;
+  start.spec.uid = 1000;
+  start.restarts = 2;
   return start;
 }
 
@@ -105,6 +112,8 @@ TEST(RoundStartCodec, RoundTripsTheCommittedOpenRound) {
   EXPECT_EQ(decoded->term, start.term);
   EXPECT_EQ(decoded->state, start.state);
   EXPECT_EQ(decoded->round, start.round);
+  EXPECT_EQ(decoded->spec, start.spec);
+  EXPECT_EQ(decoded->restarts, start.restarts);
 }
 
 TEST(RoundStartCodec, TruncatedOrForeignBodiesAreErrors) {

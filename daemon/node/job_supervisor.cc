@@ -1,0 +1,410 @@
+#include "daemon/node/job_supervisor.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+namespace elastic::node {
+namespace {
+
+using json = nlohmann::json;
+
+struct UserInfo {
+  std::string name;
+  std::string home;
+  std::string shell;
+};
+
+UserInfo user_info(std::uint32_t uid) {
+  UserInfo info{.name = "", .home = "/", .shell = "/bin/sh"};
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    info.name = found->pw_name;
+    if (found->pw_dir != nullptr && *found->pw_dir != '\0') info.home = found->pw_dir;
+    if (found->pw_shell != nullptr && *found->pw_shell != '\0') info.shell = found->pw_shell;
+  } else {
+    info.name = std::to_string(uid);
+  }
+  return info;
+}
+
+// "host:port" or "[v6]:port" -> (host, port).
+std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return {endpoint, ""};
+  std::string host = endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return {host, endpoint.substr(colon + 1)};
+}
+
+const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std::string& self,
+                                             std::uint32_t* group_rank) {
+  for (std::size_t i = 0; i < start.round.ranks.size(); ++i) {
+    if (start.round.ranks[i].node == self) {
+      *group_rank = static_cast<std::uint32_t>(i);
+      return &start.round.ranks[i];
+    }
+  }
+  return nullptr;
+}
+
+// mkdir -p, then hand the leaf to the user so the workers can write checkpoints there.
+Status make_user_dir(const std::string& path, std::uint32_t uid, std::uint32_t gid) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Error{"cannot create " + path + ": " + ec.message()};
+  if (::geteuid() == 0 && uid != 0) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_uid != uid &&
+        ::chown(path.c_str(), uid, gid) != 0) {
+      return Error{"cannot give " + path + " to uid " + std::to_string(uid) + ": " +
+                   std::strerror(errno)};
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
+                             std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan,
+                             Hooks hooks)
+    : self_(std::move(self)),
+      config_(config),
+      spawner_(std::move(spawner)),
+      plan_(std::move(plan)),
+      hooks_(std::move(hooks)) {
+  log_dir_ =
+      config_.spawner.log_dir.empty() ? config_.node.state_dir + "/logs" : config_.spawner.log_dir;
+}
+
+bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
+  const std::string& id = start.round.job_id;
+  if (owners_.size() >= 10'000 && !owners_.contains(id)) owners_.erase(owners_.begin());
+  owners_[id] = start.spec.uid;
+  Job& job = jobs_[id];
+  if (job.current && job.current->round.round == start.round.round) {
+    return job.started && !job.failure;
+  }
+  if (job.current && job.current->round.round > start.round.round) return false;
+  const StopMode mode =
+      start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
+  stop_workers(now, job, mode);
+  job.current = start;
+  job.started = false;
+  job.failure.reset();
+  job.done = false;
+  try_start(now, id, job);
+  return job.started && !job.failure;
+}
+
+void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode,
+                             const std::string& why) {
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  const bool any = std::any_of(job.workers.begin(), job.workers.end(),
+                               [](const Worker& w) { return !w.exit && !w.stopping; });
+  if (any) {
+    spdlog::info("job {}: stopping this node's workers ({}; {})", id, why,
+                 mode == StopMode::kKill ? "SIGKILL now" : "SIGTERM, SIGKILL after the grace");
+  }
+  job.current.reset();
+  job.started = false;
+  job.failure.reset();
+  job.done = false;
+  stop_workers(now, job, mode);
+}
+
+void JobSupervisor::stop_workers(TimePoint now, Job& job, StopMode mode) {
+  for (Worker& w : job.workers) {
+    if (w.exit) continue;
+    if (mode == StopMode::kKill) {
+      spawner_->kill(w.id);
+    } else if (!w.stopping) {
+      spawner_->stop(now, w.id);
+    }
+    w.stopping = true;
+  }
+}
+
+std::set<std::uint32_t> JobSupervisor::busy_slots() const {
+  std::set<std::uint32_t> busy;
+  for (const auto& [id, job] : jobs_) {
+    for (const Worker& w : job.workers) {
+      if (!w.exit) busy.insert(w.slot);
+    }
+  }
+  return busy;
+}
+
+void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
+  if (!job.current || job.started) return;
+  // The old round's workers must be gone first (see the header comment).
+  for (const Worker& w : job.workers) {
+    if (!w.exit) return;
+  }
+  job.workers.clear();
+  const RoundStart& start = *job.current;
+  std::uint32_t group_rank = 0;
+  const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
+  if (entry == nullptr) return;
+  const std::set<std::uint32_t> busy = busy_slots();
+  std::vector<std::uint32_t> free;
+  for (const topology::Slot& slot : plan_.slots) {
+    if (!busy.contains(slot.index)) free.push_back(slot.index);
+  }
+  if (free.size() < entry->slots) {
+    // Another job's old workers are still stopping; their exits call try_start again. A
+    // leader that planned more slots than this node has is reported as a failure.
+    if (entry->slots > plan_.slots.size()) {
+      job.started = true;
+      job.failure = json{{"job", id},
+                         {"round", start.round.round},
+                         {"rank", entry->first_rank},
+                         {"detail", "node " + self_ + " has " + std::to_string(plan_.slots.size()) +
+                                        " slots, not " + std::to_string(entry->slots)}}
+                        .dump();
+      hooks_.report(id, "worker_failed", *job.failure);
+      next_report_ = std::min(next_report_, now + kReportResend);
+    }
+    return;
+  }
+  job.started = true;
+  for (std::uint32_t local = 0; local < entry->slots; ++local) {
+    const std::uint32_t rank = entry->first_rank + local;
+    const std::uint32_t slot = free[local];
+    auto spec = worker_spec(start, local, slot);
+    Result<spawner::WorkerId> spawned =
+        spec.ok() ? spawner_->spawn(now, *spec) : Result<spawner::WorkerId>(spec.error());
+    if (!spawned.ok()) {
+      const std::string detail = "rank " + std::to_string(rank) + " on node " + self_ +
+                                 " could not start: " + spawned.error().message;
+      spdlog::error("job {} round {}: {}", id, start.round.round, detail);
+      job.failure =
+          json{{"job", id}, {"round", start.round.round}, {"rank", rank}, {"detail", detail}}
+              .dump();
+      hooks_.report(id, "worker_failed", *job.failure);
+      next_report_ = std::min(next_report_, now + kReportResend);
+      return;
+    }
+    Worker w;
+    w.id = *spawned;
+    w.round = start.round.round;
+    w.rank = rank;
+    w.slot = slot;
+    w.pid = spawner_->pid(w.id).value_or(0);
+    job.workers.push_back(w);
+    job.ranks_run.insert(rank);
+    spdlog::info("job {} round {}: rank {} started (pid {}, slot {})", id, start.round.round, rank,
+                 w.pid, slot);
+  }
+  hooks_.report(id, "round_ack", json{{"job", id}, {"round", start.round.round}}.dump());
+}
+
+Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, std::uint32_t local,
+                                                       std::uint32_t slot) const {
+  const rendezvous::JobSpec& spec = start.spec;
+  const std::string& id = start.round.job_id;
+  std::uint32_t group_rank = 0;
+  const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
+  const std::uint32_t rank = entry->first_rank + local;
+  const bool root = ::geteuid() == 0;
+  const std::uint32_t uid = root ? spec.uid : ::geteuid();
+  const std::uint32_t gid = root ? spec.gid : ::getegid();
+  const UserInfo user = user_info(uid);
+  const topology::Slot& plan_slot = plan_.slots.at(slot);
+
+  spawner::WorkerSpec w;
+  w.label = id + " rank " + std::to_string(rank);
+  w.argv = spec.command;
+  const char* path = std::getenv("PATH");
+  w.env["PATH"] = path != nullptr && *path != '\0' ? path : "/usr/local/bin:/usr/bin:/bin";
+  w.env["HOME"] = user.home;
+  w.env["USER"] = user.name;
+  w.env["LOGNAME"] = user.name;
+  w.env["SHELL"] = user.shell;
+  if (const char* lang = std::getenv("LANG"); lang != nullptr) w.env["LANG"] = lang;
+  const auto [master_addr, master_port] = split_endpoint(start.round.store_endpoint);
+  const std::uint64_t world = rendezvous::world_size(start.round.ranks);
+  w.env["RANK"] = std::to_string(rank);
+  w.env["LOCAL_RANK"] = std::to_string(local);
+  w.env["WORLD_SIZE"] = std::to_string(world);
+  w.env["LOCAL_WORLD_SIZE"] = std::to_string(entry->slots);
+  w.env["GROUP_RANK"] = std::to_string(group_rank);
+  w.env["GROUP_WORLD_SIZE"] = std::to_string(start.round.ranks.size());
+  w.env["ROLE_RANK"] = std::to_string(rank);
+  w.env["ROLE_WORLD_SIZE"] = std::to_string(world);
+  w.env["ROLE_NAME"] = "default";
+  w.env["MASTER_ADDR"] = master_addr;
+  w.env["MASTER_PORT"] = master_port;
+  w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(start.restarts);
+  w.env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
+  w.env["TORCHELASTIC_RUN_ID"] = id;
+  w.env["ELASTIC_JOB_ID"] = id;
+  w.env["ELASTIC_ROUND"] = std::to_string(start.round.round);
+  w.env["ELASTIC_NODE"] = self_;
+  w.env["ELASTIC_SLOT"] = std::to_string(slot);
+  w.env["ELASTIC_CONTROL_SOCKET"] = config_.control.socket;
+  w.env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, plan_slot.omp_threads));
+  if (plan_slot.gpu) {
+    w.env["CUDA_VISIBLE_DEVICES"] = std::to_string(*plan_slot.gpu);
+    w.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  }
+  const std::string checkpoint_root =
+      spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
+  if (!checkpoint_root.empty()) {
+    const std::string dir = checkpoint_root + "/" + id;
+    if (Status made = make_user_dir(dir, uid, gid); !made.ok()) return made.error();
+    w.env["ELASTIC_CHECKPOINT_DIR"] = dir;
+  }
+  for (const auto& [name, value] : spec.env) w.env[name] = value;
+  w.working_dir = spec.working_dir;
+  if (w.working_dir.empty()) {
+    struct stat st {};
+    w.working_dir = ::stat(user.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? user.home : "/";
+  }
+  if (uid != ::geteuid() || gid != ::getegid()) {
+    w.run_as = spawner::RunAs{.uid = uid, .gid = gid, .user = user.name};
+  } else if (!root && spec.uid != uid) {
+    return Error{"elasticd runs as uid " + std::to_string(uid) +
+                 " and cannot start workers for uid " + std::to_string(spec.uid) +
+                 "; run elasticd as root, or submit as uid " + std::to_string(uid)};
+  }
+  w.cpus = plan_slot.cpus;
+  w.mem_nodes = plan_slot.mem_nodes;
+  w.log_path = log_dir_ + "/" + id + "/rank-" + std::to_string(rank) + ".log";
+  return w;
+}
+
+int JobSupervisor::fd() const { return spawner_->fd(); }
+
+void JobSupervisor::process(TimePoint now) {
+  std::vector<spawner::WorkerExit> exits;
+  spawner_->process(now, &exits);
+  for (const spawner::WorkerExit& exit : exits) on_exit(now, exit);
+  // Jobs whose old workers are now gone may start; forget jobs with nothing left.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    try_start(now, it->first, job);
+    if (!job.current && job.workers.empty()) {
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (now >= next_report_) send_reports(now);
+}
+
+void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
+  for (auto& [id, job] : jobs_) {
+    for (auto it = job.workers.begin(); it != job.workers.end(); ++it) {
+      if (it->id != exit.id) continue;
+      it->exit = exit;
+      const bool current = job.current && job.current->round.round == it->round && job.started;
+      spdlog::info("job {} round {}: rank {} (pid {}) {}", id, it->round, it->rank, it->pid,
+                   exit.describe());
+      if (!current || it->stopping) {
+        job.workers.erase(it);
+        return;
+      }
+      if (exit.signaled || exit.status != 0) {
+        if (!job.failure) {
+          job.failure = json{{"job", id},
+                             {"round", it->round},
+                             {"rank", it->rank},
+                             {"detail", "rank " + std::to_string(it->rank) + " on node " + self_ +
+                                            " " + exit.describe()}}
+                            .dump();
+          hooks_.report(id, "worker_failed", *job.failure);
+          next_report_ = std::min(next_report_, now + kReportResend);
+        }
+        return;
+      }
+      const bool all_zero = std::all_of(
+          job.workers.begin(), job.workers.end(),
+          [](const Worker& w) { return w.exit && !w.exit->signaled && w.exit->status == 0; });
+      if (all_zero && !job.done && !job.failure) {
+        job.done = true;
+        hooks_.report(id, "workers_done",
+                      json{{"job", id}, {"round", job.current->round.round}}.dump());
+        next_report_ = std::min(next_report_, now + kReportResend);
+      }
+      return;
+    }
+  }
+}
+
+void JobSupervisor::send_reports(TimePoint now) {
+  next_report_ = kNever;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.current) continue;
+    if (job.failure) {
+      hooks_.report(id, "worker_failed", *job.failure);
+    } else if (job.done) {
+      hooks_.report(id, "workers_done",
+                    json{{"job", id}, {"round", job.current->round.round}}.dump());
+    } else {
+      continue;
+    }
+    next_report_ = now + kReportResend;
+  }
+}
+
+TimePoint JobSupervisor::next_deadline() const {
+  return std::min(spawner_->next_deadline(), next_report_);
+}
+
+void JobSupervisor::shutdown(Duration grace) {
+  if (spawner_->running() > 0) {
+    spdlog::info("stopping {} worker(s) before exit (grace {} ms)", spawner_->running(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
+  }
+  spawner_->shutdown(grace);
+  jobs_.clear();
+}
+
+std::vector<WorkerRow> JobSupervisor::workers() const {
+  std::vector<WorkerRow> rows;
+  for (const auto& [id, job] : jobs_) {
+    for (const Worker& w : job.workers) {
+      rows.push_back(WorkerRow{.job = id,
+                               .round = w.round,
+                               .rank = w.rank,
+                               .slot = w.slot,
+                               .pid = w.pid,
+                               .state = w.exit       ? "exited"
+                                        : w.stopping ? "stopping"
+                                                     : "running",
+                               .detail = w.exit ? w.exit->describe() : ""});
+    }
+  }
+  return rows;
+}
+
+std::optional<std::uint32_t> JobSupervisor::job_owner(const std::string& job) const {
+  const auto it = owners_.find(job);
+  if (it == owners_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string JobSupervisor::log_path(const std::string& job, std::uint32_t rank) const {
+  return log_dir_ + "/" + job + "/rank-" + std::to_string(rank) + ".log";
+}
+
+}  // namespace elastic::node

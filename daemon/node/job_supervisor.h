@@ -1,0 +1,149 @@
+// JobSupervisor: turns the rounds this daemon belongs to into local worker processes (the
+// "job supervisor" layer of ARCHITECTURE.md). RoundService decides which round stands (fence,
+// leases); the supervisor carries it out through the Spawner and reports back what happened to
+// the workers.
+//
+// Per job it keeps the workers of the current round and those of older rounds still stopping.
+// A new round of a job first stops the old round's workers, then starts the new ones once they
+// are gone (they must not write a checkpoint the new round resumes from, and their slots and
+// store port must be free):
+//   - a round opened to grow the job (kGrow), or a job cancelled by its owner: SIGTERM, then
+//     SIGKILL after spawner.stop_grace: the round is healthy, so elastic-trainer's SIGTERM
+//     handling can agree on a last step and checkpoint it (the "checkpoint boundary");
+//   - any other reason (a member lost, a worker failed, the job recovering or failed, this
+//     daemon no longer a member, its lease ran out): SIGKILL at once. A broken round's
+//     collectives can never complete, so a TERM would only wait out the grace period (or an
+//     NCCL timeout); the work since LATEST is lost either way.
+// Local slots (GPUs, or CPU slots) come from the topology plan; a round's workers take the
+// lowest free ones, so two jobs on one node never share a slot.
+//
+// Worker environment: the torchrun-compatible variables and ELASTIC_* of ARCHITECTURE.md
+// ("The worker contract"), CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots
+// (the plan numbers GPUs in PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/
+// SHELL of the user and the daemon's PATH; then the job's env (which cannot override the
+// daemon's own variables: validate() refuses them).
+// Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
+// peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
+// for its own uid (the spawner refuses any other, and that failure is reported like a crash).
+// Working directory: the spec's, else the user's home, else "/". Checkpoints:
+// ELASTIC_CHECKPOINT_DIR = <spec.checkpoint_root or checkpoint.root>/<job id>, created and
+// given to the user; absent when neither root is set.
+// Logs: <log dir>/<job>/rank-<N>.log (spawner.log_dir, default <state_dir>/logs).
+//
+// Reports (through Hooks::report, to the leader): "round_ack" once this round's workers run;
+// "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
+// start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
+// done reports repeat every kReportResend while the round stands (reports may be lost; the
+// leader deduplicates).
+//
+// Thread safety: none; the node's loop thread owns it (the Spawner's PDEATHSIG is tied to the
+// forking thread, which must live as long as the daemon: the loop thread does).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "daemon/core/result.h"
+#include "daemon/core/time.h"
+#include "daemon/node/round_codec.h"
+#include "daemon/spawner/spawner.h"
+#include "daemon/topology/topology.h"
+
+namespace elastic::node {
+
+// How the workers of a round that no longer stands are stopped (see the header comment).
+enum class StopMode { kGraceful, kKill };
+
+// One local worker as `elasticctl status` shows it.
+struct WorkerRow {
+  std::string job;
+  std::uint64_t round = 0;
+  std::uint32_t rank = 0;
+  std::uint32_t slot = 0;
+  int pid = 0;
+  std::string state;  // "running", "stopping", "exited"
+  std::string detail;
+};
+
+class JobSupervisor {
+ public:
+  static constexpr std::chrono::seconds kReportResend{1};
+
+  struct Hooks {
+    // Sends a report about `job` to the leader (RoundService knows where that is).
+    std::function<void(const std::string& job, const std::string& verb, const std::string& args)>
+        report;
+  };
+
+  JobSupervisor(std::string self, const config::DaemonConfig& config,
+                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks);
+
+  // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
+  // the same round are no-ops). Returns true when this round's workers are running, so the
+  // caller may acknowledge it at once; otherwise an ack follows through Hooks when they are.
+  bool on_round(TimePoint now, const RoundStart& start);
+  // The job no longer has a round for this daemon (ended, recovering, not a member, fenced).
+  void stop_job(TimePoint now, const std::string& job, StopMode mode, const std::string& why);
+
+  int fd() const;
+  void process(TimePoint now);
+  TimePoint next_deadline() const;
+  // SIGTERM to every worker, up to `grace` for them to exit, SIGKILL to the rest (blocks).
+  void shutdown(Duration grace);
+
+  std::uint32_t slots() const { return static_cast<std::uint32_t>(plan_.slots.size()); }
+  const topology::Plan& plan() const { return plan_; }
+  std::vector<WorkerRow> workers() const;
+  // The log file of `job`'s rank `rank` ("" when this daemon never ran that rank).
+  std::string log_path(const std::string& job, std::uint32_t rank) const;
+  std::string log_dir() const { return log_dir_; }
+  // The uid that owns `job`, if this daemon ran a round of it since it started.
+  std::optional<std::uint32_t> job_owner(const std::string& job) const;
+
+ private:
+  struct Worker {
+    spawner::WorkerId id = 0;
+    std::uint64_t round = 0;
+    std::uint32_t rank = 0;
+    std::uint32_t slot = 0;
+    int pid = 0;
+    bool stopping = false;
+    std::optional<spawner::WorkerExit> exit;
+  };
+  struct Job {
+    std::optional<RoundStart> current;   // the round to run (nullopt: stop everything)
+    bool started = false;                // current's workers were spawned
+    std::vector<Worker> workers;         // current round's and older rounds' (stopping) workers
+    std::optional<std::string> failure;  // worker_failed args, re-sent while the round stands
+    bool done = false;                   // every worker of current exited 0
+    std::set<std::uint32_t> ranks_run;   // ranks this daemon ran (for logs)
+  };
+
+  void stop_workers(TimePoint now, Job& job, StopMode mode);
+  void try_start(TimePoint now, const std::string& id, Job& job);
+  void on_exit(TimePoint now, const spawner::WorkerExit& exit);
+  Result<spawner::WorkerSpec> worker_spec(const RoundStart& start, std::uint32_t local,
+                                          std::uint32_t slot) const;
+  std::set<std::uint32_t> busy_slots() const;
+  void send_reports(TimePoint now);
+
+  std::string self_;
+  config::DaemonConfig config_;
+  std::unique_ptr<spawner::Spawner> spawner_;
+  topology::Plan plan_;
+  Hooks hooks_;
+  std::string log_dir_;
+  std::map<std::string, Job> jobs_;
+  std::map<std::string, std::uint32_t> owners_;  // job -> uid, for log access (bounded)
+  TimePoint next_report_ = kNever;
+};
+
+}  // namespace elastic::node

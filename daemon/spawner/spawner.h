@@ -1,0 +1,175 @@
+// Spawner: fork/exec of training workers, their logs, their end. A thin I/O shell with no
+// decisions of its own: the job supervisor (daemon/node) says what to start and what to stop,
+// the Spawner does it and reports exits.
+//
+// What it guarantees (issue 5, "Spawner" and "No orphans"):
+//  - One process group per worker (setpgid in child and parent). stop() sends SIGTERM to the
+//    group and SIGKILL at now + stop_grace; when the worker (the group leader) exits, the rest
+//    of its group is SIGKILLed before the leader is reaped, so a worker's children never
+//    outlive it and the group id cannot have been reused.
+//  - PR_SET_PDEATHSIG(SIGKILL) in every worker: if the daemon dies, its workers die. The kernel
+//    ties this to the THREAD that forked, so spawn() must be called from a thread that lives as
+//    long as the daemon (the loop thread), never from a short-lived helper thread.
+//  - open() makes the daemon a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants of a
+//    worker that double-fork are reparented to the daemon and reaped here, not by init.
+//  - With cgroup_root set (a writable cgroup v2 directory): one cgroup per worker,
+//    <cgroup_root>/w-<daemon pid>-<worker id>, joined by the child before exec; stop/kill/exit
+//    also write "1" to its cgroup.kill (kernel >= 5.14), which reaches processes that left the
+//    process group (setsid); the empty cgroup is removed. Without it, a descendant that leaves
+//    its process group escapes the tree kill (PDEATHSIG still covers the worker itself).
+//  - Leftovers: every running worker has a record <state_dir>/workers/<pid> holding
+//    "<pgid> <start time>\n" (start time = /proc/<pid>/stat field 22, clock ticks since boot),
+//    removed when the worker is reaped. open() ends the process group of each recorded pid that
+//    still runs with the same start time (a reused pid is never killed) and deletes the records;
+//    this ends the workers of a daemon that was killed hard. state_dir "" = no records.
+//  - Logs: stdout and stderr of a worker go through a pipe into log_path (O_APPEND, created
+//    0644 with parent directories 0755, owned by the daemon). A write that would make the file
+//    exceed log_max_bytes rotates it first: path.(keep-1) -> path.keep ... path -> path.1 (keep
+//    0: the file is truncated instead). Workers that share a log_path share one open file. The
+//    daemon's own lines start with "[elasticd <UTC time>] " (note(), start and exit lines). The
+//    pipe is drained before an exit is reported, so the worker's last lines are in the file.
+//
+// Reaping: each worker has a pidfd (pidfd_open) registered in the epoll set that fd() returns,
+// next to its log pipe; a readable pidfd means the leader is a zombie. process() then also
+// reaps every other exited child of the process (waitid(P_ALL) — descendants adopted through
+// the subreaper), reporting only tracked workers. So the Spawner must be the only part of the
+// process that forks children it waits for: in elasticd there is none (tests that fork helpers
+// must not call process() while such a helper may exit).
+//
+// Thread safety: none; one thread (the daemon's loop thread) owns the Spawner. Nothing but
+// shutdown() (and the destructor) blocks; spawn() blocks only until the child's exec succeeded
+// or failed.
+//
+// Errors: Result with one sentence: "cannot start <label>: <step> failed: <strerror>", for
+// example "cannot start fmnist-1 rank 0: exec of 'no-such-cmd' failed: No such file or
+// directory". A failed spawn leaves no process, record or cgroup behind, and writes the error
+// into the worker's log when the log could be opened.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/time.h"
+
+namespace elastic::spawner {
+
+// The user a worker runs as. `user` is the name for the supplementary groups
+// (getgrouplist); "" = only `gid`.
+struct RunAs {
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::string user;
+};
+
+struct WorkerSpec {
+  std::string label;                       // e.g. "fmnist-1 rank 3", for log lines and errors
+  std::vector<std::string> argv;           // argv[0] searched in env's PATH like execvp, or a path
+  std::map<std::string, std::string> env;  // the COMPLETE environment (the caller builds it)
+  std::string working_dir;                 // must exist; "" = "/"
+  std::optional<RunAs> run_as;             // nullopt = the daemon's own uid/gid
+  std::vector<unsigned> cpus;              // OS cpu indices (sched_setaffinity); empty = unbound
+  std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
+  std::string log_path;                    // stdout+stderr appended here
+};
+
+struct SpawnerConfig {
+  Duration stop_grace = std::chrono::seconds(10);   // SIGTERM, then SIGKILL after this
+  std::uint64_t log_max_bytes = 100 * 1024 * 1024;  // rotate a log before it grows past this
+  int log_keep = 5;                                 // rotated files kept (path.1 .. path.keep)
+  std::string cgroup_root;                          // "" = process groups + PDEATHSIG only
+  std::string state_dir;  // worker records go to <state_dir>/workers; "" = none
+};
+
+using WorkerId = std::uint64_t;
+
+struct WorkerExit {
+  WorkerId id = 0;
+  int pid = 0;
+  bool signaled = false;  // killed by a signal (status is the signal) or exited (exit code)
+  int status = 0;
+  bool stopped = false;  // stop() or kill() had been called for this worker
+  TimePoint at{};        // the `now` of the process() call that reaped it
+  // "exited with status 3" / "killed by signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+class Spawner {
+ public:
+  // Makes the process a child subreaper, checks cgroup_root (an Error naming it unless it is a
+  // writable cgroup v2 directory), ends leftover workers (see above) and leftover cgroups.
+  static Result<std::unique_ptr<Spawner>> open(SpawnerConfig config);
+
+  // SIGKILLs every worker still running and reaps it (blocking): nothing outlives the Spawner.
+  ~Spawner();
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+
+  // Starts one worker; returns once its exec succeeded or failed (see Errors above).
+  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec);
+  // SIGTERM to the worker's group now, SIGKILL at now + stop_grace. Idempotent: a second call
+  // keeps the first deadline. Unknown or already reaped ids are ignored.
+  void stop(TimePoint now, WorkerId id);
+  // SIGKILL to the worker's group (and cgroup) now.
+  void kill(WorkerId id);
+  // Appends "[elasticd <UTC time>] <line>\n" to the worker's log. Unknown ids are ignored.
+  void note(WorkerId id, std::string_view line);
+
+  // An epoll descriptor that is readable when process() has work (log output, an exit).
+  int fd() const { return epoll_fd_; }
+  // Pumps logs, escalates TERM -> KILL whose deadline is <= now, reaps, and appends the exits
+  // of tracked workers to *exits. Never blocks.
+  void process(TimePoint now, std::vector<WorkerExit>* exits);
+  // The earliest pending KILL escalation, cgroup clean-up retry or sweep for the zombies of a
+  // recently exited worker's group (every 50 ms for 2 s after an exit), or kNever.
+  TimePoint next_deadline() const;
+
+  std::optional<int> pid(WorkerId id) const;
+  std::size_t running() const { return workers_.size(); }
+  // Workers of an earlier daemon that open() ended.
+  std::size_t leftovers_ended() const { return leftovers_ended_; }
+
+  // At daemon exit: SIGTERM every worker, wait up to `grace` (blocking) for them to exit,
+  // SIGKILL the rest, reap them all. Their exits are appended to *exits when given.
+  void shutdown(Duration grace, std::vector<WorkerExit>* exits = nullptr);
+
+  struct Worker;
+  struct LogFile;
+
+ private:
+  explicit Spawner(SpawnerConfig config);
+  Status init();
+  void handle_exit(TimePoint now, Worker& worker, int wait_status, std::vector<WorkerExit>* exits);
+  bool reap_one_worker(TimePoint now, WorkerId id, std::vector<WorkerExit>* exits);
+  void reap_others(TimePoint now, std::vector<WorkerExit>* exits);
+  void pump(Worker& worker, std::size_t budget);
+  void kill_group(Worker& worker, int signal);
+  void retry_cgroup_removal();
+  Worker* find(WorkerId id);
+  const Worker* find(WorkerId id) const;
+  std::shared_ptr<LogFile> open_log(const std::string& path, std::string* error);
+
+  SpawnerConfig config_;
+  int epoll_fd_ = -1;
+  pid_t self_pid_ = 0;
+  WorkerId next_id_ = 1;
+  std::size_t leftovers_ended_ = 0;
+  std::map<WorkerId, std::unique_ptr<Worker>> workers_;
+  std::map<std::string, std::weak_ptr<LogFile>> logs_;
+  std::vector<std::string> cgroups_to_remove_;
+  TimePoint cgroup_retry_at_ = kNever;
+  TimePoint orphan_sweep_until_{};
+  TimePoint orphan_sweep_at_ = kNever;
+};
+
+// "0-3,8,10-11" for {0,1,2,3,8,10,11}; "" for none.
+std::string format_index_list(std::vector<unsigned> indices);
+
+}  // namespace elastic::spawner
