@@ -80,7 +80,8 @@ std::string job_reply(const rendezvous::JobTable& table, const std::string& id, 
 
 bool is_leader_verb(std::string_view verb) {
   return verb == "submit" || verb == "cancel" || verb == "jobs" || verb == "job" ||
-         verb == "voters";
+         verb == "voters" || verb == "events" || verb == "drain" || verb == "undrain" ||
+         verb == "drained";
 }
 
 JobService::JobService() : table_(std::make_unique<rendezvous::JobTable>()) {}
@@ -177,6 +178,45 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
     serve_voters(now, request, consensus, std::move(done));
     return;
   }
+  if (request.verb == "events") {
+    const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
+    const std::string only = args.is_object() ? args.value("job", "") : "";
+    std::size_t limit = 100;
+    if (args.is_object() && args.contains("limit") && args["limit"].is_number_unsigned()) {
+      limit = std::clamp<std::size_t>(args["limit"].get<std::size_t>(), 1, 100'000);
+    }
+    if (!only.empty() && table_->job(only) == nullptr) {
+      return done(ForwardOutcome::kError, "No job \"" + only + "\" is known.");
+    }
+    json events = json::array();
+    for (const auto& [id, job] : table_->jobs()) {
+      if (!only.empty() && id != only) continue;
+      for (const rendezvous::JobEvent& e : job.events) {
+        events.push_back({{"job", id},
+                          {"at_ms", e.at.time_since_epoch().count()},
+                          {"round", e.round},
+                          {"from", rendezvous::to_string(e.from)},
+                          {"to", rendezvous::to_string(e.to)},
+                          {"reason", e.reason}});
+      }
+    }
+    // Oldest first across jobs; the most recent `limit` of them.
+    std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
+      return a["at_ms"].get<std::int64_t>() < b["at_ms"].get<std::int64_t>();
+    });
+    if (events.size() > limit) {
+      events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(limit));
+    }
+    done(ForwardOutcome::kOk, json{{"ok", true}, {"events", std::move(events)}}.dump());
+    return;
+  }
+  if (request.verb == "drained") {
+    done(ForwardOutcome::kOk,
+         json{{"ok", true},
+              {"drained", json::parse(rendezvous::drained_to_json(*table_), nullptr, false)}}
+             .dump());
+    return;
+  }
 
   rendezvous::Command command;
   if (request.verb == "submit") {
@@ -207,20 +247,43 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
                                     .at = wall_now()};
+  } else if (request.verb == "drain" || request.verb == "undrain") {
+    auto node = string_arg(request.args, "node");
+    if (!node.ok()) return done(ForwardOutcome::kError, node.error().message);
+    const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
+    const std::string reason = args.value("reason", "");
+    if (reason.size() > rendezvous::kMaxReasonBytes) {
+      return done(
+          ForwardOutcome::kError,
+          "The reason is longer than " + std::to_string(rendezvous::kMaxReasonBytes) + " bytes.");
+    }
+    command = rendezvous::DrainNode{.client_id = request.client_id,
+                                    .client_seq = request.client_seq,
+                                    .node = *node,
+                                    .drained = request.verb == "drain",
+                                    .reason = reason,
+                                    .by_uid = request.uid,
+                                    .is_admin = request.admin,
+                                    .at = wall_now()};
   } else {
     return done(ForwardOutcome::kError, "Unknown verb \"" + request.verb + "\".");
   }
   const rendezvous::JobTable* table = table_.get();
-  consensus.propose(now, rendezvous::encode_command(command),
-                    [table, done = std::move(done)](Result<std::string> applied) {
-                      if (!applied.ok())
-                        return done(ForwardOutcome::kRedirect, applied.error().message);
-                      const ApplyResult result = decode_result(*applied);
-                      if (result.code != ApplyCode::kApplied) {
-                        return done(ForwardOutcome::kError, result.message);
-                      }
-                      done(ForwardOutcome::kOk, job_reply(*table, result.job_id, result.duplicate));
-                    });
+  consensus.propose(
+      now, rendezvous::encode_command(command),
+      [table, command, done = std::move(done)](Result<std::string> applied) {
+        if (!applied.ok()) return done(ForwardOutcome::kRedirect, applied.error().message);
+        const ApplyResult result = decode_result(*applied);
+        if (result.code != ApplyCode::kApplied) {
+          return done(ForwardOutcome::kError, result.message);
+        }
+        if (const auto* drain = std::get_if<rendezvous::DrainNode>(&command)) {
+          return done(
+              ForwardOutcome::kOk,
+              json{{"ok", true}, {"node", drain->node}, {"drained", drain->drained}}.dump());
+        }
+        done(ForwardOutcome::kOk, job_reply(*table, result.job_id, result.duplicate));
+      });
 }
 
 }  // namespace elastic::node

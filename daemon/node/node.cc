@@ -678,7 +678,24 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                    .peers_opened = t.peers_opened,
                                    .peers_closed = t.peers_closed,
                                    .open_peers = transport_->open_peers()};
-    return control::encode_reply(reply);
+    // What this daemon's copy of the job table says about drains (voters; a non-voter's table
+    // is empty), and the slots each node offered (known to the leader).
+    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+    const auto& drained = jobs_.table().drained();
+    const auto& slots = rounds_->node_slots();
+    for (auto& row : body["members"]) {
+      const std::string name = row.value("name", "");
+      const auto d = drained.find(name);
+      row["drained"] = d != drained.end();
+      if (d != drained.end()) row["drain_reason"] = d->second.reason;
+      if (name == name_) {
+        row["slots"] = supervisor_->slots();
+      } else if (const auto offered = slots.find(name); offered != slots.end()) {
+        row["slots"] = offered->second.second;
+      }
+    }
+    body["table_known"] = consensus_ && consensus_->status().voter;
+    return body.dump();
   }
   if (request.verb == "status") {
     control::StatusReply reply;

@@ -190,6 +190,12 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     if (!plan_now || state.in_flight) continue;
     std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>> usable;
     for (const auto& [name, view] : alive) {
+      // A drained node takes no new work; a job already on it keeps it.
+      const bool member = std::any_of(job.ranks.begin(), job.ranks.end(),
+                                      [&](const auto& r) { return r.node == name; });
+      if (table.drained().contains(name) && !(member && is_active_round_state(job.state))) {
+        continue;
+      }
       const auto known = node_slots_.find(name);
       if (known == node_slots_.end() || known->second.first != view->generation) continue;
       std::uint32_t free = known->second.second;

@@ -86,13 +86,32 @@ constexpr std::size_t kMaxClientIdBytes = wire::kMaxNameBytes;
 constexpr std::size_t kMaxJobIdBytes = kMaxJobNameBytes + 24;  // "<name>-<u64>"
 constexpr std::size_t kMaxNodeNameBytes = wire::kMaxNameBytes;
 
-enum class Kind : std::uint8_t { kSubmit = 1, kCancel = 2, kOpen = 3, kSet = 4 };
+// Only ever appended: a number once used keeps its meaning in every Raft log.
+enum class Kind : std::uint8_t { kSubmit = 1, kCancel = 2, kOpen = 3, kSet = 4, kDrain = 5 };
 
 ApplyResult rejected(std::string job_id, std::string message) {
   return ApplyResult{ApplyCode::kRejected, std::move(job_id), std::move(message), false};
 }
 
 bool negative(WallTime t) { return t.time_since_epoch().count() < 0; }
+
+// Why `node` cannot name a node to drain; "" when it can. Host names only, so a name can be
+// printed in a sentence or a table without quoting.
+std::string drain_node_problem(const std::string& node) {
+  if (node.empty()) return "The node name is empty.";
+  if (node.size() > kMaxDrainNodeBytes) {
+    return "The node name is " + std::to_string(node.size()) + " bytes long, more than the " +
+           std::to_string(kMaxDrainNodeBytes) + " a node name may have.";
+  }
+  const bool host_name = std::all_of(node.begin(), node.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '_' || ch == '-';
+  });
+  if (!host_name) {
+    return "The node name may hold only letters, digits, '.', '_' and '-', as host names do.";
+  }
+  return "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
@@ -152,6 +171,19 @@ void pack_command(Packer& p, const SetJobState& c) {
   put_uint(p, "st", static_cast<std::uint8_t>(c.state));
   put_uint(p, "ca", static_cast<std::uint8_t>(c.cause));
   put_str(p, "rs", c.reason);
+  put_time(p, "at", c.at);
+}
+void pack_command(Packer& p, const DrainNode& c) {
+  p.pack_map(10);
+  put_uint(p, "v", kCommandVersion);
+  put_uint(p, "k", static_cast<std::uint8_t>(Kind::kDrain));
+  put_str(p, "ci", c.client_id);
+  put_uint(p, "cs", c.client_seq);
+  put_str(p, "n", c.node);
+  put_bool(p, "dr", c.drained);
+  put_str(p, "rs", c.reason);
+  put_uint(p, "bu", c.by_uid);
+  put_bool(p, "ad", c.is_admin);
   put_time(p, "at", c.at);
 }
 
@@ -223,6 +255,18 @@ void read_body(MapReader& r, SetJobState* c) {
   read_enum(r, "st", kMaxJobState, &c->state);
   read_enum(r, "ca", kMaxRoundReason, &c->cause);
   read_string(r, "rs", kMaxReasonBytes, &c->reason);
+  read_time(r, "at", &c->at);
+}
+void read_body(MapReader& r, DrainNode* c) {
+  read_string(r, "ci", kMaxClientIdBytes, &c->client_id);
+  r.uint("cs", &c->client_seq);
+  // The wire limit, not kMaxDrainNodeBytes: a too long name decodes and apply() refuses it
+  // with a sentence the operator can act on.
+  read_string(r, "n", kMaxNodeNameBytes, &c->node);
+  r.boolean("dr", &c->drained, Need::kRequired);
+  read_string(r, "rs", kMaxReasonBytes, &c->reason);
+  r.uint("bu", &c->by_uid);
+  r.boolean("ad", &c->is_admin, Need::kRequired);
   read_time(r, "at", &c->at);
 }
 
@@ -399,6 +443,8 @@ Result<Command> decode_command(std::string_view bytes) {
       return read_command<OpenRound>(r, &failure);
     case Kind::kSet:
       return read_command<SetJobState>(r, &failure);
+    case Kind::kDrain:
+      return read_command<DrainNode>(r, &failure);
   }
   r.fail("has an unknown kind " + std::to_string(kind));
   return Error{std::move(failure.message)};
@@ -434,8 +480,11 @@ ApplyResult JobTable::apply(Index index, const Command& command) {
           return apply_cancel(index, c);
         } else if constexpr (std::is_same_v<T, OpenRound>) {
           return apply_open(index, c);
-        } else {
+        } else if constexpr (std::is_same_v<T, SetJobState>) {
           return apply_set(index, c);
+        } else {
+          static_assert(std::is_same_v<T, DrainNode>);
+          return apply_drain(index, c);
         }
       },
       command);
@@ -617,6 +666,36 @@ ApplyResult JobTable::apply_set(Index index, const SetJobState& c) {
   return ApplyResult{ApplyCode::kApplied, c.job_id, "", false};
 }
 
+ApplyResult JobTable::apply_drain(Index index, const DrainNode& c) {
+  if (std::optional<ApplyResult> seen = dedupe(clients_, c.client_id, c.client_seq)) {
+    return *seen;
+  }
+  auto refuse = [&](std::string message) {
+    return remember(index, c.client_id, c.client_seq, rejected("", std::move(message)));
+  };
+  if (!c.is_admin) {
+    return refuse("Only root or members of control.admin_group may drain nodes.");
+  }
+  if (std::string problem = drain_node_problem(c.node); !problem.empty()) return refuse(problem);
+  if (c.reason.size() > kMaxReasonBytes) {
+    return refuse("The drain reason is longer than " + std::to_string(kMaxReasonBytes) + " bytes.");
+  }
+  if (negative(c.at)) return refuse("The drain time is before 1970.");
+  const auto it = drained_.find(c.node);
+  if (c.drained && it == drained_.end()) {
+    if (drained_.size() >= kMaxDrainedNodes) {
+      return refuse("The cluster already has " + std::to_string(drained_.size()) +
+                    " drained nodes, the most it keeps; undrain some first.");
+    }
+    drained_.emplace(c.node, NodeDrain{c.reason, c.at, c.by_uid});
+  } else if (!c.drained && it != drained_.end()) {
+    drained_.erase(it);
+  }
+  // Otherwise already as asked: the first drain's reason and time stay, so `nodes` keeps
+  // saying since when the node has been out of service.
+  return remember(index, c.client_id, c.client_seq, ApplyResult{});
+}
+
 void JobTable::change_state(Index index, JobRecord& job, JobState to, WallTime at,
                             std::string reason) {
   job.events.push_back(JobEvent{at, job.round, job.state, to, reason});
@@ -647,7 +726,9 @@ void JobTable::forget_old_terminal_jobs() {
 std::string JobTable::snapshot() const {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(5);
+  // "dr" only when a node is drained, so a table without drains snapshots to the same bytes as
+  // before drains existed (and restore() of such bytes round-trips exactly).
+  p.pack_map(drained_.empty() ? 5 : 6);
   put_uint(p, "v", kSnapshotVersion);
   put_uint(p, "ai", applied_index_);
   put_uint(p, "nj", jobs_created_);
@@ -664,6 +745,17 @@ std::string JobTable::snapshot() const {
     put_str(p, "j", c.job_id);
     put_str(p, "m", c.message);
     put_uint(p, "i", c.last_index);
+  }
+  if (!drained_.empty()) {
+    put_key(p, "dr");
+    p.pack_array(static_cast<std::uint32_t>(drained_.size()));
+    for (const auto& [node, d] : drained_) {
+      p.pack_map(4);
+      put_str(p, "n", node);
+      put_str(p, "rs", d.reason);
+      put_time(p, "at", d.at);
+      put_uint(p, "bu", d.by_uid);
+    }
   }
   return std::string(buffer.data(), buffer.size());
 }
@@ -721,6 +813,28 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
       if (!table.clients_.emplace(id, std::move(c)).second) r.fail("has client " + id + " twice");
     }
   }
+  // Optional: snapshots written before drains existed have no "dr", and neither do those of
+  // tables without drained nodes.
+  if (const msgpack::object_array* drained = r.array("dr", kMaxDrainedNodes, Need::kOptional)) {
+    for (std::uint32_t i = 0; i < drained->size && r.ok(); ++i) {
+      MapReader dr(drained->ptr[i], "drained node " + std::to_string(i) + " of " + what, &failure);
+      std::string node;
+      NodeDrain d;
+      read_string(dr, "n", kMaxDrainNodeBytes, &node);
+      read_string(dr, "rs", kMaxReasonBytes, &d.reason);
+      read_time(dr, "at", &d.at);
+      dr.uint("bu", &d.by_uid);
+      if (!dr.ok()) {
+        r.mark_failed();
+        break;
+      }
+      if (!drain_node_problem(node).empty()) {
+        r.fail("has a drained node with an invalid name");
+      } else if (!table.drained_.emplace(node, std::move(d)).second) {
+        r.fail("has drained node " + node + " twice");
+      }
+    }
+  }
   if (!r.ok()) return Error{std::move(failure.message)};
   return table;
 }
@@ -767,6 +881,20 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   } catch (const std::exception&) {
     die("a job record could not be written as JSON");
+  }
+}
+
+std::string drained_to_json(const JobTable& table) {
+  using nlohmann::json;
+  try {
+    json j = json::object();
+    for (const auto& [node, d] : table.drained()) {
+      j[node] = {
+          {"reason", d.reason}, {"at_ms", d.at.time_since_epoch().count()}, {"by_uid", d.by_uid}};
+    }
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  } catch (const std::exception&) {
+    die("the drained nodes could not be written as JSON");
   }
 }
 

@@ -18,22 +18,34 @@
 //                  succeeded   from rendezvous or running
 //                  failed      from any non-terminal state (round 0 = before any round)
 //                Terminal states are final.
+//   DrainNode    admin only; marks a node drained (no new rounds are placed on it; jobs
+//                already on it keep running) or clears the mark. Draining a drained node or
+//                undraining one that is not drained applies and changes nothing, so an
+//                operator can repeat either without an error. The node need not be a member:
+//                a node can be drained before it joins.
 // Every state change and every opened round appends to the job's event log (the last
 // kMaxEventsPerJob are kept).
 //
-// Exactly-once for clients: SubmitJob and CancelJob carry (client_id, client_seq). The table
-// keeps, per client, the last applied seq and its result; a command whose seq is <= that
+// Exactly-once for clients: SubmitJob, CancelJob and DrainNode carry (client_id, client_seq). The
+// table keeps, per client, the last applied seq and its result; a command whose seq is <= that
 // returns the remembered result (duplicate = true) and changes nothing, so a client retrying
 // through a new leader never submits twice. The table remembers kMaxClientSessions clients,
 // forgetting the one whose last command is oldest. Clients must number their commands
 // 1, 2, 3... and send one at a time.
 //
 // Bounds: at most kMaxActiveJobs non-terminal jobs (a SubmitJob beyond is refused) and
-// kMaxTerminalJobs terminal ones (the one that ended first is forgotten).
+// kMaxTerminalJobs terminal ones (the one that ended first is forgotten); at most
+// kMaxDrainedNodes drained nodes (draining one more is refused).
 //
 // Determinism: apply depends only on the table and its arguments (times come in the commands),
 // so the same commands in the same order give byte-identical snapshot(), and
 // restore(snapshot()).snapshot() is byte-identical.
+//
+// Compatibility: snapshots are map-encoded, so fields are added without a version bump. The
+// drained nodes are written only when there are some, so a table without drains snapshots to
+// the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Older
+// daemons refuse a DrainNode entry as an unknown kind (kMalformed), so upgrade every daemon
+// before draining.
 //
 // Errors: garbage, truncated, unknown-version or unknown-kind command bytes return an
 // ApplyResult with code kMalformed and leave the table unchanged; refused commands return
@@ -68,6 +80,11 @@ inline constexpr std::size_t kMaxTerminalJobs = 1000;
 inline constexpr std::size_t kMaxClientSessions = 10'000;
 inline constexpr std::size_t kMaxReasonBytes = 1024;  // longer reasons are refused
 inline constexpr std::size_t kMaxEndpointBytes = 1024;
+// More than any cluster we target; also the wire's array limit (wire::kMaxMembers), so a
+// snapshot of a full table still decodes.
+inline constexpr std::size_t kMaxDrainedNodes = 100'000;
+// Node names are host names: letters, digits, '.', '_' and '-'.
+inline constexpr std::size_t kMaxDrainNodeBytes = 256;
 
 // ---------------------------------------------------------------------------------------------
 // Commands
@@ -112,7 +129,20 @@ struct SetJobState {
   bool operator==(const SetJobState&) const = default;
 };
 
-using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState>;
+struct DrainNode {
+  std::string client_id;
+  std::uint64_t client_seq = 0;
+  std::string node;
+  bool drained = true;       // false = undrain
+  std::string reason;        // the operator's words, shown by `elasticctl nodes`
+  std::uint32_t by_uid = 0;  // from the caller's peer credentials
+  bool is_admin = false;     // root or control.admin_group
+  WallTime at{};             // stamped by the leader
+  bool operator==(const DrainNode&) const = default;
+};
+
+// Kinds are only ever appended (the encoded kind number follows the order).
+using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode>;
 
 // Map-encoded MessagePack with the version and kind first (see job_table.cc).
 std::string encode_command(const Command& command);
@@ -168,6 +198,14 @@ struct ApplyResult {
   bool operator==(const ApplyResult&) const = default;
 };
 
+// Why and since when a node is drained.
+struct NodeDrain {
+  std::string reason;
+  WallTime at{};
+  std::uint32_t by_uid = 0;
+  bool operator==(const NodeDrain&) const = default;
+};
+
 // What the table remembers per client.
 struct ClientSession {
   std::uint64_t last_seq = 0;
@@ -194,6 +232,8 @@ class JobTable {
   const std::map<std::string, JobRecord>& jobs() const { return jobs_; }
   const JobRecord* job(std::string_view id) const;
   const std::map<std::string, ClientSession>& clients() const { return clients_; }
+  // Drained nodes by name. The leader places no new round on them.
+  const std::map<std::string, NodeDrain>& drained() const { return drained_; }
   Index applied_index() const { return applied_index_; }
   std::uint64_t jobs_created() const { return jobs_created_; }
 
@@ -204,6 +244,7 @@ class JobTable {
   ApplyResult apply_cancel(Index index, const CancelJob& c);
   ApplyResult apply_open(Index index, const OpenRound& c);
   ApplyResult apply_set(Index index, const SetJobState& c);
+  ApplyResult apply_drain(Index index, const DrainNode& c);
   ApplyResult remember(Index index, const std::string& client_id, std::uint64_t seq,
                        ApplyResult result);
   void change_state(Index index, JobRecord& job, JobState to, WallTime at, std::string reason);
@@ -213,11 +254,16 @@ class JobTable {
   std::uint64_t jobs_created_ = 0;
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, ClientSession> clients_;
+  std::map<std::string, NodeDrain> drained_;
 };
 
 // JSON of a record for the control API (`elasticctl status --json`): id, state, reason,
 // round, ranks, store endpoint, restarts, times (ms since the epoch), the spec, and the last
 // `max_events` events.
 std::string to_json(const JobRecord& job, std::size_t max_events = kMaxEventsPerJob);
+
+// JSON of the drained nodes for the control API:
+// {"<node>": {"reason": ..., "at_ms": <ms since the epoch>, "by_uid": ...}, ...}.
+std::string drained_to_json(const JobTable& table);
 
 }  // namespace elastic::rendezvous

@@ -78,8 +78,11 @@ int main(int argc, char** argv) {
   open.ranks = {{"n1", 1, 1, 0}, {"n2", 3, 2, 1}};
   open.store_endpoint = "10.0.0.1:29502";
   open.reason = rdv::RoundReason::kMemberLost;
+  rdv::JobSpec spec;
+  spec.name = "fmnist";
+  spec.command = {"elastic-trainer", "--model", "fmnist"};
   write(MsgType::kRoundStart,
-        node::encode_round_start(node::RoundStart{5, rdv::JobState::kRunning, open}));
+        node::encode_round_start(node::RoundStart{5, rdv::JobState::kRunning, open, spec, 1}));
   const rdv::JobRoundRef ref{"fmnist-1", 5, 2};
   write(MsgType::kJobKeepalive, rdv::encode_job(rdv::JobKeepalive{ref, 9}));
   write(MsgType::kJobProbeRequest, rdv::encode_job(rdv::JobProbeRequest{ref, 4, "n2", 3}));
@@ -90,9 +93,11 @@ int main(int argc, char** argv) {
   rdv::SubmitJob submit;
   submit.client_id = "n1/1/7";
   submit.client_seq = 1;
-  submit.spec.name = "fmnist";
-  submit.spec.command = {"elastic-trainer", "--model", "fmnist"};
+  submit.spec = spec;
   write(MsgType::kControlRequest, rdv::encode_command(submit));
   write(MsgType::kControlRequest, rdv::encode_command(open));
+  write(MsgType::kControlRequest,
+        rdv::encode_command(rdv::DrainNode{"n1/1/8", 2, "gpu-07", true, "bad DIMM", 0, true,
+                                           rdv::WallTime(std::chrono::milliseconds(5))}));
   return 0;
 }

@@ -70,9 +70,11 @@ std::vector<std::string> job_ids(const Daemon& daemon) {
   return ids;
 }
 
+// The workers sleep, so a job's rounds stay up until the test ends them (every daemon the
+// test stops takes its workers with it).
 std::string submit(const Daemon& daemon, const std::string& name, const std::string& nodes) {
-  const RunResult r =
-      elasticctl(ctl_args(daemon, {"submit", "--name", name, "--nodes", nodes, "--", "/bin/true"}));
+  const RunResult r = elasticctl(
+      ctl_args(daemon, {"submit", "--name", name, "--nodes", nodes, "--", "/bin/sleep", "600"}));
   EXPECT_TRUE(r.status.exited_with(0)) << r.out << r.err;
   const std::string prefix = "submitted ";
   if (r.out.rfind(prefix, 0) != 0) return "";
@@ -136,12 +138,15 @@ TEST(ConsensusInteg, VotersElectOneLeaderAndAnyDaemonServesJobs) {
   // A bad spec is refused with one sentence naming the field; nothing is created.
   const RunResult bad = elasticctl(
       ctl_args(*c.n4, {"submit", "--name", "gamma", "--nodes", "3:2", "--", "/bin/true"}));
-  EXPECT_TRUE(bad.status.exited_with(1));
-  EXPECT_EQ(bad.err, "elasticctl: nodes: min 3 is greater than max 2\n");
+  // elasticctl checks the spec itself (exit 65) before anything is sent.
+  EXPECT_TRUE(bad.status.exited_with(65));
+  EXPECT_EQ(bad.err,
+            "--nodes: min 3 is greater than max 2\nelasticctl: the job spec is invalid; nothing "
+            "was submitted\n");
   const RunResult owned = elasticctl(
       ctl_args(*c.n3, {"submit", "--name", "delta", "--env", "RANK=3", "--", "/bin/true"}));
-  EXPECT_TRUE(owned.status.exited_with(1));
-  EXPECT_THAT(owned.err, HasSubstr("env: RANK"));
+  EXPECT_TRUE(owned.status.exited_with(65));
+  EXPECT_THAT(owned.err, HasSubstr("--env: RANK"));
   EXPECT_EQ(job_ids(c.n1).size(), 2u);
 
   // Status and cancel of a job, from any daemon.
@@ -253,7 +258,9 @@ TEST(ConsensusInteg, OnlyTheOwnerOrAnAdminCancelsAJob) {
     for (const auto& a : ctl_args(*c.n4, std::move(args))) argv.push_back(a);
     return run(argv, {}, std::chrono::seconds(20));
   };
-  const RunResult submitted = as_user(65534, {"submit", "--name", "mine", "--", "/bin/true"});
+  // Sleeping workers keep the jobs active until they are cancelled.
+  const RunResult submitted =
+      as_user(65534, {"submit", "--name", "mine", "--workdir", "/", "--", "/bin/sleep", "600"});
   ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
   const RunResult foreign = as_user(65533, {"cancel", "mine-1"});
   EXPECT_TRUE(foreign.status.exited_with(1));
@@ -261,7 +268,7 @@ TEST(ConsensusInteg, OnlyTheOwnerOrAnAdminCancelsAJob) {
   const RunResult owner = as_user(65534, {"cancel", "mine-1"});
   EXPECT_TRUE(owner.status.exited_with(0)) << owner.err;
   const RunResult root_job =
-      elasticctl(ctl_args(*c.n4, {"submit", "--name", "rootjob", "--", "/bin/true"}));
+      elasticctl(ctl_args(*c.n4, {"submit", "--name", "rootjob", "--", "/bin/sleep", "600"}));
   ASSERT_TRUE(root_job.status.exited_with(0));
   EXPECT_TRUE(as_user(65534, {"cancel", "rootjob-2"}).status.exited_with(1));
   const RunResult voters = as_user(65534, {"voters", "remove", "n1"});

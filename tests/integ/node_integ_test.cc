@@ -189,7 +189,7 @@ TEST(NodeInteg, NodesWithoutADaemonExits69NamingTheSocket) {
   const std::string socket = dir.file("nobody.sock");
   const RunResult r = elasticctl({"-c", "", "--set", "control.socket=" + socket, "nodes"});
   EXPECT_TRUE(r.status.exited_with(69)) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("No elasticd answers on the control socket " + socket));
+  EXPECT_THAT(r.err, HasSubstr("no daemon answers at " + socket));
 }
 
 TEST(NodeInteg, UnwritableStateDirExits73) {

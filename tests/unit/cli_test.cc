@@ -322,9 +322,42 @@ TEST(Elasticctl, Version) {
 TEST(Elasticctl, Help) {
   const Finished r = elasticctl({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* text : {"--config", "--set", "--version", "config", "nodes", "keygen"}) {
+  for (const char* text : {"--config", "--set", "--version", "config", "nodes", "keygen", "submit",
+                           "events", "logs", "drain", "undrain"}) {
     EXPECT_THAT(r.out, HasSubstr(text));
   }
+  // The exit codes are part of the help text.
+  EXPECT_THAT(r.out, HasSubstr("Exit codes: 0 ok; 1 the daemon refused the request"));
+  EXPECT_THAT(r.out, HasSubstr("69 no daemon answers at the control socket"));
+}
+
+TEST(Elasticctl, SubmitHelpNamesTheJobFileAndWait) {
+  const Finished r = elasticctl({"submit", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text :
+       {"jobfile", "--wait", "--dry-run", "--nodes", "--gpus-per-node", "--workdir", "--env"}) {
+    EXPECT_THAT(r.out, HasSubstr(text));
+  }
+}
+
+TEST(Elasticctl, DryRunPrintsTheSpecWithoutADaemon) {
+  TempDir dir;
+  const std::string file = dir.write("job.toml", "name = \"dry\"\ncommand = [\"/bin/true\"]\n");
+  const Finished r = elasticctl({"-c", "", "--set", "control.socket=" + dir.file("none.sock"),
+                                 "submit", file, "--nodes", "2:3", "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto spec = nlohmann::json::parse(r.out);
+  EXPECT_EQ(spec["name"], "dry");
+  EXPECT_EQ(spec["min_nodes"], 2);
+  EXPECT_EQ(spec["max_nodes"], 3);
+}
+
+TEST(Elasticctl, CommandAfterDashesOnlyForSubmit) {
+  const Finished r = elasticctl({"jobs", "--", "x"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(r.err,
+            "elasticctl: only submit takes a command after --\n"
+            "Run 'elasticctl --help' for usage.\n");
 }
 
 TEST(Elasticctl, ConfigPrintsTomlThatReadsBack) {
@@ -358,8 +391,8 @@ TEST(Elasticctl, UnknownCommandExits64) {
   const Finished r = elasticctl({"frobnicate"});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, jobs, keygen, "
-            "nodes, status, submit, voters)\n"
+            "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, drain, events, "
+            "jobs, keygen, logs, nodes, status, submit, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -367,8 +400,8 @@ TEST(Elasticctl, MissingCommandExits64) {
   const Finished r = elasticctl({});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
-            "elasticctl: a command is required (commands: cancel, config, jobs, keygen, nodes, "
-            "status, submit, voters)\n"
+            "elasticctl: a command is required (commands: cancel, config, drain, events, jobs, "
+            "keygen, logs, nodes, status, submit, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 

@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "daemon/core/rng.h"
+#include "daemon/wire/codec.h"
 #include "tests/support/result_assertions.h"
 
 namespace elastic::rendezvous {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace std::string_literals;
 
 WallTime ms(std::int64_t t) { return WallTime(std::chrono::milliseconds(t)); }
 
@@ -67,6 +69,12 @@ class TableTest : public ::testing::Test {
   ApplyResult submit(const JobSpec& s, std::string client = "c1", std::uint64_t seq = 0) {
     return apply(SubmitJob{std::move(client), seq == 0 ? ++seq_ : seq, s, ms(1000)});
   }
+  // An admin's drain (drained = true) or undrain from client "ops".
+  ApplyResult drain(std::string node, bool drained = true, std::string reason = "bad DIMM",
+                    bool is_admin = true, std::int64_t at = 4000) {
+    return apply(DrainNode{"ops", ++drain_seq_, std::move(node), drained, std::move(reason), 0,
+                           is_admin, ms(at)});
+  }
   const JobRecord& job(const std::string& id) {
     const JobRecord* j = table_.job(id);
     EXPECT_NE(j, nullptr) << id;
@@ -77,6 +85,7 @@ class TableTest : public ::testing::Test {
   JobTable table_;
   Index index_ = 0;
   std::uint64_t seq_ = 0;
+  std::uint64_t drain_seq_ = 0;
 };
 
 TEST_F(TableTest, SubmitCreatesAPendingJob) {
@@ -391,6 +400,265 @@ TEST_F(TableTest, ActiveJobsAreBounded) {
             "finish.");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Drained nodes
+
+TEST_F(TableTest, DrainAndUndrainAreApplied) {
+  const ApplyResult r = apply(DrainNode{"ops-1", 1, "gpu-07", true, "bad DIMM", 0, true, ms(4000)});
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_FALSE(r.duplicate);
+  ASSERT_EQ(table_.drained().size(), 1u);
+  EXPECT_EQ(table_.drained().at("gpu-07"), (NodeDrain{"bad DIMM", ms(4000), 0}));
+  ASSERT_TRUE(drain("gpu-08.cluster_a", true, "").ok());
+  EXPECT_EQ(table_.drained().size(), 2u);
+
+  const ApplyResult undrain = drain("gpu-07", false);
+  ASSERT_TRUE(undrain.ok()) << undrain.message;
+  EXPECT_EQ(table_.drained().count("gpu-07"), 0u);
+  EXPECT_EQ(table_.drained().count("gpu-08.cluster_a"), 1u);
+  // Drains touch no job and no job touches drains.
+  EXPECT_TRUE(table_.jobs().empty());
+  ASSERT_TRUE(submit(spec()).ok());
+  EXPECT_EQ(table_.drained().size(), 1u);
+}
+
+TEST_F(TableTest, OnlyAdminsMayDrainOrUndrain) {
+  const ApplyResult r = drain("gpu-07", true, "mine", /*is_admin=*/false);
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message, "Only root or members of control.admin_group may drain nodes.");
+  EXPECT_TRUE(table_.drained().empty());
+  ASSERT_TRUE(drain("gpu-07").ok());
+  EXPECT_EQ(drain("gpu-07", false, "", /*is_admin=*/false).code, ApplyCode::kRejected);
+  EXPECT_EQ(table_.drained().count("gpu-07"), 1u);
+}
+
+struct DrainRefusalCase {
+  const char* label;
+  std::string node;
+  std::string reason;
+  std::int64_t at;
+  const char* message;
+};
+
+void PrintTo(const DrainRefusalCase& c, std::ostream* os) { *os << c.label; }
+
+class DrainRefusals : public ::testing::TestWithParam<DrainRefusalCase> {};
+
+TEST_P(DrainRefusals, LeaveTheTableAsItWas) {
+  JobTable t;
+  ASSERT_TRUE(t.apply(1, DrainNode{"ops", 1, "keep", true, "", 0, true, ms(1)}).ok());
+  const std::map<std::string, NodeDrain> before = t.drained();
+  const DrainRefusalCase& c = GetParam();
+  // Decoded commands: the codec already refuses over-long reasons, and times before 1970
+  // cannot be encoded (they encode as 0).
+  const ApplyResult r = t.apply(2, DrainNode{"ops", 2, c.node, true, c.reason, 0, true, ms(c.at)});
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message, c.message);
+  EXPECT_EQ(t.drained(), before);
+  // Undrains get the same checks.
+  EXPECT_EQ(t.apply(3, DrainNode{"ops", 3, c.node, false, c.reason, 0, true, ms(c.at)}).message,
+            c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, DrainRefusals,
+    ::testing::Values(
+        DrainRefusalCase{"EmptyName", "", "", 1, "The node name is empty."},
+        DrainRefusalCase{"LongName", std::string(kMaxDrainNodeBytes + 1, 'n'), "", 1,
+                         "The node name is 257 bytes long, more than the 256 a node name may "
+                         "have."},
+        DrainRefusalCase{"Space", "gpu 07", "", 1,
+                         "The node name may hold only letters, digits, '.', '_' and '-', as host "
+                         "names do."},
+        DrainRefusalCase{"Slash", "gpu/07", "", 1,
+                         "The node name may hold only letters, digits, '.', '_' and '-', as host "
+                         "names do."},
+        DrainRefusalCase{"NonAscii", "gp\xc3\xbc", "", 1,
+                         "The node name may hold only letters, digits, '.', '_' and '-', as host "
+                         "names do."},
+        DrainRefusalCase{"LongReason", "gpu-07", std::string(kMaxReasonBytes + 1, 'r'), 1,
+                         "The drain reason is longer than 1024 bytes."},
+        DrainRefusalCase{"Before1970", "gpu-07", "", -1, "The drain time is before 1970."}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+TEST_F(TableTest, LimitsAreInclusive) {
+  EXPECT_TRUE(
+      drain(std::string(kMaxDrainNodeBytes, 'n'), true, std::string(kMaxReasonBytes, 'r')).ok());
+  EXPECT_TRUE(drain("A-Za-z0-9._", true).ok());
+  EXPECT_EQ(table_.drained().size(), 2u);
+}
+
+TEST_F(TableTest, RetriedDrainIsAnsweredOnce) {
+  const DrainNode first{"ops-a", 4, "gpu-07", true, "fan", 0, true, ms(10)};
+  ASSERT_TRUE(apply(first).ok());
+  // Another admin undrains it; then the first drain arrives again through a new leader.
+  ASSERT_TRUE(apply(DrainNode{"ops-b", 1, "gpu-07", false, "", 0, true, ms(11)}).ok());
+  const ApplyResult again = apply(DrainNode{"ops-a", 4, "gpu-07", true, "fan", 0, true, ms(99)});
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_TRUE(table_.drained().empty());  // not drained a second time
+  // Older sequence numbers too.
+  EXPECT_TRUE(apply(DrainNode{"ops-a", 2, "gpu-09", true, "", 0, true, ms(12)}).duplicate);
+  EXPECT_TRUE(table_.drained().empty());
+  // Refusals are remembered like any result.
+  const ApplyResult refused = apply(DrainNode{"ops-a", 5, "gpu-07", true, "", 0, false, ms(13)});
+  EXPECT_EQ(refused.code, ApplyCode::kRejected);
+  const ApplyResult refused_again =
+      apply(DrainNode{"ops-a", 5, "gpu-07", true, "", 0, true, ms(14)});
+  EXPECT_EQ(refused_again.code, ApplyCode::kRejected);
+  EXPECT_TRUE(refused_again.duplicate);
+  EXPECT_EQ(refused_again.message, refused.message);
+  EXPECT_TRUE(table_.drained().empty());
+  EXPECT_EQ(table_.clients().at("ops-a").last_seq, 5u);
+  // Without a client identity nothing can be applied exactly once.
+  EXPECT_EQ(apply(DrainNode{"", 1, "gpu-07", true, "", 0, true, ms(1)}).code, ApplyCode::kRejected);
+  EXPECT_EQ(apply(DrainNode{"ops-c", 0, "gpu-07", true, "", 0, true, ms(1)}).code,
+            ApplyCode::kRejected);
+  EXPECT_TRUE(table_.drained().empty());
+}
+
+TEST_F(TableTest, DrainAndUndrainAreIdempotent) {
+  ASSERT_TRUE(drain("gpu-07", true, "fan", true, 100).ok());
+  // Draining again applies and keeps the first reason and time: the node has been out of
+  // service since then.
+  const ApplyResult again = drain("gpu-07", true, "still the fan", true, 200);
+  EXPECT_TRUE(again.ok());
+  EXPECT_FALSE(again.duplicate);
+  EXPECT_EQ(table_.drained().at("gpu-07"), (NodeDrain{"fan", ms(100), 0}));
+  // Undraining a node that is not drained applies and changes nothing.
+  const JobTable before = table_;
+  const ApplyResult undrain = drain("gpu-99", false);
+  EXPECT_TRUE(undrain.ok());
+  EXPECT_EQ(table_.drained(), before.drained());
+  ASSERT_TRUE(drain("gpu-07", false).ok());
+  EXPECT_TRUE(drain("gpu-07", false).ok());
+  EXPECT_TRUE(table_.drained().empty());
+}
+
+TEST_F(TableTest, DrainedNodesAreBounded) {
+  for (std::size_t i = 0; i < kMaxDrainedNodes; ++i) {
+    ASSERT_TRUE(table_
+                    .apply(++index_, DrainNode{"bulk", i + 1, "n" + std::to_string(i), true,
+                                               "rack 9", 0, true, ms(1)})
+                    .ok());
+  }
+  const ApplyResult r = drain("one-more");
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message,
+            "The cluster already has 100000 drained nodes, the most it keeps; undrain some "
+            "first.");
+  // Re-draining one that is drained and undraining still work at the bound.
+  EXPECT_TRUE(drain("n7").ok());
+  ASSERT_TRUE(drain("n7", false).ok());
+  EXPECT_TRUE(drain("one-more").ok());
+  EXPECT_EQ(table_.drained().size(), kMaxDrainedNodes);
+  // A full table snapshots and restores (the list stays within the wire's array limit).
+  const std::string snap = table_.snapshot();
+  Result<JobTable> restored = JobTable::restore(snap);
+  ASSERT_OK(restored);
+  EXPECT_EQ(restored->drained(), table_.drained());
+  EXPECT_EQ(restored->snapshot(), snap);
+}
+
+TEST_F(TableTest, SnapshotsKeepDrainedNodes) {
+  ASSERT_TRUE(submit(spec()).ok());
+  ASSERT_TRUE(drain("gpu-07", true, "fan", true, 100).ok());
+  ASSERT_TRUE(drain("cpu-01", true, "", true, 200).ok());
+  ASSERT_TRUE(drain("gpu-08", true, "psu", true, 300).ok());
+  ASSERT_TRUE(drain("gpu-08", false).ok());
+  const std::string snap = table_.snapshot();
+  Result<JobTable> restored = JobTable::restore(snap);
+  ASSERT_OK(restored);
+  EXPECT_TRUE(*restored == table_);
+  EXPECT_EQ(restored->snapshot(), snap);
+  EXPECT_EQ(restored->drained(),
+            (std::map<std::string, NodeDrain>{{"cpu-01", NodeDrain{"", ms(200), 0}},
+                                              {"gpu-07", NodeDrain{"fan", ms(100), 0}}}));
+  // The same commands in another table give the same bytes.
+  JobTable twin;
+  Index i = 0;
+  ASSERT_TRUE(twin.apply(++i, SubmitJob{"c1", 1, spec(), ms(1000)}).ok());
+  for (const DrainNode& d : {DrainNode{"ops", 1, "gpu-07", true, "fan", 0, true, ms(100)},
+                             DrainNode{"ops", 2, "cpu-01", true, "", 0, true, ms(200)},
+                             DrainNode{"ops", 3, "gpu-08", true, "psu", 0, true, ms(300)},
+                             DrainNode{"ops", 4, "gpu-08", false, "bad DIMM", 0, true, ms(4000)}}) {
+    ASSERT_TRUE(twin.apply(++i, d).ok());
+  }
+  EXPECT_EQ(twin.snapshot(), snap);
+  // Undraining everything returns to the format without drained nodes.
+  ASSERT_TRUE(drain("gpu-07", false).ok());
+  ASSERT_TRUE(drain("cpu-01", false).ok());
+  Result<JobTable> empty = JobTable::restore(table_.snapshot());
+  ASSERT_OK(empty);
+  EXPECT_TRUE(empty->drained().empty());
+  EXPECT_EQ(empty->snapshot(), table_.snapshot());
+}
+
+// The bytes a daemon wrote before DrainNode existed: {"v":1,"ai":7,"nj":0,"jobs":[],"cl":[{"id":
+// "c","s":1,"c":0,"j":"","m":"","i":3}]}, spelled out so a change to snapshot() cannot hide a
+// break of the old format.
+// (Octal escapes, so no letter after an escape is read as a digit.)
+const std::string kSnapshotWithoutDrains =
+    "\205"                  // a map of 5
+    "\241v\001"             // "v": 1
+    "\242ai\007"            // "ai": 7
+    "\242nj\000"            // "nj": 0
+    "\244jobs\220"          // "jobs": []
+    "\242cl\221\206"        // "cl": [{ (6 keys)
+    "\242id\241c\241s\001"  // "id": "c", "s": 1
+    "\241c\000\241j\240"    // "c": 0, "j": ""
+    "\241m\240\241i\003"s;  // "m": "", "i": 3 }]
+
+TEST(JobTableSnapshot, RestoresSnapshotsWrittenBeforeDrains) {
+  Result<JobTable> old = JobTable::restore(kSnapshotWithoutDrains);
+  ASSERT_OK(old);
+  EXPECT_EQ(old->applied_index(), 7u);
+  EXPECT_TRUE(old->drained().empty());
+  ASSERT_EQ(old->clients().size(), 1u);
+  EXPECT_EQ(old->clients().at("c").last_index, 3u);
+  // A table without drains still writes exactly the old bytes.
+  EXPECT_EQ(old->snapshot(), kSnapshotWithoutDrains);
+  // And it goes on applying, drains included.
+  ASSERT_TRUE(old->apply(8, DrainNode{"c", 2, "gpu-07", true, "", 0, true, ms(1)}).ok());
+  Result<JobTable> again = JobTable::restore(old->snapshot());
+  ASSERT_OK(again);
+  EXPECT_EQ(again->drained().size(), 1u);
+}
+
+TEST(JobTableSnapshot, BadDrainedSectionsAreRefused) {
+  // Built from the old bytes: one more key in the top map (0x85 -> 0x86) and a "dr" value.
+  auto with_drained = [](const std::string& dr_value) {
+    std::string bytes = kSnapshotWithoutDrains;
+    bytes[0] = '\x86';
+    return bytes + "\242dr" + dr_value;
+  };
+  // {"n":"a","rs":"","at":1,"bu":0}
+  const std::string entry_a = "\204\241n\241a\242rs\240\242at\001\242bu\000"s;
+  ASSERT_OK(JobTable::restore(with_drained("\x91" + entry_a)));
+  EXPECT_EQ(JobTable::restore(with_drained("\x91" + entry_a))->drained().count("a"), 1u);
+  // An empty list is read as no drained nodes.
+  ASSERT_OK(JobTable::restore(with_drained("\x90")));
+  EXPECT_FALSE(JobTable::restore(with_drained("\x92" + entry_a + entry_a)).ok());  // twice
+  EXPECT_FALSE(JobTable::restore(with_drained("\xc0")).ok());                      // not a list
+  EXPECT_FALSE(JobTable::restore(with_drained("\x91\x80")).ok());                  // no fields
+  std::string bad_name = entry_a;
+  bad_name[4] = ' ';
+  EXPECT_FALSE(JobTable::restore(with_drained("\x91" + bad_name)).ok());
+}
+
+TEST(JobTableJson, DrainedNodesAsJson) {
+  JobTable t;
+  EXPECT_EQ(drained_to_json(t), "{}");
+  ASSERT_TRUE(t.apply(1, DrainNode{"c", 1, "gpu-07", true, "fan \"3\"", 0, true, ms(1234)}).ok());
+  ASSERT_TRUE(t.apply(2, DrainNode{"c", 2, "cpu-01", true, "", 0, true, ms(5)}).ok());
+  const auto j = nlohmann::json::parse(drained_to_json(t));
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j["gpu-07"]["reason"], "fan \"3\"");
+  EXPECT_EQ(j["gpu-07"]["at_ms"], 1234);
+  EXPECT_EQ(j["gpu-07"]["by_uid"], 0);
+  EXPECT_EQ(j["cpu-01"]["reason"], "");
+}
+
 TEST(JobTableCodec, CommandsRoundTrip) {
   JobSpec s = spec();
   s.env["A"] = "b";
@@ -402,6 +670,8 @@ TEST(JobTableCodec, CommandsRoundTrip) {
                 "2 nodes joined", ms(77)},
       SetJobState{"train-4", 3, JobState::kRecovering, RoundReason::kWorkerFailed, "rank 1",
                   ms(78)},
+      DrainNode{"client", 11, "gpu-07", true, "bad DIMM", 1000, true, ms(79)},
+      DrainNode{"client", 12, "gpu-07", false, "", 0, false, ms(80)},
   };
   for (const Command& c : commands) {
     const std::string bytes = encode_command(c);
@@ -410,6 +680,27 @@ TEST(JobTableCodec, CommandsRoundTrip) {
     EXPECT_EQ(*back, c);
     EXPECT_EQ(encode_command(*back), bytes);
   }
+}
+
+TEST(JobTableCodec, TruncatedOrIncompleteDrainsAreMalformed) {
+  const std::string bytes =
+      encode_command(DrainNode{"client", 11, "gpu-07", true, "bad DIMM", 1000, true, ms(79)});
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_command(bytes.substr(0, n)).ok()) << n;
+  }
+  // Version 1, kind 5 (DrainNode) and nothing else.
+  const Result<Command> bare = decode_command(std::string("\x82\xa1v\x01\xa1k\x05", 7));
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.error().message.find("The job table command"), std::string::npos)
+      << bare.error().message;
+  // A node name beyond the wire's name limit is malformed, not merely refused.
+  EXPECT_FALSE(
+      decode_command(encode_command(DrainNode{"c", 1, std::string(wire::kMaxNameBytes + 1, 'n'),
+                                              true, "", 0, true, ms(1)}))
+          .ok());
+  EXPECT_TRUE(decode_command(encode_command(DrainNode{"c", 1, std::string(wire::kMaxNameBytes, 'n'),
+                                                      true, "", 0, true, ms(1)}))
+                  .ok());
 }
 
 TEST(JobTableCodec, GarbageIsMalformedAndChangesNothing) {
@@ -481,6 +772,7 @@ struct ModelJob {
 struct Model {
   std::map<std::string, ModelJob> jobs;
   std::map<std::string, std::pair<std::uint64_t, ApplyResult>> clients;
+  std::set<std::string> drained;
   std::uint64_t created = 0;
 
   static bool allowed(JobState from, JobState to) {
@@ -523,6 +815,18 @@ struct Model {
       clients[c->client_id] = {c->client_seq, ApplyResult{code, c->job_id, "", false}};
       return code;
     }
+    if (const auto* d = std::get_if<DrainNode>(&command)) {
+      if (clients.contains(d->client_id) && d->client_seq <= clients[d->client_id].first) {
+        return clients[d->client_id].second.code;
+      }
+      // The generator's only bad name is "bad node".
+      const bool ok = d->is_admin && d->node != "bad node";
+      if (ok && d->drained) drained.insert(d->node);
+      if (ok && !d->drained) drained.erase(d->node);
+      const ApplyCode code = ok ? ApplyCode::kApplied : ApplyCode::kRejected;
+      clients[d->client_id] = {d->client_seq, ApplyResult{code, "", "", false}};
+      return code;
+    }
     if (const auto* o = std::get_if<OpenRound>(&command)) {
       auto it = jobs.find(o->job_id);
       if (it == jobs.end()) return ApplyCode::kRejected;
@@ -558,8 +862,9 @@ class CommandGenerator {
     if (dice < 10 && last_client_command_) return *last_client_command_;  // a retry
     if (dice < 30) return remember(submit());
     if (dice < 40) return remember(cancel(table));
-    if (dice < 75) return open_round(table);
-    return set_state(table);
+    if (dice < 72) return open_round(table);
+    if (dice < 92) return set_state(table);
+    return remember(drain());
   }
 
  private:
@@ -594,6 +899,19 @@ class CommandGenerator {
                      1000 + static_cast<std::uint32_t>(rng_.below(2)),
                      rng_.below(4) == 0,
                      ms(5)};
+  }
+
+  Command drain() {
+    const std::string c = client();
+    const std::string node = rng_.below(10) == 0 ? "bad node" : "n" + std::to_string(rng_.below(5));
+    return DrainNode{c,
+                     ++seq_[c],
+                     node,
+                     rng_.below(3) != 0,
+                     "maintenance",
+                     0,
+                     rng_.below(4) != 0,
+                     ms(static_cast<std::int64_t>(rng_.below(1000)))};
   }
 
   Command open_round(const JobTable& table) {
@@ -659,6 +977,11 @@ TEST(JobTableModel, RandomHistoriesMatchTheModel) {
           ASSERT_TRUE(r.ok());
         }
       }
+      // Drained nodes follow the model.
+      ASSERT_EQ(table.drained().size(), model.drained.size()) << "step " << step;
+      for (const std::string& node : model.drained) {
+        ASSERT_EQ(table.drained().count(node), 1u) << node << " at step " << step;
+      }
       // Every acknowledged submission's job exists.
       for (const std::string& id : acknowledged_jobs) ASSERT_NE(table.job(id), nullptr) << id;
       ASSERT_EQ(table.jobs_created(), acknowledged_jobs.size());
@@ -690,6 +1013,7 @@ TEST(JobTableModel, RandomHistoriesMatchTheModel) {
   }
   EXPECT_GT((seen[{0, ApplyCode::kApplied, true}]), 50);   // retried submissions
   EXPECT_GT((seen[{1, ApplyCode::kRejected, true}]), 10);  // retried refused cancels
+  EXPECT_GT((seen[{4, ApplyCode::kApplied, true}]), 10);   // retried drains
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -704,6 +1028,7 @@ std::vector<std::string> command_corpus() {
       encode_command(CancelJob{"c", 2, "train-1", 1000, false, ms(2)}),
       encode_command(open("train-1", 1, 0, ranks({"a", "b"}))),
       encode_command(set("train-1", 1, JobState::kRunning)),
+      encode_command(DrainNode{"c", 3, "gpu-07", true, "bad DIMM", 0, true, ms(3)}),
   };
 }
 

@@ -1,0 +1,584 @@
+#include "ctl/job_file.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <toml.hpp>
+
+#include "daemon/core/duration.h"
+
+namespace elastic::ctl {
+namespace {
+
+using rendezvous::JobSpec;
+
+// ---- small text helpers -------------------------------------------------------------------
+
+// `text` as a TOML basic string; control characters escaped so a message stays on one line.
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + '"';
+}
+
+// A key as written, printable on one line (keys may be quoted TOML strings with any bytes).
+std::string printable(std::string_view key) {
+  const std::string quoted = quote(key);
+  const std::string bare = quoted.substr(1, quoted.size() - 2);
+  return bare == key ? bare : quoted;
+}
+
+std::string describe(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean:
+      return std::string("a boolean (") + (v.as_boolean() ? "true" : "false") + ")";
+    case toml::value_t::integer:
+      return "an integer (" + std::to_string(v.as_integer()) + ")";
+    case toml::value_t::floating: {
+      std::ostringstream out;
+      out << v.as_floating();
+      return "a float (" + out.str() + ")";
+    }
+    case toml::value_t::string:
+      return "a string (" + quote(v.as_string().str) + ")";
+    case toml::value_t::array:
+      return "an array";
+    case toml::value_t::table:
+      return "a table";
+    case toml::value_t::offset_datetime:
+    case toml::value_t::local_datetime:
+    case toml::value_t::local_date:
+    case toml::value_t::local_time:
+      return "a date/time";
+    default:
+      return "an empty value";
+  }
+}
+
+// Optimal string alignment distance (a swap of neighbours is one edit), as daemon/config.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// How different a misspelling may be and still be suggested: short names must be close.
+std::size_t typo_budget(std::string_view name) {
+  if (name.size() <= 4) return 1;
+  if (name.size() <= 9) return 2;
+  return 3;
+}
+
+std::string unknown_key_reason(std::string_view key) {
+  std::string best;
+  std::size_t best_distance = typo_budget(key) + 1;
+  for (const std::string& candidate : job_file_keys()) {
+    const std::size_t d = edit_distance(key, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  if (!best.empty()) return "unknown key (did you mean " + best + "?)";
+  std::string list;
+  for (const std::string& k : job_file_keys()) list += (list.empty() ? "" : ", ") + k;
+  return "unknown key (job file keys are " + list + ")";
+}
+
+// toml11 formats a syntax error as a multi-line picture; keep the reason and the hint under the
+// caret, on one line (as daemon/config does for elasticd.toml).
+std::string syntax_reason(const std::string& what) {
+  std::istringstream lines(what);
+  std::string line;
+  std::string reason;
+  std::string hint;
+  while (std::getline(lines, line)) {
+    if (reason.empty()) {
+      reason = line;
+      if (reason.rfind("[error] ", 0) == 0) reason.erase(0, 8);
+      if (reason.rfind("toml::", 0) == 0) {
+        const auto colon = reason.find(": ");
+        if (colon != std::string::npos) reason.erase(0, colon + 2);
+      }
+      continue;
+    }
+    const auto bar = line.find_first_not_of(' ');
+    if (bar == std::string::npos || line[bar] != '|') continue;
+    const auto marker = line.find_first_not_of(' ', bar + 1);
+    if (marker == std::string::npos || (line[marker] != '^' && line[marker] != '~')) continue;
+    const auto text = line.find_first_not_of("^~- ", marker);
+    if (text != std::string::npos) hint = line.substr(text);
+  }
+  if (!hint.empty() && hint != "here") reason += " (" + hint + ")";
+  return reason;
+}
+
+int line_of(const toml::value& v) { return static_cast<int>(v.location().line()); }
+
+// Entries of a TOML table in file order, so errors come out in the order a reader meets them.
+std::vector<std::pair<std::string, const toml::value*>> in_file_order(const toml::table& table) {
+  std::vector<std::pair<std::string, const toml::value*>> entries;
+  for (const auto& [key, value] : table) entries.emplace_back(key, &value);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const int line_a = line_of(*a.second);
+    const int line_b = line_of(*b.second);
+    return line_a != line_b ? line_a < line_b : a.first < b.first;
+  });
+  return entries;
+}
+
+// ---- reading one value ----------------------------------------------------------------------
+// Each returns the problem when the value does not fit ("" = fine), leaving `out` unchanged.
+
+std::string read_string(const toml::value& v, std::string* out) {
+  if (!v.is_string()) return "expected a string, got " + describe(v);
+  *out = v.as_string().str;
+  return "";
+}
+
+std::string read_u32(const toml::value& v, std::uint32_t* out) {
+  if (!v.is_integer()) return "expected a non-negative integer, got " + describe(v);
+  const std::int64_t value = v.as_integer();
+  if (value < 0) return "must not be negative (got " + std::to_string(value) + ")";
+  if (value > std::numeric_limits<std::uint32_t>::max()) {
+    return std::to_string(value) + " is out of range";
+  }
+  *out = static_cast<std::uint32_t>(value);
+  return "";
+}
+
+std::string read_duration(const toml::value& v, Duration* out) {
+  if (!v.is_string()) {
+    return "expected a duration string such as \"10s\", got " + describe(v);
+  }
+  Result<Duration> parsed = parse_duration(v.as_string().str);
+  if (!parsed) return parsed.error().message;
+  *out = *parsed;
+  return "";
+}
+
+std::string read_nodes(const toml::value& v, JobSpec* spec) {
+  if (v.is_integer()) {
+    std::uint32_t n = 0;
+    if (std::string problem = read_u32(v, &n); !problem.empty()) return problem;
+    spec->min_nodes = spec->max_nodes = n;
+    return "";
+  }
+  if (!v.is_string()) {
+    return "expected \"MIN:MAX\" or a node count, got " + describe(v);
+  }
+  auto range = parse_node_range(v.as_string().str);
+  if (!range) return range.error().message;
+  spec->min_nodes = range->first;
+  spec->max_nodes = range->second;
+  return "";
+}
+
+std::string resolve_path(const std::string& path, const std::string& cwd) {
+  if (path.empty() || path.front() == '/') return path;
+  return (std::filesystem::path(cwd) / path).lexically_normal().string();
+}
+
+// Where each field of the merged spec came from, by validate()'s field names.
+struct Sources {
+  std::map<std::string, std::string> label;  // field -> "file:line" or "--flag"
+
+  void set(const std::string& field, const std::string& where) { label[field] = where; }
+  // The validate() error with its source: "file:7: nodes: ..." or "--nodes: ...".
+  std::string blame(const std::string& message) const {
+    const auto colon = message.find(": ");
+    if (colon == std::string::npos) return message;
+    const std::string field = message.substr(0, colon);
+    auto it = label.find(field);
+    if (field == "env") {
+      // Blame the variable's own line when the problem names it ("RANK is set by ...").
+      const std::string_view rest = std::string_view(message).substr(colon + 2);
+      for (auto var = label.lower_bound("env."); var != label.end(); ++var) {
+        if (var->first.rfind("env.", 0) != 0) break;
+        const std::string name = var->first.substr(4);
+        if (rest.starts_with(name + " ") || rest.starts_with("'" + name + "'") ||
+            rest.starts_with("the value of " + name + " ")) {
+          it = var;
+          break;
+        }
+      }
+    }
+    if (it == label.end()) return message;
+    if (it->second.rfind("-", 0) == 0) return it->second + message.substr(colon);
+    return it->second + ": " + message;
+  }
+};
+
+}  // namespace
+
+const std::vector<std::string>& job_file_keys() {
+  static const std::vector<std::string> keys = {"name",
+                                                "command",
+                                                "env",
+                                                "nodes",
+                                                "min_nodes",
+                                                "max_nodes",
+                                                "workers_per_node",
+                                                "gpus_per_node",
+                                                "checkpoint_root",
+                                                "max_restarts",
+                                                "restart_backoff",
+                                                "last_call",
+                                                "working_dir",
+                                                "user"};
+  return keys;
+}
+
+Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_view text) {
+  const auto number = [](std::string_view digits, std::uint32_t* out) {
+    if (digits.empty() || digits.size() > 9) return false;  // 9 digits always fit in 32 bits
+    std::uint32_t value = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+      value = value * 10 + static_cast<std::uint32_t>(c - '0');
+    }
+    *out = value;
+    return true;
+  };
+  std::uint32_t low = 0;
+  std::uint32_t high = 0;
+  const auto colon = text.find(':');
+  const bool ok = colon == std::string_view::npos ? number(text, &low) && number(text, &high)
+                                                  : number(text.substr(0, colon), &low) &&
+                                                        number(text.substr(colon + 1), &high);
+  if (!ok) {
+    return Error{"expected MIN:MAX or N (e.g. \"2:4\" or \"3\"), got " + quote(text)};
+  }
+  return std::pair{low, high};
+}
+
+Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) {
+  toml::value root;
+  try {
+    std::istringstream stream{std::string(text)};
+    root = toml::parse(stream, label);
+  } catch (const toml::syntax_error& e) {
+    const auto line = e.location().line();
+    return Error{label + (line > 0 ? ":" + std::to_string(line) : std::string()) +
+                 ": TOML syntax error: " + syntax_reason(e.what())};
+  } catch (const std::exception& e) {
+    return Error{label + ": cannot parse the job file: " + syntax_reason(e.what())};
+  }
+
+  JobFile file;
+  file.path = label;
+  std::vector<std::string> errors;
+  const auto where = [&](const toml::value& v) {
+    const int line = line_of(v);
+    return line > 0 ? label + ":" + std::to_string(line) : label;
+  };
+  const auto problem = [&](const toml::value& v, const std::string& key, const std::string& why) {
+    if (!why.empty()) errors.push_back(where(v) + ": " + key + ": " + why);
+  };
+  bool has_min = false;
+  bool has_max = false;
+
+  for (const auto& [key, value_ptr] : in_file_order(root.as_table())) {
+    const toml::value& v = *value_ptr;
+    file.lines[key] = line_of(v);
+    JobSpec& spec = file.spec;
+    if (key == "name") {
+      problem(v, key, read_string(v, &spec.name));
+    } else if (key == "command") {
+      if (v.is_string()) {
+        problem(v, key,
+                "expected an array of strings, got " + describe(v) +
+                    "; write the program and each argument as its own string, e.g. "
+                    "[\"elastic-trainer\", \"--model\", \"fmnist\"]");
+        continue;
+      }
+      if (!v.is_array()) {
+        problem(v, key, "expected an array of strings, got " + describe(v));
+        continue;
+      }
+      std::vector<std::string> command;
+      const toml::array& args = v.as_array();
+      for (std::size_t i = 0; i < args.size(); ++i) {
+        std::string arg;
+        const std::string why = read_string(args[i], &arg);
+        problem(args[i], "command[" + std::to_string(i) + "]", why);
+        command.push_back(std::move(arg));
+      }
+      spec.command = std::move(command);
+    } else if (key == "env") {
+      if (!v.is_table()) {
+        problem(v, key,
+                "expected a table of strings such as { OMP_PROC_BIND = \"close\" }, got " +
+                    describe(v));
+        continue;
+      }
+      for (const auto& [name, value] : in_file_order(v.as_table())) {
+        std::string text_value;
+        const std::string why = read_string(*value, &text_value);
+        problem(*value, "env." + printable(name), why);
+        if (why.empty()) spec.env[name] = std::move(text_value);
+        file.lines["env." + name] = line_of(*value);
+      }
+    } else if (key == "nodes") {
+      problem(v, key, read_nodes(v, &spec));
+    } else if (key == "min_nodes") {
+      has_min = true;
+      problem(v, key, read_u32(v, &spec.min_nodes));
+    } else if (key == "max_nodes") {
+      has_max = true;
+      problem(v, key, read_u32(v, &spec.max_nodes));
+    } else if (key == "workers_per_node" || key == "gpus_per_node") {
+      const std::string other = key == "workers_per_node" ? "gpus_per_node" : "workers_per_node";
+      if (root.as_table().count(other) > 0 && key == "gpus_per_node") {
+        problem(v, key, "is another name for workers_per_node; give only one of them");
+        continue;
+      }
+      problem(v, key, read_u32(v, &spec.workers_per_node));
+    } else if (key == "checkpoint_root") {
+      problem(v, key, read_string(v, &spec.checkpoint_root));
+    } else if (key == "max_restarts") {
+      problem(v, key, read_u32(v, &spec.max_restarts));
+    } else if (key == "restart_backoff") {
+      problem(v, key, read_duration(v, &spec.restart_backoff));
+    } else if (key == "last_call") {
+      Duration last_call{};
+      const std::string why = read_duration(v, &last_call);
+      problem(v, key, why);
+      if (why.empty()) spec.last_call = last_call;
+    } else if (key == "working_dir") {
+      const std::string why = read_string(v, &spec.working_dir);
+      problem(v, key, why);
+      file.has_working_dir = why.empty();
+    } else if (key == "user") {
+      std::string user;
+      const std::string why = read_string(v, &user);
+      problem(v, key, why);
+      if (why.empty()) file.user = user;
+    } else if (key == "uid" || key == "gid") {
+      problem(v, key,
+              "is taken from the submitting process's credentials and cannot be set in a job file");
+    } else {
+      problem(v, printable(key), unknown_key_reason(key));
+    }
+  }
+
+  if (root.as_table().count("nodes") > 0 && (has_min || has_max)) {
+    const toml::value& nodes = root.as_table().at("nodes");
+    problem(nodes, "nodes", "give either nodes or min_nodes/max_nodes, not both");
+  } else if (has_min && !has_max) {
+    file.spec.max_nodes = file.spec.min_nodes;  // min_nodes alone means exactly that many
+  }
+  if (!errors.empty()) {
+    std::string message;
+    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
+    return Error{message};
+  }
+  return file;
+}
+
+Result<JobFile> read_job_file(const std::string& path, JobFileError* kind) {
+  const auto fail = [&](JobFileError k, std::string message) {
+    if (kind != nullptr) *kind = k;
+    return Error{std::move(message)};
+  };
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) {
+    return fail(JobFileError::kUnreadable, path + ": cannot read the job file: it does not exist");
+  }
+  if (std::filesystem::is_directory(status)) {
+    return fail(JobFileError::kUnreadable, path + ": cannot read the job file: it is a directory");
+  }
+  // A job file is a few lines; a huge one is a mistake (a data file named by accident).
+  constexpr std::uintmax_t kMaxJobFileBytes = 1024 * 1024;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxJobFileBytes) {
+    return fail(JobFileError::kInvalid,
+                path + ": the job file is " + std::to_string(size) +
+                    " bytes, more than the limit of 1 MiB; is this the right file?");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return fail(JobFileError::kUnreadable,
+                path + ": cannot read the job file: " + std::strerror(errno));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) {
+    return fail(JobFileError::kUnreadable,
+                path + ": cannot read the job file: " + std::strerror(errno));
+  }
+  auto parsed = parse_job_toml(content.str(), path);
+  if (!parsed) return fail(JobFileError::kInvalid, parsed.error().message);
+  return parsed;
+}
+
+Result<Caller> current_caller() {
+  Caller caller;
+  caller.uid = static_cast<std::uint32_t>(::geteuid());
+  caller.gid = static_cast<std::uint32_t>(::getegid());
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (::getpwuid_r(caller.uid, &entry, buffer, sizeof(buffer), &found) == 0 && found != nullptr) {
+    caller.user = found->pw_name;
+  } else {
+    caller.user = std::to_string(caller.uid);
+  }
+  std::error_code ec;
+  caller.cwd = std::filesystem::current_path(ec).string();
+  if (ec) {
+    return Error{"Cannot find the current directory (" + ec.message() +
+                 "); cd into an existing directory or give working_dir."};
+  }
+  return caller;
+}
+
+Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
+                               const Caller& caller) {
+  JobSpec spec;
+  Sources sources;
+  bool has_working_dir = false;
+  if (file != nullptr) {
+    spec = file->spec;
+    has_working_dir = file->has_working_dir;
+    for (const auto& [key, line] : file->lines) {
+      const std::string where = line > 0 ? file->path + ":" + std::to_string(line) : file->path;
+      if (key == "nodes") {
+        sources.set("nodes", where);
+        sources.set("min_nodes", where);
+        sources.set("max_nodes", where);
+      } else if (key == "min_nodes" || key == "max_nodes") {
+        sources.set(key, where);
+        if (key == "min_nodes" || !sources.label.count("nodes")) sources.set("nodes", where);
+      } else if (key == "gpus_per_node") {
+        sources.set("workers_per_node", where);
+      } else if (key.rfind("env.", 0) == 0) {
+        sources.set(key, where);
+        if (!sources.label.count("env")) sources.set("env", where);
+      } else {
+        sources.set(key, where);
+      }
+    }
+    if (file->user && *file->user != caller.user && *file->user != std::to_string(caller.uid)) {
+      const int line = file->lines.count("user") ? file->lines.at("user") : 0;
+      const std::string where = line > 0 ? file->path + ":" + std::to_string(line) : file->path;
+      return Error{where + ": user: jobs run as the user who submits them, and that is " +
+                   caller.user + ", not " + *file->user + "; submit as " + *file->user +
+                   " (e.g. sudo -u " + *file->user + " elasticctl submit ...) or remove the key"};
+    }
+  }
+
+  if (flags.name) {
+    spec.name = *flags.name;
+    sources.set("name", "--name");
+  }
+  if (flags.command) {
+    spec.command = *flags.command;
+    sources.set("command", "-- COMMAND");
+  }
+  for (const std::string& pair : flags.env) {
+    const auto eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Error{"--env: expected NAME=VALUE, got " + quote(pair)};
+    }
+    spec.env[pair.substr(0, eq)] = pair.substr(eq + 1);
+    sources.set("env", "--env");
+    sources.set("env." + pair.substr(0, eq), "--env");
+  }
+  if (flags.nodes) {
+    auto range = parse_node_range(*flags.nodes);
+    if (!range) return Error{"--nodes: " + range.error().message};
+    spec.min_nodes = range->first;
+    spec.max_nodes = range->second;
+    for (const char* field : {"nodes", "min_nodes", "max_nodes"}) sources.set(field, "--nodes");
+  }
+  if (flags.workers_per_node) {
+    spec.workers_per_node = *flags.workers_per_node;
+    sources.set("workers_per_node", "--workers-per-node");
+  }
+  if (flags.checkpoint_root) {
+    spec.checkpoint_root = *flags.checkpoint_root;
+    sources.set("checkpoint_root", "--checkpoint-root");
+  }
+  if (flags.max_restarts) {
+    spec.max_restarts = *flags.max_restarts;
+    sources.set("max_restarts", "--max-restarts");
+  }
+  if (flags.restart_backoff) {
+    Result<Duration> d = parse_duration(*flags.restart_backoff);
+    if (!d) return Error{"--restart-backoff: " + d.error().message};
+    spec.restart_backoff = *d;
+    sources.set("restart_backoff", "--restart-backoff");
+  }
+  if (flags.last_call) {
+    Result<Duration> d = parse_duration(*flags.last_call);
+    if (!d) return Error{"--last-call: " + d.error().message};
+    spec.last_call = *d;
+    sources.set("last_call", "--last-call");
+  }
+  if (flags.working_dir) {
+    spec.working_dir = *flags.working_dir;
+    has_working_dir = true;
+    sources.set("working_dir", "--workdir");
+  }
+
+  if (spec.name.empty() && !sources.label.count("name")) {
+    return Error{"name: is required; give name = \"...\" in the job file or --name"};
+  }
+  if (spec.command.empty() && !sources.label.count("command")) {
+    return Error{
+        "command: is required; give command = [\"program\", \"arg\", ...] in the job file or "
+        "-- PROGRAM ARGS after the flags"};
+  }
+
+  // The daemon cannot know the caller's cwd: make relative paths absolute here. "~" would be
+  // expanded by a shell but never by the daemon, so it is refused rather than misread.
+  for (auto [field, path] :
+       {std::pair<const char*, std::string*>{"checkpoint_root", &spec.checkpoint_root},
+        std::pair<const char*, std::string*>{"working_dir", &spec.working_dir}}) {
+    if (!path->empty() && path->front() == '~') {
+      return Error{sources.blame(std::string(field) + ": " + quote(*path) +
+                                 " starts with ~, which is not expanded; write the full path")};
+    }
+    *path = resolve_path(*path, caller.cwd);
+  }
+  if (!has_working_dir) spec.working_dir = caller.cwd;
+
+  spec.user = caller.user;
+  spec.uid = caller.uid;
+  spec.gid = caller.gid;
+  if (Status valid = rendezvous::validate(spec); !valid) {
+    return Error{sources.blame(valid.error().message)};
+  }
+  return spec;
+}
+
+}  // namespace elastic::ctl

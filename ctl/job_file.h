@@ -1,0 +1,109 @@
+// Job files: a TOML description of a job (examples/*.toml) and the `elasticctl submit` flags
+// that override it, turned into the rendezvous::JobSpec that the daemon receives as JSON.
+//
+// A job file is a flat TOML document (every key optional except name and command, which the
+// file or the flags must give):
+//   name = "fmnist"                      job name; ids are "<name>-<n>"
+//   command = ["elastic-trainer", "--model", "fmnist"]   argv, an array of strings
+//   env = { OMP_PROC_BIND = "close" }    extra worker environment ([env] table works too)
+//   nodes = "2:3"                        MIN:MAX, or N (or an integer) for exactly N; or
+//   min_nodes = 2 / max_nodes = 3        (max defaults to min, min to 1; not with nodes)
+//   workers_per_node = 0                 0 = one per GPU (CPU slot on GPU-less hosts);
+//                                        alias gpus_per_node
+//   checkpoint_root = "/nfs/ck"          "" = the daemon's checkpoint.root
+//   max_restarts = 3
+//   restart_backoff = "1s"               durations as in the daemon config
+//   last_call = "5s"                     absent = the daemon's rendezvous.last_call
+//   working_dir = "/home/alice/run"      absent = the caller's cwd; "" = the user's home
+//   user = "alice"                       only the submitting user (documentation/safety net)
+// Relative checkpoint_root and working_dir are resolved against the caller's cwd, because the
+// daemon (another process, maybe another node) cannot know it. Precedence: JobSpec defaults <
+// the file < flags (`-- CMD ARGS` replaces command; --env adds to or overrides env).
+//
+// Errors: every problem the file has, one line each (joined by '\n'), in file order:
+//   "<file>:<line>: <key>: <problem>"    e.g. "job.toml:4: nodse: unknown key (did you mean
+//                                              nodes?)"
+//   "<file>:<line>: TOML syntax error: <reason>", "<file>: cannot read the job file: <why>"
+// A spec that parses but breaks a rule of rendezvous::validate() (the daemon runs the same
+// check) is reported once, blamed on where the value came from: "<file>:<line>: <field>:
+// <problem>" or "--<flag>: <problem>". JobFileError tells elasticctl which exit code to use.
+//
+// Ownership: plain values. Thread safety: pure apart from reading the one file (and cwd,
+// which the caller passes in).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/rendezvous/job_spec.h"
+
+namespace elastic::ctl {
+
+// sysexits.h codes elasticctl uses for job specs.
+inline constexpr int kExitDataError = 65;  // EX_DATAERR: the job spec is wrong
+inline constexpr int kExitNoInput = 66;    // EX_NOINPUT: the job file cannot be read
+
+// A job file as read: the spec plus what the file set, and where (for errors and merging).
+struct JobFile {
+  std::string path;
+  rendezvous::JobSpec spec;
+  // key as written ("nodes", "gpus_per_node", "env.FOO", ...) -> its line (0 = unknown).
+  std::map<std::string, int> lines;
+  bool has_working_dir = false;
+  std::optional<std::string> user;
+};
+
+// Why read_job_file failed: the file could not be read at all (exit 66), or its content is
+// wrong (exit 65).
+enum class JobFileError { kUnreadable, kInvalid };
+
+// Reads and checks the types and formats of one job file (not the rules of validate()).
+// On error, *kind (if given) says which kind. parse_job_toml takes the text directly; `label`
+// names it in errors.
+Result<JobFile> read_job_file(const std::string& path, JobFileError* kind = nullptr);
+Result<JobFile> parse_job_toml(std::string_view text, const std::string& label);
+
+// `elasticctl submit` flags; unset ones leave the file's value (or the default).
+struct JobOverrides {
+  std::optional<std::string> name;
+  std::optional<std::vector<std::string>> command;  // after --
+  std::vector<std::string> env;                     // NAME=VALUE, in order
+  std::optional<std::string> nodes;                 // "MIN:MAX" or "N"
+  std::optional<std::uint32_t> workers_per_node;
+  std::optional<std::string> checkpoint_root;
+  std::optional<std::uint32_t> max_restarts;
+  std::optional<std::string> restart_backoff;
+  std::optional<std::string> last_call;
+  std::optional<std::string> working_dir;
+};
+
+// Who submits: jobs always run as this user (the daemon takes it from the socket's peer
+// credentials; the client knows it to refuse a file naming someone else early).
+struct Caller {
+  std::string user;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::string cwd;  // absolute
+};
+
+// The calling process's identity and cwd.
+Result<Caller> current_caller();
+
+// file (optional) + flags -> a spec that passed rendezvous::validate(). Errors as above; all
+// of them are kExitDataError problems.
+Result<rendezvous::JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
+                                           const Caller& caller);
+
+// "MIN:MAX" or "N" -> (min, max); the error is the problem without a key ("expected ...").
+Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_view text);
+
+// The keys a job file may hold (aliases included), for help texts and did-you-mean.
+const std::vector<std::string>& job_file_keys();
+
+}  // namespace elastic::ctl
