@@ -24,6 +24,9 @@ constexpr std::chrono::seconds kReportResend{1};
 constexpr std::chrono::seconds kEndNotice{10};
 // How long a node the job tier declared lost stays out of the job (see LeaderJob::lost).
 constexpr std::chrono::seconds kLostMemory{30};
+// The longest a flapping node sits out a job (see RoundService::Quarantine).
+constexpr std::chrono::seconds kMinQuarantine{10};
+constexpr std::chrono::minutes kMaxQuarantine{10};
 // A node re-sends its slots to the leader this often (and at once when the leader changes).
 constexpr std::chrono::seconds kNodeInfoResend{10};
 
@@ -144,7 +147,10 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       if (job.round != 0 && now < state.ended_until) {
         send_starts(now, job, state, addresses, consensus->term());
       }
-      if (rendezvous::is_terminal(job.state)) continue;
+      if (rendezvous::is_terminal(job.state)) {
+        quarantine_.erase(id);
+        continue;
+      }
     }
     if (is_active_round_state(job.state)) {
       send_starts(now, job, state, addresses, consensus->term());
@@ -239,7 +245,44 @@ void RoundService::plan_job(
   input.now = wall;
   input.config = r;
   input.worker_failure = state.failure;
+  // Quarantine: count this round's worker failure against the node that reported it, once.
+  auto& quarantined = quarantine_[job.id];
+  // Not when a member is lost: its peers' workers crash because of it, not their node.
+  const bool members_alive =
+      std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+        const auto found = usable.find(member.node);
+        return found != usable.end() && found->second.first->generation == member.generation &&
+               !state.lost.contains({member.node, member.generation});
+      });
+  if (state.failure && !state.failure_node.empty() && members_alive &&
+      job.restarts < job.spec.max_restarts) {
+    Quarantine& q = quarantined[state.failure_node];
+    if (q.counted_round != job.round) {
+      q.counted_round = job.round;
+      ++q.failures;
+      if (q.failures >= 2) {
+        const Duration base = std::max<Duration>(job.spec.restart_backoff, kMinQuarantine);
+        const Duration out = std::min<Duration>(
+            base * (std::int64_t{1} << std::min<std::uint32_t>(q.failures - 2, 20)),
+            kMaxQuarantine);
+        q.until = now + out;
+        spdlog::warn("rendezvous: job {}: node {} quarantined for {} ms after {} worker failures",
+                     job.id, state.failure_node,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(out).count(),
+                     q.failures);
+      }
+    }
+  }
+  // Leave quarantined nodes out while the job can still reach min_nodes without them.
+  std::set<std::string> sitting_out;
+  for (const auto& [name, q] : quarantined) {
+    if (now < q.until && usable.contains(name)) sitting_out.insert(name);
+  }
+  if (!sitting_out.empty() && usable.size() - sitting_out.size() < job.spec.min_nodes) {
+    sitting_out.clear();
+  }
   for (const auto& [name, entry] : usable) {
+    if (sitting_out.contains(name)) continue;
     const membership::MemberView* view = entry.first;
     // A member keeps the slots it has (the node's free count excludes other jobs only).
     const bool lost = state.lost.contains({name, view->generation});
@@ -258,21 +301,41 @@ void RoundService::plan_job(
                                                    .since = first_seen_[{name, view->generation}]});
     }
   }
-  const rendezvous::Decision decision = rendezvous::plan(input);
+  rendezvous::Decision decision = rendezvous::plan(input);
+  // A member left out by quarantine looks lost to the planner; the round still replaces a
+  // failed worker, so it consumes a restart like any other worker failure.
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound && state.failure &&
+      decision.reason == rendezvous::RoundReason::kMemberLost) {
+    bool only_quarantine = true;
+    bool any = false;
+    for (const auto& member : job.ranks) {
+      const bool kept = std::any_of(decision.ranks.begin(), decision.ranks.end(),
+                                    [&](const auto& a) { return a.node == member.node; });
+      if (kept) continue;
+      any = true;
+      only_quarantine = only_quarantine && sitting_out.contains(member.node);
+    }
+    if (any && only_quarantine) {
+      decision.reason = rendezvous::RoundReason::kWorkerFailed;
+      decision.detail =
+          state.failure->detail + "; node " + state.failure_node + " is quarantined for this job";
+    }
+  }
   if (decision.kind == rendezvous::Decision::Kind::kNone ||
       decision.kind == rendezvous::Decision::Kind::kWaitUntil) {
     return;
   }
   // A member that is gone from the round may still run workers under its lease: its work is
-  // placed elsewhere only once that lease has certainly run out.
-  if (decision.kind == rendezvous::Decision::Kind::kOpenRound ||
-      decision.kind == rendezvous::Decision::Kind::kRecover) {
+  // placed elsewhere only once that lease has certainly run out. (Recovering places nothing;
+  // a quarantined member is alive, and its lease is not renewed once the round has moved on,
+  // so its leftover workers -- stuck on peers that are gone -- stop within a lease.)
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
     for (const auto& member : job.ranks) {
       const bool kept =
           std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
             return a.node == member.node && a.generation == member.generation;
           });
-      if (!kept && !granter_.may_replace(member.node, now)) {
+      if (!kept && !sitting_out.contains(member.node) && !granter_.may_replace(member.node, now)) {
         next_plan_ = std::min(next_plan_, granter_.replace_after(member.node));
         return;
       }
@@ -362,6 +425,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
       spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
       it->second.failure =
           rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
+      it->second.failure_node = from;
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }

@@ -140,6 +140,7 @@ class RoundService {
     std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;
     std::set<std::string> done;  // members whose workers all exited 0 in round_seen
     std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
+    std::string failure_node;                          // the node that reported it
     TimePoint next_start{};   // when to (re)send RoundStart to unacked members
     TimePoint ended_until{};  // keep telling members of an ended job until then
   };
@@ -176,6 +177,16 @@ class RoundService {
   std::map<std::string, LeaderJob> leader_jobs_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
+  // A node whose workers of one job failed repeatedly sits out that job's rounds for a while
+  // (issue 5's quarantine): the first failure is forgiven (it may be a peer's fault), each one
+  // after doubles the time out, from max(restart_backoff, 10 s) up to 10 minutes. Volatile:
+  // a new leader starts with none (the restart count, which bounds the job, is replicated).
+  struct Quarantine {
+    std::uint32_t failures = 0;
+    std::uint64_t counted_round = 0;  // the round whose failure was counted last
+    TimePoint until{};
+  };
+  std::map<std::string, std::map<std::string, Quarantine>> quarantine_;  // job -> node
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
   // placed.
   std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
