@@ -595,6 +595,17 @@ class LogReader {
       const json& job = member(status.reply, "job");
       const bool terminal = is_terminal(str(job, "state"));
       const std::uint64_t world = world_of(job);
+      // Which daemon runs each rank of the job's current (or last) round: its logs are there.
+      rank_nodes_.clear();
+      if (const auto ranks = job.find("ranks"); ranks != job.end() && ranks->is_array()) {
+        for (const json& entry : *ranks) {
+          const auto first = static_cast<std::uint32_t>(num(entry, "first_rank"));
+          const auto slots = static_cast<std::uint32_t>(num(entry, "slots"));
+          for (std::uint32_t r = first; r < first + slots && r < first + 4096; ++r) {
+            rank_nodes_[r] = str(entry, "node");
+          }
+        }
+      }
       if (only_rank_ && world > 0 && *only_rank_ >= world && !follow_) {
         std::cerr << "elasticctl: job " << job_ << " has ranks 0.." << world - 1 << " (world "
                   << world << "), no rank " << *only_rank_ << "\n";
@@ -656,6 +667,9 @@ class LogReader {
                    {"max_bytes", follow_ ? kFollowChunk : kLogChunk}};
       if (const auto known = cursors_.find(rank); known != cursors_.end()) {
         if (known->second.offset) request["offset"] = *known->second.offset;
+      }
+      if (const auto node = rank_nodes_.find(rank); node != rank_nodes_.end()) {
+        request["node"] = node->second;
       }
       const Answer answer = asker_.ask(request);
       if (missing != nullptr && answer.code == kExitRefused &&
@@ -740,6 +754,7 @@ class LogReader {
   bool as_json_;
   PatientAsker asker_;
   std::map<std::uint32_t, RankCursor> cursors_;
+  std::map<std::uint32_t, std::string> rank_nodes_;  // rank -> the daemon that runs it
 };
 
 // ---- keygen -------------------------------------------------------------------------------

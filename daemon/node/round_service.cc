@@ -273,13 +273,15 @@ void RoundService::plan_job(
       }
     }
   }
-  // Leave quarantined nodes out while the job can still reach min_nodes without them.
+  // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
+  // not grow back in to fail again); a job that needs it takes it back once its time out ends.
   std::set<std::string> sitting_out;
   for (const auto& [name, q] : quarantined) {
-    if (now < q.until && usable.contains(name)) sitting_out.insert(name);
+    if (q.failures >= 2 && usable.contains(name)) sitting_out.insert(name);
   }
   if (!sitting_out.empty() && usable.size() - sitting_out.size() < job.spec.min_nodes) {
-    sitting_out.clear();
+    std::erase_if(sitting_out,
+                  [&](const std::string& name) { return now >= quarantined[name].until; });
   }
   for (const auto& [name, entry] : usable) {
     if (sitting_out.contains(name)) continue;

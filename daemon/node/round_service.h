@@ -177,10 +177,12 @@ class RoundService {
   std::map<std::string, LeaderJob> leader_jobs_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
-  // A node whose workers of one job failed repeatedly sits out that job's rounds for a while
-  // (issue 5's quarantine): the first failure is forgiven (it may be a peer's fault), each one
-  // after doubles the time out, from max(restart_backoff, 10 s) up to 10 minutes. Volatile:
-  // a new leader starts with none (the restart count, which bounds the job, is replicated).
+  // A node whose workers of one job failed repeatedly sits out that job (issue 5's quarantine):
+  // the first failure is forgiven (it may be a peer's fault); from the second on the node is
+  // left out of the job's rounds for as long as the job reaches min_nodes without it, and when
+  // the job does need it, only after a time out that doubles with each failure, from
+  // max(restart_backoff, 10 s) up to 10 minutes. Volatile: a new leader starts with none (the
+  // restart count, which bounds the job, is replicated).
   struct Quarantine {
     std::uint32_t failures = 0;
     std::uint64_t counted_round = 0;  // the round whose failure was counted last
