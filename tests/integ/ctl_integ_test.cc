@@ -386,7 +386,12 @@ TEST(CtlScripted, LogsOfAllRanksArePrefixedLineByLine) {
   EXPECT_EQ(r.out, "[rank 0] a1\n[rank 0] a2\n[rank 1] b1\n[rank 0] unfinished\n");
   const auto asked = daemon.requests("logs");
   ASSERT_EQ(asked.size(), 3u);
-  EXPECT_EQ(asked[0], json({{"verb", "logs"}, {"job", "j-1"}, {"rank", 0}, {"max_bytes", 65536}}));
+  // The request names the daemon that runs the rank (from the job's rank map).
+  EXPECT_EQ(asked[0], json({{"verb", "logs"},
+                            {"job", "j-1"},
+                            {"rank", 0},
+                            {"max_bytes", 65536},
+                            {"node", "n1"}}));
 
   r = ctl(socket, {"logs", "j-1", "--rank", "0"});
   ASSERT_TRUE(r.status.exited_with(0)) << r.err;
