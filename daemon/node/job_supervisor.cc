@@ -63,22 +63,6 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
   return nullptr;
 }
 
-// mkdir -p, then hand the leaf to the user so the workers can write checkpoints there.
-Status make_user_dir(const std::string& path, std::uint32_t uid, std::uint32_t gid) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return Error{"cannot create " + path + ": " + ec.message()};
-  if (::geteuid() == 0 && uid != 0) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && st.st_uid != uid &&
-        ::chown(path.c_str(), uid, gid) != 0) {
-      return Error{"cannot give " + path + " to uid " + std::to_string(uid) + ": " +
-                   std::strerror(errno)};
-    }
-  }
-  return ok_status();
-}
-
 }  // namespace
 
 JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
@@ -129,6 +113,8 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
   job.failure.reset();
   job.done = false;
   stop_workers(now, job, mode);
+  // Workers that had exited already are done with; the job is forgotten once the rest exit.
+  std::erase_if(job.workers, [](const Worker& w) { return w.exit.has_value(); });
 }
 
 void JobSupervisor::stop_workers(TimePoint now, Job& job, StopMode mode) {
@@ -210,7 +196,6 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     w.slot = slot;
     w.pid = spawner_->pid(w.id).value_or(0);
     job.workers.push_back(w);
-    job.ranks_run.insert(rank);
     spdlog::info("job {} round {}: rank {} started (pid {}, slot {})", id, start.round.round, rank,
                  w.pid, slot);
   }
@@ -268,11 +253,10 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   }
   const std::string checkpoint_root =
       spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
-  if (!checkpoint_root.empty()) {
-    const std::string dir = checkpoint_root + "/" + id;
-    if (Status made = make_user_dir(dir, uid, gid); !made.ok()) return made.error();
-    w.env["ELASTIC_CHECKPOINT_DIR"] = dir;
-  }
+  // The worker creates the directory itself, as the job's user: a daemon running as root must
+  // never create or chown paths under a root the user chose (a planted symlink named after the
+  // next job id would hand the user whatever it points at).
+  if (!checkpoint_root.empty()) w.env["ELASTIC_CHECKPOINT_DIR"] = checkpoint_root + "/" + id;
   for (const auto& [name, value] : spec.env) w.env[name] = value;
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {

@@ -26,8 +26,9 @@
 // peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
 // for its own uid (the spawner refuses any other, and that failure is reported like a crash).
 // Working directory: the spec's, else the user's home, else "/". Checkpoints:
-// ELASTIC_CHECKPOINT_DIR = <spec.checkpoint_root or checkpoint.root>/<job id>, created and
-// given to the user; absent when neither root is set.
+// ELASTIC_CHECKPOINT_DIR = <spec.checkpoint_root or checkpoint.root>/<job id>, absent when
+// neither root is set; the workers create it (as the job's user; the daemon touches no path
+// under a root the user chose).
 // Logs: <log dir>/<job>/rank-<N>.log (spawner.log_dir, default <state_dir>/logs).
 //
 // Reports (through Hooks::report, to the leader): "round_ack" once this round's workers run;
@@ -102,7 +103,7 @@ class JobSupervisor {
   std::uint32_t slots() const { return static_cast<std::uint32_t>(plan_.slots.size()); }
   const topology::Plan& plan() const { return plan_; }
   std::vector<WorkerRow> workers() const;
-  // The log file of `job`'s rank `rank` ("" when this daemon never ran that rank).
+  // Where the log file of `job`'s rank `rank` is on this node (it may not exist).
   std::string log_path(const std::string& job, std::uint32_t rank) const;
   std::string log_dir() const { return log_dir_; }
   // The uid that owns `job`, if this daemon ran a round of it since it started.
@@ -124,7 +125,6 @@ class JobSupervisor {
     std::vector<Worker> workers;         // current round's and older rounds' (stopping) workers
     std::optional<std::string> failure;  // worker_failed args, re-sent while the round stands
     bool done = false;                   // every worker of current exited 0
-    std::set<std::uint32_t> ranks_run;   // ranks this daemon ran (for logs)
   };
 
   void stop_workers(TimePoint now, Job& job, StopMode mode);

@@ -1,0 +1,849 @@
+// The job supervisor against a real Spawner, real processes and real files: the worker
+// environment (torchrun variables, slots, GPUs, checkpoint dir), reports to the leader (ack,
+// done, failed, and their resend), how an old round is stopped before the next one starts
+// (SIGKILL for a broken round, SIGTERM for grow), stop_job and shutdown, slot sharing between
+// jobs, start errors, logs and owners. Workers are /bin/sh scripts that write what they see
+// into files. No fixed sleeps: waits poll the supervisor's fd with a deadline; time-driven
+// behaviour (report resend, TERM -> KILL escalation) is driven by passing a later `now`.
+#include "daemon/node/job_supervisor.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+#include "tests/support/result_assertions.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::node {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using rendezvous::RankAssignment;
+using rendezvous::RoundReason;
+using testing::read_file;
+using testing::TempDir;
+
+constexpr const char* kSelf = "me";
+
+TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Alive = exists and is not a zombie (a zombie has ended; only its exit status is left).
+bool alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  return line[close + 2] != 'Z';
+}
+
+// A KEY=VALUE file written by `env` (values here hold no newlines).
+std::map<std::string, std::string> read_env(const std::string& path) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+// A host of `cores` single-PU cores in one package and one NUMA node (bind is off in every
+// plan here, so the numbers need not exist on the test host), plus `gpus` GPUs local to it.
+topology::Machine machine(unsigned cores, unsigned gpus = 0) {
+  topology::Machine m;
+  m.source = "hand-built";
+  m.packages = 1;
+  topology::NumaNode numa{0, 0, {}};
+  for (unsigned c = 0; c < cores; ++c) {
+    m.cores.push_back(topology::Core{0, 0, {c}});
+    numa.pus.push_back(c);
+  }
+  m.numa_nodes = {numa};
+  for (unsigned g = 0; g < gpus; ++g) {
+    m.gpus.push_back(topology::Gpu{g, "0000:0" + std::to_string(g + 1) + ":00.0", 0, 0, numa.pus,
+                                   std::vector<unsigned>{0}});
+  }
+  return m;
+}
+
+topology::Plan plan_for(const topology::Machine& m, topology::PlanOptions options) {
+  options.bind_cpus = false;
+  options.bind_memory = false;
+  auto plan = topology::make_plan(m, options);
+  if (!plan.ok()) ADD_FAILURE() << plan.error().message;
+  return plan.ok() ? std::move(plan).value() : topology::Plan{};
+}
+
+// Two CPU slots of two cores each (OMP_NUM_THREADS=2).
+topology::Plan cpu_plan(unsigned slots = 2) {
+  topology::PlanOptions options;
+  options.gpus.detect = false;
+  options.cpu_slots = slots;
+  return plan_for(machine(2 * slots), options);
+}
+
+// Writes the worker's environment to $OUT/env-<job>-<round>-<rank>.txt (atomically).
+const std::string kDumpEnv =
+    "f=\"$OUT/env-$ELASTIC_JOB_ID-$ELASTIC_ROUND-$RANK\"; env > \"$f.tmp\" && mv \"$f.tmp\" "
+    "\"$f.txt\"";
+
+struct Report {
+  std::string job;
+  std::string verb;
+  json args;
+};
+
+class JobSupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Workers of the run_as case (another uid) must reach $OUT: mkdtemp made dir_ 0700.
+    ::chmod(dir_.path().c_str(), 0755);
+    out_ = dir_ / "out";
+    std::filesystem::create_directories(out_);
+    ::chmod(out_.c_str(), 0777);
+    config_.node.name = kSelf;
+    config_.node.state_dir = dir_ / "state";
+    config_.checkpoint.root = dir_ / "ck";
+    config_.control.socket = dir_ / "elasticd.sock";
+    // Long enough that a worker which is SIGKILLed "at once" can never be confused with one
+    // killed when the grace ran out.
+    config_.spawner.stop_grace = 30s;
+  }
+
+  void TearDown() override {
+    if (supervisor_) supervisor_->shutdown(100ms);
+    supervisor_.reset();
+  }
+
+  void open(topology::Plan plan) {
+    spawner::SpawnerConfig sc;
+    sc.stop_grace = config_.spawner.stop_grace;
+    sc.log_max_bytes = 1 << 20;
+    sc.log_keep = 2;
+    sc.state_dir = config_.node.state_dir;
+    auto spawner = spawner::Spawner::open(sc);
+    ASSERT_OK(spawner);
+    JobSupervisor::Hooks hooks;
+    hooks.report = [this](const std::string& job, const std::string& verb,
+                          const std::string& args) {
+      json parsed = json::parse(args, nullptr, false);
+      EXPECT_FALSE(parsed.is_discarded()) << verb << " args are not JSON: " << args;
+      reports_.push_back(Report{job, verb, parsed});
+    };
+    supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
+                                                  std::move(plan), std::move(hooks));
+  }
+
+  // Round `round` of `job` with this node alone holding `slots` ranks from 0.
+  RoundStart start(const std::string& job, std::uint64_t round, std::uint32_t slots,
+                   const std::string& script, RoundReason reason = RoundReason::kSubmitted) const {
+    RoundStart s;
+    s.term = 1;
+    s.state = rendezvous::JobState::kRendezvous;
+    s.round.job_id = job;
+    s.round.round = round;
+    s.round.expected_prev_round = round - 1;
+    s.round.ranks = {RankAssignment{kSelf, 1, slots, 0}};
+    s.round.store_endpoint = "127.0.0.1:29500";
+    s.round.reason = reason;
+    s.spec.name = job;
+    s.spec.command = {"/bin/sh", "-c", script};
+    s.spec.env = {{"OUT", out_}};
+    s.spec.uid = ::getuid();
+    s.spec.gid = ::getgid();
+    s.spec.working_dir = dir_.path();
+    return s;
+  }
+
+  // Pumps the supervisor until `done` holds or `timeout` passes.
+  bool pump_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
+    const TimePoint deadline = now() + timeout;
+    while (true) {
+      supervisor_->process(now());
+      if (done()) return true;
+      const TimePoint t = now();
+      if (t >= deadline) return false;
+      // Files written by workers do not wake the fd; 20 ms bounds the lag of such conditions.
+      const TimePoint wake = std::min({deadline, supervisor_->next_deadline(), t + 20ms});
+      const auto ms = std::clamp<std::int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(wake - t).count(), 1, 20);
+      pollfd fd{supervisor_->fd(), POLLIN, 0};
+      ::poll(&fd, 1, static_cast<int>(ms));
+    }
+  }
+
+  std::vector<Report> reports(const std::string& verb, const std::string& job = "") const {
+    std::vector<Report> out;
+    for (const Report& r : reports_) {
+      if (r.verb == verb && (job.empty() || r.job == job)) out.push_back(r);
+    }
+    return out;
+  }
+  bool acked(const std::string& job, std::uint64_t round) const {
+    for (const Report& r : reports("round_ack", job)) {
+      if (r.args.value("round", std::uint64_t{0}) == round) return true;
+    }
+    return false;
+  }
+
+  std::vector<WorkerRow> rows(const std::string& job) const {
+    std::vector<WorkerRow> out;
+    for (const WorkerRow& row : supervisor_->workers()) {
+      if (row.job == job) out.push_back(row);
+    }
+    return out;
+  }
+  std::size_t running(const std::string& job) const {
+    std::size_t n = 0;
+    for (const WorkerRow& row : rows(job)) n += row.state != "exited" ? 1 : 0;
+    return n;
+  }
+
+  std::string env_file(const std::string& job, std::uint64_t round, std::uint32_t rank) const {
+    return out_ + "/env-" + job + "-" + std::to_string(round) + "-" + std::to_string(rank) + ".txt";
+  }
+  std::map<std::string, std::string> wait_env(const std::string& job, std::uint64_t round,
+                                              std::uint32_t rank) {
+    const std::string path = env_file(job, round, rank);
+    EXPECT_TRUE(pump_until([&] { return std::filesystem::exists(path); })) << path;
+    return read_env(path);
+  }
+  bool exists(const std::string& name) const { return std::filesystem::exists(out_ + "/" + name); }
+
+  TempDir dir_;
+  std::string out_;
+  config::DaemonConfig config_;
+  std::unique_ptr<JobSupervisor> supervisor_;
+  std::vector<Report> reports_;
+};
+
+// --- 1. The worker environment ------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  // Node "a" holds ranks 0-2; this node is entry 1 (GROUP_RANK 1) with ranks 3-4.
+  RoundStart s = start("fm-1", 4, 2, kDumpEnv + "; exec sleep 1000");
+  s.round.ranks = {RankAssignment{"a", 7, 3, 0}, RankAssignment{kSelf, 1, 2, 3}};
+  s.round.store_endpoint = "10.1.2.3:29400";
+  s.restarts = 2;
+  s.spec.max_restarts = 5;
+  s.spec.env["MY_SETTING"] = "a value with spaces";
+  const TimePoint t0 = now();
+  EXPECT_TRUE(supervisor_->on_round(t0, s));
+  ASSERT_EQ(reports("round_ack").size(), 1u);
+  EXPECT_EQ(reports("round_ack")[0].job, "fm-1");
+  EXPECT_EQ(reports("round_ack")[0].args, (json{{"job", "fm-1"}, {"round", 4}}));
+  EXPECT_EQ(running("fm-1"), 2u);
+
+  std::set<std::string> slots;
+  for (std::uint32_t local = 0; local < 2; ++local) {
+    const std::uint32_t rank = 3 + local;
+    auto env = wait_env("fm-1", 4, rank);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(env["WORLD_SIZE"], "5");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "5");
+    EXPECT_EQ(env["MASTER_ADDR"], "10.1.2.3");
+    EXPECT_EQ(env["MASTER_PORT"], "29400");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+    EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "5");
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "fm-1");
+    EXPECT_EQ(env["ELASTIC_JOB_ID"], "fm-1");
+    EXPECT_EQ(env["ELASTIC_ROUND"], "4");
+    EXPECT_EQ(env["ELASTIC_NODE"], kSelf);
+    EXPECT_EQ(env["ELASTIC_CONTROL_SOCKET"], config_.control.socket);
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "2");
+    EXPECT_EQ(env["ELASTIC_CHECKPOINT_DIR"], config_.checkpoint.root + "/fm-1");
+    EXPECT_EQ(env["MY_SETTING"], "a value with spaces");
+    EXPECT_EQ(env["OUT"], out_);
+    EXPECT_FALSE(env.contains("CUDA_VISIBLE_DEVICES"));
+    EXPECT_FALSE(env.contains("CUDA_DEVICE_ORDER"));
+    EXPECT_FALSE(env["PATH"].empty());
+    EXPECT_FALSE(env["HOME"].empty());
+    EXPECT_FALSE(env["USER"].empty());
+    EXPECT_EQ(env["USER"], env["LOGNAME"]);
+    slots.insert(env["ELASTIC_SLOT"]);
+  }
+  EXPECT_EQ(slots, (std::set<std::string>{"0", "1"}));
+  // The worker creates it (as the job's user); the daemon does not.
+  EXPECT_FALSE(std::filesystem::exists(config_.checkpoint.root + "/fm-1"));
+
+  // A repeated start of the same round is a no-op that says "running".
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  EXPECT_EQ(reports("round_ack").size(), 1u);
+  EXPECT_EQ(rows("fm-1").size(), 2u);
+  for (const WorkerRow& row : rows("fm-1")) {
+    EXPECT_EQ(row.state, "running");
+    EXPECT_EQ(row.round, 4u);
+    EXPECT_GT(row.pid, 0);
+    EXPECT_TRUE(alive(row.pid));
+  }
+  // An older round is refused once a newer one stands.
+  RoundStart older = s;
+  older.round.round = 3;
+  EXPECT_FALSE(supervisor_->on_round(now(), older));
+  EXPECT_EQ(running("fm-1"), 2u);
+}
+
+TEST_F(JobSupervisorTest, AnIpv6StoreEndpointGivesABareMasterAddr) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("v6-1", 1, 1, kDumpEnv);
+  s.round.store_endpoint = "[::1]:29500";
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  auto env = wait_env("v6-1", 1, 0);
+  EXPECT_EQ(env["MASTER_ADDR"], "::1");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+  EXPECT_EQ(env["GROUP_RANK"], "0");
+  EXPECT_EQ(env["WORLD_SIZE"], "1");
+}
+
+TEST_F(JobSupervisorTest, TheSpecCheckpointRootWinsOverTheConfig) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("ckp-1", 1, 1, kDumpEnv);
+  s.spec.checkpoint_root = dir_ / "nfs/checkpoints";
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  auto env = wait_env("ckp-1", 1, 0);
+  EXPECT_EQ(env["ELASTIC_CHECKPOINT_DIR"], dir_ / "nfs/checkpoints/ckp-1");
+}
+
+TEST_F(JobSupervisorTest, NoCheckpointRootAnywhereLeavesTheVariableUnset) {
+  config_.checkpoint.root = "";
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("nock-1", 1, 1, kDumpEnv)));
+  auto env = wait_env("nock-1", 1, 0);
+  EXPECT_FALSE(env.contains("ELASTIC_CHECKPOINT_DIR"));
+}
+
+TEST_F(JobSupervisorTest, GpuSlotsSetCudaVisibleDevicesInPciOrder) {
+  open(plan_for(machine(4, 2), topology::PlanOptions{}));  // node.gpus = auto: GPUs 0 and 1
+  ASSERT_TRUE(supervisor_);
+  ASSERT_EQ(supervisor_->slots(), 2u);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("gpu-1", 1, 2, kDumpEnv)));
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    auto env = wait_env("gpu-1", 1, rank);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ASSERT_TRUE(env.contains("ELASTIC_SLOT"));
+    // Slot i holds CUDA index i on this plan; the slot and the device must agree.
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], env["ELASTIC_SLOT"]);
+    EXPECT_EQ(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "2");
+  }
+}
+
+TEST_F(JobSupervisorTest, ASelectedGpuIsNamedByItsCudaIndexNotItsSlot) {
+  topology::PlanOptions options;
+  options.gpus.detect = false;
+  options.gpus.indices = {1};  // node.gpus = [1]: slot 0 is CUDA device 1
+  open(plan_for(machine(4, 2), options));
+  ASSERT_TRUE(supervisor_);
+  ASSERT_EQ(supervisor_->slots(), 1u);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("gpu-2", 1, 1, kDumpEnv)));
+  auto env = wait_env("gpu-2", 1, 0);
+  EXPECT_EQ(env["ELASTIC_SLOT"], "0");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "1");
+  EXPECT_EQ(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+}
+
+TEST_F(JobSupervisorTest, AsRootWorkersRunAsTheSubmittingUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
+  const passwd* entry = ::getpwnam("nobody");
+  if (entry == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  const std::uint32_t uid = entry->pw_uid;
+  const std::uint32_t gid = entry->pw_gid;
+  const std::string home_dir = entry->pw_dir;
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("user-1", 1, 1,
+                       "id -u > \"$OUT/uid.tmp\"; id -g >> \"$OUT/uid.tmp\"; pwd >> "
+                       "\"$OUT/uid.tmp\"; mv \"$OUT/uid.tmp\" \"$OUT/uid.txt\"; " +
+                           kDumpEnv);
+  s.spec.uid = uid;
+  s.spec.gid = gid;
+  s.spec.user = "nobody";
+  s.spec.working_dir = "";  // the user's home, else "/"
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  ASSERT_TRUE(pump_until([&] { return exists("uid.txt"); }));
+  std::istringstream ids(read_file(out_ + "/uid.txt"));
+  std::string seen_uid, seen_gid, cwd;
+  ids >> seen_uid >> seen_gid >> cwd;
+  EXPECT_EQ(seen_uid, std::to_string(uid));
+  EXPECT_EQ(seen_gid, std::to_string(gid));
+  struct stat home {};
+  const bool home_exists = ::stat(home_dir.c_str(), &home) == 0 && S_ISDIR(home.st_mode);
+  EXPECT_EQ(cwd, home_exists ? home_dir : "/");
+  auto env = wait_env("user-1", 1, 0);
+  EXPECT_EQ(env["USER"], "nobody");
+  EXPECT_EQ(env["HOME"], home_dir);
+  // The daemon leaves the checkpoint directory to the workers, which create it as the user.
+  EXPECT_FALSE(std::filesystem::exists(config_.checkpoint.root + "/user-1"));
+  EXPECT_EQ(supervisor_->job_owner("user-1"), uid);
+}
+
+// A root daemon never chowns (or creates) anything under a checkpoint root the user chose: a
+// user who plants <their dir>/<next job id> as a symlink to a directory they do not own (job
+// ids "<name>-<n>" are predictable) must not get that directory (e.g. /etc) handed to them.
+TEST_F(JobSupervisorTest, AsRootTheCheckpointDirIsNeverChownedThroughASymlink) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
+  const passwd* entry = ::getpwnam("nobody");
+  if (entry == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  const std::uint32_t uid = entry->pw_uid;
+  const std::uint32_t gid = entry->pw_gid;
+  const std::string victim = dir_ / "root-owned";
+  std::filesystem::create_directories(victim);
+  std::filesystem::create_directories(dir_ / "user-root");
+  std::filesystem::create_directory_symlink(victim, dir_ / "user-root/evil-1");
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("evil-1", 1, 1, "exit 0");
+  s.spec.uid = uid;
+  s.spec.gid = gid;
+  s.spec.checkpoint_root = dir_ / "user-root";
+  supervisor_->on_round(now(), s);
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << victim << " was chowned to uid " << st.st_uid << " via a symlink";
+}
+
+// --- 2. and 3. Reports ------------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, AllWorkersExitingZeroReportWorkersDoneOnceThenResend) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("done-1", 2, 2, "exit 0")));
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  // Both exited (the report waits for the last one), and kept as "exited" rows.
+  ASSERT_EQ(rows("done-1").size(), 2u);
+  for (const WorkerRow& row : rows("done-1")) {
+    EXPECT_EQ(row.state, "exited");
+    EXPECT_EQ(row.detail, "exited with status 0");
+  }
+  ASSERT_EQ(reports("workers_done").size(), 1u);
+  EXPECT_EQ(reports("workers_done")[0].job, "done-1");
+  EXPECT_EQ(reports("workers_done")[0].args, (json{{"job", "done-1"}, {"round", 2}}));
+  EXPECT_TRUE(reports("worker_failed").empty());
+
+  // Not again before kReportResend...
+  supervisor_->process(now());
+  EXPECT_EQ(reports("workers_done").size(), 1u);
+  EXPECT_LE(supervisor_->next_deadline(), now() + JobSupervisor::kReportResend);
+  // ...but again after it, while the round stands (the leader may have lost the first).
+  const TimePoint later = now() + JobSupervisor::kReportResend + 10ms;
+  supervisor_->process(later);
+  EXPECT_EQ(reports("workers_done").size(), 2u);
+  supervisor_->process(later + JobSupervisor::kReportResend + 10ms);
+  EXPECT_EQ(reports("workers_done").size(), 3u);
+
+  // Once the job has no round here any more, nothing is re-sent.
+  supervisor_->stop_job(now(), "done-1", StopMode::kKill, "job succeeded");
+  supervisor_->process(later + 10 * JobSupervisor::kReportResend);
+  EXPECT_EQ(reports("workers_done").size(), 3u);
+  EXPECT_TRUE(reports("worker_failed").empty());
+}
+
+// A job whose workers had all exited before stop_job (succeeded, or failed and then ended) is
+// forgotten: its "exited" rows leave workers() (elasticctl status) and the job leaves memory.
+TEST_F(JobSupervisorTest, StopJobForgetsAJobWhoseWorkersAlreadyExited) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("end-1", 1, 1, "exit 0")));
+  EXPECT_TRUE(supervisor_->on_round(now(), start("end-2", 1, 1, "exit 4")));
+  ASSERT_TRUE(pump_until([&] {
+    return !reports("workers_done", "end-1").empty() && !reports("worker_failed", "end-2").empty();
+  }));
+  supervisor_->stop_job(now(), "end-1", StopMode::kKill, "job succeeded");
+  supervisor_->stop_job(now(), "end-2", StopMode::kKill, "job failed");
+  supervisor_->process(now());
+  EXPECT_TRUE(rows("end-1").empty());
+  EXPECT_TRUE(rows("end-2").empty());
+  EXPECT_TRUE(supervisor_->workers().empty());
+}
+
+TEST_F(JobSupervisorTest, AWorkerExitingThreeReportsWorkerFailedWithItsRank) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("fail-1", 1, 2, "if [ \"$LOCAL_RANK\" = 1 ]; then exit 3; fi; exit 0");
+  s.round.ranks = {RankAssignment{kSelf, 1, 2, 6}};  // ranks 6 and 7
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  // Let rank 6 exit too: a failed round never turns into workers_done.
+  ASSERT_TRUE(pump_until([&] { return running("fail-1") == 0; }));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const Report failed = reports("worker_failed")[0];
+  EXPECT_EQ(failed.job, "fail-1");
+  EXPECT_EQ(failed.args.value("job", ""), "fail-1");
+  EXPECT_EQ(failed.args.value("round", 0), 1);
+  EXPECT_EQ(failed.args.value("rank", 0), 7);
+  const std::string detail = failed.args.value("detail", "");
+  EXPECT_TRUE(contains(detail, "exited with status 3")) << detail;
+  EXPECT_TRUE(contains(detail, "rank 7")) << detail;
+  EXPECT_TRUE(reports("workers_done").empty());
+  // A repeated start of the failed round does not say "running".
+  EXPECT_FALSE(supervisor_->on_round(now(), s));
+
+  supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
+  ASSERT_EQ(reports("worker_failed").size(), 2u);
+  EXPECT_EQ(reports("worker_failed")[1].args, failed.args);
+  EXPECT_TRUE(reports("workers_done").empty());
+}
+
+TEST_F(JobSupervisorTest, AWorkerKilledByASignalIsAFailure) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("sig-1", 1, 1, "kill -USR1 $$")));
+  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  EXPECT_TRUE(contains(detail, "killed by signal 10 (SIGUSR1)")) << detail;
+  EXPECT_TRUE(reports("workers_done").empty());
+}
+
+// --- 4. A new round of the same job -----------------------------------------------------
+
+TEST_F(JobSupervisorTest, AMemberLostRoundKillsTheOldWorkersAtOnceThenStartsTheNew) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  // The old worker ignores SIGTERM (ignored dispositions survive exec): only SIGKILL ends it.
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("ml-1", 1, 1, "trap '' TERM; touch \"$OUT/ready\"; exec sleep 1000")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  ASSERT_EQ(rows("ml-1").size(), 1u);
+  const int old_pid = rows("ml-1")[0].pid;
+  ASSERT_TRUE(alive(old_pid));
+
+  // The new worker checks, from inside, that the old one is gone (reaped, not even a zombie).
+  RoundStart next = start("ml-1", 2, 1,
+                          "if kill -0 \"$OLD_PID\" 2>/dev/null; then r=alive; else r=gone; fi; "
+                          "echo $r > \"$OUT/check.tmp\"; mv \"$OUT/check.tmp\" \"$OUT/check\"; "
+                          "exec sleep 1000",
+                          RoundReason::kMemberLost);
+  next.spec.env["OLD_PID"] = std::to_string(old_pid);
+  const TimePoint t0 = now();
+  EXPECT_FALSE(supervisor_->on_round(t0, next)) << "the old worker cannot have been reaped yet";
+  EXPECT_FALSE(acked("ml-1", 2));
+  ASSERT_EQ(rows("ml-1").size(), 1u);
+  EXPECT_EQ(rows("ml-1")[0].state, "stopping");
+  EXPECT_EQ(rows("ml-1")[0].round, 1u);
+
+  // stop_grace is 30 s: the new round starting within 10 s proves the old one got SIGKILL.
+  ASSERT_TRUE(pump_until([&] { return acked("ml-1", 2); }, 10s));
+  EXPECT_LT(now() - t0, Duration(10s));
+  EXPECT_FALSE(alive(old_pid));
+  ASSERT_EQ(rows("ml-1").size(), 1u);
+  EXPECT_EQ(rows("ml-1")[0].round, 2u);
+  EXPECT_NE(rows("ml-1")[0].pid, old_pid);
+  ASSERT_TRUE(pump_until([&] { return exists("check"); }));
+  EXPECT_EQ(read_file(out_ + "/check"), "gone\n");
+  const std::string log = read_file(supervisor_->log_path("ml-1", 0));
+  EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " killed by signal 9")) << log;
+  // Stopped workers are not failures.
+  EXPECT_TRUE(reports("worker_failed").empty());
+}
+
+TEST_F(JobSupervisorTest, AGrowRoundSendsTermFirstSoTheWorkerCanCheckpoint) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  // On SIGTERM the worker says so and exits 0 (as elastic-trainer does after checkpointing).
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("grow-1", 1, 1,
+                   "trap 'echo got TERM; exit 0' TERM; touch \"$OUT/ready\"; sleep 1000 & "
+                   "wait $!")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  const int old_pid = rows("grow-1")[0].pid;
+
+  RoundStart next = start("grow-1", 2, 2, kDumpEnv + "; exec sleep 1000", RoundReason::kGrow);
+  EXPECT_FALSE(supervisor_->on_round(now(), next));
+  EXPECT_EQ(rows("grow-1")[0].state, "stopping");
+  ASSERT_TRUE(pump_until([&] { return acked("grow-1", 2); }, 10s));
+  EXPECT_FALSE(alive(old_pid));
+  const std::string log = read_file(supervisor_->log_path("grow-1", 0));
+  EXPECT_TRUE(contains(log, "got TERM")) << log;
+  EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " exited with status 0")) << log;
+  EXPECT_EQ(running("grow-1"), 2u);
+  EXPECT_EQ(wait_env("grow-1", 2, 1)["WORLD_SIZE"], "2");
+  EXPECT_TRUE(reports("worker_failed").empty());
+}
+
+TEST_F(JobSupervisorTest, AKillRoundDuringAGracefulStopKillsAtOnce) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("esc-1", 1, 1, "trap '' TERM; touch \"$OUT/ready\"; exec sleep 1000")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  const int old_pid = rows("esc-1")[0].pid;
+  // Round 2 (grow) sends TERM, which this worker ignores; round 2 never starts...
+  EXPECT_FALSE(supervisor_->on_round(now(), start("esc-1", 2, 1, "exit 0", RoundReason::kGrow)));
+  supervisor_->process(now());
+  EXPECT_TRUE(alive(old_pid));
+  EXPECT_FALSE(acked("esc-1", 2));
+  // ...because round 3 (a member lost) arrives first and must not wait out the grace.
+  const TimePoint t0 = now();
+  EXPECT_FALSE(supervisor_->on_round(
+      t0, start("esc-1", 3, 1, kDumpEnv + "; exec sleep 1000", RoundReason::kMemberLost)));
+  ASSERT_TRUE(pump_until([&] { return acked("esc-1", 3); }, 10s));
+  EXPECT_LT(now() - t0, Duration(10s));
+  EXPECT_FALSE(alive(old_pid));
+  EXPECT_FALSE(acked("esc-1", 2));
+  EXPECT_EQ(wait_env("esc-1", 3, 0)["ELASTIC_ROUND"], "3");
+  EXPECT_EQ(running("esc-1"), 1u);
+}
+
+TEST_F(JobSupervisorTest, ANewRoundAfterTheOldWorkersExitedStartsAtOnce) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("re-1", 1, 1, "exit 5")));
+  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  RoundStart next = start("re-1", 2, 1, kDumpEnv, RoundReason::kWorkerFailed);
+  next.restarts = 1;
+  EXPECT_TRUE(supervisor_->on_round(now(), next));
+  EXPECT_TRUE(acked("re-1", 2));
+  EXPECT_EQ(wait_env("re-1", 2, 0)["TORCHELASTIC_RESTART_COUNT"], "1");
+  // The failure belonged to round 1: it is no longer re-sent.
+  const std::size_t failures = reports("worker_failed").size();
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
+  EXPECT_EQ(reports("worker_failed").size(), failures);
+  EXPECT_EQ(reports("workers_done").back().args, (json{{"job", "re-1"}, {"round", 2}}));
+}
+
+// --- 5. stop_job and shutdown ---------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, StopJobGracefulSendsTermAndForgetsTheJob) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("stop-1", 1, 1,
+                   "trap 'echo got TERM; exit 0' TERM; touch \"$OUT/ready\"; sleep 1000 & "
+                   "wait $!")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  const int pid = rows("stop-1")[0].pid;
+  supervisor_->stop_job(now(), "stop-1", StopMode::kGraceful, "cancelled by its owner");
+  ASSERT_TRUE(pump_until([&] { return rows("stop-1").empty(); }, 10s));
+  EXPECT_FALSE(alive(pid));
+  const std::string log = read_file(supervisor_->log_path("stop-1", 0));
+  EXPECT_TRUE(contains(log, "got TERM")) << log;
+  EXPECT_TRUE(contains(log, "exited with status 0 (stopped by the daemon)")) << log;
+  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports("workers_done").empty());
+}
+
+TEST_F(JobSupervisorTest, StopJobGracefulKillsAWorkerThatIgnoresTermAfterTheGrace) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("stop-2", 1, 1, "trap '' TERM; touch \"$OUT/ready\"; exec sleep 1000")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  const int pid = rows("stop-2")[0].pid;
+  const TimePoint t0 = now();
+  supervisor_->stop_job(t0, "stop-2", StopMode::kGraceful, "cancelled by its owner");
+  supervisor_->process(now());
+  ASSERT_EQ(rows("stop-2").size(), 1u);
+  EXPECT_EQ(rows("stop-2")[0].state, "stopping");
+  EXPECT_TRUE(alive(pid));
+  EXPECT_LE(supervisor_->next_deadline(), t0 + config_.spawner.stop_grace);
+  // The grace runs out (time driven forward): SIGKILL.
+  supervisor_->process(t0 + config_.spawner.stop_grace + 1ms);
+  ASSERT_TRUE(pump_until([&] { return rows("stop-2").empty(); }, 10s));
+  EXPECT_FALSE(alive(pid));
+  const std::string log = read_file(supervisor_->log_path("stop-2", 0));
+  EXPECT_TRUE(contains(log, "killed by signal 9 (SIGKILL) (stopped by the daemon)")) << log;
+  EXPECT_TRUE(reports("worker_failed").empty());
+}
+
+TEST_F(JobSupervisorTest, StopJobKillEndsAWorkerThatIgnoresTermAtOnce) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(
+      now(), start("stop-3", 1, 2, "trap '' TERM; touch \"$OUT/ready-$RANK\"; exec sleep 1000")));
+  ASSERT_TRUE(pump_until([&] { return exists("ready-0") && exists("ready-1"); }));
+  std::vector<int> pids;
+  for (const WorkerRow& row : rows("stop-3")) pids.push_back(row.pid);
+  supervisor_->stop_job(now(), "stop-3", StopMode::kKill, "this node is no longer a member");
+  ASSERT_TRUE(pump_until([&] { return rows("stop-3").empty(); }, 10s));
+  for (int pid : pids) EXPECT_FALSE(alive(pid)) << pid;
+  EXPECT_TRUE(reports("worker_failed").empty());
+  // Unknown jobs are ignored.
+  supervisor_->stop_job(now(), "no-such-job", StopMode::kKill, "test");
+}
+
+TEST_F(JobSupervisorTest, ShutdownLeavesNothingRunning) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  // Each worker ignores TERM and has a child of its own in its process group.
+  const std::string script =
+      "trap '' TERM; sleep 1000 & echo $! > \"$OUT/child-$ELASTIC_JOB_ID.tmp\"; "
+      "mv \"$OUT/child-$ELASTIC_JOB_ID.tmp\" \"$OUT/child-$ELASTIC_JOB_ID\"; exec sleep 1000";
+  EXPECT_TRUE(supervisor_->on_round(now(), start("sd-1", 1, 1, script)));
+  EXPECT_TRUE(supervisor_->on_round(now(), start("sd-2", 1, 1, script)));
+  ASSERT_TRUE(pump_until([&] { return exists("child-sd-1") && exists("child-sd-2"); }));
+  std::vector<int> pids;
+  for (const WorkerRow& row : supervisor_->workers()) pids.push_back(row.pid);
+  for (const char* job : {"child-sd-1", "child-sd-2"}) {
+    pids.push_back(std::stoi(read_file(out_ + "/" + job)));
+  }
+  ASSERT_EQ(pids.size(), 4u);
+  for (int pid : pids) ASSERT_TRUE(alive(pid)) << pid;
+  supervisor_->shutdown(200ms);
+  EXPECT_TRUE(supervisor_->workers().empty());
+  // The workers are reaped by shutdown(); their children (reparented to this process, the
+  // subreaper) die with the group. Neither may still run.
+  for (int pid : pids) {
+    EXPECT_TRUE(testing::wait_until([&] { return !alive(pid); }, 5000ms)) << pid;
+  }
+}
+
+// --- 6. Slots shared by jobs ----------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, JobsGetDisjointSlotsAndAThirdWaitsForAFreeOne) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  // Each worker runs until its job's release file appears, then exits 0.
+  const std::string script = kDumpEnv +
+                             "; until [ -e \"$OUT/release-$ELASTIC_JOB_ID\" ]; do sleep 0.02; "
+                             "done; exit 0";
+  EXPECT_TRUE(supervisor_->on_round(now(), start("a-1", 1, 1, script)));
+  EXPECT_TRUE(supervisor_->on_round(now(), start("b-1", 1, 1, script)));
+  const std::string slot_a = wait_env("a-1", 1, 0)["ELASTIC_SLOT"];
+  const std::string slot_b = wait_env("b-1", 1, 0)["ELASTIC_SLOT"];
+  EXPECT_NE(slot_a, slot_b);
+  EXPECT_EQ((std::set<std::string>{slot_a, slot_b}), (std::set<std::string>{"0", "1"}));
+
+  // No slot is free: nothing starts, no ack.
+  EXPECT_FALSE(supervisor_->on_round(now(), start("c-1", 1, 1, script)));
+  supervisor_->process(now());
+  EXPECT_TRUE(rows("c-1").empty());
+  EXPECT_FALSE(acked("c-1", 1));
+  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_FALSE(std::filesystem::exists(env_file("c-1", 1, 0)));
+
+  // Job a's worker ends; c takes its slot.
+  std::ofstream(out_ + "/release-a-1") << "";
+  ASSERT_TRUE(pump_until([&] { return acked("c-1", 1); }));
+  EXPECT_EQ(reports("workers_done", "a-1").size(), 1u);
+  EXPECT_EQ(wait_env("c-1", 1, 0)["ELASTIC_SLOT"], slot_a);
+  EXPECT_EQ(running("b-1"), 1u);
+  EXPECT_EQ(running("c-1"), 1u);
+  EXPECT_TRUE(reports("worker_failed").empty());
+}
+
+// --- 7. Start errors --------------------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, ACommandThatDoesNotExistIsAWorkerFailure) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("nx-1", 1, 1, "");
+  s.spec.command = {"elastic-no-such-command-for-tests", "--flag"};
+  EXPECT_FALSE(supervisor_->on_round(now(), s));
+  EXPECT_FALSE(acked("nx-1", 1));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const Report failed = reports("worker_failed")[0];
+  EXPECT_EQ(failed.args.value("rank", 99), 0);
+  EXPECT_EQ(failed.args.value("round", 0), 1);
+  const std::string detail = failed.args.value("detail", "");
+  EXPECT_TRUE(contains(detail, "could not start")) << detail;
+  EXPECT_TRUE(contains(detail, "elastic-no-such-command-for-tests")) << detail;
+  EXPECT_EQ(running("nx-1"), 0u);
+  supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
+  EXPECT_EQ(reports("worker_failed").size(), 2u);
+  // The spawner wrote the reason into the rank's log too.
+  const std::string log = read_file(supervisor_->log_path("nx-1", 0));
+  EXPECT_TRUE(contains(log, "elastic-no-such-command-for-tests")) << log;
+}
+
+TEST_F(JobSupervisorTest, AnAbsoluteCommandThatDoesNotExistIsAWorkerFailure) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("nx-2", 1, 2, "");
+  s.spec.command = {dir_ / "missing-binary"};
+  EXPECT_FALSE(supervisor_->on_round(now(), s));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  EXPECT_TRUE(contains(detail, "could not start")) << detail;
+  EXPECT_EQ(running("nx-2"), 0u);
+}
+
+TEST_F(JobSupervisorTest, ARoundAskingForMoreSlotsThanThePlanHasIsAWorkerFailure) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_FALSE(supervisor_->on_round(now(), start("big-1", 1, 3, kDumpEnv)));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  EXPECT_TRUE(contains(detail, "has 2 slots, not 3")) << detail;
+  EXPECT_FALSE(acked("big-1", 1));
+  supervisor_->process(now());
+  EXPECT_TRUE(supervisor_->workers().empty());
+  supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
+  EXPECT_EQ(reports("worker_failed").size(), 2u);
+}
+
+// --- 8. Logs and owners ---------------------------------------------------------------------
+
+TEST_F(JobSupervisorTest, TheRankLogHoldsTheWorkersOutputAndTheOwnerIsKnown) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("log-1", 1, 2, "echo \"hello from rank $RANK\"; echo oops >&2; exit 0");
+  s.round.ranks = {RankAssignment{kSelf, 1, 2, 10}};
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  EXPECT_EQ(supervisor_->log_dir(), config_.node.state_dir + "/logs");
+  for (std::uint32_t rank : {10u, 11u}) {
+    const std::string path = supervisor_->log_path("log-1", rank);
+    EXPECT_EQ(path, config_.node.state_dir + "/logs/log-1/rank-" + std::to_string(rank) + ".log");
+    const std::string log = read_file(path);
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + "\n")) << log;
+    EXPECT_TRUE(contains(log, "oops\n")) << log;
+    EXPECT_TRUE(contains(log, "[elasticd ")) << log;
+    EXPECT_TRUE(contains(log, "exited with status 0")) << log;
+  }
+  EXPECT_EQ(supervisor_->job_owner("log-1"), ::getuid());
+  EXPECT_EQ(supervisor_->job_owner("no-such-job"), std::nullopt);
+}
+
+TEST_F(JobSupervisorTest, SpawnerLogDirOverridesTheStateDir) {
+  config_.spawner.log_dir = dir_ / "worker-logs";
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("log-2", 1, 1, "echo here")));
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  EXPECT_EQ(supervisor_->log_dir(), dir_ / "worker-logs");
+  EXPECT_EQ(supervisor_->log_path("log-2", 0), dir_ / "worker-logs/log-2/rank-0.log");
+  EXPECT_TRUE(contains(read_file(supervisor_->log_path("log-2", 0)), "here\n"));
+  // The owner outlives the job's workers (logs stay readable after the job ended).
+  supervisor_->stop_job(now(), "log-2", StopMode::kKill, "job succeeded");
+  supervisor_->process(now());
+  EXPECT_EQ(supervisor_->job_owner("log-2"), ::getuid());
+}
+
+}  // namespace
+}  // namespace elastic::node
