@@ -85,6 +85,7 @@ RoundService::RoundService(std::string self, std::uint64_t generation,
 void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
                         const std::vector<membership::MemberView>& members,
                         ConsensusHost* consensus) {
+  last_now_ = now;
   if (!leading || consensus == nullptr) {
     if (leading_) {
       granter_.step_down();
@@ -244,7 +245,17 @@ void RoundService::plan_job(
   input.job = &job;
   input.now = wall;
   input.config = r;
-  input.worker_failure = state.failure;
+  // A worker failure waits out the job tier's detection time first: when a daemon dies, its
+  // peers' workers crash on the broken connection (~0.2 s) before the job tier declares the
+  // daemon lost (~0.4 s), and a lost member must win (it costs no restart, and the crashed
+  // survivors are not to blame).
+  const Duration failure_grace =
+      r.job_peer_timeout + r.job_keepalive_interval + std::chrono::milliseconds(200);
+  const bool failure_due = state.failure && now >= state.failure_seen + failure_grace;
+  if (state.failure && !failure_due) {
+    next_plan_ = std::min(next_plan_, state.failure_seen + failure_grace);
+  }
+  input.worker_failure = failure_due ? state.failure : std::nullopt;
   // Quarantine: count this round's worker failure against the node that reported it, once.
   auto& quarantined = quarantine_[job.id];
   // Not when a member is lost: its peers' workers crash because of it, not their node.
@@ -254,7 +265,7 @@ void RoundService::plan_job(
         return found != usable.end() && found->second.first->generation == member.generation &&
                !state.lost.contains({member.node, member.generation});
       });
-  if (state.failure && !state.failure_node.empty() && members_alive &&
+  if (failure_due && !state.failure_node.empty() && members_alive &&
       job.restarts < job.spec.max_restarts) {
     Quarantine& q = quarantined[state.failure_node];
     if (q.counted_round != job.round) {
@@ -306,7 +317,7 @@ void RoundService::plan_job(
   rendezvous::Decision decision = rendezvous::plan(input);
   // A member left out by quarantine looks lost to the planner; the round still replaces a
   // failed worker, so it consumes a restart like any other worker failure.
-  if (decision.kind == rendezvous::Decision::Kind::kOpenRound && state.failure &&
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound && failure_due &&
       decision.reason == rendezvous::RoundReason::kMemberLost) {
     bool only_quarantine = true;
     bool any = false;
@@ -428,6 +439,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
       it->second.failure =
           rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
       it->second.failure_node = from;
+      it->second.failure_seen = now;
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }
@@ -458,6 +470,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
 // Member half
 
 void RoundService::on_envelope(TimePoint now, const wire::Envelope& envelope) {
+  last_now_ = now;
   if (envelope.type == wire::MsgType::kRoundStart) {
     on_round_start(now, envelope);
     return;
@@ -635,7 +648,7 @@ void RoundService::set_leader(TimePoint now, const std::string& leader,
 void RoundService::report(const Watched& watched, const std::string& verb,
                           const std::string& args) {
   if (watched.leader == self_) {
-    on_report(TimePoint{}, self_, generation_, verb, args);
+    on_report(last_now_, self_, generation_, verb, args);
     return;
   }
   wire::Envelope envelope;
@@ -669,6 +682,7 @@ void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects
 }
 
 void RoundService::tick(TimePoint now) {
+  last_now_ = now;
   for (auto& [job, watched] : watched_) {
     if (!watched.watch) continue;
     rendezvous::JobWatchEffects effects;

@@ -141,8 +141,9 @@ class RoundService {
     std::set<std::string> done;  // members whose workers all exited 0 in round_seen
     std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
     std::string failure_node;                          // the node that reported it
-    TimePoint next_start{};   // when to (re)send RoundStart to unacked members
-    TimePoint ended_until{};  // keep telling members of an ended job until then
+    TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
+    TimePoint next_start{};    // when to (re)send RoundStart to unacked members
+    TimePoint ended_until{};   // keep telling members of an ended job until then
   };
   struct Watched {
     MemberRound info;
@@ -205,6 +206,7 @@ class RoundService {
   std::uint64_t report_seq_ = 0;
   TimePoint next_report_{};
   std::uint32_t slots_ = 0;
+  TimePoint last_now_{};  // the latest time this service was given (reports to itself)
   std::string leader_;
   std::string leader_address_;
   TimePoint next_node_info_{};
