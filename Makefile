@@ -3,7 +3,7 @@
 #   make               build (MODE=release by default) into build/<mode>
 #   make test          build, then run every test tier that runs on CPU (ctest)
 #   make deps          install the Debian packages the project needs (idempotent)
-#   make demo          a 3-daemon cluster on loopback, then Fashion-MNIST with 2 Gloo ranks
+#   make demo          3 daemons as hosts in network namespaces train Fashion-MNIST through a kill -9
 #   make install       install binaries and config (PREFIX=/usr/local, DESTDIR honoured)
 #   make format        clang-format every source file
 #

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,27 @@ inline double cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The wall-clock time, in ms since the epoch, of a daemon log line as spdlog writes it by
+// default: "[YYYY-MM-DD HH:MM:SS.mmm] ..." in local time; nullopt for any other line.
+inline std::optional<double> log_line_ms(const std::string& line) {
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, milli = 0;
+  if (std::sscanf(line.c_str(), "[%d-%d-%d %d:%d:%d.%d]", &year, &month, &day, &hour, &minute,
+                  &second, &milli) != 7) {
+    return std::nullopt;
+  }
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  tm.tm_isdst = -1;
+  const std::time_t seconds = std::mktime(&tm);
+  if (seconds == static_cast<std::time_t>(-1)) return std::nullopt;
+  return static_cast<double>(seconds) * 1000 + milli;
 }
 
 }  // namespace elastic::bench

@@ -102,25 +102,11 @@ std::vector<std::string> lines_with(const std::string& text, std::size_t from,
   return found;
 }
 
-// The wall-clock time of a spdlog line "[YYYY-MM-DD HH:MM:SS.mmm] ..." (local time, spdlog's
-// default), or nullopt.
+// The wall-clock time of a daemon log line, or nullopt.
 std::optional<Wall::time_point> line_time(const std::string& line) {
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, milli = 0;
-  if (std::sscanf(line.c_str(), "[%d-%d-%d %d:%d:%d.%d]", &year, &month, &day, &hour, &minute,
-                  &second, &milli) != 7) {
-    return std::nullopt;
-  }
-  std::tm tm{};
-  tm.tm_year = year - 1900;
-  tm.tm_mon = month - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hour;
-  tm.tm_min = minute;
-  tm.tm_sec = second;
-  tm.tm_isdst = -1;
-  const std::time_t seconds = std::mktime(&tm);
-  if (seconds == static_cast<std::time_t>(-1)) return std::nullopt;
-  return Wall::from_time_t(seconds) + std::chrono::milliseconds(milli);
+  const std::optional<double> ms = elastic::bench::log_line_ms(line);
+  if (!ms) return std::nullopt;
+  return Wall::time_point(std::chrono::milliseconds(static_cast<std::int64_t>(*ms)));
 }
 
 struct JobState {

@@ -247,10 +247,10 @@ void RoundService::plan_job(
   input.config = r;
   // A worker failure waits out the job tier's detection time first: when a daemon dies, its
   // peers' workers crash on the broken connection (~0.2 s) before the job tier declares the
-  // daemon lost (~0.4 s), and a lost member must win (it costs no restart, and the crashed
-  // survivors are not to blame).
-  const Duration failure_grace =
-      r.job_peer_timeout + r.job_keepalive_interval + std::chrono::milliseconds(200);
+  // daemon lost (~0.4 s: the same reset drops the daemons' connection, so it is suspected at
+  // once and confirmed by indirect probes), and a lost member must win (it costs no restart,
+  // and the crashed survivors are not to blame). A silent death makes no worker crash early.
+  const Duration failure_grace = r.job_peer_timeout;
   const bool failure_due = state.failure && now >= state.failure_seen + failure_grace;
   if (state.failure && !failure_due) {
     next_plan_ = std::min(next_plan_, state.failure_seen + failure_grace);

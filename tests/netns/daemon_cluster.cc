@@ -1,12 +1,15 @@
 #include "tests/netns/daemon_cluster.h"
 
+#include <dirent.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 namespace elastic::netns {
 namespace {
@@ -128,7 +131,11 @@ Status DaemonCluster::start(int host, std::chrono::milliseconds timeout) {
   sets.push_back("consensus.voters=[" + voters + "]");
   for (const auto& timer : timers_.overrides()) sets.push_back(timer);
   for (const auto& timer : raft_timers_.overrides()) sets.push_back(timer);
-  std::vector<std::string> argv{elasticd_, "--config", "/dev/null"};
+  sets.insert(sets.end(), overrides_.begin(), overrides_.end());
+  if (const auto found = host_overrides_.find(host); found != host_overrides_.end()) {
+    sets.insert(sets.end(), found->second.begin(), found->second.end());
+  }
+  std::vector<std::string> argv{elasticd_, "--config", config_file_};
   for (const auto& set : sets) {
     argv.push_back("--set");
     argv.push_back(set);
@@ -358,6 +365,304 @@ std::string DaemonCluster::describe_raft(const std::vector<int>& hosts) const {
         " last=" + std::to_string(view->last_index) + " jobs=" + std::to_string(view->jobs) + "\n";
   }
   return text;
+}
+
+// ---- jobs
+
+bool JobView::terminal() const {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+bool JobView::has_node(const std::string& node) const {
+  return std::any_of(ranks.begin(), ranks.end(),
+                     [&](const RankView& rank) { return rank.node == node; });
+}
+
+std::vector<std::string> JobView::nodes() const {
+  std::vector<std::string> names;
+  for (const auto& rank : ranks) names.push_back(rank.node);
+  return names;
+}
+
+std::string JobView::summary() const {
+  std::string names;
+  for (const auto& rank : ranks) names += (names.empty() ? "" : ",") + rank.node;
+  return id + " " + state + " round " + std::to_string(round) + " (" + names + ") restarts " +
+         std::to_string(restarts) + ": " + reason;
+}
+
+namespace {
+
+// The NUL-separated environment of `pid` as a map; empty if unreadable (gone, a kernel thread).
+std::map<std::string, std::string> process_environment(pid_t pid) {
+  std::map<std::string, std::string> env;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+// The value of "<key>:\t..." in /proc/<pid>/status ("" if absent).
+std::string status_field(const std::string& status, const std::string& key) {
+  std::istringstream lines(status);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    auto value = line.substr(key.size() + 1);
+    const auto begin = value.find_first_not_of(" \t");
+    return begin == std::string::npos ? "" : value.substr(begin);
+  }
+  return "";
+}
+
+// The state letter of /proc/<pid>/stat (after the parenthesised command), or 0 if gone.
+char process_state(pid_t pid) {
+  const std::string stat = testing::read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
+  return stat[paren + 2];
+}
+
+long to_long(const std::string& text, long fallback) {
+  try {
+    std::size_t used = 0;
+    const long value = std::stol(text, &used);
+    return used == text.size() ? value : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+}  // namespace
+
+bool process_gone(pid_t pid) {
+  const char state = process_state(pid);
+  return state == 0 || state == 'Z' || state == 'X';
+}
+
+std::set<int> parse_cpu_list(const std::string& list) {
+  std::set<int> cpus;
+  std::istringstream parts(list);
+  std::string part;
+  while (std::getline(parts, part, ',')) {
+    if (part.empty()) continue;
+    const auto dash = part.find('-');
+    const long low = to_long(part.substr(0, dash), -1);
+    const long high = dash == std::string::npos ? low : to_long(part.substr(dash + 1), -1);
+    if (low < 0 || high < low || high > 65535) return {};
+    for (long cpu = low; cpu <= high; ++cpu) cpus.insert(static_cast<int>(cpu));
+  }
+  return cpus;
+}
+
+std::vector<WorkerProc> find_workers(const std::string& job_id) {
+  std::vector<WorkerProc> found;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return found;
+  while (const dirent* entry = ::readdir(proc)) {
+    const long pid = to_long(entry->d_name, -1);
+    if (pid <= 0) continue;
+    auto env = process_environment(static_cast<pid_t>(pid));
+    const auto job = env.find("ELASTIC_JOB_ID");
+    if (job == env.end() || job->second != job_id) continue;
+    if (process_gone(static_cast<pid_t>(pid))) continue;
+    const std::string status = testing::read_file("/proc/" + std::to_string(pid) + "/status");
+    WorkerProc worker;
+    worker.pid = static_cast<pid_t>(pid);
+    worker.job = job->second;
+    worker.node = env["ELASTIC_NODE"];
+    worker.rank = static_cast<int>(to_long(env["RANK"], -1));
+    worker.round = static_cast<std::uint64_t>(std::max(0L, to_long(env["ELASTIC_ROUND"], 0)));
+    worker.slot = env["ELASTIC_SLOT"];
+    worker.cuda_devices = env["CUDA_VISIBLE_DEVICES"];
+    worker.omp_threads = env["OMP_NUM_THREADS"];
+    // "Uid:\treal\teffective\tsaved\tfs": the real ids.
+    const std::string uids = status_field(status, "Uid");
+    const std::string gids = status_field(status, "Gid");
+    worker.uid = static_cast<uid_t>(to_long(uids.substr(0, uids.find('\t')), 0));
+    worker.gid = static_cast<gid_t>(to_long(gids.substr(0, gids.find('\t')), 0));
+    worker.cpus = status_field(status, "Cpus_allowed_list");
+    found.push_back(std::move(worker));
+  }
+  ::closedir(proc);
+  std::sort(found.begin(), found.end(),
+            [](const WorkerProc& a, const WorkerProc& b) { return a.pid < b.pid; });
+  return found;
+}
+
+std::string DaemonCluster::worker_log(int host, const std::string& job, int rank) const {
+  return testing::read_file(worker_log_dir(host) + "/" + job + "/rank-" + std::to_string(rank) +
+                            ".log");
+}
+
+namespace {
+
+// The ranks N of the rank-<N>.log files in `dir`, ascending.
+std::vector<int> logged_ranks(const std::string& dir) {
+  std::vector<int> ranks;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("rank-", 0) != 0 || file.size() <= 9 || file.substr(file.size() - 4) != ".log") {
+      continue;
+    }
+    const long rank = to_long(file.substr(5, file.size() - 9), -1);
+    if (rank >= 0) ranks.push_back(static_cast<int>(rank));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+}  // namespace
+
+std::vector<TrainerLine> DaemonCluster::trainer_lines(const std::string& job) const {
+  std::vector<TrainerLine> lines;
+  for (int host = 0; host < hosts_.size(); ++host) {
+    for (const int rank : logged_ranks(worker_log_dir(host) + "/" + job)) {
+      std::istringstream text(worker_log(host, job, rank));
+      std::string line;
+      while (std::getline(text, line)) {
+        if (line.empty() || line.front() != '{') continue;
+        // The last line may be half written; a parse failure just skips it until next time.
+        const auto json = nlohmann::json::parse(line, nullptr, false);
+        if (json.is_discarded() || !json.is_object() || !json.contains("event")) continue;
+        TrainerLine parsed;
+        parsed.host = host;
+        parsed.rank = rank;
+        parsed.event = json.value("event", "");
+        parsed.step = json.value("step", std::int64_t{-1});
+        parsed.round = json.value("round", std::int64_t{-1});
+        parsed.world_size = json.value("world_size", std::int64_t{0});
+        if (json.contains("test_accuracy") && json["test_accuracy"].is_number()) {
+          parsed.test_accuracy = json["test_accuracy"].get<double>();
+        }
+        parsed.text = line;
+        lines.push_back(std::move(parsed));
+      }
+    }
+  }
+  return lines;
+}
+
+std::string DaemonCluster::daemon_log_lines(int host, const std::string& job) const {
+  std::string result;
+  for (const int rank : logged_ranks(worker_log_dir(host) + "/" + job)) {
+    std::istringstream text(worker_log(host, job, rank));
+    std::string line;
+    while (std::getline(text, line)) {
+      if (line.rfind("[elasticd", 0) == 0) {
+        result += "rank-" + std::to_string(rank) + ".log: " + line + "\n";
+      }
+    }
+  }
+  return result;
+}
+
+testing::RunResult DaemonCluster::ctl_as(uid_t uid, gid_t gid, int host,
+                                         const std::vector<std::string>& args,
+                                         std::chrono::milliseconds timeout) const {
+  std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                   "--reuid=" + std::to_string(uid),
+                                   "--regid=" + std::to_string(gid),
+                                   "--clear-groups",
+                                   elasticctl_,
+                                   "--config",
+                                   "/dev/null",
+                                   "--set",
+                                   "control.socket=" + socket(host)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::run(argv, {}, timeout);
+}
+
+Submitted DaemonCluster::submit_job(int host, const std::vector<std::string>& args,
+                                    std::optional<uid_t> as_uid) const {
+  std::vector<std::string> full = {"submit", "--json"};
+  full.insert(full.end(), args.begin(), args.end());
+  // Longer than elasticctl's own call timeout, so a refusal is its answer, not our kill.
+  const auto result =
+      as_uid ? ctl_as(*as_uid, static_cast<gid_t>(*as_uid), host, full, 30s) : ctl(host, full, 30s);
+  Submitted submitted;
+  submitted.exit_code = result.timed_out || result.status.signal != 0 ? -1 : result.status.code;
+  submitted.output = result.out + result.err;
+  if (submitted.exit_code != 0) return submitted;
+  // --json prints the daemon's reply {"ok":true,"job":{"id":...}}; older clients print
+  // "submitted <id>".
+  const auto json = nlohmann::json::parse(result.out, nullptr, false);
+  if (!json.is_discarded() && json.is_object()) {
+    const auto job = json.value("job", nlohmann::json::object());
+    if (job.is_object()) submitted.id = job.value("id", "");
+    if (submitted.id.empty()) submitted.id = json.value("id", "");
+  }
+  const std::string prefix = "submitted ";
+  if (submitted.id.empty() && result.out.rfind(prefix, 0) == 0) {
+    submitted.id = result.out.substr(prefix.size(), result.out.find('\n') - prefix.size());
+  }
+  return submitted;
+}
+
+Result<JobView> DaemonCluster::job(int host, const std::string& id) const {
+  const auto result = ctl(host, {"status", id, "--json"}, 30s);
+  if (!result.status.exited_with(0)) {
+    return Error{"elasticctl status " + id + " on host " + std::to_string(host) + " failed (exit " +
+                 std::to_string(result.status.code) + "): " + result.out + result.err};
+  }
+  auto json = nlohmann::json::parse(result.out, nullptr, false);
+  // The job object itself, or a whole reply that wraps it.
+  if (!json.is_discarded() && json.is_object() && json.contains("job") && json["job"].is_object()) {
+    json = json["job"];
+  }
+  if (json.is_discarded() || !json.is_object() || !json.contains("state")) {
+    return Error{"elasticctl status " + id + " --json on host " + std::to_string(host) +
+                 " printed no job: " + result.out};
+  }
+  JobView view;
+  view.json = result.out;
+  view.id = json.value("id", "");
+  view.state = json.value("state", "");
+  view.reason = json.value("reason", "");
+  view.round = json.value("round", std::uint64_t{0});
+  view.restarts = json.value("restarts", std::uint64_t{0});
+  view.world_size = json.value("world_size", std::uint64_t{0});
+  for (const auto& row : json.value("ranks", nlohmann::json::array())) {
+    if (!row.is_object()) continue;
+    RankView rank;
+    rank.node = row.value("node", "");
+    rank.generation = row.value("generation", std::uint64_t{0});
+    rank.slots = row.value("slots", 0U);
+    rank.first_rank = row.value("first_rank", 0U);
+    view.ranks.push_back(std::move(rank));
+  }
+  if (view.world_size == 0) {
+    for (const auto& rank : view.ranks) view.world_size += rank.slots;
+  }
+  for (const auto& row : json.value("events", nlohmann::json::array())) {
+    if (!row.is_object()) continue;
+    JobEventView event;
+    event.at_ms = row.value("at_ms", std::int64_t{0});
+    event.round = row.value("round", std::uint64_t{0});
+    event.from = row.value("from", "");
+    event.to = row.value("to", "");
+    event.reason = row.value("reason", "");
+    view.events.push_back(std::move(event));
+  }
+  return view;
+}
+
+bool DaemonCluster::wait_job(int host, const std::string& id,
+                             const std::function<bool(const JobView&)>& condition,
+                             std::chrono::milliseconds timeout, JobView* last) const {
+  return testing::wait_until(
+      [&] {
+        auto view = job(host, id);
+        if (!view.ok()) return false;
+        const bool holds = condition(*view);
+        if (last != nullptr) *last = std::move(view).value();
+        return holds;
+      },
+      timeout);
 }
 
 }  // namespace elastic::netns

@@ -1,16 +1,25 @@
 // DaemonCluster: one real elasticd per host of a NetnsCluster, and what each one sees.
 //
-// Host i runs `elasticd --set node.name=h<i> --set transport.bind=tcp://<ip>:7946
-// --set membership.seeds=[every other host] --set node.state_dir=<dir>/h<i>/state
+// Host i runs `elasticd --config <file> --set node.name=h<i> --set node.state_dir=<dir>/h<i>/state
+// --set transport.bind=tcp://<ip>:7946 --set membership.seeds=[every other host]
 // --set control.socket=<dir>/h<i>/ctl.sock --set consensus.voters=[...]` plus the timer overrides
-// given (short_timers() and short_raft_timers() for tests). Every daemon lists the same Raft
-// voters (a config rule once seeds are set): by default the first min(3, N) hosts, h0 h1 h2;
-// set_voters() changes them before the first start(). A restarted daemon keeps its state dir, so
-// it keeps its Raft log. Views are read with `elasticctl --set control.socket=... nodes --json`
-// run inside the host's namespace, so the tests see exactly what an operator would. The Raft and
-// job verbs (raft(), submit(), job_ids(), ctl()) run elasticctl without entering the namespace:
-// the control socket is a filesystem path, reachable from any namespace, and skipping
+// given (short_timers() and short_raft_timers() for tests) and set_overrides()'s. The file is
+// /dev/null (the built-in defaults) unless set_config_file() names one. Every daemon lists the
+// same Raft voters (a config rule once seeds are set): by default the first min(3, N) hosts,
+// h0 h1 h2; set_voters() changes them before the first start(). A restarted daemon keeps its
+// state dir, so it keeps its Raft log. Views are read with `elasticctl --set control.socket=...
+// nodes --json` run inside the host's namespace, so the tests see exactly what an operator would.
+// The Raft and job verbs (raft(), submit(), job_ids(), ctl()) run elasticctl without entering the
+// namespace: the control socket is a filesystem path, reachable from any namespace, and skipping
 // `ip netns exec` keeps the benchmark's per-call overhead to elasticctl's own.
+//
+// Jobs (issue 5): submit_job() runs `elasticctl submit <args>`, job() reads one job through
+// `elasticctl status JOB --json` (state, round, restarts, rank map and the event log), and the
+// workers are observed without trusting the daemon: find_workers() scans /proc for processes
+// whose environment (as exec'd by the spawner) carries ELASTIC_JOB_ID, and trainer_lines()
+// parses the JSON lines elastic-trainer wrote into every host's worker logs
+// (<state_dir>/logs/<job>/rank-<N>.log, the spawner's default log_dir). Every host's files are
+// on this one machine, so the logs of a killed host stay readable.
 //
 // Ownership: borrows the NetnsCluster (which must outlive it) and owns the daemon Processes;
 // the destructor SIGKILLs any still running (by pid) after SIGCONT, so none is left stopped.
@@ -19,12 +28,15 @@
 // read immutable members, so a benchmark may call them from several threads at once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,6 +115,75 @@ struct View {
   std::uint64_t probe_timeouts = 0;  // direct probes unanswered in time
 };
 
+// One node of a job's current round (a "ranks" row of the job JSON).
+struct RankView {
+  std::string node;
+  std::uint64_t generation = 0;
+  std::uint32_t slots = 0;
+  std::uint32_t first_rank = 0;
+};
+
+// One entry of a job's event log.
+struct JobEventView {
+  std::int64_t at_ms = 0;  // wall clock of the leader that decided it (this machine's clock)
+  std::uint64_t round = 0;
+  std::string from, to, reason;
+};
+
+// A job as `elasticctl status JOB --json` shows it.
+struct JobView {
+  std::string id, state, reason;
+  std::uint64_t round = 0;
+  std::uint64_t restarts = 0;
+  std::uint64_t world_size = 0;
+  std::vector<RankView> ranks;
+  std::vector<JobEventView> events;  // oldest first
+  std::string json;                  // the whole reply, for failure messages
+
+  // succeeded, failed or cancelled.
+  bool terminal() const;
+  // Whether `node` holds ranks in the current round.
+  bool has_node(const std::string& node) const;
+  // The nodes of the current round, in rank order.
+  std::vector<std::string> nodes() const;
+  // One line: "fmnist-1 running round 3 (h0,h1) restarts 1: <reason>".
+  std::string summary() const;
+};
+
+// A worker process found in /proc (its environment is the one the spawner exec'd it with).
+struct WorkerProc {
+  pid_t pid = -1;
+  std::string job, node;     // ELASTIC_JOB_ID, ELASTIC_NODE
+  int rank = -1;             // RANK
+  std::uint64_t round = 0;   // ELASTIC_ROUND
+  std::string slot;          // ELASTIC_SLOT ("" if unset)
+  std::string cuda_devices;  // CUDA_VISIBLE_DEVICES ("" if unset)
+  std::string omp_threads;   // OMP_NUM_THREADS
+  uid_t uid = 0;             // real uid (/proc/<pid>/status Uid)
+  gid_t gid = 0;
+  std::string cpus;  // Cpus_allowed_list, e.g. "0-1"
+};
+
+// Every live (not zombie) process on this machine whose environment has ELASTIC_JOB_ID=job_id,
+// by pid. Reads /proc/<pid>/environ, so it needs root for other users' processes.
+std::vector<WorkerProc> find_workers(const std::string& job_id);
+// True when `pid` no longer exists or is a zombie (dead, only not reaped yet).
+bool process_gone(pid_t pid);
+// "1,4-6" of a Cpus_allowed_list as a set of cpu numbers (empty on a parse error).
+std::set<int> parse_cpu_list(const std::string& list);
+
+// One JSON line elastic-trainer printed (in a worker log).
+struct TrainerLine {
+  int host = -1;      // whose log dir it is in
+  int rank = -1;      // from the file name rank-<N>.log
+  std::string event;  // start, resume, step, checkpoint, epoch, summary
+  std::int64_t step = -1;
+  std::int64_t round = -1;  // -1 on lines without one (checkpoint)
+  std::int64_t world_size = 0;
+  std::optional<double> test_accuracy;
+  std::string text;  // the line itself
+};
+
 class DaemonCluster {
  public:
   DaemonCluster(NetnsCluster& hosts, std::string elasticd, std::string elasticctl,
@@ -110,6 +191,17 @@ class DaemonCluster {
   ~DaemonCluster();
   DaemonCluster(const DaemonCluster&) = delete;
   DaemonCluster& operator=(const DaemonCluster&) = delete;
+
+  // The config file every daemon reads (default "/dev/null": the built-in defaults, which
+  // conf/elasticd.toml repeats). Call before start().
+  void set_config_file(std::string path) { config_file_ = std::move(path); }
+  // Extra --set overrides ("section.key=value") for every daemon, after the harness's own (so
+  // they win), e.g. "node.cpu_slots=2" or "rendezvous.lease_duration=2s". Before start().
+  void set_overrides(std::vector<std::string> sets) { overrides_ = std::move(sets); }
+  // Extra overrides for one host only, after set_overrides()'s.
+  void set_host_overrides(int host, std::vector<std::string> sets) {
+    host_overrides_[host] = std::move(sets);
+  }
 
   // Starts the daemon on `host` and waits for its "elasticd ready" line.
   Status start(int host, std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -155,12 +247,44 @@ class DaemonCluster {
   // One line of Raft state per daemon of `hosts`, for failure messages.
   std::string describe_raft(const std::vector<int>& hosts) const;
 
+  // ---- jobs
+  // <work_dir>/h<i>: the host's state dir ("state"), control socket ("ctl.sock") and the
+  // daemon's stdout/stderr ("elasticd.out", "elasticd.err").
+  std::string dir(int host) const { return work_dir_ + "/" + name(host); }
+  std::string socket(int host) const { return dir(host) + "/ctl.sock"; }
+  // Where the spawner of `host` writes worker logs (spawner.log_dir's default).
+  std::string worker_log_dir(int host) const { return dir(host) + "/state/logs"; }
+  // The current log file of `job` rank `rank` on `host` ("" if there is none).
+  std::string worker_log(int host, const std::string& job, int rank) const;
+  // Every trainer JSON line of `job` in every host's current rank logs (per file in file order;
+  // files by host, then rank).
+  std::vector<TrainerLine> trainer_lines(const std::string& job) const;
+  // Every daemon line ("[elasticd ...") of `job`'s worker logs on `host`, "rank-N.log: " first.
+  std::string daemon_log_lines(int host, const std::string& job) const;
+
+  // elasticctl <args> against `host`'s socket as uid/gid (setpriv; the socket is 0666).
+  testing::RunResult ctl_as(uid_t uid, gid_t gid, int host, const std::vector<std::string>& args,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
+  // `elasticctl submit <args>` through `host` (args: flags, "--", the command), as root or,
+  // with `as_uid`, as that user (its gid = the uid). The id is parsed from the reply.
+  Submitted submit_job(int host, const std::vector<std::string>& args,
+                       std::optional<uid_t> as_uid = std::nullopt) const;
+  // The job as `host` sees it (the verb is answered by the leader).
+  Result<JobView> job(int host, const std::string& id) const;
+  // Polls job() until `condition` holds; false after `timeout`. `last` gets the last view read.
+  bool wait_job(int host, const std::string& id,
+                const std::function<bool(const JobView&)>& condition,
+                std::chrono::milliseconds timeout, JobView* last = nullptr) const;
+
  private:
   NetnsCluster& hosts_;
   std::string elasticd_, elasticctl_, work_dir_;
   Timers timers_;
   RaftTimers raft_timers_;
   std::vector<int> voters_;
+  std::string config_file_ = "/dev/null";
+  std::vector<std::string> overrides_;
+  std::map<int, std::vector<std::string>> host_overrides_;
   std::vector<std::unique_ptr<testing::Process>> daemons_;
 };
 

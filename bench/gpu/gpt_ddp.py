@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The PyTorch side of the GPU side-by-side: the GPT-2-shaped model of elastic-trainer
+(trainer/models.cc) trained with torch.nn.parallel.DistributedDataParallel, under torchrun.
+
+Same network (pre-norm blocks, fused causal attention, exact GELU, tied head, GPT-2 init), same
+synthetic data (each sample an arithmetic progression modulo the vocabulary), same parameter
+dtype (bf16 parameters, float32 logits for the loss), same optimizer (Adam, lr 1e-3), same
+per-GPU batch and DDP's default 25 MiB buckets (the trainer's default too).
+
+Two modes:
+  throughput  --steps N --warmup W: prints one JSON summary (rank 0) with samples/s over the
+              steps after the warm-up, timed between two torch.cuda.synchronize() calls.
+  recovery    --max-steps N --ckpt-dir D --ckpt-interval K [--timeout S]: resumes from
+              D/latest.pt (written by rank 0 through a temporary file and os.replace), logs
+              one JSON line per step to stdout and to --jsonl-out (with the wall-clock time), writes
+              its pid to --pid-file so the benchmark can kill it, checkpoints every K steps.
+"""
+import argparse
+import datetime
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.fc_out = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, w = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
+        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab, context, layers, heads, width):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        with torch.no_grad():  # GPT-2's initialisation, as trainer/models.cc
+            for name, p in self.named_parameters():
+                if "ln" in name:
+                    continue
+                if "bias" in name:
+                    p.zero_()
+                else:
+                    p.normal_(0.0, 0.02)
+
+    def forward(self, tokens):
+        pos = torch.arange(tokens.size(1), device=tokens.device)
+        x = self.wte(tokens) + self.wpe(pos).unsqueeze(0)
+        for block in self.blocks:
+            x = block(x)
+        return torch.matmul(self.ln_f(x), self.wte.weight.t())
+
+
+def batch_tokens(step, rank, batch, sequence, vocab, seed):
+    """Deterministic per (step, rank): resumes see the same data. Made on the CPU and copied,
+    as the trainer does."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 4099 + rank)
+    start = torch.randint(0, vocab, (batch, 1), generator=g)
+    stride = torch.randint(1, 8, (batch, 1), generator=g)
+    return (start + stride * torch.arange(sequence + 1)) % vocab
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["throughput", "recovery"], required=True)
+    ap.add_argument("--gpt-layers", type=int, default=12)
+    ap.add_argument("--gpt-heads", type=int, default=12)
+    ap.add_argument("--gpt-width", type=int, default=768)
+    ap.add_argument("--gpt-vocab", type=int, default=50257)
+    ap.add_argument("--gpt-context", type=int, default=1024)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--ckpt-dir", default="")
+    ap.add_argument("--ckpt-interval", type=int, default=100)
+    ap.add_argument("--timeout", type=float, default=0, help="collective timeout, s (0: default)")
+    ap.add_argument("--jsonl-out", default="")
+    ap.add_argument("--pid-file", default="")
+    ap.add_argument("--seed", type=int, default=42)
+    a = ap.parse_args()
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if a.pid_file:
+        with open(a.pid_file, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    device = torch.device("cuda", torch.cuda.current_device())
+    kw = {"timeout": datetime.timedelta(seconds=a.timeout)} if a.timeout > 0 else {}
+    dist.init_process_group("nccl", device_id=device, **kw)
+
+    torch.manual_seed(a.seed)
+    model = Gpt(a.gpt_vocab, a.gpt_context, a.gpt_layers, a.gpt_heads, a.gpt_width)
+    model = model.to(device=device, dtype=torch.bfloat16)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    step = 0
+    ckpt = os.path.join(a.ckpt_dir, "latest.pt") if a.ckpt_dir else ""
+    resumed = False
+    if ckpt and os.path.exists(ckpt):
+        state = torch.load(ckpt, map_location=device)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, resumed = state["step"], True
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    seq = a.gpt_context
+    params = sum(p.numel() for p in model.parameters())
+
+    log = open(a.jsonl_out, "a") if a.jsonl_out else None
+
+    def emit(d):
+        d["t"] = time.time()
+        text = json.dumps(d)
+        print(text, flush=True)
+        if log:
+            log.write(text + "\n")
+            log.flush()
+
+    if rank == 0:
+        emit({"event": "resume" if resumed else "start", "step": step, "world_size": world,
+              "restart": restart, "parameters": params, "pid": os.getpid()})
+
+    def one_step(s):
+        tokens = batch_tokens(s, rank, a.batch_size, seq, a.gpt_vocab, a.seed).to(device)
+        logits = ddp(tokens[:, :seq]).float()
+        loss = F.cross_entropy(logits.reshape(-1, a.gpt_vocab), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if a.mode == "throughput":
+        for s in range(a.warmup):
+            one_step(s)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for s in range(a.steps):
+            loss = one_step(a.warmup + s)
+        last = loss.item()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        if rank == 0:
+            emit({"event": "summary", "system": "ddp", "world_size": world,
+                  "batch_size": a.batch_size, "steps": a.steps, "seconds": seconds,
+                  "samples_per_s": a.steps * a.batch_size * world / seconds, "loss": last,
+                  "parameters": params, "torch": torch.__version__,
+                  "nccl": str(torch.cuda.nccl.version())})
+    else:
+        while a.max_steps == 0 or step < a.max_steps:
+            loss = one_step(step)
+            step += 1
+            if rank == 0:
+                emit({"event": "step", "step": step, "loss": loss.item(), "world_size": world,
+                      "restart": restart, "pid": os.getpid()})
+            if ckpt and step % a.ckpt_interval == 0 and rank == 0:
+                tmp = ckpt + ".tmp"
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+                os.replace(tmp, ckpt)
+                emit({"event": "checkpoint", "step": step})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

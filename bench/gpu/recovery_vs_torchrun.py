@@ -1,0 +1,615 @@
+#!/usr/bin/env python3
+"""Recovery side by side on one GPU host: elasticd (3 daemons on loopback ports acting as hosts,
+one GPU each on two of them, the third a drained control-plane-only Raft voter) against torchrun
+(two agents acting as hosts, one GPU each, c10d rendezvous, the store on agent A), training the
+same small GPT with the same per-GPU batch and checkpoint interval.
+
+Incidents, each timed from the kill to the first training step of the recovered run (the
+arrival of that step's log line, polled every 20 ms, the same way for both systems; the
+recovered run is elastic's next round, or a torchrun worker process that logged no step before
+the kill):
+  worker_crash     kill -9 of the rank-1 worker process
+  node_loss        kill -9 of the host that does not hold the store (daemon, or agent + worker)
+  store_node_loss  kill -9 of the host that holds the store (elastic: rank 0's daemon; torchrun:
+                   the agent hosting the c10d store, + its worker)
+After each node loss the host comes back (daemon restarted on its state dir; agent started
+again) and the time until the job trains on 2 GPUs again is recorded. Steps lost = the last
+step logged before the kill - the step the recovered run resumed from.
+Elastic also checks: the killed daemon's worker dies with it, the loss falls, and after the
+end no worker process and no GPU compute app of the job is left.
+
+Usage: recovery_vs_torchrun.py elastic  --work DIR --gpus 0,1 --elasticd B --elasticctl B
+                                         --trainer B --config conf/elasticd.toml
+       recovery_vs_torchrun.py torchrun --work DIR --gpus 0,1 --timeout S (0: the default)
+                                         [--incidents worker_crash,...] [--auto-host]
+       recovery_vs_torchrun.py summary RESULT.json...
+Each run writes DIR/result.json and prints a short log."""
+import argparse
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NO_NVLS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "NVSHMEM_DISABLE_NVLS": "1"}
+T0 = time.time()
+
+
+def log(*parts):
+    print(f"[{time.time() - T0:7.1f}s]", *parts, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Tailer:
+    """Follows every file matching the patterns; keeps (arrival time, file, JSON dict) for each
+    complete JSON line, polled every 20 ms on a thread."""
+
+    def __init__(self, patterns):
+        self.patterns, self.offsets, self.partial = patterns, {}, {}
+        self.lines, self.lock, self.stop = [], threading.Lock(), False
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        while not self.stop:
+            for pattern in self.patterns:
+                for path in glob.glob(pattern):
+                    self.poll(path)
+            time.sleep(0.02)
+
+    def poll(self, path):
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = f.read()
+        except OSError:
+            return
+        if not data:
+            return
+        now = time.time()
+        self.offsets[path] = self.offsets.get(path, 0) + len(data)
+        text = self.partial.pop(path, b"") + data
+        *complete, rest = text.split(b"\n")
+        if rest:
+            self.partial[path] = rest
+        for raw in complete:
+            if not raw.startswith(b"{"):
+                continue
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                continue
+            with self.lock:
+                self.lines.append((now, path, d))
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.lines)
+
+    def wait(self, predicate, limit, what):
+        """Waits until predicate(lines) returns a value that is not None; returns it, or None
+        after `limit` seconds."""
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            found = predicate(self.snapshot())
+            if found is not None:
+                return found
+            time.sleep(0.02)
+        log(f"timed out after {limit:.0f} s waiting for {what}")
+        return None
+
+
+def steps(lines, **match):
+    return [(t, d) for (t, _, d) in lines
+            if d.get("event") == "step" and all(d.get(k) == v for k, v in match.items())]
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
+    except OSError:
+        return False
+
+
+def pids_with_env(pairs):
+    found = []
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            env = open(path, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if all(f"{k}={v}".encode() in env for k, v in pairs.items()):
+            found.append(int(path.split("/")[2]))
+    return found
+
+
+def env_of(pid):
+    try:
+        return dict(e.split("=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().decode(
+            errors="replace").split("\0") if "=" in e)
+    except OSError:
+        return {}
+
+
+def gpu_apps():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout
+    except OSError:
+        return ["(no nvidia-smi)"]
+    return [l.strip() for l in out.splitlines() if l.strip()]
+
+
+def model_flags(a):
+    return ["--gpt-layers", str(a.layers), "--gpt-width", str(a.width), "--gpt-heads",
+            str(a.heads), "--gpt-vocab", str(a.vocab), "--gpt-context", str(a.context),
+            "--batch-size", str(a.batch)]
+
+
+# ------------------------------------------------------------------------------------- elastic
+
+class Elastic:
+    def __init__(self, a):
+        self.a, self.work = a, a.work
+        self.names = ["h0", "h1", "h2"]
+        self.gpus = {"h0": [a.gpu_list[0]], "h1": [a.gpu_list[1]], "h2": []}
+        self.ports = {n: free_port() for n in self.names}
+        self.procs = {}
+        os.makedirs(f"{self.work}/ckpt", exist_ok=True)
+
+    def ctl(self, node, *args, check=True):
+        cmd = [self.a.elasticctl, "-c", self.a.config, "--set",
+               f"control.socket={self.work}/{node}/ctl.sock", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: {r.stdout.strip()} {r.stderr.strip()}")
+        return r.stdout
+
+    def ctl_json(self, node, *args):
+        try:
+            return json.loads(self.ctl(node, *args, "--json"))
+        except Exception:
+            return None
+
+    def start(self, node):
+        seeds = ",".join(f'"127.0.0.1:{self.ports[o]}"' for o in self.names if o != node)
+        os.makedirs(f"{self.work}/{node}/state", exist_ok=True)
+        gpus = "[" + ",".join(map(str, self.gpus[node])) + "]"
+        if self.a.cpu_test:  # CI-style check of this script without GPUs: Gloo on CPU slots
+            gpus = "[]"
+        cmd = [self.a.elasticd, "-c", self.a.config,
+               "--set", f"node.name={node}",
+               "--set", f"node.state_dir={self.work}/{node}/state",
+               "--set", f"node.gpus={gpus}",
+               "--set", f"transport.bind=tcp://127.0.0.1:{self.ports[node]}",
+               "--set", f"membership.seeds=[{seeds}]",
+               "--set", 'consensus.voters=["h0","h1","h2"]',
+               "--set", f"control.socket={self.work}/{node}/ctl.sock",
+               "--set", f"checkpoint.root={self.work}/ckpt"]
+        if self.a.cpu_test:
+            cmd += ["--set", "node.cpu_slots=1"]
+        logf = open(f"{self.work}/{node}/elasticd.log", "a")
+        self.procs[node] = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+
+    def wait_ctl(self, what, pred, limit=60):
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            try:
+                v = pred()
+                if v:
+                    return v
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"timed out waiting for {what}")
+
+    def job(self, node=None):
+        for n in ([node] if node else [n for n in self.names if self.procs.get(n)]):
+            j = self.ctl_json(n, "status", self.job_id)
+            if j:
+                return j.get("job", j)
+        return None
+
+    def events(self):
+        for n in [n for n in self.names if self.procs.get(n)]:
+            e = self.ctl_json(n, "events", self.job_id)
+            if e:
+                return e.get("events", [])
+        return []
+
+    def worker(self, rank):
+        for pid in pids_with_env({"ELASTIC_JOB_ID": self.job_id, "RANK": str(rank)}):
+            if alive(pid):
+                return pid, env_of(pid).get("ELASTIC_NODE")
+        return None, None
+
+    def run(self):
+        a = self.a
+        res = self.res = {"system": "elastic", "incidents": [], "grow": []}
+        for n in self.names:
+            self.start(n)
+        self.wait_ctl("3 alive members", lambda: all(
+            sum(m["state"] == "alive" for m in (self.ctl_json(n, "nodes") or {}).get("members", []))
+            == 3 for n in self.names))
+        leader = self.wait_ctl("a Raft leader",
+                               lambda: (self.ctl_json("h0", "status") or {}).get("consensus", {}).get("leader"))
+        log(f"3 daemons up, Raft leader {leader}")
+        self.wait_ctl("drain of h2", lambda: self.ctl("h0", "drain", "h2", "--reason",
+                                                      "control-plane-only voter") is not None)
+        res["topology"] = self.ctl_json("h0", "nodes", "--topology")
+        train = [a.trainer, "--model", "gpt", "--dtype", "fp32" if a.cpu_test else "bf16",
+                 "--device", "cpu" if a.cpu_test else "cuda",
+                 *model_flags(a), "--checkpoint-interval", str(a.ckpt_interval),
+                 "--log-interval", "1", "--no-eval", "--timeout", str(a.collective_timeout),
+                 "--max-steps", "100000000"]
+        submit = ["submit", "--name", "gpt", "--nodes", "1:2", "--restart-backoff", "0s",
+                  "--max-restarts", "10", "--checkpoint-root", f"{self.work}/ckpt"]
+        for k, v in NO_NVLS.items():
+            submit += ["--env", f"{k}={v}"]
+        reply = json.loads(self.ctl("h0", *submit, "--json", "--", *train))
+        self.job_id = reply.get("job", reply).get("id")
+        res["job"], res["submit"] = self.job_id, " ".join(submit + ["--"] + train)
+        log(f"submitted job {self.job_id}")
+        tail = Tailer([f"{self.work}/h*/state/logs/{self.job_id}/rank-*.log"])
+        self.tail = tail
+        first = tail.wait(lambda L: (steps(L, world_size=2) or [None])[0], 180, "training on 2 GPUs")
+        if not first:
+            raise RuntimeError("the job did not train on 2 GPUs")
+        res["first_loss"] = first[1]["loss"]
+        start_line = next((d for (_, _, d) in tail.snapshot() if d.get("event") == "start"), {})
+        res["start_line"] = start_line
+        self.settle(2)
+        for kind in ("worker_crash", "node_loss", "store_node_loss"):
+            res["incidents"].append(self.incident(kind, res))
+            self.settle(2)
+        L = tail.snapshot()
+        res["last_loss"] = steps(L)[-1][1]["loss"]
+        res["steps_per_s_2gpu"] = self.rate(L)
+        res["ckpt_seconds"] = [d["seconds"] for (_, _, d) in L if d.get("event") == "checkpoint"][-5:]
+        res["events"] = self.events()
+        self.ctl("h0", "cancel", self.job_id, check=False)
+        self.wait_ctl("the job cancelled", lambda: (self.job() or {}).get("state") in
+                      ("cancelled", "succeeded", "failed"), 60)
+        res["final_state"] = (self.job() or {}).get("state")
+        try:
+            self.wait_ctl("no worker left", lambda: not [p for p in pids_with_env(
+                {"ELASTIC_JOB_ID": self.job_id}) if alive(p)], 30)
+        except RuntimeError as e:
+            log(str(e))
+        res["workers_left_after_cancel"] = [p for p in pids_with_env({"ELASTIC_JOB_ID": self.job_id}) if alive(p)]
+        apps = gpu_apps()
+        res["gpu_apps_after_cancel"] = [x for x in apps if "elastic-trainer" in x]
+        res["gpu_apps_all"] = apps
+        log(f"job {res['final_state']}; workers left {res['workers_left_after_cancel']}; "
+            f"elastic-trainer GPU apps left {res['gpu_apps_after_cancel']}")
+        return res
+
+    def rate(self, L):
+        s = steps(L, world_size=2)[-200:]
+        if len(s) < 2:
+            return None
+        return (s[-1][1]["step"] - s[0][1]["step"]) / max(1e-9, s[-1][0] - s[0][0])
+
+    def settle(self, world):
+        """Trains on `world` GPUs past at least one checkpoint of the current round."""
+        L = self.tail.snapshot()
+        rnd = steps(L)[-1][1]["round"]
+        target = steps(L)[-1][1]["step"] + self.a.ckpt_interval + 10
+        ok = self.tail.wait(lambda L: True if any(d["step"] >= target for (_, d) in
+                                                  steps(L, world_size=world, round=rnd)) else None,
+                            120, f"step {target} on {world} GPUs")
+        if not ok:
+            raise RuntimeError(f"the job did not reach step {target} on {world} GPUs")
+
+    def incident(self, kind, res):
+        a = self.a
+        L = self.tail.snapshot()
+        old_round = steps(L)[-1][1]["round"]
+        rank = 0 if kind == "store_node_loss" else 1
+        pid, node = self.worker(rank)
+        leader = (self.ctl_json("h0" if self.procs.get("h0") else "h1", "status") or {}).get(
+            "consensus", {}).get("leader")
+        out = {"kind": kind, "victim_rank": rank, "victim_node": node, "raft_leader": leader,
+               "old_round": old_round}
+        if kind == "worker_crash":
+            t0 = time.time()
+            os.kill(pid, signal.SIGKILL)
+        else:
+            dpid = self.procs[node].pid
+            t0 = time.time()
+            os.kill(dpid, signal.SIGKILL)
+            self.procs[node].wait()
+            self.procs[node] = None
+            died = None
+            while time.time() < t0 + 10:
+                if not alive(pid):
+                    died = time.time() - t0
+                    break
+                time.sleep(0.01)
+            out["worker_died_with_daemon_s"] = died
+        log(f"{kind}: killed {'worker' if kind == 'worker_crash' else 'daemon'} of rank {rank} on "
+            f"{node} (Raft leader {leader})")
+        world = 2 if kind == "worker_crash" else 1
+        hit = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=world)
+                                             if d["round"] > old_round), None), a.limit,
+                             f"recovery after {kind}")
+        L = self.tail.snapshot()
+        out["last_step_before"] = max(d["step"] for (_, d) in steps(L, round=old_round))
+        if hit:
+            new_round = hit[1]["round"]
+            resume = next((d for (_, _, d) in L if d.get("event") in ("resume", "start") and
+                           d.get("round") == new_round), {})
+            out.update(recovered=True, first_step_s=hit[0] - t0, new_round=new_round,
+                       world_after=hit[1]["world_size"], resume_step=resume.get("step"),
+                       steps_lost=out["last_step_before"] - resume.get("step", 0))
+            ev = [e for e in self.events() if e["at_ms"] / 1000 >= t0 - 0.05]
+            if ev:
+                out["detected_s"] = ev[0]["at_ms"] / 1000 - t0
+                out["events"] = ev[:4]
+            log(f"  recovered: first step {out['first_step_s']:.2f} s after the kill, world "
+                f"{out['world_after']}, resumed from step {out.get('resume_step')}, steps lost "
+                f"{out['steps_lost']}, detected {out.get('detected_s', float('nan')):.2f} s")
+        else:
+            out.update(recovered=False, waited_s=a.limit)
+        if kind != "worker_crash":
+            self.settle(1)
+            t1 = time.time()
+            self.start(node)
+            cur = steps(self.tail.snapshot())[-1][1]["round"]
+            grow = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
+                                                  if d["round"] > cur), None), 120, "growth to 2")
+            g = {"after": kind, "node": node,
+                 "first_step_on_2_s": grow[0] - t1 if grow else None}
+            res["grow"].append(g)
+            log(f"  {node} restarted: training on 2 GPUs again {g['first_step_on_2_s']} s later")
+        return out
+
+    def shutdown(self):
+        for p in self.procs.values():
+            if p:
+                p.terminate()
+        for p in self.procs.values():
+            if p:
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+# ------------------------------------------------------------------------------------ torchrun
+
+class Torchrun:
+    def __init__(self, a):
+        self.a, self.work = a, a.work
+        self.port = free_port()
+        self.agents = {}
+        os.makedirs(f"{self.work}/ckpt", exist_ok=True)
+
+    def start(self, name):
+        a = self.a
+        gpu = a.gpu_list[0] if name == "A" else a.gpu_list[1]
+        cmd = ["torchrun", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{self.port}", f"--rdzv-id=bench-{self.port}",
+               *([] if a.auto_host else [f"--rdzv-conf=is_host={1 if name == 'A' else 0}"]),
+               "--max-restarts=3",
+               "--monitor-interval=0.1", f"{HERE}/gpt_ddp.py", "--mode", "recovery",
+               *model_flags(a), "--ckpt-dir", f"{self.work}/ckpt", "--ckpt-interval",
+               str(a.ckpt_interval), "--timeout", str(a.timeout), "--jsonl-out",
+               f"{self.work}/{name}.jsonl", "--pid-file", f"{self.work}/{name}.pid"]
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu), PYTHONUNBUFFERED="1", **NO_NVLS)
+        logf = open(f"{self.work}/agent-{name}.log", "a")
+        self.agents[name] = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        self.cmd = " ".join(cmd)
+
+    def worker(self, name):
+        try:
+            return int(open(f"{self.work}/{name}.pid").read())
+        except (OSError, ValueError):
+            return None
+
+    def run(self):
+        a = self.a
+        res = self.res = {"system": "torchrun", "timeout_s": a.timeout or "default (600)",
+                          "incidents": [], "grow": []}
+        self.start("A")
+        if a.auto_host:  # A binds the store port first; B then falls back to a client
+            time.sleep(3)
+        self.start("B")
+        res["command"] = self.cmd
+        tail = Tailer([f"{self.work}/A.jsonl", f"{self.work}/B.jsonl"])
+        self.tail = tail
+        first = tail.wait(lambda L: (steps(L, world_size=2) or [None])[0], 180, "training on 2 GPUs")
+        if not first:
+            raise RuntimeError("torchrun did not train on 2 GPUs")
+        res["first_loss"] = first[1]["loss"]
+        self.settle(2)
+        kinds = a.incidents.split(",")
+        for kind in kinds:
+            out = self.incident(kind, res)
+            res["incidents"].append(out)
+            if not out["recovered"]:
+                break
+            self.settle(2 if kind == "worker_crash" else 1)
+            if kind == "node_loss" and kind != kinds[-1]:
+                t1 = time.time()
+                self.start("B")
+                grow = tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
+                                                 if t > t1), None),
+                                 180, "growth to 2")
+                res["grow"].append({"after": kind, "first_step_on_2_s": grow[0] - t1 if grow else None})
+                log(f"  B restarted: training on 2 GPUs again "
+                    f"{res['grow'][-1]['first_step_on_2_s']} s later")
+                if not grow:
+                    break
+                self.settle(2)
+        L = tail.snapshot()
+        res["last_loss"] = steps(L)[-1][1]["loss"] if steps(L) else None
+        return res
+
+    def settle(self, world):
+        L = self.tail.snapshot()
+        target = steps(L)[-1][1]["step"] + self.a.ckpt_interval + 10
+        t = self.tail.wait(lambda L: True if any(d["step"] >= target for (_, d) in
+                                                 steps(L, world_size=world)) else None,
+                           120, f"step {target} on {world} GPUs")
+        if not t:
+            raise RuntimeError(f"torchrun did not reach step {target} on {world} GPUs")
+
+    def incident(self, kind, res):
+        a = self.a
+        L = self.tail.snapshot()
+        out = {"kind": kind}
+        t0 = time.time()
+        if kind == "worker_crash":
+            os.kill(self.worker("B"), signal.SIGKILL)
+            victim, world = "B worker", 2
+        else:
+            name = "B" if kind == "node_loss" else "A"
+            wpid = self.worker(name)
+            os.kill(self.agents[name].pid, signal.SIGKILL)
+            if wpid:
+                os.kill(wpid, signal.SIGKILL)
+            self.agents[name].wait()
+            victim, world = f"agent {name} + its worker", 1
+        out["victim"] = victim
+        log(f"torchrun {kind}: killed {victim}")
+        limit = a.store_limit if kind == "store_node_loss" else a.limit
+        survivor = "A" if kind == "node_loss" else ("B" if kind == "store_node_loss" else None)
+
+        # Recovered = a step line from a worker process that logged no step before the kill
+        # (rank 0 logs; every restart makes new worker processes).
+        old_pids = {d.get("pid") for (t, d) in steps(L)}
+
+        def recovered(L):
+            return next(((t, d) for (t, d) in steps(L, world_size=world)
+                         if t > t0 and d.get("pid") not in old_pids), None)
+        hit = self.tail.wait(recovered, limit, f"torchrun recovery after {kind}")
+        L = self.tail.snapshot()
+        before = [d["step"] for (t, d) in steps(L) if t <= t0 + 0.05]
+        out["last_step_before"] = max(before) if before else None
+        if hit:
+            resume = [d for (t, _, d) in L if t > t0 and d.get("event") in ("resume", "start")
+                      and d.get("pid") == hit[1].get("pid")]
+            rs = resume[0]["step"] if resume else 0
+            out.update(recovered=True, first_step_s=hit[0] - t0, world_after=hit[1]["world_size"],
+                       resume_step=rs, steps_lost=(out["last_step_before"] or 0) - rs)
+            log(f"  recovered: first step {out['first_step_s']:.2f} s after the kill, world "
+                f"{out['world_after']}, resumed from {rs}, steps lost {out['steps_lost']}")
+        else:
+            out.update(recovered=False, waited_s=limit)
+            tailtxt = open(f"{self.work}/agent-{survivor or 'A'}.log", errors="replace").read()[-600:]
+            out["survivor_log_tail"] = tailtxt
+            log(f"  NOT recovered within {limit:.0f} s")
+        return out
+
+    def shutdown(self):
+        for name, p in self.agents.items():
+            for pid in (self.worker(name),):
+                if pid and alive(pid) and env_of(pid).get("CUDA_VISIBLE_DEVICES") is not None:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # the session we created for this agent
+                except OSError:
+                    pass
+                p.wait()
+
+
+# ------------------------------------------------------------------------------------- summary
+
+def summary(paths):
+    rows = []
+    for path in paths:
+        try:
+            r = json.load(open(path))
+        except (OSError, ValueError):
+            print(f"(no result in {path})")
+            continue
+        name = r["system"] if r["system"] == "elastic" else f"torchrun, timeout {r['timeout_s']}"
+        if "error" in r:
+            print(f"{name}: ERROR {r['error']}")
+        for i in r.get("incidents", []):
+            if i.get("recovered"):
+                rows.append((name, i["kind"], f"{i['first_step_s']:.2f}", str(i.get("steps_lost")),
+                             str(i.get("world_after")), f"{i['detected_s']:.2f}" if "detected_s" in i else "-"))
+            else:
+                rows.append((name, i["kind"], f"not within {i.get('waited_s', 0):.0f}", "-", "-", "-"))
+        for g in r.get("grow", []):
+            v = g.get("first_step_on_2_s")
+            rows.append((name, f"grow back after {g['after']}", f"{v:.2f}" if v else "no", "-", "2", "-"))
+        if r["system"] == "elastic":
+            print(f"elastic: loss {r.get('first_loss')} -> {r.get('last_loss')}; worker died with its "
+                  f"daemon: {[i.get('worker_died_with_daemon_s') for i in r.get('incidents', [])]}; "
+                  f"workers left {r.get('workers_left_after_cancel')}; trainer GPU apps left "
+                  f"{r.get('gpu_apps_after_cancel')}; {r.get('steps_per_s_2gpu')} steps/s on 2 GPUs")
+        else:
+            print(f"{name}: loss {r.get('first_loss')} -> {r.get('last_loss')}")
+    print("\n| system | event | first step after (s) | steps lost | world after | detected (s) |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("system", choices=["elastic", "torchrun", "summary"])
+    ap.add_argument("results", nargs="*")
+    ap.add_argument("--work", default="/tmp/gpubench")
+    ap.add_argument("--gpus", default="0,1")
+    ap.add_argument("--elasticd")
+    ap.add_argument("--elasticctl")
+    ap.add_argument("--trainer")
+    ap.add_argument("--config")
+    ap.add_argument("--timeout", type=float, default=60, help="torchrun collective timeout, 0: default")
+    ap.add_argument("--collective-timeout", type=float, default=60, help="elastic-trainer --timeout")
+    ap.add_argument("--incidents", default="worker_crash,node_loss,store_node_loss")
+    ap.add_argument("--limit", type=float, default=300, help="seconds to wait for a recovery")
+    ap.add_argument("--store-limit", type=float, default=150)
+    ap.add_argument("--ckpt-interval", type=int, default=100)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--auto-host", action="store_true",
+                    help="torchrun: no is_host in --rdzv-conf (the store goes to the first agent)")
+    ap.add_argument("--cpu-test", action="store_true", help="elastic on CPU (script check)")
+    a = ap.parse_args()
+    if a.system == "summary":
+        return summary(a.results)
+    a.gpu_list = [int(g) for g in a.gpus.split(",")]
+    os.makedirs(a.work, exist_ok=True)
+    runner = Elastic(a) if a.system == "elastic" else Torchrun(a)
+    try:
+        res = runner.run()
+    except Exception as e:  # the result file says what broke; the logs stay in --work
+        log(f"ERROR: {e}")
+        res = dict(getattr(runner, "res", {}), system=a.system, error=str(e))
+        res.setdefault("timeout_s", a.timeout)
+    finally:
+        runner.shutdown()
+    res["model"] = " ".join(model_flags(a)) + f" ckpt every {a.ckpt_interval}"
+    json.dump(res, open(f"{a.work}/result.json", "w"), indent=1)
+    log(f"wrote {a.work}/result.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+#!/bin/bash
+# Runs the GPU benchmarks of issue 7 ON the GPU host, in few calls (each phase fits one 10-minute
+# command). Needs what bench/gpu/build-for-device.sh prepared here: .device/bin/{elasticd,
+# elasticctl}, .device/lib (their shared libraries that the host lacks) and .device/deps
+# (header-only packages for the trainer build). Results go to $OUT (default /tmp/gpubench/out).
+#
+#   bench/gpu/run-on-device.sh setup        build elastic-trainer against the host's LibTorch;
+#                                           check the carried daemon runs and sees the GPUs
+#   bench/gpu/run-on-device.sh throughput   bench/gpu/throughput.sh on 1, 2, 4 GPUs
+#   bench/gpu/run-on-device.sh recovery     elastic on GPUs 0,1 and torchrun (60 s timeout) on
+#                                           2,3, in parallel; torchrun with the default timeout
+#                                           (its node loss needs > 10 min) starts detached on
+#                                           GPUs 1,0 (sharing the elastic GPUs: any slowdown
+#                                           counts against elastic) and is collected by
+#   bench/gpu/run-on-device.sh collect      waits (up to 9.5 min) for that run; prints all tables
+#   bench/gpu/run-on-device.sh torchrun_only  the torchrun half of `recovery` alone (both timeouts)
+# Several phases may be named in one call. NVLink multicast stays off everywhere.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${OUT:-/tmp/gpubench/out}
+mkdir -p "$out"
+work=/tmp/gpubench
+mkdir -p "$work"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=$root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+bin=$root/.device/bin
+trainer=$root/build/gpu/trainer/elastic-trainer
+py=$root/bench/gpu/recovery_vs_torchrun.py
+ngpu=$(nvidia-smi -L | wc -l)
+
+setup() {
+  {
+    date -u '+%Y-%m-%d %H:%M UTC'
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv,noheader
+    nvidia-smi topo -m | head -8
+    python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+    echo "cpus $(nproc); $(. /etc/os-release; echo "$PRETTY_NAME"); kernel $(uname -r)"
+    echo "-- carried daemon: missing libraries (none expected):"
+    ldd "$bin/elasticd" "$bin/elasticctl" | grep 'not found' || echo "none"
+    "$bin/elasticd" --version
+  } 2>&1 | tee "$out/setup.log"
+  if ! "$root/bench/gpu/build-trainer.sh" "$root/build/gpu" >"$work/build-trainer.log" 2>&1; then
+    tail -40 "$work/build-trainer.log" | tee -a "$out/setup.log"
+    return 1
+  fi
+  tail -1 "$work/build-trainer.log" | tee -a "$out/setup.log"
+  # The daemon's view of the GPUs (hwloc), from a throwaway one-node daemon.
+  local d=$work/smoke
+  rm -rf "$d"; mkdir -p "$d/state"
+  "$bin/elasticd" -c conf/elasticd.toml --set node.name=smoke --set node.state_dir="$d/state" \
+    --set transport.bind=tcp://127.0.0.1:7999 --set control.socket="$d/ctl.sock" \
+    >"$d/elasticd.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do [ -S "$d/ctl.sock" ] && break; sleep 0.1; done
+  sleep 1
+  "$bin/elasticctl" -c conf/elasticd.toml --set control.socket="$d/ctl.sock" nodes --topology \
+    2>&1 | head -30 | tee -a "$out/setup.log"
+  kill -TERM "$pid"; wait "$pid"
+  grep -i 'gpu\|hwloc\|topolog\|error\|warn' "$d/elasticd.log" | head -10 | tee -a "$out/setup.log"
+}
+
+throughput() {
+  GPUS="1 2 4" bash "$root/bench/gpu/throughput.sh" "$trainer" "$out" 2>"$work/throughput.err" |
+    tee "$out/throughput.md"
+  tail -5 "$work/throughput.err"
+  grep -v '^{' "$out/throughput-raw.log" | grep -iv 'warning\|^\s*$\|W1126\|\*\*\*\*' | tail -20 >"$out/throughput-stderr-tail.log" || true
+  rm -f "$out/throughput-raw.log"
+}
+
+recovery() {
+  local e_gpus=0,1 t_gpus=2,3
+  [ "$ngpu" -ge 4 ] || t_gpus=0,1
+  rm -rf "$work/elastic" "$work/tr60"
+  if ! [ -f "$work/trdefault/started" ]; then
+    rm -rf "$work/trdefault"; mkdir -p "$work/trdefault"; touch "$work/trdefault/started"
+    setsid nohup python3 "$py" torchrun --work "$work/trdefault" --gpus 1,0 --timeout 0 \
+      --incidents worker_crash,node_loss --limit 900 >"$work/trdefault.log" 2>&1 < /dev/null &
+  fi
+  python3 "$py" torchrun --work "$work/tr60" --gpus "$t_gpus" --timeout 60 --limit 300 \
+    --store-limit 150 >"$work/tr60.log" 2>&1 &
+  local tr=$!
+  python3 "$py" elastic --work "$work/elastic" --gpus "$e_gpus" --elasticd "$bin/elasticd" \
+    --elasticctl "$bin/elasticctl" --trainer "$trainer" --config "$root/conf/elasticd.toml" \
+    2>&1 | tee "$work/elastic.log"
+  echo "-- elastic done; waiting for torchrun (60 s timeout)"
+  wait "$tr"
+  cat "$work/tr60.log"
+  cp "$work/elastic/result.json" "$out/elastic-result.json"
+  cp "$work/tr60/result.json" "$out/torchrun60-result.json"
+  pack
+  python3 "$py" summary "$work/elastic/result.json" "$work/tr60/result.json" | tee "$out/recovery.md"
+}
+
+torchrun_only() {  # the torchrun half of `recovery` again (GPUs 2,3; the default timeout on 0,1)
+  rm -rf "$work/tr60" "$work/trdefault"; mkdir -p "$work/trdefault"; touch "$work/trdefault/started"
+  setsid nohup python3 "$py" torchrun --work "$work/trdefault" --gpus 0,1 --timeout 0 \
+    --incidents worker_crash,node_loss --limit 900 >"$work/trdefault.log" 2>&1 < /dev/null &
+  python3 "$py" torchrun --work "$work/tr60" --gpus 2,3 --timeout 60 --limit 300 \
+    --store-limit 120 2>&1 | tee "$work/tr60.log"
+  cp "$work/tr60/result.json" "$out/torchrun60-result.json"
+  cat "$work/trdefault.log"
+  pack
+  python3 "$py" summary "$work/tr60/result.json" | tee "$out/recovery-torchrun60.md"
+}
+
+pack() {  # short logs: daemon logs' interesting lines, agent logs' tails, our logs
+  local p=$work/pack
+  rm -rf "$p"; mkdir -p "$p"
+  for f in "$work"/elastic/h*/elasticd.log; do
+    [ -f "$f" ] || continue
+    h=$(basename "$(dirname "$f")")
+    grep -E 'round|lost|stopping|started|exit|drain|leader|error|warn' "$f" | tail -80 >"$p/elasticd-$h.log"
+  done
+  for f in "$work"/tr60/agent-*.log "$work"/trdefault/agent-*.log; do
+    [ -f "$f" ] || continue
+    grep -v '^{' "$f" | tail -60 >"$p/$(basename "$(dirname "$f")")-$(basename "$f")"
+  done
+  cp "$work"/*.log "$p/" 2>/dev/null
+  tar -C "$p" -czf "$out/logs.tgz" .
+}
+
+collect() {
+  if ! [ -f "$work/trdefault/started" ]; then
+    echo "collect: no torchrun default-timeout run on this machine (a fresh machine: it was lost)"
+  fi
+  local deadline=$(( $(date +%s) + ${COLLECT_WAIT:-570} ))
+  while [ -f "$work/trdefault/started" ] && ! [ -f "$work/trdefault/result.json" ] &&
+        [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  cat "$work/trdefault.log"
+  [ -f "$work/trdefault/result.json" ] && cp "$work/trdefault/result.json" "$out/torchrun-default-result.json"
+  pack
+  python3 "$py" summary "$work/elastic/result.json" "$work/tr60/result.json" \
+    "$work/trdefault/result.json" | tee "$out/recovery-all.md"
+  echo "-- GPU compute apps left:"; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
+}
+
+for phase in "$@"; do
+  echo "==== $phase ($(date -u +%H:%M:%S))"
+  "$phase" || { echo "phase $phase failed"; exit 1; }
+done

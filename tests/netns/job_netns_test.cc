@@ -1,0 +1,532 @@
+// Jobs end to end (issue 5): three real elasticd daemons, one per network namespace, all three
+// Raft voters, running real elastic-trainer Gloo workers (Fashion-MNIST on CPU, a small subset so
+// each case stays near a minute on 2 cores). Each case is one incident of the issue's list:
+//   DemoScenario              kill -9 of a daemon: its workers die with it, the survivors resume
+//                             from LATEST, the restarted daemon grows the job back to 3, success
+//   WorkerCrashRestarts       kill -9 of one worker: a new round on the same nodes, 1 restart
+//   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
+//   MinorityIsFenced          partition 1|2: the minority's workers stop (lease), the majority
+//                             continues in a new round
+//   TwoJobsUseDisjointSlots   two jobs on nodes with 2 CPU slots: distinct slots, disjoint cpus
+//   CancelLeavesNoProcess     cancel: state cancelled and no worker process left
+//   BadSpecsAreRejected       bad job specs: refused with their sentence, no job created
+//   NonRootSubmitterRunsAsSelf  a job submitted as uid 65534 runs its workers as 65534
+// What is checked is observed from outside the daemons: `elasticctl status JOB --json` (state,
+// round, ranks, restarts, events), the trainers' JSON lines in the worker logs, and /proc (the
+// workers are found by the ELASTIC_JOB_ID in their environment; uid and Cpus_allowed_list from
+// their status). Timers are the tests' short ones (membership probes 500 ms, Raft election
+// 300 ms; last call 1 s, stop grace 3 s); the job tier's keepalive and the 3 s lease are the
+// daemon's defaults. Every wait is a poll with a deadline; the one timed action is the SIGSTOP
+// fault itself. Needs root (skips otherwise, like the other namespace tests).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "tests/netns/daemon_cluster.h"
+#include "tests/netns/netns_cluster.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::netns {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+constexpr int kHosts = 3;
+const std::vector<int> kAll = {0, 1, 2};
+// Daemons converge and elect within seconds; the slack is for a loaded 2-core machine.
+constexpr milliseconds kConverge = 30s;
+// Submit -> every worker running and training (the trainer loads the data set and meets its
+// peers through the store first).
+constexpr milliseconds kTrains = 90s;
+// A lost node: detection (~0.4 s) + its 3 s lease + the new round's start and trainer startup.
+constexpr milliseconds kRecovers = 90s;
+constexpr uid_t kNobody = 65534;
+
+// The trainer: small batches and a subset of Fashion-MNIST (quick to load), a checkpoint every
+// 5 steps and a line per step, so every incident finds fresh checkpoints and progress is visible.
+std::vector<std::string> trainer(const std::string& extra_steps_flag) {
+  std::vector<std::string> argv = {ELASTIC_TRAINER_PATH,
+                                   "--model",
+                                   "fmnist",
+                                   "--threads",
+                                   "1",
+                                   "--batch-size",
+                                   "32",
+                                   "--train-limit",
+                                   "8192",
+                                   "--no-eval",
+                                   "--checkpoint-interval",
+                                   "5",
+                                   "--log-interval",
+                                   "1",
+                                   "--epochs",
+                                   "1000"};
+  if (!extra_steps_flag.empty()) {
+    argv.push_back("--max-steps");
+    argv.push_back(extra_steps_flag);
+  }
+  return argv;
+}
+
+std::string tail(const std::string& text, std::size_t bytes) {
+  return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
+}
+
+class JobNetnsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
+    const auto environment = NetnsCluster::check_environment();
+    ASSERT_TRUE(environment.ok()) << environment.error().message;
+    auto hosts = NetnsCluster::create(kHosts);
+    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
+    hosts_ = std::move(hosts).value();
+    // The work dir holds every host's control socket and the checkpoints: reachable and the
+    // checkpoint root writable by the non-root submitter of NonRootSubmitterRunsAsSelf.
+    ::chmod(work_.path().c_str(), 0755);
+    checkpoints_ = work_.path() + "/checkpoints";
+    std::filesystem::create_directories(checkpoints_);
+    ::chmod(checkpoints_.c_str(), 01777);
+    daemons_ = std::make_unique<DaemonCluster>(*hosts_, ELASTICD_PATH, ELASTICCTL_PATH,
+                                               work_.path(), short_timers(), short_raft_timers());
+  }
+
+  // Starts the three daemons with the tests' job settings plus `extra` overrides.
+  void start(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> sets = {
+        "rendezvous.last_call=1s",
+        "spawner.stop_grace=3s",
+        "checkpoint.root=" + checkpoints_,
+    };
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    daemons_->set_overrides(sets);
+    const auto started = daemons_->start_all();
+    ASSERT_TRUE(started.ok()) << started.error().message;
+    ASSERT_TRUE(daemons_->wait_all_see(kAll, kAll, "alive", kConverge))
+        << "the daemons did not converge:\n"
+        << daemons_->describe(kAll);
+    leader_ = daemons_->wait_leader(kAll, kConverge);
+    ASSERT_FALSE(leader_.empty()) << "no leader was elected:\n" << daemons_->describe_raft(kAll);
+  }
+
+  void TearDown() override {
+    if (HasFailure() && daemons_) {
+      for (const auto& id : jobs_) {
+        for (const int host : kAll) {
+          if (!daemons_->running(host)) continue;
+          const auto view = daemons_->job(host, id);
+          std::cerr << "---- job " << id << " through h" << host << ": "
+                    << (view.ok() ? view->json : view.error().message) << "\n";
+          break;
+        }
+        for (const int host : kAll) {
+          std::cerr << "---- worker logs of " << id << " on h" << host << " (daemon lines):\n"
+                    << tail(daemons_->daemon_log_lines(host, id), 3000);
+        }
+        for (const auto& worker : find_workers(id)) {
+          std::cerr << "---- worker left: pid " << worker.pid << " " << worker.node << " rank "
+                    << worker.rank << " round " << worker.round << "\n";
+        }
+      }
+      for (const int host : kAll) {
+        std::cerr << "---- elasticd h" << host << " ----\n"
+                  << tail(daemons_->log(host), 6000) << "\n";
+      }
+    }
+    daemons_.reset();  // daemons first (their workers die with them), then the namespaces
+    hosts_.reset();
+  }
+
+  // Submits through `host`; fails the test unless accepted. Returns the id.
+  std::string submit(int host, const std::vector<std::string>& args,
+                     std::optional<uid_t> as_uid = std::nullopt) {
+    const Submitted submitted = daemons_->submit_job(host, args, as_uid);
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+    EXPECT_FALSE(submitted.id.empty()) << submitted.output;
+    if (!submitted.id.empty()) jobs_.push_back(submitted.id);
+    return submitted.id;
+  }
+
+  // The first host whose daemon runs (ctl calls go there).
+  int any_running() const {
+    for (const int host : kAll) {
+      if (daemons_->running(host)) return host;
+    }
+    return 0;
+  }
+
+  // The highest step of `job`'s round `round` in the trainer logs (-1 if none yet).
+  std::int64_t last_step(const std::string& job, std::uint64_t round) const {
+    std::int64_t step = -1;
+    for (const auto& line : daemons_->trainer_lines(job)) {
+      if (line.event == "step" && line.round == static_cast<std::int64_t>(round)) {
+        step = std::max(step, line.step);
+      }
+    }
+    return step;
+  }
+
+  // The trainer's line `event` of `job`'s round `round`, if there is one.
+  std::optional<TrainerLine> line_of(const std::string& job, const std::string& event,
+                                     std::uint64_t round) const {
+    for (const auto& line : daemons_->trainer_lines(job)) {
+      if (line.event == event && line.round == static_cast<std::int64_t>(round)) return line;
+    }
+    return std::nullopt;
+  }
+
+  // Waits until `job` runs on `nodes` nodes in a round above `after_round` and its trainers
+  // have logged a step of that round; returns that view (state "" on timeout, with a message).
+  JobView wait_training(const std::string& job, std::size_t nodes, std::uint64_t after_round,
+                        milliseconds timeout) {
+    JobView view;
+    const bool ok = testing::wait_until(
+        [&] {
+          auto seen = daemons_->job(any_running(), job);
+          if (!seen.ok()) return false;
+          view = std::move(seen).value();
+          return view.state == "running" && view.round > after_round &&
+                 view.ranks.size() == nodes && last_step(job, view.round) >= 1;
+        },
+        timeout);
+    EXPECT_TRUE(ok) << "job " << job << " is not training on " << nodes << " nodes after round "
+                    << after_round << "; last seen: " << view.summary();
+    if (!ok) view.state.clear();
+    return view;
+  }
+
+  // Waits until `job` has published a checkpoint (its LATEST file exists).
+  void wait_checkpoint(const std::string& job) {
+    const std::string latest = checkpoints_ + "/" + job + "/LATEST";
+    ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(latest); }, kTrains))
+        << "no checkpoint was published: " << latest;
+  }
+
+  // Every worker of `job` on `node` (all of them when node is "").
+  std::vector<WorkerProc> workers_on(const std::string& job, const std::string& node) const {
+    std::vector<WorkerProc> found;
+    for (auto& worker : find_workers(job)) {
+      if (node.empty() || worker.node == node) found.push_back(worker);
+    }
+    return found;
+  }
+
+  static bool all_gone(const std::vector<WorkerProc>& workers) {
+    return std::all_of(workers.begin(), workers.end(),
+                       [](const WorkerProc& w) { return process_gone(w.pid); });
+  }
+
+  // A node of `view`'s round that is not the Raft leader.
+  std::string non_leader(const JobView& view) {
+    const std::string leader = daemons_->wait_leader(kAll, kConverge);
+    for (auto it = view.ranks.rbegin(); it != view.ranks.rend(); ++it) {
+      if (it->node != leader) return it->node;
+    }
+    return "";
+  }
+
+  testing::TempDir work_;
+  std::string checkpoints_;
+  std::unique_ptr<NetnsCluster> hosts_;
+  std::unique_ptr<DaemonCluster> daemons_;
+  std::string leader_;
+  std::vector<std::string> jobs_;  // submitted, for failure messages
+};
+
+// The demo, asserted: kill -9 of a daemon that is not the leader.
+TEST_F(JobNetnsTest, DemoScenario) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // 600 steps: a few seconds of training on each side of each incident on a quiet machine,
+  // yet the job is still running when the killed node is back.
+  std::vector<std::string> args = {"--name", "demo", "--nodes", "2:3", "--"};
+  for (auto& arg : trainer("600")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+
+  const std::string victim = non_leader(first);
+  ASSERT_FALSE(victim.empty());
+  const int v = daemons_->host_of(victim);
+  const auto victims = workers_on(job, victim);
+  ASSERT_EQ(victims.size(), 1u) << "one worker per node (one CPU slot per host on this VM)";
+  // The spawner's own line in the worker log names the pid, as /proc does.
+  EXPECT_NE(daemons_->daemon_log_lines(v, job).find(std::to_string(victims[0].pid)),
+            std::string::npos)
+      << daemons_->daemon_log_lines(v, job);
+
+  daemons_->daemon(v).signal(SIGKILL);
+  ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
+  // PR_SET_PDEATHSIG: the worker dies with its daemon instead of training on as an orphan.
+  EXPECT_TRUE(testing::wait_until([&] { return all_gone(victims); }, 5s))
+      << "worker pid " << victims[0].pid << " of the killed daemon " << victim << " survived it";
+  const std::int64_t before = last_step(job, first.round);
+
+  const JobView shrunk = wait_training(job, 2, first.round, kRecovers);
+  ASSERT_FALSE(shrunk.state.empty());
+  EXPECT_FALSE(shrunk.has_node(victim)) << shrunk.summary();
+  EXPECT_EQ(shrunk.restarts, 0u) << "a lost node does not consume a restart";
+  const auto resume = line_of(job, "resume", shrunk.round);
+  ASSERT_TRUE(resume.has_value()) << "the survivors did not resume from a checkpoint";
+  EXPECT_GT(resume->step, 0);
+  EXPECT_LE(resume->step, before) << resume->text;
+  EXPECT_EQ(resume->world_size, 2) << resume->text;
+
+  ASSERT_TRUE(daemons_->start(v).ok());
+  const JobView grown = wait_training(job, 3, shrunk.round, kRecovers);
+  ASSERT_FALSE(grown.state.empty());
+  const auto regrow = line_of(job, "resume", grown.round);
+  ASSERT_TRUE(regrow.has_value());
+  EXPECT_EQ(regrow->world_size, 3);
+
+  JobView end;
+  ASSERT_TRUE(daemons_->wait_job(
+      0, job, [](const JobView& view) { return view.terminal(); }, 180s, &end))
+      << end.summary();
+  EXPECT_EQ(end.state, "succeeded") << end.summary();
+  EXPECT_TRUE(testing::wait_until([&] { return find_workers(job).empty(); }, 10s));
+  std::int64_t final_step = -1;
+  for (const auto& line : daemons_->trainer_lines(job)) {
+    if (line.event == "summary") final_step = std::max(final_step, line.step);
+  }
+  EXPECT_EQ(final_step, 600);
+}
+
+TEST_F(JobNetnsTest, WorkerCrashRestarts) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name",         "crash", "--nodes", "3:3",
+                                   "--max-restarts", "3",     "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_EQ(first.restarts, 0u);
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  const auto before = workers_on(job, "");
+  ASSERT_EQ(before.size(), 3u);
+  const WorkerProc crashed = before[1];
+  ASSERT_EQ(::kill(crashed.pid, SIGKILL), 0);
+
+  const JobView again = wait_training(job, 3, first.round, kRecovers);
+  ASSERT_FALSE(again.state.empty());
+  EXPECT_EQ(again.restarts, 1u) << again.summary();
+  EXPECT_EQ(again.nodes(), first.nodes()) << "the same nodes take the job again";
+  const auto resume = line_of(job, "resume", again.round);
+  ASSERT_TRUE(resume.has_value());
+  EXPECT_GT(resume->step, 0);
+  // New processes: none of the old round's workers is left.
+  EXPECT_TRUE(testing::wait_until([&] { return all_gone(before); }, 10s));
+  bool failure_event = false;
+  for (const auto& event : again.events) {
+    failure_event |= event.round >= first.round && event.to == "recovering";
+  }
+  EXPECT_TRUE(failure_event) << again.json;
+}
+
+TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "pause", "--nodes", "3:3", "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  const std::string paused = non_leader(first);
+  const int p = daemons_->host_of(paused);
+  const auto workers = find_workers(job);
+
+  daemons_->daemon(p).signal(SIGSTOP);
+  // The fault itself lasts 200 ms (a scheduling hiccup or a short GC-like pause), below the job
+  // tier's 600 ms peer timeout; this is the stimulus, not a wait for an outcome.
+  std::this_thread::sleep_for(200ms);
+  daemons_->daemon(p).signal(SIGCONT);
+  const std::int64_t at_resume = last_step(job, first.round);
+
+  // Training goes on in the same round: 40 more steps (2 s or more) with nothing changed.
+  ASSERT_TRUE(
+      testing::wait_until([&] { return last_step(job, first.round) >= at_resume + 40; }, 60s))
+      << "training stopped after the pause";
+  const auto view = daemons_->job(0, job);
+  ASSERT_TRUE(view.ok()) << view.error().message;
+  EXPECT_EQ(view->round, first.round) << view->json;
+  EXPECT_EQ(view->state, "running");
+  EXPECT_EQ(view->restarts, 0u);
+  for (const auto& worker : workers) EXPECT_FALSE(process_gone(worker.pid)) << worker.pid;
+}
+
+TEST_F(JobNetnsTest, MinorityIsFenced) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "split", "--nodes", "2:3", "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  const std::string minority = non_leader(first);
+  const int m = daemons_->host_of(minority);
+  std::vector<int> majority;
+  for (const int host : kAll) {
+    if (host != m) majority.push_back(host);
+  }
+  const auto fenced = workers_on(job, minority);
+  ASSERT_FALSE(fenced.empty());
+
+  ASSERT_TRUE(hosts_->partition({m}, majority).ok());
+  // The minority cannot renew its lease: its daemon stops its workers itself (self-fencing).
+  EXPECT_TRUE(testing::wait_until([&] { return all_gone(fenced); }, 30s))
+      << "the minority's workers still run";
+  EXPECT_TRUE(daemons_->running(m)) << "the minority's daemon fences its workers, it does not exit";
+  JobView view;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        auto seen = daemons_->job(majority[0], job);
+        if (!seen.ok()) return false;
+        view = std::move(seen).value();
+        return view.state == "running" && view.round > first.round && view.ranks.size() == 2 &&
+               last_step(job, view.round) >= 1;
+      },
+      kRecovers))
+      << "the majority did not continue: " << view.summary();
+  EXPECT_FALSE(view.has_node(minority)) << view.summary();
+  ASSERT_TRUE(hosts_->heal_all().ok());
+}
+
+TEST_F(JobNetnsTest, TwoJobsUseDisjointSlots) {
+  // Two CPU slots per host; the workers only sleep, as slot placement is what is under test (six
+  // trainers would only slow the 2-core machine down).
+  ASSERT_NO_FATAL_FAILURE(start({"node.cpu_slots=2"}));
+  const std::vector<std::string> sleeper = {"--nodes",    "3:3", "--workers-per-node", "1", "--",
+                                            "/bin/sleep", "1000"};
+  std::vector<std::string> first_args = {"--name", "left"}, second_args = {"--name", "right"};
+  first_args.insert(first_args.end(), sleeper.begin(), sleeper.end());
+  second_args.insert(second_args.end(), sleeper.begin(), sleeper.end());
+  const std::string a = submit(0, first_args);
+  const std::string b = submit(1, second_args);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  for (const auto& job : {a, b}) {
+    JobView view;
+    EXPECT_TRUE(daemons_->wait_job(
+        0, job, [](const JobView& v) { return v.state == "running" && v.ranks.size() == 3; },
+        kTrains, &view))
+        << view.summary();
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return workers_on(a, "").size() == 3 && workers_on(b, "").size() == 3; }, 30s));
+  for (const int host : kAll) {
+    const auto left = workers_on(a, DaemonCluster::name(host));
+    const auto right = workers_on(b, DaemonCluster::name(host));
+    ASSERT_EQ(left.size(), 1u);
+    ASSERT_EQ(right.size(), 1u);
+    EXPECT_NE(left[0].slot, right[0].slot) << "h" << host;
+    EXPECT_FALSE(left[0].slot.empty());
+    const auto cpus_left = parse_cpu_list(left[0].cpus);
+    const auto cpus_right = parse_cpu_list(right[0].cpus);
+    ASSERT_FALSE(cpus_left.empty()) << left[0].cpus;
+    ASSERT_FALSE(cpus_right.empty()) << right[0].cpus;
+    std::vector<int> shared;
+    std::set_intersection(cpus_left.begin(), cpus_left.end(), cpus_right.begin(), cpus_right.end(),
+                          std::back_inserter(shared));
+    EXPECT_TRUE(shared.empty()) << "h" << host << ": job " << a << " on cpus " << left[0].cpus
+                                << ", job " << b << " on cpus " << right[0].cpus;
+  }
+}
+
+TEST_F(JobNetnsTest, CancelLeavesNoProcess) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "stopme", "--nodes", "3:3", "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  ASSERT_FALSE(wait_training(job, 3, 0, kTrains).state.empty());
+  const auto workers = find_workers(job);
+  ASSERT_EQ(workers.size(), 3u);
+
+  const auto cancelled = daemons_->ctl(1, {"cancel", job});
+  ASSERT_TRUE(cancelled.status.exited_with(0)) << cancelled.out << cancelled.err;
+  JobView view;
+  EXPECT_TRUE(daemons_->wait_job(
+      0, job, [](const JobView& v) { return v.state == "cancelled"; }, 30s, &view))
+      << view.summary();
+  // SIGTERM, then SIGKILL after the 3 s stop grace: gone well within 15 s.
+  EXPECT_TRUE(
+      testing::wait_until([&] { return all_gone(workers) && find_workers(job).empty(); }, 15s))
+      << find_workers(job).size() << " worker(s) left";
+}
+
+TEST_F(JobNetnsTest, BadSpecsAreRejected) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // The sentence of rendezvous::validate(); elasticctl validates first and names the flag where
+  // the daemon would name the JSON field ("--nodes: must be at least 1" for min_nodes), so the
+  // expected text is the part both share.
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--name", "a", "--nodes", "3:2", "--", "/bin/true"}, "nodes: min 3 is greater than max 2"},
+      {{"--name", "a", "--nodes", "0", "--", "/bin/true"}, "nodes: must be at least 1"},
+      {{"--name", "bad name", "--nodes", "1", "--", "/bin/true"},
+       "name: 'bad name' may contain only letters, digits, '.', '_' and '-'"},
+      {{"--name", "a", "--nodes", "1", "--env", "RANK=7", "--", "/bin/true"},
+       "env: RANK is set by the daemon for every worker and cannot be overridden"},
+      {{"--name", "a", "--nodes", "1", "--workers-per-node", "5000", "--", "/bin/true"},
+       "workers-per-node: 5000 is more than the limit of 1024"},
+      {{"--name", "a", "--nodes", "1", "--restart-backoff", "2h", "--", "/bin/true"},
+       "2h is longer than the limit of 1h"},
+  };
+  for (const auto& c : cases) {
+    const Submitted refused = daemons_->submit_job(1, c.args);
+    // 1: the daemon refused it; 64/65: elasticctl found it first (command line / job spec).
+    EXPECT_TRUE(refused.exit_code == 1 || refused.exit_code == 64 || refused.exit_code == 65)
+        << "exit " << refused.exit_code << ": " << refused.output;
+    EXPECT_NE(refused.output.find(c.message), std::string::npos)
+        << "expected \"" << c.message << "\" in: " << refused.output;
+  }
+  const auto ids = daemons_->job_ids(0);
+  ASSERT_TRUE(ids.ok()) << ids.error().message;
+  EXPECT_TRUE(ids->empty()) << "a refused spec created a job";
+}
+
+TEST_F(JobNetnsTest, NonRootSubmitterRunsAsSelf) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // The job's own checkpoint root and working dir, both the user's to write.
+  const std::string home = work_.path() + "/nobody";
+  std::filesystem::create_directories(home);
+  ASSERT_EQ(::chown(home.c_str(), kNobody, kNobody), 0);
+  std::vector<std::string> args = {"--name",     "user",      "--nodes", "3:3", "--checkpoint-root",
+                                   checkpoints_, "--workdir", home,      "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(2, args, kNobody);
+  ASSERT_FALSE(job.empty());
+  ASSERT_FALSE(wait_training(job, 3, 0, kTrains).state.empty());
+  const auto workers = find_workers(job);
+  ASSERT_EQ(workers.size(), 3u);
+  for (const auto& worker : workers) {
+    EXPECT_EQ(worker.uid, kNobody) << "pid " << worker.pid << " on " << worker.node;
+    EXPECT_EQ(worker.gid, kNobody) << "pid " << worker.pid << " on " << worker.node;
+  }
+  // Its checkpoints are the user's files.
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return std::filesystem::exists(checkpoints_ + "/" + job + "/LATEST"); }, 30s));
+  struct stat latest {};
+  ASSERT_EQ(::stat((checkpoints_ + "/" + job + "/LATEST").c_str(), &latest), 0);
+  EXPECT_EQ(latest.st_uid, kNobody);
+  // The owner may cancel it.
+  const auto cancelled = daemons_->ctl_as(kNobody, kNobody, 2, {"cancel", job});
+  EXPECT_TRUE(cancelled.status.exited_with(0)) << cancelled.out << cancelled.err;
+}
+
+}  // namespace
+}  // namespace elastic::netns
