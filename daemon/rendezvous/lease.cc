@@ -113,9 +113,14 @@ std::optional<LeaseGrant> LeaseGranter::on_request(TimePoint now, const LeaseReq
 
 TimePoint LeaseGranter::replace_after(const std::string& node) const {
   if (!leader_) return kNever;
-  TimePoint base = elected_at_;
-  if (auto it = last_grant_.find(node); it != last_grant_.end()) base = std::max(base, it->second);
-  return base + lease_duration_ + margin_;
+  // Grants of earlier terms are unknown here, but a deposed leader stops granting within
+  // `margin` of this election; this leader's own grants are known exactly, so after one of them
+  // only the clocks' rate difference is left to cover.
+  TimePoint base = elected_at_ + margin_;
+  if (auto it = last_grant_.find(node); it != last_grant_.end()) {
+    base = std::max(base, it->second + lease_duration_ / kRateMarginDivisor);
+  }
+  return base + lease_duration_;
 }
 
 bool LeaseGranter::may_replace(const std::string& node, TimePoint now) const {

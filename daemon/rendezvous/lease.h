@@ -11,11 +11,12 @@
 //    before the leader granted, so on the holder's monotonic clock the lease ends no later than
 //    grant_time + duration would, whatever the delays; a wall-clock offset does not matter
 //    (each side only measures intervals on its own monotonic clock);
-//  - the granter may re-place a daemon's work at last_grant + lease_duration + margin (for a
-//    new leader: its election + lease_duration + margin). `margin` must cover the clocks' rate
-//    difference over a lease (ppm, tiny) and the time a deposed leader may still grant before
-//    CheckQuorum makes it step down (about one election timeout): its grants are unknown to the
-//    new leader. The daemon passes consensus.election_timeout_max + 1 s.
+//  - the granter may re-place a daemon's work at max(election + margin, last_grant +
+//    lease_duration / kRateMarginDivisor) + lease_duration. `margin` covers the time a deposed
+//    leader may still grant before CheckQuorum makes it step down (about one election timeout):
+//    its grants are unknown to the new leader, but none comes later than that. After a grant
+//    of its own, the leader knows the last one exactly and only the clocks' rate difference over
+//    a lease is left (ppm; 2% is allowed). The daemon passes consensus.election_timeout.
 //  - grants carry the leader's term; a holder ignores grants of a term older than one it has
 //    already accepted.
 // One lease per daemon covers all of its workers (the leader grants while the daemon is a member
@@ -109,6 +110,9 @@ class LeaseHolder {
 
 // ---------------------------------------------------------------------------------------------
 // Leader side
+
+// A lease may run this much (1/50) longer on the granter's clock than on the holder's.
+inline constexpr int kRateMarginDivisor = 50;
 
 class LeaseGranter {
  public:

@@ -144,15 +144,20 @@ TEST(LeaseGranter, OnlyALeaderGrantsAndOnlyToEligibleDaemons) {
   EXPECT_EQ(g.replace_after("n1"), kNever);
 }
 
-TEST(LeaseGranter, NewLeaderWaitsLeasePlusMarginSinceElection) {
+TEST(LeaseGranter, NewLeaderWaitsLeasePlusMarginSinceElectionThenTracksItsGrants) {
   LeaseGranter g(kLease, kMargin);
   g.become_leader(7, kT0);
   EXPECT_FALSE(g.may_replace("never-granted", kT0 + kLease + kMargin - 1ns));
   EXPECT_TRUE(g.may_replace("never-granted", kT0 + kLease + kMargin));
   // A grant pushes the node's time out.
   ASSERT_TRUE(g.on_request(kT0 + 20s, LeaseRequest{"n1", 1, 1, 0}, true).has_value());
-  EXPECT_FALSE(g.may_replace("n1", kT0 + 20s + kLease + kMargin - 1ns));
-  EXPECT_TRUE(g.may_replace("n1", kT0 + 20s + kLease + kMargin));
+  // Its own grant is known exactly: only the rate margin (1/50 of a lease) is added to it.
+  const Duration rate = kLease / kRateMarginDivisor;
+  EXPECT_FALSE(g.may_replace("n1", kT0 + 20s + rate + kLease - 1ns));
+  EXPECT_TRUE(g.may_replace("n1", kT0 + 20s + rate + kLease));
+  // A grant soon after the election: a deposed leader's grants may still be later.
+  ASSERT_TRUE(g.on_request(kT0 + 1s, LeaseRequest{"n2", 1, 1, 0}, true).has_value());
+  EXPECT_EQ(g.replace_after("n2"), kT0 + kMargin + kLease);
   // Re-election restarts the wait for everyone.
   g.become_leader(8, kT0 + 40s);
   EXPECT_FALSE(g.may_replace("n1", kT0 + 40s + kLease));
