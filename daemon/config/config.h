@@ -157,7 +157,7 @@ struct RendezvousConfig {
   Duration job_peer_timeout = 600ms;
   // Workers run under a leader lease; a daemon that loses it stops them (self-fencing).
   // A lost node's work is re-placed only after its lease (+ one election timeout)
-  // has run out, so this bounds recovery from a node loss; renewed every third.
+  // has run out, so this bounds recovery from a node loss; renewed every quarter.
   Duration lease_duration = 3s;
   // The rank-0 node's c10d store port (MASTER_PORT) is chosen from this range.
   int store_port_min = 29500;

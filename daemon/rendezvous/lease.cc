@@ -38,7 +38,7 @@ void LeaseHolder::request(TimePoint now, LeaseHolderEffects& out) {
   while (outstanding_.size() > kMaxOutstanding) outstanding_.erase(outstanding_.begin());
   out.requests.push_back(LeaseRequest{node_, generation_, id, known_term_});
   // Three tries per lease: one lost request or grant never costs the lease.
-  next_request_ = now + lease_duration_ / 3;
+  next_request_ = now + lease_duration_ / kRenewalsPerLease;
 }
 
 void LeaseHolder::on_grant(TimePoint now, const LeaseGrant& grant, LeaseHolderEffects& out) {

@@ -31,7 +31,7 @@ TEST(LeaseHolder, NoLeaseMeansNoWorkers) {
   EXPECT_EQ(out.requests[0].generation, 4u);
   EXPECT_EQ(out.requests[0].known_term, 0u);
   EXPECT_FALSE(h.may_run(kT0));
-  EXPECT_EQ(h.next_deadline(), kT0 + kLease / 3);
+  EXPECT_EQ(h.next_deadline(), kT0 + kLease / kRenewalsPerLease);
 }
 
 TEST(LeaseHolder, RenewsEveryThirdAndStopsWorkersOnExpiry) {
@@ -51,19 +51,19 @@ TEST(LeaseHolder, RenewsEveryThirdAndStopsWorkersOnExpiry) {
   EXPECT_EQ(h.known_term(), 5u);
 
   // Renewal at lease/3, answered: the lease moves on.
-  h.tick(kT0 + kLease / 3, out);
+  h.tick(kT0 + kLease / kRenewalsPerLease, out);
   ASSERT_EQ(out.requests.size(), 1u);
   EXPECT_FALSE(out.stop_workers);
-  grant = g.on_request(kT0 + kLease / 3, out.requests[0], true);
-  h.on_grant(kT0 + kLease / 3 + 1ms, *grant, out);
-  EXPECT_EQ(h.expiry(), kT0 + kLease / 3 + kLease);
+  grant = g.on_request(kT0 + kLease / kRenewalsPerLease, out.requests[0], true);
+  h.on_grant(kT0 + kLease / kRenewalsPerLease + 1ms, *grant, out);
+  EXPECT_EQ(h.expiry(), kT0 + kLease / kRenewalsPerLease + kLease);
 
   // Then the leader goes silent: two more requests go unanswered and the workers stop exactly at
   // the expiry, once.
   const TimePoint expiry = h.expiry();
   int requests = 0;
   bool stopped = false;
-  for (TimePoint t = kT0 + kLease / 3 + 1ms; t <= expiry + 10s; t += 1ms) {
+  for (TimePoint t = kT0 + kLease / kRenewalsPerLease + 1ms; t <= expiry + 10s; t += 1ms) {
     if (h.next_deadline() > t) continue;
     out = {};
     h.tick(t, out);
@@ -112,7 +112,7 @@ TEST(LeaseHolder, ShorterGrantWinsAndForeignOrStaleGrantsAreIgnored) {
   EXPECT_EQ(h.expiry(), kT0 + 4s);
   // Wrong node, generation, unknown request, older term, zero duration: all ignored.
   out = {};
-  h.tick(kT0 + kLease / 3, out);
+  h.tick(kT0 + kLease / kRenewalsPerLease, out);
   const std::uint64_t id2 = out.requests.at(0).request;
   EXPECT_EQ(out.requests[0].known_term, 3u);
   h.on_grant(kT0 + 4s, LeaseGrant{"n9", 2, id2, 3, kLease}, out);
