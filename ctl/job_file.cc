@@ -13,91 +13,28 @@
 #include <sstream>
 #include <toml.hpp>
 
+#include "daemon/config/rules.h"
+#include "daemon/config/toml_text.h"
 #include "daemon/core/duration.h"
 
 namespace elastic::ctl {
 namespace {
 
+using config::describe;
+using config::edit_distance;
+using config::in_file_order;
+using config::quote;
+using config::syntax_reason;
+using config::typo_budget;
 using rendezvous::JobSpec;
 
 // ---- small text helpers -------------------------------------------------------------------
-
-// `text` as a TOML basic string; control characters escaped so a message stays on one line.
-std::string quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20 || byte == 0x7f) {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += "\\u00";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out + '"';
-}
 
 // A key as written, printable on one line (keys may be quoted TOML strings with any bytes).
 std::string printable(std::string_view key) {
   const std::string quoted = quote(key);
   const std::string bare = quoted.substr(1, quoted.size() - 2);
   return bare == key ? bare : quoted;
-}
-
-std::string describe(const toml::value& v) {
-  switch (v.type()) {
-    case toml::value_t::boolean:
-      return std::string("a boolean (") + (v.as_boolean() ? "true" : "false") + ")";
-    case toml::value_t::integer:
-      return "an integer (" + std::to_string(v.as_integer()) + ")";
-    case toml::value_t::floating: {
-      std::ostringstream out;
-      out << v.as_floating();
-      return "a float (" + out.str() + ")";
-    }
-    case toml::value_t::string:
-      return "a string (" + quote(v.as_string().str) + ")";
-    case toml::value_t::array:
-      return "an array";
-    case toml::value_t::table:
-      return "a table";
-    case toml::value_t::offset_datetime:
-    case toml::value_t::local_datetime:
-    case toml::value_t::local_date:
-    case toml::value_t::local_time:
-      return "a date/time";
-    default:
-      return "an empty value";
-  }
-}
-
-// Optimal string alignment distance (a swap of neighbours is one edit), as daemon/config.
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-// How different a misspelling may be and still be suggested: short names must be close.
-std::size_t typo_budget(std::string_view name) {
-  if (name.size() <= 4) return 1;
-  if (name.size() <= 9) return 2;
-  return 3;
 }
 
 std::string unknown_key_reason(std::string_view key) {
@@ -113,47 +50,7 @@ std::string unknown_key_reason(std::string_view key) {
   return "unknown key (job file keys are " + list + ")";
 }
 
-// toml11 formats a syntax error as a multi-line picture; keep the reason and the hint under the
-// caret, on one line (as daemon/config does for elasticd.toml).
-std::string syntax_reason(const std::string& what) {
-  std::istringstream lines(what);
-  std::string line;
-  std::string reason;
-  std::string hint;
-  while (std::getline(lines, line)) {
-    if (reason.empty()) {
-      reason = line;
-      if (reason.rfind("[error] ", 0) == 0) reason.erase(0, 8);
-      if (reason.rfind("toml::", 0) == 0) {
-        const auto colon = reason.find(": ");
-        if (colon != std::string::npos) reason.erase(0, colon + 2);
-      }
-      continue;
-    }
-    const auto bar = line.find_first_not_of(' ');
-    if (bar == std::string::npos || line[bar] != '|') continue;
-    const auto marker = line.find_first_not_of(' ', bar + 1);
-    if (marker == std::string::npos || (line[marker] != '^' && line[marker] != '~')) continue;
-    const auto text = line.find_first_not_of("^~- ", marker);
-    if (text != std::string::npos) hint = line.substr(text);
-  }
-  if (!hint.empty() && hint != "here") reason += " (" + hint + ")";
-  return reason;
-}
-
 int line_of(const toml::value& v) { return static_cast<int>(v.location().line()); }
-
-// Entries of a TOML table in file order, so errors come out in the order a reader meets them.
-std::vector<std::pair<std::string, const toml::value*>> in_file_order(const toml::table& table) {
-  std::vector<std::pair<std::string, const toml::value*>> entries;
-  for (const auto& [key, value] : table) entries.emplace_back(key, &value);
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-    const int line_a = line_of(*a.second);
-    const int line_b = line_of(*b.second);
-    return line_a != line_b ? line_a < line_b : a.first < b.first;
-  });
-  return entries;
-}
 
 // ---- reading one value ----------------------------------------------------------------------
 // Each returns the problem when the value does not fit ("" = fine), leaving `out` unchanged.
