@@ -160,14 +160,9 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     // leader that planned more slots than this node has is reported as a failure.
     if (entry->slots > plan_.slots.size()) {
       job.started = true;
-      job.failure = json{{"job", id},
-                         {"round", start.round.round},
-                         {"rank", entry->first_rank},
-                         {"detail", "node " + self_ + " has " + std::to_string(plan_.slots.size()) +
-                                        " slots, not " + std::to_string(entry->slots)}}
-                        .dump();
-      hooks_.report(id, "worker_failed", *job.failure);
-      next_report_ = std::min(next_report_, now + kReportResend);
+      fail(now, id, job, start.round.round, entry->first_rank,
+           "node " + self_ + " has " + std::to_string(plan_.slots.size()) + " slots, not " +
+               std::to_string(entry->slots));
     }
     return;
   }
@@ -182,11 +177,7 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
       const std::string detail = "rank " + std::to_string(rank) + " on node " + self_ +
                                  " could not start: " + spawned.error().message;
       spdlog::error("job {} round {}: {}", id, start.round.round, detail);
-      job.failure =
-          json{{"job", id}, {"round", start.round.round}, {"rank", rank}, {"detail", detail}}
-              .dump();
-      hooks_.report(id, "worker_failed", *job.failure);
-      next_report_ = std::min(next_report_, now + kReportResend);
+      fail(now, id, job, start.round.round, rank, detail);
       return;
     }
     Worker w;
@@ -309,14 +300,8 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
       }
       if (exit.signaled || exit.status != 0) {
         if (!job.failure) {
-          job.failure = json{{"job", id},
-                             {"round", it->round},
-                             {"rank", it->rank},
-                             {"detail", "rank " + std::to_string(it->rank) + " on node " + self_ +
-                                            " " + exit.describe()}}
-                            .dump();
-          hooks_.report(id, "worker_failed", *job.failure);
-          next_report_ = std::min(next_report_, now + kReportResend);
+          fail(now, id, job, it->round, it->rank,
+               "rank " + std::to_string(it->rank) + " on node " + self_ + " " + exit.describe());
         }
         return;
       }
@@ -332,6 +317,13 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
       return;
     }
   }
+}
+
+void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round,
+                         std::uint32_t rank, const std::string& detail) {
+  job.failure = json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}}.dump();
+  hooks_.report(id, "worker_failed", *job.failure);
+  next_report_ = std::min(next_report_, now + kReportResend);
 }
 
 void JobSupervisor::send_reports(TimePoint now) {

@@ -133,6 +133,9 @@ class JobSupervisor {
   Result<spawner::WorkerSpec> worker_spec(const RoundStart& start, std::uint32_t local,
                                           std::uint32_t slot) const;
   std::set<std::uint32_t> busy_slots() const;
+  // Records the round's worker failure (re-sent until the round changes) and reports it now.
+  void fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round, std::uint32_t rank,
+            const std::string& detail);
   void send_reports(TimePoint now);
 
   std::string self_;
