@@ -29,7 +29,10 @@
 #include "trainer/checkpointing.h"
 #include "trainer/data/sampler.h"
 #include "trainer/dist.h"
+#include "trainer/fused_adam.h"
 #include "trainer/launcher.h"
+#include "trainer/profiling.h"
+#include "trainer/progress.h"
 #include "trainer/reducer.h"
 #include "trainer/worker_env.h"
 #include "trainer/workload.h"
@@ -67,6 +70,11 @@ struct Flags {
   std::int64_t log_interval = 20;
   std::uint64_t seed = 42;
   bool no_overlap = false;
+  bool fused_adam = true;
+  bool sync_every_step = false;
+  bool comm_timing = false;
+  std::string profile;
+  std::int64_t profile_steps = 3;
   double bucket_mb = 25;
   int threads = 0;
   double timeout_s = 60;
@@ -148,6 +156,19 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--no-overlap", f.no_overlap, "All-reduce the gradient buckets only after backward");
   app.add_option("--bucket-mb", f.bucket_mb, "Gradient bucket size in MiB")
       ->check(CLI::PositiveNumber);
+  app.add_flag("!--no-fused-adam", f.fused_adam,
+               "Adam: LibTorch's per-parameter loop even where the fused CUDA kernel applies");
+  app.add_flag("--sync-every-step", f.sync_every_step,
+               "Wait for each step's control values before the optimizer step (a host sync per "
+               "step, the old behaviour; for comparison)");
+  app.add_flag("--comm-timing", f.comm_timing,
+               "Time every all-reduce with CUDA events (NCCL, LibTorch 2.x); the summary gets the "
+               "all-reduce GPU time per step and bus bandwidth");
+  app.add_option("--profile", f.profile,
+                 "Write a Kineto (Chrome-trace JSON) profile of the steps after the warm-up to "
+                 "PATH.rank<N>.json");
+  app.add_option("--profile-steps", f.profile_steps, "Steps --profile records")
+      ->check(CLI::PositiveNumber);
   app.add_option("--threads", f.threads, "Intra-op threads (0: $OMP_NUM_THREADS, else 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", f.timeout_s, "Seconds a store wait or collective may take")
@@ -223,6 +244,8 @@ int train(const Flags& flags, const WorkerEnv& env) {
   }
   torch::nn::Module& module = workload->module();
 
+  // ProcessGroupNCCL reads this when it is created; the reducer then reads each work's duration.
+  if (flags.comm_timing) ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 1);
   auto dist_result = init_dist(
       env, {device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))});
   if (!dist_result) {
@@ -234,8 +257,8 @@ int train(const Flags& flags, const WorkerEnv& env) {
 
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (flags.optimizer == "adam") {
-    optimizer = std::make_unique<torch::optim::Adam>(module.parameters(),
-                                                     torch::optim::AdamOptions(flags.lr));
+    optimizer = std::make_unique<FusedAdam>(module.parameters(),
+                                            torch::optim::AdamOptions(flags.lr), flags.fused_adam);
   } else {
     optimizer = std::make_unique<torch::optim::SGD>(
         module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9));
@@ -316,6 +339,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<std::int64_t>(flags.bucket_mb * (1 << 20));
   reducer_options.overlap = !flags.no_overlap;
+  reducer_options.time_collectives = flags.comm_timing;
   BucketReducer reducer(module.parameters(), backend, reducer_options);
 
   std::int64_t parameter_count = 0;
@@ -348,6 +372,10 @@ int train(const Flags& flags, const WorkerEnv& env) {
                std::ios::app);
   }
 
+  // Progress to the daemon (trainer/progress.h): global rank 0 only, which knows every step
+  // and publishes every checkpoint; one report per second at most, never blocking for long.
+  ProgressReporter progress(env.rank == 0 ? current_environment() : EnvMap{});
+
   std::int64_t last_checkpoint_step = state.step;
   auto write_checkpoint = [&]() -> int {
     last_checkpoint_step = state.step;
@@ -366,11 +394,15 @@ int train(const Flags& flags, const WorkerEnv& env) {
           {"position", state.position.position},
           {"dir", ref->dir},
           {"seconds", seconds_since(begin)}});
+    progress.checkpoint(state.step);
     return kExitOk;
   };
 
   // ---- train
   module.train();
+  StepProfiler profiler(
+      flags.profile.empty() ? "" : flags.profile + ".rank" + std::to_string(env.rank) + ".json",
+      flags.warmup_steps + 1, flags.profile_steps, device.is_cuda());
   double last_loss = std::nan("");
   std::optional<double> accuracy;
   std::int64_t steps_this_run = 0, samples_measured = 0, interval_samples = 0;
@@ -383,6 +415,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
          (flags.max_steps == 0 || state.step < flags.max_steps)) {
     if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
       ::kill(::getpid(), SIGKILL);
+    profiler.begin_step(steps_this_run + 1);
     const auto step_start = std::chrono::steady_clock::now();
     const auto indices =
         sampler.indices(state.position, env.world_size, env.rank, flags.batch_size);
@@ -401,17 +434,28 @@ int train(const Flags& flags, const WorkerEnv& env) {
       reducer.set_control(1, loss.detach().to(torch::kFloat));
       loss.backward();
     }
-    const auto control = reducer.finish();
+    reducer.finish();
+    if (flags.sync_every_step) reducer.control(0);
     optimizer->step();
+    // The previous step's control values are on the host by now: acting on them (one step
+    // late) lets the host run ahead of the GPU; every rank reads the same sums, so all still
+    // stop after the same step.
+    const auto control = reducer.control(flags.sync_every_step ? 0 : 1);
     state.position = sampler.advance(state.position, env.world_size, flags.batch_size);
     ++state.step;
     ++steps_this_run;
-    last_loss = control[1];
+    progress.step(state.step, resume_step);
+    if ((env.rank == 0 && state.step % flags.log_interval == 0) || state.position.position == 0)
+      last_loss = reducer.control(0)[1];  // this step's loss: a host sync, only when shown
     interval_samples += global_batch;
     if (steps_this_run > flags.warmup_steps) {
       samples_measured += global_batch;
       measured_seconds += seconds_since(step_start);
+    } else if (steps_this_run == flags.warmup_steps) {
+      reducer.control(0);  // the measured steps start with the GPU idle, as DDP's timing does
+      reducer.reset_timing();
     }
+    profiler.end_step(steps_this_run);
     if (env.rank == 0 && state.step % flags.log_interval == 0) {
       const double elapsed = seconds_since(interval_start);
       emit({{"event", "step"},
@@ -449,6 +493,12 @@ int train(const Flags& flags, const WorkerEnv& env) {
     }
   }
 
+  if (steps_this_run > 0) {
+    const auto drain_start = std::chrono::steady_clock::now();
+    last_loss = reducer.control(0)[1];  // waits for the last step on the device
+    if (samples_measured > 0) measured_seconds += seconds_since(drain_start);
+  }
+
   // The final state is saved unless the last step was just saved (or the user opted out for
   // a stop); a resumed run that had nothing left to do writes nothing.
   if (store && steps_this_run > 0 && state.step != last_checkpoint_step &&
@@ -458,6 +508,8 @@ int train(const Flags& flags, const WorkerEnv& env) {
   if (!stopped && eval && !accuracy)
     accuracy = workload->evaluate(env.rank, env.world_size, backend);
 
+  const auto* fused = dynamic_cast<const FusedAdam*>(optimizer.get());
+  const bool fused_adam_used = fused != nullptr && fused->last_step_fused();
   double abs_sum = 0;
   const std::string checksum = parameter_checksum(module, &abs_sum);
   nlohmann::json summary = {
@@ -474,10 +526,16 @@ int train(const Flags& flags, const WorkerEnv& env) {
       {"seconds", seconds_since(started)},
       {"samples_per_s", measured_seconds > 0 ? samples_measured / measured_seconds : 0.0},
       {"comm_wait_s", reducer.stats().wait_seconds},
+      {"control_wait_s", reducer.stats().control_wait_seconds},
+      {"fused_adam", fused_adam_used},
       {"overlap", reducer_options.overlap},
       {"param_checksum", checksum},
       {"param_abs_sum", abs_sum}};
   if (accuracy) summary["test_accuracy"] = *accuracy;
+  if (const auto& stats = reducer.stats(); stats.timed_steps > 0 && stats.collective_seconds > 0) {
+    summary["allreduce_gpu_s_per_step"] = stats.collective_seconds / stats.timed_steps;
+    summary["allreduce_busbw_gbs"] = stats.collective_bus_bytes / stats.collective_seconds / 1e9;
+  }
   emit(summary);
   backend.barrier()->wait();
   shutdown_backend(backend);

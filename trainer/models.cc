@@ -20,6 +20,18 @@ torch::Tensor FashionCnnImpl::forward(torch::Tensor images) {
   return fc2_(x);
 }
 
+namespace {
+
+// torch::nn::Linear's forward runs a matmul and then a separate broadcast add of the bias for
+// inputs of more than two dimensions; ATen's linear folds the bias into the GEMM (cuBLASLt
+// epilogue), as Python's nn.Linear does. On GPT-2 small that separate add cost 1.8 ms of a
+// 40 ms step (H200, bench/gpu/RESULTS in bench/RESULTS.md).
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias);
+}
+
+}  // namespace
+
 GptBlockImpl::GptBlockImpl(std::int64_t width, std::int64_t heads) : heads_(heads) {
   TORCH_CHECK(width % heads == 0, "GPT width must be a multiple of the head count");
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
@@ -33,10 +45,11 @@ GptBlockImpl::GptBlockImpl(std::int64_t width, std::int64_t heads) : heads_(head
 torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
   const auto batch = x.size(0), time = x.size(1), width = x.size(2);
   const auto head_width = width / heads_;
-  auto qkv = qkv_(ln1_(x)).view({batch, time, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
+  auto qkv =
+      linear(qkv_, ln1_(x)).view({batch, time, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
   auto attended = causal_attention(qkv[0], qkv[1], qkv[2]);  // [B,H,T,hw]
-  x = x + proj_(attended.transpose(1, 2).reshape({batch, time, width}));
-  x = x + fc_out_(torch::gelu(fc_(ln2_(x))));
+  x = x + linear(proj_, attended.transpose(1, 2).reshape({batch, time, width}));
+  x = x + linear(fc_out_, torch::gelu(linear(fc_, ln2_(x))));
   return x;
 }
 

@@ -6,11 +6,17 @@
 // - TCPStore: 2.x adds libuv (on by default); we keep the classic server for identical
 //   behaviour on both.
 // - Shutdown: 2.x process groups (NCCL above all) want shutdown() before exit; 1.13 has none.
+// - Optimizer state: 1.13 keys it by the parameter's TensorImpl address as a string, 2.x by the
+//   address itself.
+// - Collective timing: 2.x works report their CUDA-event duration (getDuration(), with
+//   TORCH_NCCL_ENABLE_TIMING=1); 1.13 has no such call.
 #pragma once
 
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <string>
 
 namespace elastic::trainer {
 
@@ -33,6 +39,31 @@ inline void shutdown_backend(Backend& backend) {
   backend.shutdown();
 #else
   (void)backend;
+#endif
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+inline void* optimizer_state_key(const at::Tensor& parameter) {
+  return parameter.unsafeGetTensorImpl();
+}
+#else
+inline std::string optimizer_state_key(const at::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+#endif
+
+// Milliseconds the collective took on the GPU, or a negative value where that is unknown (no
+// timing enabled, a backend without it, LibTorch 1.13). The work must have completed.
+inline float collective_milliseconds(c10d::Work& work) {
+#if TORCH_VERSION_MAJOR >= 2
+  try {
+    return work.getDuration();
+  } catch (const std::exception&) {
+    return -1;
+  }
+#else
+  (void)work;
+  return -1;
 #endif
 }
 

@@ -5,7 +5,10 @@
 Same network (pre-norm blocks, fused causal attention, exact GELU, tied head, GPT-2 init), same
 synthetic data (each sample an arithmetic progression modulo the vocabulary), same parameter
 dtype (bf16 parameters, float32 logits for the loss), same optimizer (Adam, lr 1e-3), same
-per-GPU batch and DDP's default 25 MiB buckets (the trainer's default too).
+per-GPU batch and DDP's default 25 MiB buckets (the trainer's default too). Adam is PyTorch's
+default for CUDA parameters (multi-tensor "foreach"); --fused takes Adam(fused=True), the
+kernel elastic-trainer uses on GPUs; --pin copies batches from pinned memory without blocking,
+as elastic-trainer does (a plain .to(device) from pageable memory waits for the GPU).
 
 Two modes:
   throughput  --steps N --warmup W: prints one JSON summary (rank 0) with samples/s over the
@@ -98,6 +101,13 @@ def main():
     ap.add_argument("--jsonl-out", default="")
     ap.add_argument("--pid-file", default="")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--fused", action="store_true", help="Adam(fused=True) (default: foreach)")
+    ap.add_argument("--pin", action="store_true",
+                    help="batches through pinned memory, copied with non_blocking=True")
+    ap.add_argument("--profile", default="",
+                    help="throughput: torch.profiler trace of --profile-steps steps after the "
+                         "warm-up to PATH.rank<N>.json (Chrome trace)")
+    ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -114,7 +124,7 @@ def main():
     torch.manual_seed(a.seed)
     model = Gpt(a.gpt_vocab, a.gpt_context, a.gpt_layers, a.gpt_heads, a.gpt_width)
     model = model.to(device=device, dtype=torch.bfloat16)
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr, **({"fused": True} if a.fused else {}))
     step = 0
     ckpt = os.path.join(a.ckpt_dir, "latest.pt") if a.ckpt_dir else ""
     resumed = False
@@ -142,7 +152,8 @@ def main():
               "restart": restart, "parameters": params, "pid": os.getpid()})
 
     def one_step(s):
-        tokens = batch_tokens(s, rank, a.batch_size, seq, a.gpt_vocab, a.seed).to(device)
+        tokens = batch_tokens(s, rank, a.batch_size, seq, a.gpt_vocab, a.seed)
+        tokens = tokens.pin_memory().to(device, non_blocking=True) if a.pin else tokens.to(device)
         logits = ddp(tokens[:, :seq]).float()
         loss = F.cross_entropy(logits.reshape(-1, a.gpt_vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -154,6 +165,15 @@ def main():
         for s in range(a.warmup):
             one_step(s)
         torch.cuda.synchronize()
+        if a.profile:  # a separate run: profiled steps are not the timed ones
+            from torch.profiler import profile, ProfilerActivity
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for s in range(a.profile_steps):
+                    one_step(a.warmup + s)
+                torch.cuda.synchronize()
+            prof.export_chrome_trace(f"{a.profile}.rank{rank}.json")
+            dist.destroy_process_group()
+            return
         t0 = time.perf_counter()
         for s in range(a.steps):
             loss = one_step(a.warmup + s)
@@ -164,6 +184,7 @@ def main():
             emit({"event": "summary", "system": "ddp", "world_size": world,
                   "batch_size": a.batch_size, "steps": a.steps, "seconds": seconds,
                   "samples_per_s": a.steps * a.batch_size * world / seconds, "loss": last,
+                  "fused": a.fused, "pin": a.pin,
                   "parameters": params, "torch": torch.__version__,
                   "nccl": str(torch.cuda.nccl.version())})
     else:

@@ -14,6 +14,8 @@
 #                                           counts against elastic) and is collected by
 #   bench/gpu/run-on-device.sh collect      waits (up to 9.5 min) for that run; prints all tables
 #   bench/gpu/run-on-device.sh torchrun_only  the torchrun half of `recovery` alone (both timeouts)
+#   bench/gpu/run-on-device.sh recovery_elastic  the elastic half of `recovery` alone
+#   bench/gpu/run-on-device.sh profile      Kineto traces of trainer and DDP steps, summarised
 # Several phases may be named in one call. NVLink multicast stays off everywhere.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -91,6 +93,45 @@ recovery() {
   cp "$work/tr60/result.json" "$out/torchrun60-result.json"
   pack
   python3 "$py" summary "$work/elastic/result.json" "$work/tr60/result.json" | tee "$out/recovery.md"
+}
+
+profile() {  # Kineto traces of 3 steps after a 10-step warm-up: trainer (old and new compute
+             # path) and DDP on 1 GPU; trainer (overlap on/off) and DDP on all GPUs. Summaries in
+             # $out/profile.md, rank 0's traces gzipped under $out/traces.
+  local p=$work/profile
+  rm -rf "$p"; mkdir -p "$p" "$out/traces"
+  local common=(--model gpt --dtype bf16 --device cuda --batch-size 8 --max-steps 13
+                --warmup-steps 10 --no-eval --log-interval 1000 --profile-steps 3)
+  local ddp=("$root/bench/gpu/gpt_ddp.py" --mode throughput --batch-size 8 --warmup 10
+             --profile-steps 3)
+  local n=$ngpu
+  [ "$n" -gt 4 ] && n=4
+  "$trainer" --standalone 1 "${common[@]}" --no-fused-adam --sync-every-step --profile "$p/trainer1-old" >/dev/null 2>>"$p/err.log"
+  "$trainer" --standalone 1 "${common[@]}" --profile "$p/trainer1" >/dev/null 2>>"$p/err.log"
+  torchrun --standalone --nproc-per-node 1 "${ddp[@]}" --profile "$p/ddp1" >/dev/null 2>>"$p/err.log"
+  if [ "$n" -ge 2 ]; then
+    "$trainer" --standalone "$n" "${common[@]}" --profile "$p/trainer$n" >/dev/null 2>>"$p/err.log"
+    "$trainer" --standalone "$n" "${common[@]}" --no-overlap --profile "$p/trainer$n-no-overlap" >/dev/null 2>>"$p/err.log"
+    torchrun --standalone --nproc-per-node "$n" "${ddp[@]}" --profile "$p/ddp$n" >/dev/null 2>>"$p/err.log"
+  fi
+  grep -iv 'warning\|^\s*$\|W1126\|\*\*\*\*' "$p/err.log" | tail -15
+  : >"$out/profile.md"
+  for t in "$p"/*.rank0.json; do
+    local label; label=$(basename "$t" .rank0.json)
+    python3 "$root/bench/gpu/trace_summary.py" "$t" --steps 3 --label "$label" | tee -a "$out/profile.md"
+    gzip -c "$t" >"$out/traces/$label.rank0.json.gz"
+  done
+}
+
+recovery_elastic() {  # the elastic half of `recovery` alone (GPUs 0,1), nothing else running;
+                      # ELASTIC_CONF: the daemons' config (default conf/elasticd.toml)
+  rm -rf "$work/elastic"
+  python3 "$py" elastic --work "$work/elastic" --gpus 0,1 --elasticd "$bin/elasticd" \
+    --elasticctl "$bin/elasticctl" --trainer "$trainer" --config "${ELASTIC_CONF:-$root/conf/elasticd.toml}" \
+    2>&1 | tee "$work/elastic.log" | tail -40
+  cp "$work/elastic/result.json" "$out/elastic-result.json"
+  pack
+  python3 "$py" summary "$work/elastic/result.json" | tee "$out/recovery-elastic.md"
 }
 
 torchrun_only() {  # the torchrun half of `recovery` again (GPUs 2,3; the default timeout on 0,1)
