@@ -4,7 +4,8 @@
 #   make test          build, then run every test tier that runs on CPU (ctest)
 #   make deps          install the Debian packages the project needs (idempotent)
 #   make demo          3 daemons as hosts in network namespaces train Fashion-MNIST through a kill -9
-#   make install       install binaries and config (PREFIX=/usr/local, DESTDIR honoured)
+#   make install       binaries, systemd unit + tmpfiles, Slurm scripts, /etc/elastic/elasticd.toml
+#                      (kept if present) (PREFIX=/usr/local, DESTDIR honoured; systemd/README.md)
 #   make format        clang-format every source file
 #
 # MODE=debug|release|asan|tsan picks the build type and sanitizer.
@@ -22,7 +23,8 @@ DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 pr
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhwloc-dev libtoml11-dev \
   libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
-  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
+  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist \
+  systemd slurmctld slurmd slurm-client munge
 
 ifeq ($(MODE),release)
   BUILD_TYPE := Release
@@ -71,6 +73,8 @@ demo: build
 install: build
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR)
+	@if [ -z "$(DESTDIR)" ]; then echo "next: systemctl daemon-reload && systemctl enable --now elasticd" \
+	  "(edit /etc/elastic/elasticd.toml first: membership.seeds, consensus.voters)"; fi
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

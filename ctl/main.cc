@@ -1,7 +1,9 @@
 // elasticctl: the command-line client of elasticd. Every verb talks to the local daemon over
 // its control socket (control.socket from the same config file and --set overrides the daemon
-// uses); job verbs are forwarded by it to the Raft leader, `logs` to the daemon holding the
-// rank. Human tables by default; --json (every verb) prints the daemon's JSON for scripts.
+// uses; ELASTIC_CONTROL_SOCKET in the environment beats the file's control.socket but not
+// --set control.socket); job verbs are forwarded by it to the Raft leader, `logs` to the daemon
+// holding the rank. Human tables by default; --json (every verb) prints the daemon's JSON for
+// scripts.
 //   config                                the effective configuration (no daemon needed)
 //   nodes [--topology]                    the member table; --topology: this host's binding plan
 //   status [JOB]                          the local daemon (identity, Raft, rounds), or one job
@@ -9,19 +11,26 @@
 //   submit [FILE.toml] [flags] [-- CMD..] submit a job (file < flags; prints its id); --wait
 //                                         follows it until it ends; --dry-run only prints it
 //   cancel JOB                            cancel a job (its owner, root or control.admin_group)
-//   events [JOB] [--limit N]              job state changes, oldest first
+//   events [JOB] [--limit N]              job state changes, cluster events and recovery
+//                                         incident timelines, oldest first
 //   logs JOB [--rank N] [--follow]        worker output (all ranks prefixed, or one raw)
 //   drain NODE [--reason T] / undrain NODE   stop / resume placing new rounds on a node (admins)
 //   voters [add|remove NODE]              the Raft voters; change them one at a time (admins)
 //   keygen --dir DIR [--name N]           a node's CURVE key pair
+//   keygen --dir DIR --client USER        a remote control client's key pair
+// Remote control (from a login node without a daemon): --connect tcp://HOST:PORT --client-key
+// FILE --server-key FILE (or ELASTIC_CONNECT, ELASTIC_CLIENT_KEY, ELASTIC_SERVER_KEY) sends
+// every verb to that daemon's control.remote_listen over CURVE; output and exit codes are the
+// same, plus 77 when the daemon refuses the client key.
 // Job files and their errors: ctl/job_file.h.
 //
 // Exit codes (sysexits.h where one fits): 0 ok; 1 the daemon refused the request (its sentence
-// is printed: not permitted, unknown job, no leader...); 3 `submit --wait`: the job failed (the
+// is printed: unknown job, no leader...); 3 `submit --wait`: the job failed (the
 // reason is printed); 4 `submit --wait`: the job was cancelled; 64 bad command line; 65 bad job
 // spec (file or flags; found before anything is sent); 66 the job file cannot be read; 69 no
 // daemon answers at the control socket (or it went away for good during --wait/--follow);
-// 70 internal error; 73 key files cannot be written; 77 permission denied on the control socket;
+// 70 internal error; 73 key files cannot be written; 77 permission denied (the control socket,
+// or the daemon refused: not the job's owner, not an admin, or a refused --connect client key);
 // 78 bad configuration.
 //
 // Thread safety: single-threaded. Replies are decoded without exceptions (a malformed reply is
@@ -35,6 +44,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -49,6 +59,7 @@
 #include "daemon/control/client.h"
 #include "daemon/control/protocol.h"
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/transport/control_client.h"
 #include "daemon/transport/curve_keys.h"
 #include "elastic/version.h"
 
@@ -85,8 +96,15 @@ constexpr const char* kExitCodesHelp =
     "Exit codes: 0 ok; 1 the daemon refused the request (its reason is printed); 3 submit "
     "--wait: the job failed; 4 submit --wait: the job was cancelled; 64 bad command line; 65 "
     "bad job spec (file or flags); 66 job file unreadable; 69 no daemon answers at the control "
-    "socket; 70 internal error; 73 key files cannot be written; 77 permission denied on the "
-    "control socket; 78 bad configuration.";
+    "socket (or --connect's daemon did not answer); 70 internal error; 73 key files cannot be "
+    "written; 77 permission denied (on the control socket, by the daemon: not your job, not an "
+    "admin, or --connect's client key refused); 78 bad configuration.\n\n"
+    "Files: /etc/elastic/elasticd.toml (the config read with -c; its control.socket names the "
+    "local daemon's socket, default /run/elastic/elasticd.sock).\n"
+    "Environment: ELASTIC_CONTROL_SOCKET (the local daemon's socket; set by the Slurm "
+    "TaskProlog; --set control.socket=... wins); ELASTIC_CONNECT, ELASTIC_CLIENT_KEY, "
+    "ELASTIC_SERVER_KEY (remote control through CURVE, like --connect, --client-key, "
+    "--server-key).";
 
 // ---- JSON access that never throws (replies are decoded defensively) ------------------------
 
@@ -231,10 +249,46 @@ Answer unreachable(const std::string& socket_path, const std::string& detail) {
       cfg::kExitUnavailable, {}, detail + " (the daemon accepts connections but did not answer)"};
 }
 
+// Remote control (--connect): when set, every verb goes to that daemon over CURVE instead of
+// the local socket, acting as the user its client key names (transport/control_client.h).
+std::optional<elastic::transport::RemoteControlClient> remote_daemon;
+
+// The daemon's refusals for lack of rights (not the owner, not an admin) exit 77 like a
+// refused socket; their sentences come from the job table and the node.
+bool not_permitted(const std::string& error) {
+  for (const char* phrase :
+       {" may not ", "Only root or members of control.admin_group",
+        "needs root or a member of control.admin_group", "root or control.admin_group may"}) {
+    if (error.find(phrase) != std::string::npos) return true;
+  }
+  return false;
+}
+
 Answer ask(const std::string& socket, const json& request, milliseconds timeout) {
   const std::string verb = str(request, "verb");
-  auto answer = elastic::control::call(
-      socket, elastic::control::Request{.verb = verb, .text = request.dump()}, timeout);
+  const elastic::control::Request call{.verb = verb, .text = request.dump()};
+  if (remote_daemon) {
+    elastic::transport::RemoteFailure failure = elastic::transport::RemoteFailure::kNone;
+    auto answer = elastic::transport::call_remote(*remote_daemon, call, timeout, &failure);
+    if (!answer.ok()) {
+      const int code = failure == elastic::transport::RemoteFailure::kRefused ? kExitNoPermission
+                       : failure == elastic::transport::RemoteFailure::kBadSetup
+                           ? cfg::kExitUsage
+                           : cfg::kExitUnavailable;
+      return {code, {}, answer.error().message};
+    }
+    json reply = json::parse(*answer, nullptr, /*allow_exceptions=*/false);
+    if (!reply.is_object()) {
+      return {cfg::kExitUnavailable, {}, "the daemon's reply to " + verb + " is not a JSON object"};
+    }
+    if (!flag(reply, "ok")) {
+      std::string error = str(reply, "error", "the daemon refused the request");
+      const int code = not_permitted(error) ? kExitNoPermission : kExitRefused;
+      return {code, std::move(reply), std::move(error)};
+    }
+    return {0, std::move(reply), ""};
+  }
+  auto answer = elastic::control::call(socket, call, timeout);
   if (!answer.ok()) return unreachable(socket, answer.error().message);
   json reply = json::parse(*answer, nullptr, /*allow_exceptions=*/false);
   if (!reply.is_object()) {
@@ -246,7 +300,8 @@ Answer ask(const std::string& socket, const json& request, milliseconds timeout)
         error.find("nknown request") != std::string::npos) {
       error += " (is the daemon older than this elasticctl? elasticctl --version)";
     }
-    return {kExitRefused, std::move(reply), std::move(error)};
+    const int code = not_permitted(error) ? kExitNoPermission : kExitRefused;
+    return {code, std::move(reply), std::move(error)};
   }
   return {0, std::move(reply), ""};
 }
@@ -488,6 +543,47 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
   return 0;
 }
 
+// One recovery incident as a timeline (seconds after its earliest evidence; "-" unknown).
+void print_incident(const json& i) {
+  const auto point = [&](const char* key) -> std::string {
+    const json& value = member(i, key);
+    if (!value.is_number()) return "-";
+    char text[32];
+    std::snprintf(text, sizeof(text), "+%.2f s", value.get<double>());
+    return text;
+  };
+  const auto padded = [](std::string text) {
+    text.resize(std::max<std::size_t>(text.size(), 10), ' ');
+    return text;
+  };
+  std::cout << "\nincident " << cell(i, "id") << "  job " << str(i, "job") << "  "
+            << str(i, "cause") << (str(i, "node").empty() ? "" : " " + str(i, "node")) << "  round "
+            << cell(i, "from_round") << "  at " << local_time(num(i, "at_ms")) << "\n";
+  std::cout << "  detected      " << point("detected_s") << "\n";
+  std::cout << "  stopped       " << point("stopped_s") << "\n";
+  std::cout << "  rendezvous    " << padded(point("rendezvous_s"));
+  if (num(i, "to_round") > 0) {
+    std::cout << "  (round " << cell(i, "to_round") << ", " << cell(i, "to_nodes")
+              << (num(i, "to_nodes") == 1 ? " node)" : " nodes)");
+  }
+  std::cout << "\n  first step    " << padded(point("first_step_s"));
+  if (member(i, "resumed_from").is_number_integer()) {
+    const std::int64_t from = num(i, "resumed_from");
+    std::cout << "  ("
+              << (from < 0 ? std::string("started fresh")
+                           : "resumed from step " + std::to_string(from));
+    if (member(i, "steps_lost").is_number_integer()) {
+      std::cout << "; " << num(i, "steps_lost") << " steps lost";
+    }
+    std::cout << ")";
+  } else if (flag(i, "given_up")) {
+    std::cout << "  (given up: no first step reported)";
+  } else if (!flag(i, "complete")) {
+    std::cout << "  (in progress)";
+  }
+  std::cout << "\n";
+}
+
 int events_command(const std::string& socket, const std::string& job, std::int64_t limit,
                    bool as_json) {
   json request{{"verb", "events"}};
@@ -499,15 +595,35 @@ int events_command(const std::string& socket, const std::string& job, std::int64
     std::cout << dump(reply) << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"TIME", "JOB", "ROUND", "CHANGE", "REASON"}};
+  // Job state changes and the leader's cluster events, merged by time.
+  std::vector<std::pair<std::int64_t, std::vector<std::string>>> lines;
   const json& events = member(reply, "events");
   if (events.is_array()) {
     for (const json& e : events) {
-      rows.push_back({local_time(num(e, "at_ms")), str(e, "job", job.empty() ? "-" : job),
-                      cell(e, "round"), cell(e, "from") + "->" + cell(e, "to"), str(e, "reason")});
+      lines.push_back(
+          {num(e, "at_ms"),
+           {local_time(num(e, "at_ms")), str(e, "job", job.empty() ? "-" : job), cell(e, "round"),
+            cell(e, "from") + "->" + cell(e, "to"), str(e, "reason")}});
     }
   }
+  const json& cluster = member(reply, "cluster");
+  if (cluster.is_array()) {
+    for (const json& e : cluster) {
+      const std::string node = str(e, "node");
+      lines.push_back({num(e, "at_ms"),
+                       {local_time(num(e, "at_ms")), str(e, "job").empty() ? "-" : str(e, "job"),
+                        "-", str(e, "kind") + (node.empty() ? "" : " " + node), str(e, "detail")}});
+    }
+  }
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<std::string>> rows = {{"TIME", "JOB", "ROUND", "CHANGE", "REASON"}};
+  for (auto& line : lines) rows.push_back(std::move(line.second));
   print_table(rows);
+  const json& incidents = member(reply, "incidents");
+  if (incidents.is_array()) {
+    for (const json& i : incidents) print_incident(i);
+  }
   return 0;
 }
 
@@ -759,7 +875,7 @@ class LogReader {
 
 // ---- keygen -------------------------------------------------------------------------------
 
-int keygen_command(const std::string& dir, const std::string& name) {
+int keygen_command(const std::string& dir, const std::string& name, bool client) {
   auto keys = elastic::transport::generate_curve_keypair();
   if (!keys.ok()) {
     std::cerr << "elasticctl: " << keys.error().message << "\n";
@@ -769,6 +885,13 @@ int keygen_command(const std::string& dir, const std::string& name) {
   if (!written.ok()) {
     std::cerr << "elasticctl: " << written.error().message << "\n";
     return kExitCantCreate;
+  }
+  if (client) {
+    std::cout << "wrote " << dir << "/" << name << ".key (your secret key for elasticctl "
+              << "--client-key, mode 0600) and " << dir << "/" << name << ".pub (an admin "
+              << "copies it into the daemon's control.client_keys_dir as " << name
+              << ".pub; the file name is the user the key acts as)\n";
+    return 0;
   }
   std::cout << "wrote " << dir << "/" << name << ".key (secret, mode 0600) and " << dir << "/"
             << name << ".pub (public: copy it into every node's transport.public_keys_dir)\n";
@@ -803,6 +926,19 @@ int run(int argc, char** argv) {
   app.add_option("--set", overrides, "Override one setting (repeatable)")
       ->type_name("SECTION.KEY=VALUE")
       ->allow_extra_args(false);
+  elastic::transport::RemoteControlClient remote;
+  CLI::Option* connect_option =
+      app.add_option("--connect", remote.endpoint,
+                     "Talk to the daemon at this control.remote_listen (tcp://HOST:PORT) over "
+                     "CURVE instead of the local socket, e.g. from a login node")
+          ->envname("ELASTIC_CONNECT");
+  app.add_option("--client-key", remote.client_key_file,
+                 "With --connect: your secret key (elasticctl keygen --client USER); the daemon "
+                 "acts as the user its USER.pub in control.client_keys_dir names")
+      ->envname("ELASTIC_CLIENT_KEY");
+  app.add_option("--server-key", remote.server_key_file,
+                 "With --connect: the daemon's public key (its transport NODE.pub)")
+      ->envname("ELASTIC_SERVER_KEY");
   app.fallthrough();  // -c and --set may also follow the command
   app.require_subcommand(1);
   bool as_json = false;
@@ -877,7 +1013,11 @@ int run(int argc, char** argv) {
   json_flag(cancel_cmd);
 
   CLI::App* events_cmd =
-      app.add_subcommand("events", "Show job state changes (one job, or all merged), oldest first");
+      app.add_subcommand("events",
+                         "Show job state changes (replicated), the leader's cluster events "
+                         "(members, elections, drains, rounds) and recovery incident timelines, "
+                         "oldest first; cluster events and incidents are the leader's memory, "
+                         "lost when leadership moves");
   events_cmd->add_option("job", job_id, "Only this job");
   std::int64_t limit = 0;
   events_cmd->add_option("--limit", limit, "At most the last N events")->check(CLI::PositiveNumber);
@@ -919,7 +1059,14 @@ int run(int argc, char** argv) {
   std::string key_dir;
   std::string key_name;
   keygen_cmd->add_option("--dir", key_dir, "Directory for the key files (created)")->required();
-  keygen_cmd->add_option("--name", key_name, "Node name (default: node.name, else the hostname)");
+  CLI::Option* key_name_opt = keygen_cmd->add_option(
+      "--name", key_name, "Node name (default: node.name, else the hostname)");
+  std::string client_user;
+  keygen_cmd
+      ->add_option("--client", client_user,
+                   "Write a remote control client key pair for this user instead "
+                   "(DIR/USER.key for --client-key, DIR/USER.pub for control.client_keys_dir)")
+      ->excludes(key_name_opt);
 
   try {
     app.parse(args);
@@ -952,6 +1099,14 @@ int run(int argc, char** argv) {
               << " (EX_CONFIG)\n";
     return cfg::kExitConfig;
   }
+  // ELASTIC_CONTROL_SOCKET (exported by the Slurm TaskProlog for the allocation's own daemon,
+  // and set for every worker) beats the config file but not an explicit --set control.socket.
+  if (const char* env_socket = std::getenv("ELASTIC_CONTROL_SOCKET");
+      env_socket != nullptr && *env_socket != '\0' &&
+      std::none_of(overrides.begin(), overrides.end(),
+                   [](const std::string& o) { return o.rfind("control.socket=", 0) == 0; })) {
+    loaded->config.control.socket = env_socket;
+  }
 
   if (config_cmd->parsed()) {
     if (loaded->file_missing) {
@@ -959,6 +1114,15 @@ int run(int argc, char** argv) {
     }
     std::cout << (as_json ? cfg::to_json(loaded->config) : cfg::to_toml(loaded->config));
     return 0;
+  }
+  (void)connect_option;
+  if (!remote.endpoint.empty() && !keygen_cmd->parsed() && !config_cmd->parsed()) {
+    if (remote.client_key_file.empty() || remote.server_key_file.empty()) {
+      std::cerr << "elasticctl: --connect needs --client-key FILE and --server-key FILE (or "
+                   "ELASTIC_CLIENT_KEY and ELASTIC_SERVER_KEY)\n";
+      return cfg::kExitUsage;
+    }
+    remote_daemon = remote;
   }
   const std::string& socket = loaded->config.control.socket;
   if (nodes_cmd->parsed()) {
@@ -1090,7 +1254,8 @@ int run(int argc, char** argv) {
   if (keygen_cmd->parsed()) {
     if (key_name.empty()) key_name = loaded->config.node.name;
     if (key_name.empty()) key_name = host_name();
-    return keygen_command(key_dir, key_name);
+    if (!client_user.empty()) return keygen_command(key_dir, client_user, /*client=*/true);
+    return keygen_command(key_dir, key_name, /*client=*/false);
   }
   return cfg::kExitUsage;  // unreachable: require_subcommand(1)
 }

@@ -1,11 +1,12 @@
 // elasticd: the per-host daemon. It loads and validates the configuration, then runs the node
-// (daemon/node/node.h): transport, SWIM membership and the local control socket. Consensus,
-// rendezvous and the spawner arrive with later issues.
+// (daemon/node/node.h): transport, SWIM membership, Raft, rendezvous, the job supervisor and
+// the local control socket. SIGHUP re-reads the same file with the same --set overrides (the
+// reload function handed to the Node); SIGTERM drains.
 //
-// Exit codes (sysexits.h): 0 ok (also after SIGTERM/SIGINT: a graceful leave), 64 bad command
-// line, 69 the node cannot run (bind failed, another daemon owns the control socket), 73 the
-// state directory or log file cannot be created, 78 bad configuration (systemd:
-// RestartPreventExitStatus=78).
+// Exit codes (sysexits.h, listed in --help): 0 ok (also after SIGTERM/SIGINT: a drain and a
+// graceful leave), 64 bad command line, 69 the node cannot run (bind failed, another daemon owns
+// the control socket), 73 the state directory or log file cannot be created, 74 the Raft log
+// cannot be written, 78 bad configuration (systemd: RestartPreventExitStatus=78).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -24,11 +25,55 @@ namespace {
 
 namespace cfg = elastic::config;
 
+// The rest of the man page: what --help prints after the options.
+constexpr const char* kManual = R"(FILES
+  /etc/elastic/elasticd.toml   the configuration (every key, its default and why: the
+                               annotated copy installed by make install)
+  /var/lib/elastic             node.state_dir: generation, Raft log (raft/), worker logs (logs/)
+  /run/elastic/elasticd.sock   control.socket: elasticctl's way in (peer credentials checked)
+  <prefix>/lib/systemd/system/elasticd.service, <prefix>/libexec/elastic/slurm/
+
+SIGNALS
+  SIGTERM  drain: take no new rounds, tell the leader this node leaves (its jobs shrink without
+           a restart being counted), SIGTERM the workers (elastic-trainer checkpoints and exits
+           75), SIGKILL what is left after spawner.stop_grace, leave the cluster, exit 0. The
+           daemon keeps answering peers and elasticctl meanwhile.
+  SIGINT   the same as SIGTERM. A second SIGTERM or SIGINT during the drain kills the workers
+           at once.
+  SIGHUP   reload: re-read the same config file with the same --set overrides. An invalid
+           config changes nothing (one error line names the key; elasticctl status shows it);
+           a valid one applies logging.level and control.admin_group at once and logs every
+           other changed key as taking effect after a restart.
+
+EXIT STATUS
+  0   stopped by SIGTERM/SIGINT after a drain, or --check-config/--print-config succeeded
+  64  bad command line (EX_USAGE)
+  69  the node cannot run: transport.bind failed, another daemon owns control.socket, no
+      topology (EX_UNAVAILABLE)
+  70  internal error (EX_SOFTWARE)
+  73  node.state_dir, the control socket or logging.file cannot be created (EX_CANTCREAT)
+  74  the Raft log cannot be written (EX_IOERR)
+  78  invalid configuration: one line per problem, naming the file:line and key (EX_CONFIG;
+      the systemd unit does not restart on it)
+
+ENVIRONMENT
+  NOTIFY_SOCKET  set by systemd for Type=notify: READY=1 once the config is valid, the sockets
+                 are bound and the node joined a seed (at once without seeds); STATUS= lines;
+                 RELOADING=1/READY=1 around a reload; STOPPING=1 on SIGTERM. Unset: no-op.
+  WATCHDOG_USEC  set by systemd's WatchdogSec=: WATCHDOG=1 is sent every half of it.
+
+SEE ALSO
+  elasticctl --help, systemd/README.md, slurm/README.md)";
+
 int run(int argc, char** argv) {
   CLI::App app{
-      "elasticd: the elastic training daemon; one runs on every GPU host.\n"
-      "Settings come from built-in defaults, then the config file, then --set.",
+      "elasticd - the elastic training daemon; one runs on every GPU host.\n\n"
+      "The daemons find each other through membership.seeds (SWIM gossip over ZeroMQ), elect a\n"
+      "leader among consensus.voters (Raft), run each job's rendezvous and start one worker per\n"
+      "local GPU as the submitting user. elasticctl talks to the local daemon through\n"
+      "control.socket. Settings come from built-in defaults, then the config file, then --set.\n",
       "elasticd"};
+  app.footer(kManual);
   app.set_version_flag("--version", std::string("elasticd ") + elastic::kVersion);
   std::string config_path = cfg::kDefaultConfigPath;
   CLI::Option* config_option =
@@ -97,6 +142,14 @@ int run(int argc, char** argv) {
               << "\n";
     return failure.exit_code;
   }
+  // SIGHUP: the same file and overrides again. A default path that has gone missing means the
+  // built-in defaults, exactly as at start.
+  node->set_reload(
+      [config_path, explicit_file, overrides] {
+        return cfg::load_config(cfg::LoadOptions{
+            .file = config_path, .file_must_exist = explicit_file, .overrides = overrides});
+      },
+      loaded->source);
   return node->run();
 }
 

@@ -197,6 +197,12 @@ struct ControlConfig {
   std::string admin_group = "";
   // Prometheus text endpoint "host:port"; "" = off.
   std::string metrics_listen = "";
+  // Remote control through CURVE for login nodes without a daemon: "tcp://HOST:PORT" (ROUTER,
+  // this node's transport keypair); "" = off. Needs transport.curve = true.
+  std::string remote_listen = "";
+  // Allow-list of remote control clients: one <user>.pub per client key; the file name is the
+  // user the key speaks for. Must not be writable by group or others.
+  std::string client_keys_dir = "";
   bool operator==(const ControlConfig&) const = default;
 };
 

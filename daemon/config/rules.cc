@@ -328,9 +328,26 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
                 " bytes long; a unix socket path must be at most 107");
   if (!c.control.metrics_listen.empty()) {
     const auto listen = parse_host_port(c.control.metrics_listen);
-    k.require(listen && listen->port != 0, {"control.metrics_listen"},
-              quote(c.control.metrics_listen) +
-                  " must be \"\" (off) or HOST:PORT with a port from 1 to 65535");
+    // Port 0 binds a free port (tests); the daemon logs and reports the one it got.
+    k.require(
+        listen.has_value(), {"control.metrics_listen"},
+        quote(c.control.metrics_listen) +
+            " must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free port)");
+  }
+  // Remote control authenticates clients with CURVE; without CURVE between the daemons anyone
+  // reaching the transport port could forge the forwarded requests (which carry uid and admin),
+  // so remote control is only offered on a CURVE cluster.
+  k.absolute_path("control.client_keys_dir", c.control.client_keys_dir, true);
+  if (!c.control.remote_listen.empty()) {
+    k.require(parse_tcp_endpoint(c.control.remote_listen).has_value(), {"control.remote_listen"},
+              quote(c.control.remote_listen) +
+                  " must be \"\" (off) or tcp://HOST:PORT (e.g. tcp://0.0.0.0:7947)");
+    k.require(c.transport.curve, {"control.remote_listen", "transport.curve"},
+              "needs transport.curve = true (remote clients are authenticated with CURVE, and "
+              "without it between the daemons forwarded requests could be forged)");
+    k.require(!c.control.client_keys_dir.empty(),
+              {"control.client_keys_dir", "control.remote_listen"},
+              "must be set when control.remote_listen is set (it lists the allowed client keys)");
   }
 
   // logging

@@ -88,6 +88,8 @@ void visit_config(Config& c, Visitor& v) {
   v.field("socket", c.control.socket);
   v.field("admin_group", c.control.admin_group);
   v.field("metrics_listen", c.control.metrics_listen);
+  v.field("remote_listen", c.control.remote_listen);
+  v.field("client_keys_dir", c.control.client_keys_dir);
 
   v.section("logging");
   v.field("level", c.logging.level);

@@ -54,6 +54,9 @@ json to_json(const TransportCounters& c) {
               {"dropped_wrong_cluster", c.dropped_wrong_cluster},
               {"dropped_unauthenticated", c.dropped_unauthenticated},
               {"dropped_undecodable", c.dropped_undecodable},
+              {"control_received", c.control_received},
+              {"control_dropped", c.control_dropped},
+              {"control_unauthenticated", c.control_unauthenticated},
               {"peers_opened", c.peers_opened},
               {"peers_closed", c.peers_closed},
               {"open_peers", c.open_peers}};
@@ -225,6 +228,9 @@ Result<NodesReply> decode_nodes_reply(const std::string& text) {
           read_field(*counters, "dropped_wrong_cluster", c.dropped_wrong_cluster, error) &&
           read_field(*counters, "dropped_unauthenticated", c.dropped_unauthenticated, error) &&
           read_field(*counters, "dropped_undecodable", c.dropped_undecodable, error) &&
+          read_field(*counters, "control_received", c.control_received, error) &&
+          read_field(*counters, "control_dropped", c.control_dropped, error) &&
+          read_field(*counters, "control_unauthenticated", c.control_unauthenticated, error) &&
           read_field(*counters, "peers_opened", c.peers_opened, error) &&
           read_field(*counters, "peers_closed", c.peers_closed, error) &&
           read_field(*counters, "open_peers", c.open_peers, error))) {

@@ -78,6 +78,11 @@ struct TransportCounters {
   std::uint64_t dropped_wrong_cluster = 0;
   std::uint64_t dropped_unauthenticated = 0;
   std::uint64_t dropped_undecodable = 0;  // valid envelope, body not a valid message
+  // The remote control socket (control.remote_listen): requests, frames not of the protocol,
+  // refused client keys.
+  std::uint64_t control_received = 0;
+  std::uint64_t control_dropped = 0;
+  std::uint64_t control_unauthenticated = 0;
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
   std::uint64_t open_peers = 0;

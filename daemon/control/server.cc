@@ -93,7 +93,7 @@ Result<std::unique_ptr<Server>> Server::open(const std::string& path, Handler ha
     ::close(listen_fd);
     return Error{"Cannot bind the control socket " + path + ": " + errno_text(error) + "."};
   }
-  // Every verb is read-only today, so any local user may connect; admin verbs check the peer's
+  // Every user may connect (to submit and follow their jobs); verbs check the peer's
   // credentials themselves.
   ::chmod(path.c_str(), 0666);
   struct stat created {};
@@ -163,6 +163,16 @@ void Server::process(TimePoint now) {
     }
     if (events[i].events & EPOLLOUT) on_writable(connection);
   }
+  for (auto it = remote_pending_.begin(); it != remote_pending_.end();) {
+    if (now - it->second.since < kRemoteReplyTimeout) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("control: remote request of user {} unanswered for {} s", it->second.user,
+                 kRemoteReplyTimeout.count());
+    send_remote(it->second.route, encode_error_reply("The daemon did not answer in time."));
+    it = remote_pending_.erase(it);
+  }
   std::vector<int> idle;
   for (const auto& [fd, connection] : connections_) {
     if (connection->awaiting == 0 && now >= connection->last_activity + kIdleTimeout) {
@@ -191,7 +201,7 @@ void Server::accept_all(TimePoint now) {
       ::close(fd);
       continue;
     }
-    const PeerCredentials peer{credentials.pid, credentials.uid, credentials.gid};
+    const PeerCredentials peer{credentials.pid, credentials.uid, credentials.gid, {}};
     if (connections_.size() >= kMaxConnections) {
       spdlog::warn("control: refusing connection from pid {} uid {} gid {}: {} connections open",
                    peer.pid, peer.uid, peer.gid, connections_.size());
@@ -280,6 +290,13 @@ void Server::queue_reply(Connection& connection, std::string reply) {
 }
 
 bool Server::reply(ReplyHandle handle, std::string reply) {
+  if (handle.fd == kRemoteReplyFd) {
+    const auto pending = remote_pending_.find(handle.serial);
+    if (pending == remote_pending_.end()) return false;
+    send_remote(pending->second.route, std::move(reply));
+    remote_pending_.erase(pending);
+    return true;
+  }
   const auto it = connections_.find(handle.fd);
   if (it == connections_.end() || it->second->awaiting != handle.serial || handle.serial == 0) {
     return false;
@@ -339,6 +356,48 @@ void Server::close_connection(int fd, const std::string& reason) {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   connections_.erase(it);
+}
+
+}  // namespace elastic::control
+
+namespace elastic::control {
+
+void Server::send_remote(const std::string& route, std::string reply) {
+  if (reply.size() > kMaxReplyBytes) {
+    reply = encode_error_reply("The reply is larger than the protocol's limit.");
+  }
+  if (remote_sender_) remote_sender_(route, std::move(reply));
+}
+
+void Server::handle_remote(TimePoint now, const std::string& route, const std::string& user,
+                           const std::string& body) {
+  auto refuse = [&](const std::string& why) {
+    ++remote_refused_;
+    spdlog::warn("control: refusing a remote request of user \"{}\": {}", user, why);
+    send_remote(route, encode_error_reply(why));
+  };
+  Result<PeerCredentials> peer = user_credentials(user);
+  if (!peer.ok()) return refuse(peer.error().message);
+  if (body.size() > kMaxRequestBytes) {
+    return refuse("The request of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+                  std::to_string(kMaxRequestBytes) + ".");
+  }
+  Result<Request> request = decode_request(body);
+  if (!request.ok()) return refuse(request.error().message);
+  if (remote_pending_.size() >= kMaxRemotePending) {
+    return refuse("The daemon has " + std::to_string(remote_pending_.size()) +
+                  " remote requests in flight; try again.");
+  }
+  spdlog::debug("control: \"{}\" from remote user {} (uid {})", request->verb, user, peer->uid);
+  const std::uint64_t serial = next_serial_++;
+  // Registered before the handler runs: it may answer through reply() before it returns.
+  remote_pending_.emplace(serial, RemotePending{.route = route, .user = user, .since = now});
+  std::optional<std::string> reply =
+      handler_(*request, *peer, ReplyHandle{.fd = kRemoteReplyFd, .serial = serial});
+  if (reply) {
+    remote_pending_.erase(serial);
+    send_remote(route, std::move(*reply));
+  }
 }
 
 }  // namespace elastic::control

@@ -3,9 +3,9 @@
 // A non-blocking AF_UNIX SOCK_STREAM listener plus its connections, multiplexed on one epoll
 // descriptor so the node's event loop polls a single fd() and calls process() when it is
 // readable. Each connection's peer credentials (pid, uid, gid) come from SO_PEERCRED at accept
-// and are logged and passed to the handler. Every verb today is read-only, so any local user may
-// call them (the socket is mode 0666); admin verbs (submit, drain, ...) will check uid 0 or
-// membership of control.admin_group in the handler.
+// and are logged and passed to the handler. The socket is mode 0666 on purpose (every user must
+// be able to submit); the handler decides per verb from the credentials, never from the JSON:
+// users act on their own jobs, root or control.admin_group on anything (credentials.h).
 //
 // Hostile clients: a frame above kMaxRequestBytes, a request that is not JSON, a connection
 // silent for kIdleTimeout or more than kMaxConnections at once are closed with a logged reason;
@@ -33,23 +33,20 @@
 #include <optional>
 #include <string>
 
+#include "daemon/control/credentials.h"
 #include "daemon/control/protocol.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 
 namespace elastic::control {
 
-struct PeerCredentials {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
-
-// Names one request awaiting a deferred reply; stale once its connection is gone.
+// Names one request awaiting a deferred reply; stale once its connection is gone. Remote
+// requests use fd == kRemoteReplyFd.
 struct ReplyHandle {
   int fd = -1;
   std::uint64_t serial = 0;
 };
+inline constexpr int kRemoteReplyFd = -2;
 
 class Server {
  public:
@@ -77,6 +74,21 @@ class Server {
   // Sends the deferred reply of `handle`; false when its connection has gone away.
   bool reply(ReplyHandle handle, std::string reply);
 
+  // Remote requests (control.remote_listen; the CURVE socket lives in the transport, which
+  // authenticated the client key and names its user). Sends a reply frame back to `route`.
+  using RemoteSender = std::function<void(const std::string& route, std::string reply)>;
+  void set_remote_sender(RemoteSender sender) { remote_sender_ = std::move(sender); }
+  // Maps `user` to a uid/gid (an unknown user is answered with an error), decodes `body` like a
+  // local frame and hands it to the same handler; the reply goes to `route` at once or later
+  // through reply(). At most kMaxRemotePending requests wait at once (more are refused with a
+  // reply); one unanswered for kRemoteReplyTimeout gets an error reply.
+  void handle_remote(TimePoint now, const std::string& route, const std::string& user,
+                     const std::string& body);
+  static constexpr std::size_t kMaxRemotePending = 256;
+  static constexpr std::chrono::seconds kRemoteReplyTimeout{30};
+  // Remote requests refused before the handler: unknown user, not JSON, too many pending.
+  std::uint64_t remote_refused() const { return remote_refused_; }
+
   const std::string& path() const { return path_; }
   std::size_t connection_count() const { return connections_.size(); }
 
@@ -98,6 +110,15 @@ class Server {
   ino_t inode_ = 0;  // of the socket file we created, so we never unlink a successor's
   std::map<int, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_serial_ = 1;
+  struct RemotePending {
+    std::string route;
+    std::string user;
+    TimePoint since{};
+  };
+  void send_remote(const std::string& route, std::string reply);
+  RemoteSender remote_sender_;
+  std::map<std::uint64_t, RemotePending> remote_pending_;  // by serial
+  std::uint64_t remote_refused_ = 0;
 };
 
 }  // namespace elastic::control

@@ -207,7 +207,15 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
     if (events.size() > limit) {
       events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(limit));
     }
-    done(ForwardOutcome::kOk, json{{"ok", true}, {"events", std::move(events)}}.dump());
+    json reply{{"ok", true}, {"events", std::move(events)}};
+    if (events_source_) {
+      json extra = json::parse(events_source_(only, limit), nullptr, /*allow_exceptions=*/false);
+      if (extra.is_object()) {
+        reply["cluster"] = std::move(extra["cluster"]);
+        reply["incidents"] = std::move(extra["incidents"]);
+      }
+    }
+    done(ForwardOutcome::kOk, reply.dump());
     return;
   }
   if (request.verb == "drained") {

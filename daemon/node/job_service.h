@@ -9,6 +9,9 @@
 //   cancel {job}             -> proposes CancelJob (owner or admin only)
 //   jobs                     -> {"ok":true,"jobs":[...]} from the leader's applied table
 //   job {job}                -> {"ok":true,"job":{...,"events":[...]}}
+//   events [{job, limit}]    -> {"ok":true,"events":[...job state changes, replicated...],
+//                               "cluster":[...],"incidents":[...]} (the last two from the
+//                               events source: the leader's own memory, see incidents.h)
 //   voters [{action, node}]  -> the current voters; with action "add"/"remove" (root or
 //                               control.admin_group only) one voter change, answered once applied
 // Retries: every mutating request carries (client id, client sequence); the table remembers the
@@ -65,6 +68,11 @@ class JobService : public StateMachine {
     is_member_ = std::move(is_member);
   }
   std::size_t job_count() const;
+  // Where the events verb gets the leader's cluster events and incidents: JSON text of
+  // {"cluster":[...],"incidents":[...]} for one job ("" = all), the newest `limit` of each.
+  void set_events_source(std::function<std::string(const std::string&, std::size_t)> source) {
+    events_source_ = std::move(source);
+  }
 
  private:
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
@@ -72,6 +80,7 @@ class JobService : public StateMachine {
 
   std::unique_ptr<rendezvous::JobTable> table_;
   std::function<bool(const std::string&)> is_member_;
+  std::function<std::string(const std::string&, std::size_t)> events_source_;
 };
 
 }  // namespace elastic::node

@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <algorithm>
+
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -61,6 +65,42 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
     }
   }
   return nullptr;
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The step and mtime of <dir>/LATEST ("step-000001200"), if it names one. The directory is the
+// user's: the file is opened without following a final symlink and without blocking (a FIFO
+// planted there must not hang the daemon), and only a number is taken from it.
+std::optional<CheckpointInfo> read_latest(const std::string& dir) {
+  const std::string path = dir + "/LATEST";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  char text[128] = {};
+  ssize_t n = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  const std::string line(text, static_cast<std::size_t>(n));
+  constexpr std::string_view kPrefix = "step-";
+  if (line.rfind(kPrefix, 0) != 0) return std::nullopt;
+  std::int64_t step = 0;
+  std::size_t digits = 0;
+  for (std::size_t i = kPrefix.size();
+       i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])); ++i) {
+    if (++digits > 18) return std::nullopt;
+    step = step * 10 + (line[i] - '0');
+  }
+  if (digits == 0) return std::nullopt;
+  return CheckpointInfo{.job = "",
+                        .step = step,
+                        .at_ms = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000 +
+                                 st.st_mtim.tv_nsec / 1'000'000};
 }
 
 }  // namespace
@@ -187,6 +227,7 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     w.slot = slot;
     w.pid = spawner_->pid(w.id).value_or(0);
     job.workers.push_back(w);
+    ++job.live[w.round];
     spdlog::info("job {} round {}: rank {} started (pid {}, slot {})", id, start.round.round, rank,
                  w.pid, slot);
   }
@@ -291,6 +332,7 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
     for (auto it = job.workers.begin(); it != job.workers.end(); ++it) {
       if (it->id != exit.id) continue;
       it->exit = exit;
+      worker_gone(id, job, it->round);
       const bool current = job.current && job.current->round.round == it->round && job.started;
       spdlog::info("job {} round {}: rank {} (pid {}) {}", id, it->round, it->rank, it->pid,
                    exit.describe());
@@ -321,7 +363,9 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
 
 void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round,
                          std::uint32_t rank, const std::string& detail) {
-  job.failure = json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}}.dump();
+  job.failure =
+      json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}, {"at_ms", wall_ms()}}
+          .dump();
   hooks_.report(id, "worker_failed", *job.failure);
   next_report_ = std::min(next_report_, now + kReportResend);
 }
@@ -355,6 +399,18 @@ void JobSupervisor::shutdown(Duration grace) {
   jobs_.clear();
 }
 
+void JobSupervisor::drain(TimePoint now) {
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  for (const std::string& id : ids) stop_job(now, id, StopMode::kGraceful, "this daemon drains");
+}
+
+void JobSupervisor::kill_all(TimePoint now) {
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  for (const std::string& id : ids) stop_job(now, id, StopMode::kKill, "the drain's grace is over");
+}
+
 std::vector<WorkerRow> JobSupervisor::workers() const {
   std::vector<WorkerRow> rows;
   for (const auto& [id, job] : jobs_) {
@@ -381,6 +437,95 @@ std::optional<std::uint32_t> JobSupervisor::job_owner(const std::string& job) co
 
 std::string JobSupervisor::log_path(const std::string& job, std::uint32_t rank) const {
   return log_dir_ + "/" + job + "/rank-" + std::to_string(rank) + ".log";
+}
+
+}  // namespace elastic::node
+
+namespace elastic::node {
+
+void JobSupervisor::worker_gone(const std::string& id, Job& job, std::uint64_t round) {
+  const auto it = job.live.find(round);
+  if (it == job.live.end() || --it->second > 0) return;
+  job.live.erase(it);
+  hooks_.report(id, "workers_stopped", json{{"job", id}, {"round", round}}.dump());
+}
+
+Result<ProgressReport> JobSupervisor::on_progress(std::uint32_t uid, const std::string& request) {
+  const json args = json::parse(request, nullptr, /*allow_exceptions=*/false);
+  if (!args.is_object()) return Error{"The progress request is not a JSON object."};
+  const json job_id = args.value("job", json());
+  const json round = args.value("round", json());
+  const json event = args.value("event", json());
+  const json step = args.value("step", json());
+  const json resumed = args.value("resumed_from", json(-1));
+  const json rank = args.value("rank", json(std::uint64_t{0}));
+  if (!job_id.is_string() || job_id.get<std::string>().empty()) {
+    return Error{"The progress request needs a \"job\" (a job id)."};
+  }
+  const std::string id = job_id.get<std::string>();
+  if (!round.is_number_unsigned()) {
+    return Error{"The progress request for job " + id + " needs a \"round\" (a number)."};
+  }
+  if (!event.is_string() || (event != "step" && event != "checkpoint" && event != "resume")) {
+    return Error{"The progress request for job " + id +
+                 " needs an \"event\": \"step\", \"checkpoint\" or \"resume\"."};
+  }
+  if (!step.is_number_integer() || step.get<std::int64_t>() < 0 || !resumed.is_number_integer() ||
+      !rank.is_number_unsigned()) {
+    return Error{"The progress request for job " + id +
+                 " needs a \"step\" >= 0 (and a numeric \"rank\" and \"resumed_from\", if any)."};
+  }
+  const auto found = jobs_.find(id);
+  if (found == jobs_.end() || !found->second.current || !found->second.started) {
+    return Error{"Job " + id + " runs no workers on node " + self_ + "."};
+  }
+  Job& job = found->second;
+  const RoundStart& current = *job.current;
+  if (uid != 0 && uid != current.spec.uid) {
+    return Error{"Only the owner of job " + id + " (uid " + std::to_string(current.spec.uid) +
+                 ") or root may report its progress, not uid " + std::to_string(uid) + "."};
+  }
+  if (round.get<std::uint64_t>() != current.round.round) {
+    return Error{"Round " + std::to_string(round.get<std::uint64_t>()) + " of job " + id +
+                 " is over; node " + self_ + " runs round " + std::to_string(current.round.round) +
+                 "."};
+  }
+  if (event == "checkpoint") {
+    job.checkpoint =
+        CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = wall_ms()};
+  }
+  return ProgressReport{.job = id,
+                        .args = json{{"job", id},
+                                     {"round", current.round.round},
+                                     {"rank", rank},
+                                     {"event", event},
+                                     {"step", step},
+                                     {"resumed_from", resumed}}
+                                    .dump()};
+}
+
+std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {
+  std::vector<CheckpointInfo> found;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.current) continue;
+    std::optional<CheckpointInfo> newest = job.checkpoint;
+    if (!newest) {
+      const rendezvous::JobSpec& spec = job.current->spec;
+      const std::string root =
+          spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
+      if (!root.empty()) newest = read_latest(root + "/" + id);
+    }
+    if (!newest) continue;
+    newest->job = id;
+    found.push_back(*newest);
+  }
+  return found;
+}
+
+std::map<std::string, int> JobSupervisor::worker_state_counts() const {
+  std::map<std::string, int> counts{{"running", 0}, {"stopping", 0}, {"exited", 0}};
+  for (const WorkerRow& row : workers()) ++counts[row.state];
+  return counts;
 }
 
 }  // namespace elastic::node

@@ -35,7 +35,15 @@
 // "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
 // start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
 // done reports repeat every kReportResend while the round stands (reports may be lost; the
-// leader deduplicates).
+// leader deduplicates). For the leader's incident timelines (incidents.h): "worker_failed"
+// also carries "at_ms" (the wall time the exit was reaped), and "workers_stopped" {job, round}
+// goes out once when the last local worker of a round is gone, whatever ended it.
+//
+// Progress (the optional worker protocol, trainer/progress.h): on_progress() checks a worker's
+// "progress" frame from the control socket and returns what to forward to the leader; the
+// newest "checkpoint" per job is kept for checkpoints(), which otherwise falls back to the
+// job's <checkpoint dir>/LATEST (its step and mtime), so any worker using our checkpoint layout
+// shows a checkpoint age.
 //
 // Thread safety: none; the node's loop thread owns it (the Spawner's PDEATHSIG is tied to the
 // forking thread, which must live as long as the daemon: the loop thread does).
@@ -62,6 +70,19 @@ namespace elastic::node {
 
 // How the workers of a round that no longer stands are stopped (see the header comment).
 enum class StopMode { kGraceful, kKill };
+
+// The newest complete checkpoint of a job with workers on this node.
+struct CheckpointInfo {
+  std::string job;
+  std::int64_t step = -1;
+  std::int64_t at_ms = 0;  // wall ms of the newest complete checkpoint
+};
+
+// A worker's progress report, checked, for the leader (RoundService::report_for "progress").
+struct ProgressReport {
+  std::string job;
+  std::string args;  // JSON: job, round, rank, event, step, resumed_from
+};
 
 // One local worker as `elasticctl status` shows it.
 struct WorkerRow {
@@ -99,6 +120,21 @@ class JobSupervisor {
   TimePoint next_deadline() const;
   // SIGTERM to every worker, up to `grace` for them to exit, SIGKILL to the rest (blocks).
   void shutdown(Duration grace);
+  // The daemon drains (SIGTERM): every job's workers are stopped like a graceful stop_job
+  // (SIGTERM now, SIGKILL after spawner.stop_grace; an exit then is no worker failure), without
+  // blocking; process() reaps them. kill_all() SIGKILLs whatever still runs (the drain's grace
+  // is over, or a second signal came).
+  void drain(TimePoint now);
+  void kill_all(TimePoint now);
+  // Worker processes not reaped yet.
+  std::size_t running_workers() const { return spawner_->running(); }
+  // A configuration reload of spawner.stop_grace, log_max_bytes and log_keep.
+  void set_spawner_limits(const config::SpawnerConfig& spawner) {
+    config_.spawner.stop_grace = spawner.stop_grace;
+    config_.spawner.log_max_bytes = spawner.log_max_bytes;
+    config_.spawner.log_keep = spawner.log_keep;
+    spawner_->set_limits(spawner.stop_grace, spawner.log_max_bytes, spawner.log_keep);
+  }
 
   std::uint32_t slots() const { return static_cast<std::uint32_t>(plan_.slots.size()); }
   const topology::Plan& plan() const { return plan_; }
@@ -108,6 +144,16 @@ class JobSupervisor {
   std::string log_dir() const { return log_dir_; }
   // The uid that owns `job`, if this daemon ran a round of it since it started.
   std::optional<std::uint32_t> job_owner(const std::string& job) const;
+
+  // A "progress" request (trainer/progress.h) from a local peer with uid `uid`: accepted only
+  // for a job whose current round runs workers here, from its owner or root, for that round.
+  // Errors are one sentence for the worker.
+  Result<ProgressReport> on_progress(std::uint32_t uid, const std::string& request);
+  // Jobs with workers on this node and their newest checkpoint (progress, else LATEST); jobs
+  // without any are left out.
+  std::vector<CheckpointInfo> checkpoints() const;
+  // Local workers by state ("running", "stopping", "exited").
+  std::map<std::string, int> worker_state_counts() const;
 
  private:
   struct Worker {
@@ -125,7 +171,11 @@ class JobSupervisor {
     std::vector<Worker> workers;         // current round's and older rounds' (stopping) workers
     std::optional<std::string> failure;  // worker_failed args, re-sent while the round stands
     bool done = false;                   // every worker of current exited 0
+    std::map<std::uint64_t, std::uint32_t> live;  // round -> its workers not reaped yet
+    std::optional<CheckpointInfo> checkpoint;     // the newest one a worker reported
   };
+  // A worker of `round` is gone: the round's last one sends "workers_stopped".
+  void worker_gone(const std::string& id, Job& job, std::uint64_t round);
 
   void stop_workers(TimePoint now, Job& job, StopMode mode);
   void try_start(TimePoint now, const std::string& id, Job& job);

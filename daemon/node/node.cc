@@ -1,11 +1,9 @@
 #include "daemon/node/node.h"
 
 #include <arpa/inet.h>
-#include <grp.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
-#include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
@@ -21,6 +19,9 @@
 #include <random>
 
 #include "daemon/control/server.h"
+#include "daemon/node/logging.h"
+#include "daemon/node/metrics_endpoint.h"
+#include "daemon/node/reload.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_spec.h"
 #include "daemon/spawner/spawner.h"
@@ -35,6 +36,16 @@ namespace {
 
 TimePoint clock_now() {
   return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+}
+
+std::int64_t wall_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string plural(std::size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 const char* state_name(membership::MemberState state) {
@@ -152,6 +163,10 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   std::unique_ptr<Node> node(new Node());
   node->config_ = config;
   node->started_ = clock_now();
+  // Before ZeroMQ's threads exist: from_environment() unsets NOTIFY_SOCKET (setenv and getenv
+  // race with other threads).
+  node->life_.notifier = Notifier::from_environment();
+  node->life_.loaded_at_ms = wall_ms_now();
 
   // Before ZeroMQ creates its I/O threads: they inherit the mask, so these signals can only be
   // read from the signal fd, never delivered to a random thread.
@@ -183,6 +198,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   // Peers need a dialable address. A wildcard bind gets a derived host; ":0" means "any port".
   transport::TransportOptions options = transport::transport_options(
       config.transport, node->name_, node->generation_, config.node.cluster_id);
+  options.remote_control = transport::remote_control_options(config.control);
   std::string bind_host, bind_port;
   if (split_endpoint(options.bind, bind_host, bind_port)) {
     if (bind_port == "0") bind_port = "*";
@@ -204,7 +220,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     }
   }
   if (!opened.ok()) {
-    failure = {config::kExitUnavailable, opened.error().message + " (transport.bind)"};
+    failure = {config::kExitUnavailable, opened.error().message};
     return nullptr;
   }
   node->transport_ = std::move(opened.value());
@@ -220,6 +236,18 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     return nullptr;
   }
   node->control_ = std::move(server.value());
+  node->control_->set_remote_sender([self](const std::string& route, std::string reply) {
+    (void)self->transport_->send_control_reply(route, reply);
+  });
+  if (!config.control.metrics_listen.empty()) {
+    auto metrics = MetricsEndpoint::open(config.control.metrics_listen,
+                                         [self] { return self->render_metrics(clock_now()); });
+    if (!metrics.ok()) {
+      failure = {config::kExitUnavailable, metrics.error().message + " (control.metrics_listen)"};
+      return nullptr;
+    }
+    node->metrics_ = std::move(metrics.value());
+  }
 
   std::random_device entropy;
   const std::uint64_t seed = (std::uint64_t{entropy()} << 32) ^ entropy() ^ node->generation_;
@@ -227,6 +255,9 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
       membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
       clock_now());
 
+  node->jobs_.set_events_source([self](const std::string& job, std::size_t limit) {
+    return self->rounds_->events_json(job, limit);
+  });
   node->jobs_.set_member_check([self](const std::string& name) {
     for (const membership::MemberView& m : self->membership_->members()) {
       if (m.name == name) return m.state == membership::MemberState::kAlive;
@@ -293,6 +324,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
               },
           .on_round =
               [self](TimePoint now, const RoundStart& start) {
+                if (self->life_.draining) return false;  // a draining node takes no new rounds
                 return self->supervisor_->on_round(now, start);
               },
           .stop_job =
@@ -305,7 +337,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
 }
 
 Node::~Node() {
-  // Control first (it calls back into this Node), then the transport's sockets.
+  // Control and metrics first (they call back into this Node), then the transport's sockets.
+  metrics_.reset();
   control_.reset();
   rounds_.reset();
   supervisor_.reset();  // the Spawner kills and reaps any worker still running
@@ -313,6 +346,181 @@ Node::~Node() {
   membership_.reset();
   transport_.reset();
   if (signal_fd_ >= 0) ::close(signal_fd_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle: systemd readiness and STATUS, SIGHUP reload, SIGTERM drain (node.h).
+
+void Node::set_reload(Reloader reload, std::string source) {
+  life_.reload = std::move(reload);
+  life_.source = std::move(source);
+}
+
+void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t from_pid) {
+  if (life_.draining) {
+    if (!life_.killed && supervisor_->running_workers() > 0) {
+      spdlog::warn("{} received from pid {} during the drain: killing {} now", signal_name,
+                   from_pid, plural(supervisor_->running_workers(), "worker", "workers"));
+      life_.killed = true;
+      supervisor_->kill_all(now);
+    }
+    return;
+  }
+  life_.draining = true;
+  life_.killed = false;
+  life_.drain_deadline = now + config_.spawner.stop_grace;
+  life_.next_announce = now + std::chrono::seconds(1);
+  if (const Status sent = life_.notifier.stopping(); !sent.ok()) {
+    spdlog::warn("{}", sent.error().message);
+  }
+  spdlog::info(
+      "{} received from pid {}: draining ({}, grace {} ms), then leaving the cluster", signal_name,
+      from_pid, plural(supervisor_->running_workers(), "worker", "workers"),
+      std::chrono::duration_cast<std::chrono::milliseconds>(config_.spawner.stop_grace).count());
+  // The leader hears first, so the failures the stop causes in its rounds are excused.
+  rounds_->announce_leaving();
+  supervisor_->drain(now);
+  update_lifecycle(now);
+}
+
+void Node::reload(TimePoint now) {
+  if (!life_.reload) {
+    spdlog::warn("SIGHUP: this daemon has no configuration to reload; nothing changes");
+    return;
+  }
+  if (const Status sent = life_.notifier.reloading(); !sent.ok()) {
+    spdlog::warn("{}", sent.error().message);
+  }
+  Result<config::LoadedConfig> loaded = life_.reload();
+  life_.reload_at_ms = wall_ms_now();
+  if (!loaded.ok()) {
+    // load_config reports one problem per line; STATUS and the status verb want one line.
+    std::string message = loaded.error().message;
+    for (std::size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n')) {
+      message.replace(at, 1, "; ");
+    }
+    life_.reload_ok = false;
+    life_.reload_message = message;
+    spdlog::error("reload failed: {}; still running with the previous configuration", message);
+  } else {
+    const ReloadPlan plan = plan_reload(config_, loaded->config);
+    for (const std::string& line : plan.applied) spdlog::info("reload: applied {}", line);
+    for (const std::string& key : plan.needs_restart) {
+      spdlog::warn("reload: {} changed; takes effect after a restart", key);
+    }
+    if (plan.apply.logging != config_.logging) {
+      // Only the level changes live (reload.h); the sink and format stay as they are.
+      if (const Status set = setup_logging(plan.apply.logging); !set.ok()) {
+        spdlog::error("reload: {}", set.error().message);
+      }
+    }
+    if (supervisor_ && (plan.apply.spawner.stop_grace != config_.spawner.stop_grace ||
+                        plan.apply.spawner.log_max_bytes != config_.spawner.log_max_bytes ||
+                        plan.apply.spawner.log_keep != config_.spawner.log_keep)) {
+      supervisor_->set_spawner_limits(plan.apply.spawner);
+    }
+    config_ = plan.apply;
+    life_.source = loaded->source;
+    life_.loaded_at_ms = life_.reload_at_ms;
+    life_.reload_ok = true;
+    std::string message;
+    if (!plan.changed()) message = "no changes";
+    if (!plan.applied.empty()) {
+      message = "applied " + std::to_string(plan.applied.size()) + ":";
+      for (const std::string& line : plan.applied) message += " " + line.substr(0, line.find(':'));
+    }
+    if (!plan.needs_restart.empty()) {
+      message += std::string(message.empty() ? "" : "; ") + "after a restart:";
+      for (const std::string& key : plan.needs_restart) message += " " + key;
+    }
+    life_.reload_message = message;
+    spdlog::info("reload done ({}): {}", life_.source, message);
+  }
+  // READY=1 ends the reload for systemd either way: the daemon runs (with the old config when
+  // the new one was refused).
+  if (const Status sent = life_.notifier.ready(); !sent.ok()) {
+    spdlog::warn("{}", sent.error().message);
+  }
+  update_lifecycle(now);
+}
+
+std::string Node::status_line() const {
+  if (life_.draining) {
+    const std::size_t running = supervisor_->running_workers();
+    if (running == 0) return "draining: leaving the cluster";
+    if (life_.killed) return "draining: " + plural(running, "worker", "workers") + " killed";
+    return "draining: " + plural(running, "worker", "workers") + " stopping (grace " +
+           std::to_string(
+               std::chrono::duration_cast<std::chrono::seconds>(config_.spawner.stop_grace)
+                   .count()) +
+           "s)";
+  }
+  std::string line;
+  if (!life_.reload_ok) {
+    line = "reload failed: " + life_.reload_message +
+           "; still running with the previous configuration; ";
+  }
+  if (!life_.ready) return line + "joining via " + plural(life_.seeds, "seed", "seeds");
+  line += "member of " + plural(membership_->member_count(), "node", "nodes") + " (" +
+          std::to_string(membership_->alive_count()) + " alive); ";
+  std::string leader = consensus_ ? consensus_->leader() : std::string();
+  if (!leader.empty()) {
+    line += "leader " + leader + " term " + std::to_string(consensus_->term());
+  } else if (!leader_hint_.empty()) {
+    line += "leader " + leader_hint_ + " term " + std::to_string(leader_hint_term_);
+  } else {
+    line += "no leader yet";
+  }
+  return line + "; " + plural(rounds_->member_rounds().size(), "job", "jobs") + ", " +
+         plural(supervisor_->running_workers(), "worker", "workers");
+}
+
+void Node::update_lifecycle(TimePoint now) {
+  // Joined: no seed to wait for, or some other member is alive (a seed or member answered).
+  if (!life_.ready && !life_.draining && (life_.seeds == 0 || membership_->alive_count() > 1)) {
+    life_.ready = true;
+    spdlog::info("elasticd joined: {} alive of {} known; notifying systemd: {}",
+                 membership_->alive_count(), membership_->member_count(),
+                 life_.notifier.enabled() ? life_.notifier.socket_path() : "no NOTIFY_SOCKET");
+    if (const Status sent = life_.notifier.ready(); !sent.ok()) {
+      spdlog::warn("{}", sent.error().message);
+    }
+    if (const auto interval = life_.notifier.watchdog_interval()) life_.next_watchdog = now;
+  }
+  if (life_.draining) {
+    if (now >= life_.next_announce) {
+      rounds_->announce_leaving();
+      life_.next_announce = now + std::chrono::seconds(1);
+    }
+    if (!life_.killed && now >= life_.drain_deadline && supervisor_->running_workers() > 0) {
+      spdlog::warn("drain: {} still running after the grace; killing them",
+                   plural(supervisor_->running_workers(), "worker", "workers"));
+      life_.killed = true;
+      supervisor_->kill_all(now);
+    }
+    if (supervisor_->running_workers() == 0) stop_ = true;
+  }
+  if (const Status sent = life_.notifier.status(status_line()); !sent.ok()) {
+    spdlog::debug("{}", sent.error().message);
+  }
+  if (now >= life_.next_watchdog) {
+    const auto interval = life_.notifier.watchdog_interval();
+    life_.next_watchdog = interval ? now + *interval : kNever;
+    if (const Status sent = life_.notifier.watchdog(); !sent.ok()) {
+      spdlog::warn("{}", sent.error().message);
+    }
+  }
+}
+
+std::string Node::config_json() const {
+  nlohmann::json config = {{"source", life_.source}, {"loaded_at_ms", life_.loaded_at_ms}};
+  if (life_.reload_at_ms == 0) {
+    config["last_reload"] = nullptr;
+  } else {
+    config["last_reload"] = {
+        {"at_ms", life_.reload_at_ms}, {"ok", life_.reload_ok}, {"message", life_.reload_message}};
+  }
+  return config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 int Node::run() {
@@ -328,14 +536,18 @@ int Node::run() {
   membership::Effects effects;
   membership_->join(clock_now(), seeds, effects);
   carry_out(clock_now(), std::move(effects));
-  spdlog::info("elasticd ready: name={} generation={} address={} control={}", name_, generation_,
-               address_, control_->path());
+  spdlog::info("elasticd ready: name={} generation={} address={} control={}{}", name_, generation_,
+               address_, control_->path(),
+               metrics_ ? " metrics=" + metrics_->bound_address() : std::string());
+  life_.seeds = seeds.size();
+  update_lifecycle(clock_now());
 
   while (!stop_) {
     TimePoint now = clock_now();
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
-    transport::Received received =
-        transport_->receive(wait, {control_->fd(), signal_fd_, supervisor_->fd()});
+    std::vector<int> watched = {control_->fd(), signal_fd_, supervisor_->fd()};
+    if (metrics_) watched.push_back(metrics_->fd());
+    transport::Received received = transport_->receive(wait, watched);
     now = clock_now();
     effects = {};
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
@@ -343,6 +555,10 @@ int Node::run() {
       handle_signals(now, effects);
     }
     control_->process(now);
+    for (const transport::ControlRequest& remote : received.control_requests) {
+      control_->handle_remote(now, remote.route, remote.user, remote.body);
+    }
+    if (metrics_) metrics_->process(now);
     deliver(now, received.envelopes, effects);
     if (stop_) break;
     // A peer whose TCP connection dropped (kill -9 closes it at once): its round peers suspect
@@ -368,6 +584,8 @@ int Node::run() {
     }
     rounds_->tick(now);
     supervisor_->process(now);
+    update_lifecycle(now);
+    if (stop_) break;
     {
       std::string leader = consensus_ ? consensus_->leader() : std::string();
       if (leader.empty()) leader = leader_hint_;
@@ -378,7 +596,8 @@ int Node::run() {
     expire_calls(now);
     transport_->close_idle(now);
   }
-  // Workers first: none may outlive the daemon, and a graceful stop lets them checkpoint.
+  // Workers first: none may outlive the daemon, and a graceful stop lets them checkpoint (after
+  // a drain there are none left; after a Raft log failure this blocks up to the grace).
   supervisor_->shutdown(config_.spawner.stop_grace);
   leave_gracefully();
   for (auto& [id, call] : calls_) {
@@ -396,6 +615,9 @@ TimePoint Node::next_deadline(TimePoint now) const {
   TimePoint deadline = std::min(
       {membership_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
   if (consensus_) deadline = std::min(deadline, consensus_->next_deadline());
+  deadline = std::min(deadline, life_.next_watchdog);
+  if (life_.draining) deadline = std::min({deadline, life_.drain_deadline, life_.next_announce});
+  if (metrics_) deadline = std::min(deadline, metrics_->next_deadline());
   deadline = std::min({deadline, rounds_->next_deadline(), supervisor_->next_deadline()});
   for (const auto& [id, call] : calls_) {
     deadline = std::min({deadline, call.deadline, call.attempt_deadline});
@@ -480,11 +702,10 @@ void Node::handle_signals(TimePoint now, membership::Effects& effects) {
   signalfd_siginfo info{};
   while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     if (info.ssi_signo == SIGHUP) {
-      spdlog::warn("SIGHUP received: reload not supported yet; the configuration is unchanged");
+      spdlog::info("SIGHUP received from pid {}: reloading the configuration", info.ssi_pid);
+      reload(now);
     } else {
-      spdlog::info("{} received from pid {}: leaving the cluster",
-                   info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", info.ssi_pid);
-      stop_ = true;
+      on_stop_signal(now, info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", info.ssi_pid);
     }
   }
 }
@@ -530,6 +751,20 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
     if (consensus_) consensus_->learn_name(event.name);
     spdlog::info("member {} gen {}: {} -> {} ({})", event.name, event.generation, old_state,
                  state_name(event.state), event.address);
+    // Cluster events for `elasticctl events` (incidents.h).
+    if (rounds_) {
+      const bool joined = inserted && event.state == membership::MemberState::kAlive;
+      rounds_->record_event(
+          ClusterEvent{.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count(),
+                       .kind = joined ? std::string("member_joined")
+                                      : std::string("member_") + state_name(event.state),
+                       .node = event.name,
+                       .job = "",
+                       .detail = "generation " + std::to_string(event.generation) + ": " +
+                                 old_state + " -> " + state_name(event.state)});
+    }
   }
 }
 
@@ -568,18 +803,8 @@ control::SelfInfo Node::self_info(TimePoint now) const {
 }
 
 bool Node::is_admin(const control::PeerCredentials& peer) const {
-  if (peer.uid == 0) return true;
-  if (config_.control.admin_group.empty()) return false;
-  const group* admins = ::getgrnam(config_.control.admin_group.c_str());
-  if (admins == nullptr) return false;
-  if (peer.gid == admins->gr_gid) return true;
-  // Supplementary groups: the user's name in the group's member list.
-  const passwd* user = ::getpwuid(peer.uid);
-  if (user == nullptr) return false;
-  for (char** member = admins->gr_mem; *member != nullptr; ++member) {
-    if (std::strcmp(*member, user->pw_name) == 0) return true;
-  }
-  return false;
+  // Root, the caller's primary gid, or the user's groups (getgrouplist): control/credentials.h.
+  return control::is_admin(peer, config_.control.admin_group);
 }
 
 std::optional<std::string> Node::handle_control(const control::Request& request,
@@ -587,6 +812,7 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                                 control::ReplyHandle handle) {
   spdlog::debug("control request \"{}\" from pid {} uid {} gid {}", request.verb, peer.pid,
                 peer.uid, peer.gid);
+  count_control_request(request.verb);
   const TimePoint now = clock_now();
   if (is_leader_verb(request.verb)) {
     const std::uint64_t id = next_call_id_++;
@@ -605,6 +831,13 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     calls_.emplace(id, std::move(call));
     dispatch(now, id);
     return std::nullopt;
+  }
+  if (request.verb == "progress") {
+    // A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
+    auto report = supervisor_->on_progress(static_cast<std::uint32_t>(peer.uid), request.text);
+    if (!report.ok()) return control::encode_error_reply(report.error().message);
+    rounds_->report_for(report->job, "progress", report->args);
+    return std::string(R"({"ok":true})");
   }
   if (request.verb == "topology") {
     nlohmann::json reply = {{"ok", true}, {"node", name_}};
@@ -675,6 +908,9 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                    .dropped_wrong_cluster = t.dropped_wrong_cluster,
                                    .dropped_unauthenticated = t.dropped_unauthenticated,
                                    .dropped_undecodable = undecodable_bodies_,
+                                   .control_received = t.control_received,
+                                   .control_dropped = t.control_dropped,
+                                   .control_unauthenticated = t.control_unauthenticated,
                                    .peers_opened = t.peers_opened,
                                    .peers_closed = t.peers_closed,
                                    .open_peers = transport_->open_peers()};
@@ -754,6 +990,10 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     }
     body["workers"] = std::move(workers);
     body["slots"] = supervisor_->slots();
+    body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
+    body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
+    body["lifecycle"] = {
+        {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
     return body.dump();
   }
   return control::encode_error_reply(

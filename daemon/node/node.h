@@ -20,10 +20,29 @@
 // until Membership::next_deadline(); feed decoded envelopes and failed sends (on_unreachable)
 // to Membership; tick(now); send its Effects and log member events as
 // `member <name> gen <g>: <old> -> <new>`; close idle peers. Time is std::chrono::steady_clock.
-// SIGTERM/SIGINT: graceful leave (Membership::leave, then up to kLeaveFlush spent serving the
-// loop until every queued send has gone out or failed), run() returns 0. SIGHUP: logged, no
-// reload yet. Readiness: once bound and listening, logs one line
-//   elasticd ready: name=<n> generation=<g> address=<a> control=<path>
+// Lifecycle (systemd: notify.h; the unit is systemd/elasticd.service):
+//  - Bound and listening: logs one line (tests read the address from it)
+//      elasticd ready: name=<n> generation=<g> address=<a> control=<path>[ metrics=<host:port>]
+//    (metrics= when control.metrics_listen is set: the bound address, port 0 resolved; also
+//    "metrics" in `status`). A metrics address that cannot be bound fails start with exit 69.
+//  - Joined: READY=1 to systemd (and the log line "elasticd joined: ..."): at once for a node
+//    without seeds (other than itself); otherwise once a seed or member answered and this node
+//    is alive in membership. READY does not wait for a Raft leader: the first voter of a
+//    3-voter cluster has none until a second voter starts, and systemd would time its start out.
+//    STATUS= lines follow the state ("joining via 2 seeds", "member of 3 nodes (3 alive);
+//    leader n1 term 4; 1 job, 2 workers", "draining: ...", "reload failed: ...") and are sent
+//    only when the text changes.
+//  - SIGTERM or SIGINT: drain. STOPPING=1; the node takes no new rounds, tells the leader it is
+//    leaving (RoundService::announce_leaving: the leader re-plans its jobs without it as a lost
+//    member, which costs no restart, and excuses its round's worker failures), SIGTERMs its
+//    workers and keeps serving peers and elasticctl while they stop, SIGKILLs what is left after
+//    spawner.stop_grace, then leaves membership gracefully (Membership::leave, then up to
+//    kLeaveFlush spent serving the loop until every queued send has gone out or failed), and
+//    run() returns 0. A second SIGTERM/SIGINT during the drain SIGKILLs the workers at once.
+//  - SIGHUP: reload (set_reload): RELOADING=1, re-read the same file with the same --set
+//    overrides; an invalid config changes nothing (logged, STATUS says so); a valid one applies
+//    its live keys (reload.h) and logs every key that needs a restart; READY=1. The result is in
+//    `elasticctl status` as "config": {"source", "loaded_at_ms", "last_reload"}.
 //
 // Raft: a node named in consensus.voters (or every node of a one-node cluster) owns a
 // ConsensusHost; Raft envelopes go to it, its sends go to the voters' member addresses, its
@@ -46,6 +65,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +82,7 @@
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/job_service.h"
 #include "daemon/node/job_supervisor.h"
+#include "daemon/node/notify.h"
 #include "daemon/node/round_service.h"
 
 namespace elastic::transport {
@@ -74,6 +95,8 @@ struct ReplyHandle;
 }  // namespace elastic::control
 
 namespace elastic::node {
+
+class MetricsEndpoint;
 
 inline constexpr int kExitCantCreate = 73;  // EX_CANTCREAT: state dir or control socket
 inline constexpr std::chrono::milliseconds kLeaveFlush{500};
@@ -116,6 +139,12 @@ class Node {
   // when this voter can no longer write its Raft log).
   int run();
 
+  // SIGHUP reloads through `reload` (main.cc: the same file and --set overrides as at start);
+  // without one SIGHUP is logged and ignored. `source` describes where the running config
+  // came from (LoadedConfig::source).
+  using Reloader = std::function<Result<config::LoadedConfig>()>;
+  void set_reload(Reloader reload, std::string source);
+
  private:
   // A client request waiting for the leader (see "Client requests" above).
   struct Call {
@@ -157,11 +186,39 @@ class Node {
   void refresh_stamped_hint();
   TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
+  // Metrics (node_metrics.cc): the text of one scrape, and control requests counted by verb.
+  std::string render_metrics(TimePoint now) const;
+  void count_control_request(const std::string& verb);
   // Verbs one daemon answers about itself, for a local client or forwarded from another daemon:
   // "logs" (a worker log of this node). Returns the reply JSON or an error sentence.
   Result<std::string> serve_node_verb(const std::string& verb, const std::string& args,
                                       std::uint32_t uid, bool admin) const;
 
+  // Lifecycle (see the header comment): readiness, STATUS, reload and drain.
+  struct Lifecycle {
+    Notifier notifier;
+    Reloader reload;
+    std::string source;             // where the running config came from
+    std::int64_t loaded_at_ms = 0;  // wall clock, ms since the epoch
+    std::int64_t reload_at_ms = 0;  // 0 = never reloaded
+    bool reload_ok = true;
+    std::string reload_message;
+    std::size_t seeds = 0;  // seeds other than this node
+    bool ready = false;     // READY=1 sent
+    bool draining = false;
+    bool killed = false;  // the drain's grace is over: workers SIGKILLed
+    TimePoint drain_deadline{};
+    TimePoint next_announce{};
+    TimePoint next_watchdog = kNever;
+  };
+  void on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t from_pid);
+  void reload(TimePoint now);
+  // Readiness, drain progress, STATUS and the watchdog; once per loop pass.
+  void update_lifecycle(TimePoint now);
+  std::string status_line() const;
+  std::string config_json() const;
+
+  Lifecycle life_;
   config::DaemonConfig config_;
   std::string name_;
   std::uint64_t generation_ = 0;
@@ -170,6 +227,9 @@ class Node {
   std::unique_ptr<transport::ZmqTransport> transport_;
   std::unique_ptr<membership::Membership> membership_;
   std::unique_ptr<control::Server> control_;
+  std::unique_ptr<MetricsEndpoint> metrics_;  // control.metrics_listen; null when "" (off)
+  std::map<std::string, std::uint64_t> control_requests_;  // by verb (bounded: node_metrics.cc)
+  std::uint64_t control_requests_other_ = 0;
   int signal_fd_ = -1;
   bool stop_ = false;
   std::uint64_t sends_attempted_ = 0;

@@ -46,14 +46,22 @@ std::string host_of(const std::string& address) {
   return rest;
 }
 
-// The arguments of a "peer_lost" report to the leader.
-std::string lost_report(const rendezvous::PeerLost& lost) {
-  return json{{"job", lost.job},
-              {"round", lost.round},
-              {"peer", lost.peer},
-              {"generation", lost.generation},
-              {"reason", rendezvous::to_string(lost.reason)}}
-      .dump();
+// The arguments of a "peer_lost" report to the leader; last_heard_ms: when this daemon last
+// heard from the peer (wall ms), the incident's earliest evidence.
+std::string lost_report(const rendezvous::PeerLost& lost, std::int64_t last_heard_ms) {
+  json args{{"job", lost.job},
+            {"round", lost.round},
+            {"peer", lost.peer},
+            {"generation", lost.generation},
+            {"reason", rendezvous::to_string(lost.reason)}};
+  if (last_heard_ms > 0) args["last_heard_ms"] = last_heard_ms;
+  return args.dump();
+}
+
+// The wall time (ms) at which steady time `then` was, seen from steady `now`.
+std::int64_t wall_ms_at(TimePoint now, TimePoint then) {
+  return wall_now().time_since_epoch().count() -
+         std::chrono::duration_cast<std::chrono::milliseconds>(now - then).count();
 }
 
 bool is_active_round_state(JobState state) {
@@ -63,8 +71,9 @@ bool is_active_round_state(JobState state) {
 }  // namespace
 
 bool is_round_report_verb(std::string_view verb) {
-  return verb == "round_ack" || verb == "peer_lost" || verb == "worker_failed" ||
-         verb == "workers_done" || verb == "node_info";
+  return verb == "round_ack" || verb == "workers_stopped" || verb == "progress" ||
+         verb == "peer_lost" || verb == "worker_failed" || verb == "workers_done" ||
+         verb == "node_info" || verb == "node_leaving";
 }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
@@ -89,6 +98,8 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   if (!leading || consensus == nullptr) {
     if (leading_) {
       granter_.step_down();
+      incidents_.abandon_open();
+      round_members_.clear();
       leader_jobs_.clear();
       in_rounds_.clear();
       leading_ = false;
@@ -99,6 +110,12 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     granter_.become_leader(consensus->term(), now);
     leading_ = true;
     next_plan_ = now;
+    drains_seen_ = table.drained();
+    incidents_.record(ClusterEvent{.at_ms = wall_now().time_since_epoch().count(),
+                                   .kind = "leader_elected",
+                                   .node = self_,
+                                   .job = "",
+                                   .detail = "term " + std::to_string(consensus->term())});
   }
   const rendezvous::WallTime wall = wall_now();
 
@@ -118,6 +135,16 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     }
   }
   first_seen_ = std::move(seen);
+  left_.clear();
+  for (const membership::MemberView& m : members) {
+    if (m.state == membership::MemberState::kLeft) left_.emplace(m.name, m.generation);
+  }
+  // A drained node's entry goes once that daemon instance is no longer a member at all.
+  std::erase_if(leaving_, [&](const auto& entry) {
+    return std::none_of(members.begin(), members.end(), [&](const membership::MemberView& m) {
+      return m.name == entry.first && m.generation == entry.second;
+    });
+  });
   // Slots: a node's slots are shared by the jobs whose current round is on it; each job may use
   // what the others leave.
   std::map<std::string, std::map<std::string, std::uint32_t>> used;  // node -> job -> slots
@@ -200,7 +227,10 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       // A drained node takes no new work; a job already on it keeps it.
       const bool member = std::any_of(job.ranks.begin(), job.ranks.end(),
                                       [&](const auto& r) { return r.node == name; });
-      if (table.drained().contains(name) && !(member && is_active_round_state(job.state))) {
+      const auto leaving = leaving_.find(name);
+      const bool draining = leaving != leaving_.end() && leaving->second == view->generation;
+      if ((table.drained().contains(name) || draining) &&
+          !(member && is_active_round_state(job.state))) {
         continue;
       }
       const auto known = node_slots_.find(name);
@@ -215,6 +245,7 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     }
     plan_job(now, job, usable, *consensus);
   }
+  observe(now, table, members);
   next_lead_ = next_plan_;
   for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
     const rendezvous::JobRecord* job = table.job(it->first);
@@ -251,8 +282,16 @@ void RoundService::plan_job(
   // once and confirmed by indirect probes), and a lost member must win (it costs no restart,
   // and the crashed survivors are not to blame). A silent death makes no worker crash early.
   const Duration failure_grace = r.job_peer_timeout;
-  const bool failure_due = state.failure && now >= state.failure_seen + failure_grace;
-  if (state.failure && !failure_due) {
+  // A member that drains stops its workers on purpose: failures in its round are no one's fault
+  // (the round is re-planned without it once it has left membership).
+  const bool member_draining =
+      std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+        const auto leaving = leaving_.find(member.node);
+        return leaving != leaving_.end() && leaving->second == member.generation;
+      });
+  const bool failure_due =
+      state.failure && !member_draining && now >= state.failure_seen + failure_grace;
+  if (state.failure && !failure_due && !member_draining) {
     next_plan_ = std::min(next_plan_, state.failure_seen + failure_grace);
   }
   input.worker_failure = failure_due ? state.failure : std::nullopt;
@@ -348,7 +387,10 @@ void RoundService::plan_job(
           std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
             return a.node == member.node && a.generation == member.generation;
           });
-      if (!kept && !sitting_out.contains(member.node) && !granter_.may_replace(member.node, now)) {
+      // A member that left gracefully stopped its workers before it left: nothing to wait for.
+      const bool left = left_.contains({member.node, member.generation});
+      if (!kept && !left && !sitting_out.contains(member.node) &&
+          !granter_.may_replace(member.node, now)) {
         next_plan_ = std::min(next_plan_, granter_.replace_after(member.node));
         return;
       }
@@ -362,10 +404,19 @@ void RoundService::plan_job(
   }
   spdlog::info("rendezvous: job {} round {}: {} ({})", job.id, job.round,
                rendezvous::to_string(decision.kind), decision.detail);
+  std::optional<Opened> opened;
+  if (const auto* open = std::get_if<rendezvous::OpenRound>(&command)) {
+    opened = Opened{.job = job.id,
+                    .round = open->round,
+                    .nodes = static_cast<std::uint32_t>(open->ranks.size()),
+                    .reason = open->reason,
+                    .detail = decision.detail};
+  }
   state.in_flight = true;
   const std::string id = job.id;
   consensus.propose(now, rendezvous::encode_command(command),
-                    [this, id](Result<std::string> committed) {
+                    [this, id, opened](Result<std::string> committed) {
+                      if (committed.ok() && opened) on_round_opened(*opened, *committed);
                       leader_jobs_[id].in_flight = false;
                       next_lead_ = TimePoint{};  // the table changed, or re-plan: act now
                       if (!committed.ok()) {
@@ -430,8 +481,42 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
     }
     return;
   }
+  if (verb == "node_leaving") {
+    if (leaving_.insert_or_assign(from, generation).second) {
+      spdlog::info("rendezvous: {} (gen {}) drains: no new work; its jobs go on without it", from,
+                   generation);
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  // Incident reports are about rounds that may be over already: the log checks rounds itself.
+  if (verb == "workers_stopped") {
+    incidents_.on_workers_stopped(now, job, round, from);
+    return;
+  }
+  if (verb == "progress") {
+    const json step = value.value("step", json());
+    const json resumed = value.value("resumed_from", json(-1));
+    if (!step.is_number_integer() || !resumed.is_number_integer()) return;
+    incidents_.on_progress(now, job, round, value.value("event", ""), step.get<std::int64_t>(),
+                           resumed.get<std::int64_t>());
+    return;
+  }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (verb == "worker_failed" || verb == "peer_lost") {
+    const auto members = round_members_.find(job);
+    const bool lost = verb == "peer_lost";
+    const json evidence = value.value(lost ? "last_heard_ms" : "at_ms", json());
+    if (members != round_members_.end() && members->second.first == round) {
+      incidents_.on_loss(
+          now, wall_now().time_since_epoch().count(), job, round, members->second.second,
+          lost ? "node_lost" : "worker_failed", lost ? value.value("peer", "") : from,
+          evidence.is_number_integer() ? std::optional<std::int64_t>(evidence.get<std::int64_t>())
+                                       : std::nullopt);
+    }
+  }
   if (verb == "worker_failed") {
     if (!it->second.failure) {
       const std::string detail = value.value("detail", "a worker of " + from + " failed");
@@ -453,6 +538,14 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
     if (it->second.acked.insert(from).second) {
       next_lead_ = TimePoint{};  // the round may be complete: commit running now
       spdlog::debug("rendezvous: {} (gen {}) runs job {} round {}", from, generation, job, round);
+      // The last ack completes the incident's rendezvous now: a worker's first step may be in
+      // the same batch of messages, before the next lead() pass.
+      const auto members = round_members_.find(job);
+      if (members != round_members_.end() && members->second.first == round &&
+          std::all_of(members->second.second.begin(), members->second.second.end(),
+                      [&](const std::string& node) { return it->second.acked.contains(node); })) {
+        incidents_.on_round_acked(now, job, round);
+      }
     }
   } else if (verb == "peer_lost") {
     const std::string peer = value.value("peer", "");
@@ -464,6 +557,97 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
       next_lead_ = TimePoint{};
     }
   }
+}
+
+void RoundService::observe(TimePoint now, const rendezvous::JobTable& table,
+                           const std::vector<membership::MemberView>& members) {
+  const std::int64_t wall = wall_now().time_since_epoch().count();
+  // Drains are replicated in the table; the leader logs them as it sees them change.
+  const auto& drained = table.drained();
+  if (drained != drains_seen_) {
+    for (const auto& [node, drain] : drained) {
+      if (!drains_seen_.contains(node)) {
+        incidents_.record(ClusterEvent{.at_ms = drain.at.time_since_epoch().count(),
+                                       .kind = "node_drained",
+                                       .node = node,
+                                       .job = "",
+                                       .detail = drain.reason});
+      }
+    }
+    for (const auto& [node, drain] : drains_seen_) {
+      if (!drained.contains(node)) {
+        incidents_.record(ClusterEvent{
+            .at_ms = wall, .kind = "node_undrained", .node = node, .job = "", .detail = ""});
+      }
+    }
+    drains_seen_ = drained;
+  }
+  std::map<std::string, const membership::MemberView*> views;
+  for (const membership::MemberView& m : members) views[m.name] = &m;
+  for (const auto& [id, job] : table.jobs()) {
+    if (rendezvous::is_terminal(job.state)) {
+      if (round_members_.erase(id) > 0) incidents_.on_job_ended(now, id);
+      continue;
+    }
+    if (!is_active_round_state(job.state) || job.round == 0) continue;
+    auto& [round, nodes] = round_members_[id];
+    if (round != job.round) {
+      // A new round in the table (seen here rather than in the proposal's completion, which
+      // may run after the members' first acks).
+      const std::uint64_t old_round = round;
+      const std::set<std::string> old_nodes = std::move(nodes);
+      round = job.round;
+      nodes.clear();
+      for (const auto& r : job.ranks) nodes.insert(r.node);
+      if (old_round != 0) {
+        incidents_.on_round_committed(
+            now, wall, id, old_round, job.round, static_cast<std::uint32_t>(job.ranks.size()),
+            job.round_reason == rendezvous::RoundReason::kGrow, old_nodes);
+      }
+    }
+    const auto state = leader_jobs_.find(id);
+    if (state != leader_jobs_.end() && state->second.round_seen == job.round) {
+      bool all_acked = !job.ranks.empty();
+      for (const auto& r : job.ranks) all_acked = all_acked && state->second.acked.contains(r.node);
+      if (all_acked || job.state == JobState::kRunning) {
+        incidents_.on_round_acked(now, id, job.round);
+      }
+    }
+    // A member gone from cluster membership (dead, left, or back as a new generation) is
+    // evidence of a loss even before the job tier reports it (a silent death of a lone member).
+    for (const auto& r : job.ranks) {
+      const auto found = views.find(r.node);
+      const membership::MemberView* view = found == views.end() ? nullptr : found->second;
+      std::optional<std::int64_t> evidence;
+      std::string cause = "node_lost";
+      if (view != nullptr && view->generation == r.generation) {
+        if (view->state == membership::MemberState::kDead) {
+          if (view->last_heard != TimePoint{}) evidence = wall_ms_at(now, view->last_heard);
+        } else if (view->state == membership::MemberState::kLeft) {
+          cause = "node_left";
+          evidence = wall_ms_at(now, view->state_since);
+        } else {
+          continue;
+        }
+      }
+      incidents_.on_loss(now, wall, id, job.round, nodes, cause, r.node, evidence);
+    }
+  }
+}
+
+void RoundService::on_round_opened(const Opened& opened, const std::string& applied) {
+  const json result = json::parse(applied, nullptr, /*allow_exceptions=*/false);
+  if (!result.is_object() || result.value("code", -1) != 0) return;  // refused by the table
+  ++rounds_opened_;
+  const std::int64_t wall = wall_now().time_since_epoch().count();
+  incidents_.record(ClusterEvent{
+      .at_ms = wall,
+      .kind = "round_opened",
+      .node = "",
+      .job = opened.job,
+      .detail = "round " + std::to_string(opened.round) + " (" +
+                rendezvous::to_string(opened.reason) + ", " + std::to_string(opened.nodes) +
+                (opened.nodes == 1 ? " node" : " nodes") + "): " + opened.detail});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,6 +666,7 @@ void RoundService::on_envelope(TimePoint now, const wire::Envelope& envelope) {
         std::visit([](const auto& m) -> const std::string& { return m.ref.job; }, *message);
     const auto it = watched_.find(job);
     if (it == watched_.end() || !it->second.watch) return;
+    it->second.heard[envelope.sender] = now;
     rendezvous::JobWatchEffects effects;
     it->second.watch->on_message(now, envelope.sender, envelope.generation, *message, effects);
     carry_out(now, effects);
@@ -611,11 +796,23 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
   }
 }
 
+void RoundService::announce_leaving() {
+  for (const auto& [job, watched] : watched_) {
+    report(watched, "node_leaving", json{{"job", job}, {"round", watched.info.round}}.dump());
+  }
+}
+
 void RoundService::report_for(const std::string& job, const std::string& verb,
                               const std::string& args) {
   const auto it = watched_.find(job);
-  if (it == watched_.end()) return;
-  report(it->second, verb, args);
+  if (it != watched_.end()) {
+    report(it->second, verb, args);
+    return;
+  }
+  // A stop is reported after this daemon stopped watching the job (it ended, is recovering or
+  // left this node out): to the leader it believes in.
+  if (verb != "workers_stopped" || leader_.empty()) return;
+  send_report(leader_, leader_address_, verb, args);
 }
 
 void RoundService::set_leader(TimePoint now, const std::string& leader,
@@ -628,26 +825,18 @@ void RoundService::set_leader(TimePoint now, const std::string& leader,
   }
   if (now < next_node_info_) return;
   next_node_info_ = now + kNodeInfoResend;
-  const std::string args = json{{"slots", slots_}}.dump();
-  if (leader_ == self_) {
-    on_report(now, self_, generation_, "node_info", args);
-    return;
-  }
-  wire::Envelope envelope;
-  envelope.type = wire::MsgType::kForwardRequest;
-  envelope.body = encode_forward(ForwardRequest{.id = 0,
-                                                .verb = "node_info",
-                                                .args = args,
-                                                .uid = 0,
-                                                .gid = 0,
-                                                .admin = false,
-                                                .client_seq = ++report_seq_});
-  hooks_.send(leader_, leader_address_, std::move(envelope));
+  last_now_ = std::max(last_now_, now);
+  send_report(leader_, leader_address_, "node_info", json{{"slots", slots_}}.dump());
 }
 
 void RoundService::report(const Watched& watched, const std::string& verb,
                           const std::string& args) {
-  if (watched.leader == self_) {
+  send_report(watched.leader, watched.leader_address, verb, args);
+}
+
+void RoundService::send_report(const std::string& leader, const std::string& address,
+                               const std::string& verb, const std::string& args) {
+  if (leader == self_) {
     on_report(last_now_, self_, generation_, verb, args);
     return;
   }
@@ -660,7 +849,7 @@ void RoundService::report(const Watched& watched, const std::string& verb,
                                                 .gid = 0,
                                                 .admin = false,
                                                 .client_seq = ++report_seq_});
-  hooks_.send(watched.leader, watched.leader_address, std::move(envelope));
+  hooks_.send(leader, address, std::move(envelope));
 }
 
 void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects) {
@@ -676,7 +865,9 @@ void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects
     spdlog::warn("job {} round {}: peer {} (gen {}) lost ({})", lost.job, lost.round, lost.peer,
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
-    report(it->second, "peer_lost", lost_report(lost));
+    const auto heard = it->second.heard.find(lost.peer);
+    report(it->second, "peer_lost",
+           lost_report(lost, heard == it->second.heard.end() ? 0 : wall_ms_at(now, heard->second)));
     next_report_ = now + kReportResend;
   }
 }
@@ -693,7 +884,10 @@ void RoundService::tick(TimePoint now) {
     next_report_ = kNever;
     for (auto& [job, watched] : watched_) {
       for (const rendezvous::PeerLost& lost : watched.declared) {
-        report(watched, "peer_lost", lost_report(lost));
+        const auto heard = watched.heard.find(lost.peer);
+        report(
+            watched, "peer_lost",
+            lost_report(lost, heard == watched.heard.end() ? 0 : wall_ms_at(now, heard->second)));
         next_report_ = now + kReportResend;
       }
     }
@@ -701,6 +895,7 @@ void RoundService::tick(TimePoint now) {
   rendezvous::LeaseHolderEffects effects;
   holder_.tick(now, effects);
   carry_out_lease(now, effects);
+  if (leading_) incidents_.tick(now);
 }
 
 void RoundService::update_lease_want(TimePoint now) {
@@ -743,7 +938,7 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
 
 TimePoint RoundService::next_deadline() const {
   TimePoint deadline = std::min(holder_.next_deadline(), next_report_);
-  if (leading_) deadline = std::min(deadline, next_lead_);
+  if (leading_) deadline = std::min({deadline, next_lead_, incidents_.next_deadline()});
   for (const auto& [job, watched] : watched_) {
     if (watched.watch) deadline = std::min(deadline, watched.watch->next_deadline());
   }

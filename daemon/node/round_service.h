@@ -29,12 +29,17 @@
 // Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
 // rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
 // on kForwardRequest with the daemon-internal verbs "round_ack" and "peer_lost", which the
-// control socket never accepts from users.
+// control socket never accepts from users. For incidents (incidents.h) the supervisor also
+// reports "workers_stopped" {job, round} (a round's local workers are all gone; sent to the
+// leader this daemon believes in even when it no longer watches the job) and forwards workers'
+// "progress" {job, round, event, step, resumed_from}; "peer_lost" carries "last_heard_ms" (the
+// reporter's wall time of the lost peer's last job-tier message) and "worker_failed" "at_ms".
 //
 // Thread safety: none; the node's loop thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +54,7 @@
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
+#include "daemon/node/incidents.h"
 #include "daemon/node/round_codec.h"
 #include "daemon/rendezvous/fencing.h"
 #include "daemon/rendezvous/job_table.h"
@@ -112,6 +118,15 @@ class RoundService {
   void tick(TimePoint now);
   TimePoint next_deadline() const;
 
+  // This daemon drains (SIGTERM): tells the leader of each of its rounds "node_leaving"; call
+  // it again every second or so while draining (reports may be lost). The leader then places
+  // no new work on this (node, generation), excuses worker failures of the rounds it is in (a
+  // drain stops workers on purpose; elastic-trainer's other ranks exit 75 with it), keeps its
+  // rounds until it leaves membership, and then re-plans them without it as a lost member
+  // (no restart counted) without waiting for its lease: a node leaves only once its workers
+  // are gone.
+  void announce_leaving();
+
   // A report about `job` to the leader of its round (the job supervisor's round_ack,
   // worker_failed and workers_done); dropped when this daemon has no round of that job.
   void report_for(const std::string& job, const std::string& verb, const std::string& args);
@@ -127,6 +142,22 @@ class RoundService {
     return node_slots_;
   }
   std::uint64_t stale_starts() const { return stale_starts_; }
+
+  // Events and recovery incidents (incidents.h). Incidents, their RecoveryStats, rounds_opened
+  // and the round/drain/election events are this leader's volatile memory: a new leader starts
+  // empty (open incidents are given up when this node stops leading). Membership events are
+  // recorded on every daemon (record_event), so a new leader keeps what it saw as a follower.
+  using Incident = node::Incident;
+  using RecoveryStats = node::RecoveryStats;
+  const std::deque<Incident>& incidents() const { return incidents_.incidents(); }
+  const RecoveryStats& recovery_stats() const { return incidents_.stats(); }
+  // Rounds this leader committed since it started leading.
+  std::uint64_t rounds_opened() const { return rounds_opened_; }
+  void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }
+  // The `events` reply's cluster events and incidents (IncidentLog::to_json).
+  std::string events_json(const std::string& job, std::size_t limit) const {
+    return incidents_.to_json(job, limit);
+  }
 
  private:
   struct LeaderJob {
@@ -149,6 +180,7 @@ class RoundService {
     MemberRound info;
     std::unique_ptr<rendezvous::JobWatch> watch;
     std::vector<rendezvous::PeerLost> declared;  // re-reported while the round stands
+    std::map<std::string, TimePoint> heard;      // peer -> its last job-tier message (incidents)
     std::string leader;
     std::string leader_address;
   };
@@ -163,6 +195,9 @@ class RoundService {
   void on_round_start(TimePoint now, const wire::Envelope& envelope);
   void carry_out(TimePoint now, rendezvous::JobWatchEffects& effects);
   void report(const Watched& watched, const std::string& verb, const std::string& args);
+  // To the leader at `address` as a kForwardRequest, or straight to on_report() on the leader.
+  void send_report(const std::string& leader, const std::string& address, const std::string& verb,
+                   const std::string& args);
   void carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects& effects);
   void update_lease_want(TimePoint now);
 
@@ -193,8 +228,30 @@ class RoundService {
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
   // placed.
   std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
+  // Draining nodes (node_leaving reports): name -> generation; and the (name, generation) of
+  // members that left membership gracefully, refreshed by lead().
+  std::map<std::string, std::uint64_t> leaving_;
+  std::set<std::pair<std::string, std::uint64_t>> left_;
   TimePoint next_plan_{};
   TimePoint next_lead_{};  // when lead() next has work (see lead_due)
+  // Incidents and cluster events (leader memory, see incidents()).
+  IncidentLog incidents_;
+  std::uint64_t rounds_opened_ = 0;
+  std::map<std::string, rendezvous::NodeDrain> drains_seen_;  // to log drain changes
+  // job -> (round, its member nodes): who must report a stop when the round breaks.
+  std::map<std::string, std::pair<std::uint64_t, std::set<std::string>>> round_members_;
+  // Feeds the incident log from one lead() pass (losses seen in membership, acks, drains).
+  void observe(TimePoint now, const rendezvous::JobTable& table,
+               const std::vector<membership::MemberView>& members);
+  // An OpenRound this leader proposed: counted and logged once it is applied.
+  struct Opened {
+    std::string job;
+    std::uint64_t round = 0;
+    std::uint32_t nodes = 0;
+    rendezvous::RoundReason reason = rendezvous::RoundReason::kSubmitted;
+    std::string detail;
+  };
+  void on_round_opened(const Opened& opened, const std::string& applied);
 
   // Member half.
   rendezvous::RoundFence fence_;

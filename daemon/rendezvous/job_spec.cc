@@ -67,8 +67,19 @@ Status validate_duration(std::string_view field, Duration value, Duration max) {
 
 bool is_daemon_owned_env(std::string_view name) {
   static constexpr std::string_view kOwned[] = {
-      "RANK",       "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE",
-      "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+      "RANK",
+      "LOCAL_RANK",
+      "WORLD_SIZE",
+      "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",
+      "GROUP_WORLD_SIZE",
+      "ROLE_RANK",
+      "ROLE_WORLD_SIZE",
+      "ROLE_NAME",
+      "MASTER_ADDR",
+      "MASTER_PORT",
+      "CUDA_VISIBLE_DEVICES",
+      "CUDA_DEVICE_ORDER",
   };
   for (std::string_view owned : kOwned) {
     if (name == owned) return true;

@@ -121,6 +121,13 @@ class Spawner {
   void kill(WorkerId id);
   // Appends "[elasticd <UTC time>] <line>\n" to the worker's log. Unknown ids are ignored.
   void note(WorkerId id, std::string_view line);
+  // A configuration reload: later stop() calls use the new grace (a running escalation keeps its
+  // deadline), later log writes the new rotation limits.
+  void set_limits(Duration stop_grace, std::uint64_t log_max_bytes, int log_keep) {
+    config_.stop_grace = stop_grace;
+    config_.log_max_bytes = log_max_bytes;
+    config_.log_keep = log_keep;
+  }
 
   // An epoll descriptor that is readable when process() has work (log output, an exit).
   int fd() const { return epoll_fd_; }

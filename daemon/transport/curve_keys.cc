@@ -63,7 +63,34 @@ Status write_file(const std::string& path, const std::string& content, mode_t mo
   return ok_status();
 }
 
+std::string mode_text(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
 }  // namespace
+
+Status check_trusted_path(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Error{"Cannot stat the " + std::string(what) + " " + path + ": " + std::strerror(errno) +
+                 "."};
+  }
+  const uid_t self = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != self) {
+    return Error{"The " + std::string(what) + " " + path + " is owned by uid " +
+                 std::to_string(st.st_uid) + ", not by root or this process's user (uid " +
+                 std::to_string(self) + "); whoever owns it can change who is trusted."};
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Error{"The " + std::string(what) + " " + path + " has mode " + mode_text(st.st_mode) +
+                 ", which lets group or others write it (and so add a trusted key); run chmod "
+                 "go-w " +
+                 path + "."};
+  }
+  return ok_status();
+}
 
 Result<CurveKeyPair> generate_curve_keypair() {
   char public_key[kZ85KeyChars + 1] = {};
@@ -78,7 +105,9 @@ Result<CurveKeyPair> generate_curve_keypair() {
 Status write_curve_keypair(const std::string& dir, const std::string& name,
                            const CurveKeyPair& keys) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  // A directory made here gets 0755 whatever the umask: group-writable key directories are
+  // refused when keys are loaded.
+  if (std::filesystem::create_directories(dir, ec) && !ec) ::chmod(dir.c_str(), 0755);
   if (ec) return Error{"Cannot create the key directory " + dir + ": " + ec.message() + "."};
   const std::string secret_path = dir + "/" + name + ".key";
   const std::string public_path = dir + "/" + name + ".pub";
@@ -101,10 +130,14 @@ Result<CurveKeyPair> load_curve_secret_key(const std::string& path) {
                  "."};
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return Error{"The CURVE secret key file " + path + " has mode " + mode +
+    return Error{"The CURVE secret key file " + path + " has mode " + mode_text(st.st_mode) +
                  ", which lets group or others read it; run chmod 600 " + path + "."};
+  }
+  if (st.st_uid != ::geteuid()) {
+    return Error{"The CURVE secret key file " + path + " is owned by uid " +
+                 std::to_string(st.st_uid) + ", not by this process's user (uid " +
+                 std::to_string(::geteuid()) + "); run chown " + std::to_string(::geteuid()) + " " +
+                 path + "."};
   }
   Result<std::string> secret = read_key_line(path, "secret");
   if (!secret.ok()) return secret.error();
@@ -121,12 +154,18 @@ Result<std::string> load_curve_public_key(const std::string& path) {
 
 Result<std::map<std::string, std::string>> load_curve_allow_list(const std::string& dir) {
   std::map<std::string, std::string> keys;
+  if (Status trusted = check_trusted_path(dir, "public key directory"); !trusted.ok()) {
+    return trusted.error();
+  }
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec);
   if (ec) return Error{"Cannot list the public key directory " + dir + ": " + ec.message() + "."};
   for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
     const std::filesystem::path& p = it->path();
     if (p.extension() != ".pub") continue;
+    if (Status trusted = check_trusted_path(p.string(), "public key file"); !trusted.ok()) {
+      return trusted.error();
+    }
     Result<std::string> key = load_curve_public_key(p.string());
     if (!key.ok()) return key.error();
     keys[p.stem().string()] = *key;

@@ -9,8 +9,11 @@
 // handler names an authenticated client. Distribute the .pub files with configuration
 // management (`elasticctl keygen` writes a pair).
 //
-// A secret key file readable by group or others is refused: a leaked key lets anyone join the
-// cluster and inject messages.
+// A secret key file readable by group or others, or not owned by the process's user, is
+// refused: a leaked key lets anyone join the cluster and inject messages. An allow-list
+// directory or .pub file writable by group or others, or owned by someone other than root or
+// the process's user, is refused too: whoever can add a .pub file joins the cluster (or, for
+// control.client_keys_dir, acts as any user).
 // Errors: every failure returns one sentence naming the file. Thread safety: pure functions
 // apart from the files they read or write.
 #pragma once
@@ -36,13 +39,18 @@ Status write_curve_keypair(const std::string& dir, const std::string& name,
                            const CurveKeyPair& keys);
 
 // Loads a secret key file and derives its public key. Refuses a file readable by group or
-// others, naming the file and its mode.
+// others (naming the file and its mode) or owned by another user.
 Result<CurveKeyPair> load_curve_secret_key(const std::string& path);
 
 // Loads one public key file.
 Result<std::string> load_curve_public_key(const std::string& path);
 
-// Node name -> Z85 public key for every `*.pub` in dir. An unreadable or invalid file is an
+// OK when `path` is owned by root or the process's user and not writable by group or others;
+// else one sentence naming `what`, the path and the fix.
+Status check_trusted_path(const std::string& path, const char* what);
+
+// Node name -> Z85 public key for every `*.pub` in dir (dir and files checked with
+// check_trusted_path). An unreadable or invalid file is an
 // error (a silently skipped node would fail to join with a confusing symptom).
 Result<std::map<std::string, std::string>> load_curve_allow_list(const std::string& dir);
 

@@ -1,6 +1,7 @@
 #include "daemon/transport/zmq_transport.h"
 
 #include <poll.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "daemon/control/protocol.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/wire/codec.h"
 
@@ -20,6 +22,13 @@ using std::chrono::milliseconds;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "elastic";
 constexpr const char* kMonitorEndpoint = "inproc://elastic.router.monitor";
+// The remote control socket's ZAP domain (client_keys_dir) and handshake-failure monitor.
+constexpr const char* kControlZapDomain = "elastic.control";
+constexpr const char* kControlMonitorEndpoint = "inproc://elastic.control.monitor";
+// A handshake that has not finished by then is dropped (slow-loris clients).
+constexpr int kControlHandshakeMs = 5000;
+// The client allow-list is re-read at most this often (on handshakes only).
+constexpr std::chrono::seconds kClientKeysReload{1};
 // Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
 constexpr const char* kPeerMonitorPrefix = "inproc://elastic.peer.monitor.";
 // The handshake (not the bare TCP connect) arms a peer's disconnect report; see the header.
@@ -63,6 +72,12 @@ TransportOptions transport_options(const config::TransportConfig& config, const 
   return options;
 }
 
+std::optional<RemoteControlOptions> remote_control_options(const config::ControlConfig& config) {
+  if (config.remote_listen.empty()) return std::nullopt;
+  return RemoteControlOptions{.bind = config.remote_listen,
+                              .client_keys_dir = config.client_keys_dir};
+}
+
 class ZmqTransport::Impl {
  public:
   struct Peer {
@@ -88,6 +103,8 @@ class ZmqTransport::Impl {
     peers_.clear();
     monitor_.reset();
     router_.reset();
+    control_monitor_.reset();
+    control_.reset();
     zap_.reset();
     context_.close();
   }
@@ -135,9 +152,94 @@ class ZmqTransport::Impl {
       router_->bind(options_.bind);
       bound_ = router_->get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
-      return Error{"Cannot bind the transport to " + options_.bind + ": " + e.what() + "."};
+      return Error{"Cannot bind the transport to " + options_.bind +
+                   " (transport.bind): " + e.what() + "."};
     }
+    if (options_.remote_control) return open_control();
     return ok_status();
+  }
+
+  // The remote control ROUTER (see the header); called after the CURVE keys are loaded.
+  Status open_control() {
+    const RemoteControlOptions& remote = *options_.remote_control;
+    if (!options_.curve) {
+      return Error{
+          "Remote control (control.remote_listen) needs transport.curve = true: it "
+          "serves this node's CURVE keypair to clients."};
+    }
+    Result<std::map<std::string, std::string>> clients =
+        load_curve_allow_list(remote.client_keys_dir);
+    if (!clients.ok()) return Error{clients.error().message + " (control.client_keys_dir)"};
+    set_control_clients(*clients);
+    control_keys_loaded_ = steady_now();
+    std::string bind = remote.bind;
+    if (bind.size() > 2 && bind.ends_with(":0")) bind.replace(bind.size() - 1, 1, "*");
+    try {
+      control_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
+      control_->set(zmq::sockopt::linger, 0);
+      control_->set(zmq::sockopt::sndhwm, kControlHwm);
+      control_->set(zmq::sockopt::rcvhwm, kControlHwm);
+      control_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(control::kMaxRequestBytes));
+      control_->set(zmq::sockopt::handshake_ivl, kControlHandshakeMs);
+      control_->set(zmq::sockopt::curve_server, 1);
+      control_->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
+      control_->set(zmq::sockopt::zap_domain, kControlZapDomain);
+      if (zmq_socket_monitor(
+              control_->handle(), kControlMonitorEndpoint,
+              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+        return Error{std::string("Cannot monitor the remote control socket: ") +
+                     zmq_strerror(zmq_errno()) + "."};
+      }
+      control_monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+      control_monitor_->set(zmq::sockopt::linger, 0);
+      control_monitor_->connect(kControlMonitorEndpoint);
+    } catch (const zmq::error_t& e) {
+      return Error{std::string("Cannot set up the remote control socket: ") + e.what() + "."};
+    }
+    try {
+      control_->bind(bind);
+      control_bound_ = control_->get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return Error{"Cannot bind the remote control socket to " + remote.bind + ": " + e.what() +
+                   " (control.remote_listen)."};
+    }
+    spdlog::info("remote control listening on {} ({} client key(s) in {})", control_bound_,
+                 control_clients_.size(), remote.client_keys_dir);
+    return ok_status();
+  }
+
+  void set_control_clients(const std::map<std::string, std::string>& keys) {
+    control_clients_.clear();
+    for (const auto& [user, z85] : keys) {
+      std::string raw(32, '\0');
+      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) != nullptr) {
+        control_clients_[raw] = user;
+      }
+    }
+  }
+
+  // The user of a client key, re-reading client_keys_dir when the last read is old enough.
+  std::string control_user(const std::string& raw_key) {
+    const TimePoint now = steady_now();
+    if (now - control_keys_loaded_ >= kClientKeysReload) {
+      control_keys_loaded_ = now;
+      Result<std::map<std::string, std::string>> clients =
+          load_curve_allow_list(options_.remote_control->client_keys_dir);
+      if (clients.ok()) {
+        set_control_clients(*clients);
+        control_keys_error_.clear();
+      } else {
+        // Refuse everyone until the directory is safe again: it may have been tampered with.
+        control_clients_.clear();
+        if (clients.error().message != control_keys_error_) {
+          control_keys_error_ = clients.error().message;
+          spdlog::error("remote control refuses every client: {} (control.client_keys_dir)",
+                        control_keys_error_);
+        }
+      }
+    }
+    const auto it = control_clients_.find(raw_key);
+    return it == control_clients_.end() ? std::string() : it->second;
   }
 
   Status load_keys() {
@@ -282,10 +384,14 @@ class ZmqTransport::Impl {
     Peer& peer = **found;
     peer.last_send = now;
     flush(peer, now);
-    if (peer.pending.empty() && try_send(peer, bytes)) return ok_status();
+    if (peer.pending.empty() && try_send(peer, bytes)) {
+      ++stats_.sent_by_type[type_slot(envelope.type)];
+      return ok_status();
+    }
     if (!peer.connected && now - peer.created < options_.heartbeat_timeout &&
         peer.pending.size() < kMaxPendingPerPeer) {
       peer.pending.push_back(std::move(bytes));
+      ++stats_.sent_by_type[type_slot(envelope.type)];
       return ok_status();
     }
     ++stats_.send_failures;
@@ -314,6 +420,11 @@ class ZmqTransport::Impl {
       if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
       const std::size_t monitor_item = items.size();
       if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t control_item = items.size();
+      if (control_) {
+        items.push_back({control_->handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({control_monitor_->handle(), 0, ZMQ_POLLIN, 0});
+      }
       const std::size_t first_peer_monitor = items.size();
       for (auto& [address, peer] : peers_) {
         items.push_back({peer.monitor->handle(), 0, ZMQ_POLLIN, 0});
@@ -332,6 +443,10 @@ class ZmqTransport::Impl {
       if (rc > 0) {
         if (zap_ && (items[zap_item].revents & ZMQ_POLLIN)) serve_zap();
         if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) drain_monitor();
+        if (control_ && (items[control_item + 1].revents & ZMQ_POLLIN)) drain_control_monitor();
+        if (control_ && (items[control_item].revents & ZMQ_POLLIN)) {
+          drain_control(&result.control_requests);
+        }
         for (std::size_t i = 0; i < monitored.size(); ++i) {
           if (items[first_peer_monitor + i].revents & ZMQ_POLLIN) {
             drain_peer_monitor(*monitored[i].first, *monitored[i].second);
@@ -348,7 +463,8 @@ class ZmqTransport::Impl {
         if (!peer.pending.empty()) flush(peer, now);
       }
       if (!result.envelopes.empty() || !result.readable_fds.empty() ||
-          stats_.disconnects > disconnects_before || now >= deadline) {
+          !result.control_requests.empty() || stats_.disconnects > disconnects_before ||
+          now >= deadline) {
         break;
       }
     }
@@ -383,8 +499,65 @@ class ZmqTransport::Impl {
         continue;
       }
       ++stats_.received;
+      ++stats_.received_by_type[type_slot(envelope->type)];
       out->push_back(std::move(envelope).value());
     }
+  }
+
+  // Remote control frames: [routing id, JSON request] from an authenticated client.
+  void drain_control(std::vector<ControlRequest>* out) {
+    for (int n = 0; n < kMaxReceiveBatch; ++n) {
+      std::vector<zmq::message_t> parts;
+      try {
+        if (!zmq::recv_multipart(*control_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (parts.size() != 2) {
+        ++stats_.control_dropped;
+        continue;
+      }
+      std::string user = authenticated_name(parts[1]);
+      if (user.empty()) {  // cannot happen past ZAP; never act without a user
+        ++stats_.control_unauthenticated;
+        continue;
+      }
+      ++stats_.control_received;
+      out->push_back(ControlRequest{
+          .route = parts[0].to_string(), .user = std::move(user), .body = parts[1].to_string()});
+    }
+  }
+
+  void drain_control_monitor() {
+    for (;;) {
+      std::vector<zmq::message_t> event;
+      try {
+        if (!zmq::recv_multipart(*control_monitor_, std::back_inserter(event),
+                                 zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      ++stats_.control_unauthenticated;  // only refused handshakes are monitored
+    }
+  }
+
+  Status send_control_reply(const std::string& route, const std::string& body) {
+    if (!control_) return Error{"There is no remote control socket (control.remote_listen)."};
+    try {
+      if (control_->send(zmq::buffer(route),
+                         zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+          control_->send(zmq::buffer(body), zmq::send_flags::dontwait)) {
+        return ok_status();
+      }
+    } catch (const zmq::error_t&) {
+      // Counted below like a full queue.
+    }
+    ++stats_.control_replies_failed;
+    return Error{"Cannot queue a remote control reply: the client is gone or its queue is full."};
   }
 
   static std::string authenticated_name(const zmq::message_t& message) {
@@ -422,13 +595,27 @@ class ZmqTransport::Impl {
         return;
       }
       std::string user;
-      if (request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
-          request[2].to_string_view() == kZapDomain) {
-        auto it = allowed_clients_.find(request[6].to_string());
-        if (it != allowed_clients_.end()) user = it->second;
+      const bool control_domain =
+          request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
+      if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
+        if (request[2].to_string_view() == kZapDomain) {
+          auto it = allowed_clients_.find(request[6].to_string());
+          if (it != allowed_clients_.end()) user = it->second;
+        } else if (control_domain && control_) {
+          user = control_user(request[6].to_string());
+        }
       }
       const bool allowed = !user.empty();
-      if (!allowed) ++stats_.dropped_unauthenticated;
+      if (!allowed && control_domain) {
+        ++stats_.control_unauthenticated;
+        // One line per refusal would let a flood fill the log: the first, then every 100th.
+        if (stats_.control_unauthenticated % 100 == 1) {
+          spdlog::warn("remote control: refused a client key not in {} ({} refused so far)",
+                       options_.remote_control->client_keys_dir, stats_.control_unauthenticated);
+        }
+      } else if (!allowed) {
+        ++stats_.dropped_unauthenticated;
+      }
       std::array<zmq::const_buffer, 6> reply = {
           zmq::str_buffer("1.0"),
           zmq::buffer(request.size() > 1 ? request[1].to_string_view() : std::string_view()),
@@ -511,6 +698,12 @@ class ZmqTransport::Impl {
   std::unique_ptr<zmq::socket_t> router_;
   std::unique_ptr<zmq::socket_t> zap_;
   std::unique_ptr<zmq::socket_t> monitor_;
+  std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
+  std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
+  std::string control_bound_;
+  std::map<std::string, std::string> control_clients_;  // raw 32-byte key -> user name
+  TimePoint control_keys_loaded_{};
+  std::string control_keys_error_;  // the last failed re-read, logged once
   std::string bound_;
   CurveKeyPair own_keys_;
   std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
@@ -547,6 +740,10 @@ void ZmqTransport::set_leader_hint(std::string leader, std::uint64_t term) {
   impl_->leader_term_ = term;
 }
 std::string ZmqTransport::bound_endpoint() const { return impl_->bound_; }
+std::string ZmqTransport::control_endpoint() const { return impl_->control_bound_; }
+Status ZmqTransport::send_control_reply(const std::string& route, const std::string& body) {
+  return impl_->send_control_reply(route, body);
+}
 std::string ZmqTransport::advertised_endpoint() const { return impl_->advertised(); }
 std::size_t ZmqTransport::open_peers() const { return impl_->peers_.size(); }
 TransportStats ZmqTransport::stats() const { return impl_->stats_; }

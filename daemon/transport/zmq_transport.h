@@ -49,12 +49,28 @@
 // Because the ZAP handler runs inside receive(), an owner that stops calling receive() stalls
 // inbound CURVE handshakes (peers retry); the daemon's loop calls it continuously.
 //
+// Remote control (options.remote_control, control.remote_listen): a second ROUTER, a CURVE
+// server with this node's keypair (so it needs options.curve), bound to its own endpoint for
+// elasticctl on login nodes. The same ZAP handler serves its domain ("elastic.control") from a
+// second allow-list, control.client_keys_dir: <user>.pub per client key, re-read at most once
+// a second on a handshake (so adding a user needs no restart) with the same ownership and mode
+// checks as at open (a failed re-read refuses every client and logs why). It names the client
+// by the key file's stem, which arrives as ControlRequest::user. Frames: a DEALER sends one
+// frame, the JSON request of the local control protocol; anything else is dropped and counted
+// (control_dropped). Bounded: MAXMSGSIZE control::kMaxRequestBytes, HWM kControlHwm each way,
+// a 5 s handshake limit; refused handshakes count in control_unauthenticated (the client gets a
+// ZMTP ERROR, or nothing if it does not speak CURVE). Replies go back with
+// send_control_reply(route, body) without blocking; a client that went away loses its reply
+// silently (no ROUTER_MANDATORY). User -> uid mapping and every rule are the control Server's
+// (daemon/control/server.h handle_remote).
+//
 // Thread safety: none. One thread (the node's loop) owns the transport and calls everything;
 // ZeroMQ sockets must not be shared between threads.
 // Errors: open() fails with a sentence on bad options, unreadable keys or a failed bind;
 // send() returns an error Status (and counts it) when the message cannot be queued.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,6 +90,11 @@ struct CurveOptions {
   std::string public_keys_dir;  // allow-list: <node name>.pub for every node of the cluster
 };
 
+struct RemoteControlOptions {
+  std::string bind;             // tcp://HOST:PORT; port 0 or * = any (tests)
+  std::string client_keys_dir;  // allow-list: <user>.pub per client key
+};
+
 struct TransportOptions {
   std::string bind = "tcp://127.0.0.1:*";
   // Endpoint stamped as sender_address; "" = the bound endpoint.
@@ -87,8 +108,12 @@ struct TransportOptions {
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration heartbeat_timeout = std::chrono::seconds(3);
   Duration idle_peer_close = std::chrono::seconds(60);
-  std::optional<CurveOptions> curve;  // nullopt = plain TCP
+  std::optional<CurveOptions> curve;                   // nullopt = plain TCP
+  std::optional<RemoteControlOptions> remote_control;  // nullopt = off; needs curve
 };
+
+// The remote control socket from control.remote_listen / client_keys_dir; nullopt when off.
+std::optional<RemoteControlOptions> remote_control_options(const config::ControlConfig& config);
 
 // The daemon's options from its config, identity and cluster id.
 TransportOptions transport_options(const config::TransportConfig& config, const std::string& name,
@@ -106,7 +131,25 @@ struct TransportStats {
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
   std::uint64_t disconnects = 0;  // recorded PeerDisconnects (see the contract above)
+  // Remote control socket (see the contract above).
+  std::uint64_t control_received = 0;         // requests returned by receive()
+  std::uint64_t control_dropped = 0;          // frames not of the protocol (wrong part count)
+  std::uint64_t control_unauthenticated = 0;  // refused client handshakes
+  std::uint64_t control_replies_failed = 0;   // replies that could not be queued
+  // Per message type, indexed by type_slot(wire::MsgType) (for the metrics endpoint):
+  // sent_by_type counts messages send() accepted (handed to ZeroMQ or queued as a first message;
+  // a queued one dropped later also counts in send_failures), received_by_type as `received`.
+  static constexpr std::size_t kTypeSlots = 128;
+  std::array<std::uint64_t, kTypeSlots> sent_by_type{};
+  std::array<std::uint64_t, kTypeSlots> received_by_type{};
 };
+
+// The TransportStats::*_by_type index of a message type: its number, except that every number
+// from kTypeSlots - 1 up shares the last slot, so hostile type numbers cannot grow the counters.
+inline std::size_t type_slot(wire::MsgType type) {
+  const auto number = static_cast<std::size_t>(type);
+  return number < TransportStats::kTypeSlots ? number : TransportStats::kTypeSlots - 1;
+}
 
 // Where a message goes: the peer's ROUTER endpoint and, when known, its node name.
 struct PeerAddress {
@@ -121,10 +164,21 @@ struct PeerDisconnect {
   TimePoint at;         // steady clock, when receive() saw the event
 };
 
+// One request on the remote control socket, from an authenticated client key.
+struct ControlRequest {
+  std::string route;  // the client's routing id, for send_control_reply()
+  std::string user;   // the stem of the client's key file in client_keys_dir
+  std::string body;   // the JSON request
+};
+
 struct Received {
   std::vector<wire::Envelope> envelopes;
   std::vector<int> readable_fds;  // of the extra fds passed to receive(), those readable
+  std::vector<ControlRequest> control_requests;
 };
+
+// Messages queued per remote control client connection, each way.
+inline constexpr int kControlHwm = 16;
 
 class ZmqTransport {
  public:
@@ -152,7 +206,12 @@ class ZmqTransport {
   // transport forgets them. A peer that reconnects and drops again appears again.
   std::vector<PeerDisconnect> take_disconnects();
 
+  // Queues a reply on the remote control socket; an error when there is none or it is full.
+  Status send_control_reply(const std::string& route, const std::string& body);
+
   std::string bound_endpoint() const;
+  // The remote control socket's bound endpoint; "" when off.
+  std::string control_endpoint() const;
   // What this node stamps as sender_address.
   std::string advertised_endpoint() const;
   std::size_t open_peers() const;

@@ -263,16 +263,16 @@ TEST(ConsensusInteg, OnlyTheOwnerOrAnAdminCancelsAJob) {
       as_user(65534, {"submit", "--name", "mine", "--workdir", "/", "--", "/bin/sleep", "600"});
   ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
   const RunResult foreign = as_user(65533, {"cancel", "mine-1"});
-  EXPECT_TRUE(foreign.status.exited_with(1));
+  EXPECT_TRUE(foreign.status.exited_with(77));
   EXPECT_THAT(foreign.err, HasSubstr("mine-1"));
   const RunResult owner = as_user(65534, {"cancel", "mine-1"});
   EXPECT_TRUE(owner.status.exited_with(0)) << owner.err;
   const RunResult root_job =
       elasticctl(ctl_args(*c.n4, {"submit", "--name", "rootjob", "--", "/bin/sleep", "600"}));
   ASSERT_TRUE(root_job.status.exited_with(0));
-  EXPECT_TRUE(as_user(65534, {"cancel", "rootjob-2"}).status.exited_with(1));
+  EXPECT_TRUE(as_user(65534, {"cancel", "rootjob-2"}).status.exited_with(77));
   const RunResult voters = as_user(65534, {"voters", "remove", "n1"});
-  EXPECT_TRUE(voters.status.exited_with(1));
+  EXPECT_TRUE(voters.status.exited_with(77));
   EXPECT_THAT(voters.err, HasSubstr("needs root or a member of control.admin_group"));
   EXPECT_TRUE(elasticctl(ctl_args(c.n1, {"cancel", "rootjob-2"})).status.exited_with(0));
 }

@@ -11,6 +11,8 @@
 //   CancelLeavesNoProcess     cancel: state cancelled and no worker process left
 //   BadSpecsAreRejected       bad job specs: refused with their sentence, no job created
 //   NonRootSubmitterRunsAsSelf  a job submitted as uid 65534 runs its workers as 65534
+//   IncidentTimelineOfADaemonKill  kill -9 of a daemon: `elasticctl events JOB` shows the
+//                             incident's complete timeline (the trainers report progress)
 // What is checked is observed from outside the daemons: `elasticctl status JOB --json` (state,
 // round, ranks, restarts, events), the trainers' JSON lines in the worker logs, and /proc (the
 // workers are found by the ELASTIC_JOB_ID in their environment; uid and Cpus_allowed_list from
@@ -28,6 +30,8 @@
 #include <iostream>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/netns/daemon_cluster.h"
 #include "tests/netns/netns_cluster.h"
@@ -300,6 +304,54 @@ TEST_F(JobNetnsTest, DemoScenario) {
     if (line.event == "summary") final_step = std::max(final_step, line.step);
   }
   EXPECT_EQ(final_step, 600);
+}
+
+// Issue 6: the leader's incident timeline of a lost node, fed by the trainers' progress reports.
+TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "incident", "--nodes", "2:3", "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  const std::string victim = non_leader(first);
+  ASSERT_FALSE(victim.empty());
+  const int v = daemons_->host_of(victim);
+  const int leader = daemons_->host_of(daemons_->wait_leader(kAll, kConverge));
+  daemons_->daemon(v).signal(SIGKILL);
+  ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
+
+  nlohmann::json incident;
+  const bool complete = testing::wait_until(
+      [&] {
+        const auto r = daemons_->ctl(leader, {"events", job, "--json"});
+        const auto reply = nlohmann::json::parse(r.out, nullptr, false);
+        if (reply.is_discarded() || !reply.contains("incidents") || reply["incidents"].empty()) {
+          return false;
+        }
+        incident = reply["incidents"][0];
+        return incident.value("complete", false);
+      },
+      kRecovers);
+  ASSERT_TRUE(complete) << incident.dump();
+  EXPECT_EQ(incident["cause"], "node_lost") << incident.dump();
+  EXPECT_EQ(incident["node"], victim) << incident.dump();
+  EXPECT_EQ(incident["from_round"], first.round);
+  EXPECT_EQ(incident["to_nodes"], 2);
+  EXPECT_FALSE(incident["given_up"].get<bool>()) << incident.dump();
+  double previous = 0;
+  for (const char* point : {"detected_s", "stopped_s", "rendezvous_s", "first_step_s"}) {
+    ASSERT_TRUE(incident[point].is_number()) << point << ": " << incident.dump();
+    EXPECT_GE(incident[point].get<double>(), previous) << point << ": " << incident.dump();
+    previous = incident[point].get<double>();
+  }
+  ASSERT_TRUE(incident["steps_lost"].is_number_integer()) << incident.dump();
+  EXPECT_GE(incident["steps_lost"].get<std::int64_t>(), 0) << incident.dump();
+  const auto human = daemons_->ctl(leader, {"events", job});
+  EXPECT_NE(human.out.find("node_lost " + victim), std::string::npos) << human.out;
+  std::cerr << human.out;  // the timeline, for the test log
 }
 
 TEST_F(JobNetnsTest, WorkerCrashRestarts) {

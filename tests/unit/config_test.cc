@@ -294,6 +294,8 @@ DaemonConfig unusual_config() {
   c.spawner.bind_memory = false;
   c.control.admin_group = "hpc admins\t";
   c.control.metrics_listen = "0.0.0.0:9100";
+  c.control.remote_listen = "tcp://0.0.0.0:7947";
+  c.control.client_keys_dir = "/etc/elastic/clients";
   c.logging.level = LogLevel::kTrace;
   c.logging.format = LogFormat::kJson;
   c.logging.file = "/var/log/elastic/elasticd.log";
@@ -696,7 +698,11 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set control.socket=/" + std::string(120, 's') +
              ": control.socket: is 121 bytes long; a unix socket path must be at most 107"}},
     SetCase{"MetricsListen", {"control.metrics_listen=9100"},
-            {"--set control.metrics_listen=9100: control.metrics_listen: \"9100\" must be \"\" (off) or HOST:PORT with a port from 1 to 65535"}},
+            {"--set control.metrics_listen=9100: control.metrics_listen: \"9100\" must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free port)"}},
+    SetCase{"RemoteListen", {"control.remote_listen=7947"},
+            {"--set control.remote_listen=7947: control.remote_listen: \"7947\" must be \"\" (off) or tcp://HOST:PORT (e.g. tcp://0.0.0.0:7947)",
+             "--set control.remote_listen=7947: control.remote_listen: needs transport.curve = true (remote clients are authenticated with CURVE, and without it between the daemons forwarded requests could be forged)",
+             "--set control.remote_listen=7947: control.client_keys_dir: must be set when control.remote_listen is set (it lists the allowed client keys)"}},
     SetCase{"LogFile", {"logging.file=elasticd.log"},
             {"--set logging.file=elasticd.log: logging.file: must be an absolute path or \"\" (got \"elasticd.log\")"}}),
     [](const auto& test_case) { return std::string(test_case.param.name); });

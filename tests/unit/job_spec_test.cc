@@ -132,7 +132,8 @@ TEST(JobSpecTest, CommandAndEnvTogetherAreBounded) {
 TEST(JobSpecTest, DaemonOwnedNames) {
   for (const char* name :
        {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT", "ELASTIC_JOB_ID"}) {
+        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT", "ELASTIC_JOB_ID",
+        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "CUDA_DEVICE_ORDER"}) {
     EXPECT_TRUE(is_daemon_owned_env(name)) << name;
   }
   for (const char* name : {"PATH", "NCCL_DEBUG", "OMP_NUM_THREADS_X", "MY_RANK", "ELASTIC"}) {

@@ -847,3 +847,124 @@ TEST_F(JobSupervisorTest, SpawnerLogDirOverridesTheStateDir) {
 
 }  // namespace
 }  // namespace elastic::node
+
+// --- Incidents and progress (issue 6) -------------------------------------------------------
+
+namespace elastic::node {
+namespace {
+
+TEST_F(JobSupervisorTest, TheLastWorkerOfAStoppedRoundReportsWorkersStoppedOnce) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("st-1", 1, 2, "exec sleep 1000")));
+  ASSERT_EQ(running("st-1"), 2u);
+  EXPECT_TRUE(reports("workers_stopped").empty());
+  // A new round after a lost member: both old workers are killed; one report when both are gone.
+  supervisor_->on_round(now(), start("st-1", 2, 2, "exec sleep 1000", RoundReason::kMemberLost));
+  ASSERT_TRUE(pump_until([&] { return acked("st-1", 2); }));
+  ASSERT_EQ(reports("workers_stopped").size(), 1u);
+  EXPECT_EQ(reports("workers_stopped")[0].args, json({{"job", "st-1"}, {"round", 1}}));
+  // Stopping the job reports round 2 once its workers are reaped.
+  supervisor_->stop_job(now(), "st-1", StopMode::kKill, "test");
+  ASSERT_TRUE(pump_until([&] { return reports("workers_stopped").size() == 2; }));
+  EXPECT_EQ(reports("workers_stopped")[1].args, json({{"job", "st-1"}, {"round", 2}}));
+  EXPECT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
+  EXPECT_EQ(reports("workers_stopped").size(), 2u);
+}
+
+TEST_F(JobSupervisorTest, AFailedWorkerReportCarriesItsExitTime) {
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  const std::int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  supervisor_->on_round(now(), start("f-1", 1, 1, "exit 3"));
+  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  const json args = reports("worker_failed")[0].args;
+  ASSERT_TRUE(args.contains("at_ms")) << args;
+  EXPECT_GE(args["at_ms"].get<std::int64_t>(), before);
+  // The round's only worker is gone: the stop is reported too (the leader matches it later).
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_stopped").empty(); }));
+}
+
+TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  const auto uid = static_cast<std::uint32_t>(::getuid());
+  auto refused =
+      supervisor_->on_progress(uid, R"({"job":"p-1","round":1,"event":"step","step":1})");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "Job p-1 runs no workers on node me.");
+  supervisor_->on_round(now(), start("p-1", 1, 1, "exec sleep 1000"));
+  EXPECT_TRUE(supervisor_->checkpoints().empty()) << "no progress and no LATEST yet";
+
+  auto step = supervisor_->on_progress(
+      uid, R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
+           R"("resumed_from":10,"first":true})");
+  ASSERT_OK(step);
+  EXPECT_EQ(step->job, "p-1");
+  EXPECT_EQ(json::parse(step->args), json({{"job", "p-1"},
+                                           {"round", 1},
+                                           {"rank", 0},
+                                           {"event", "step"},
+                                           {"step", 12},
+                                           {"resumed_from", 10}}));
+  // Another user (root may report for anyone), an old round, hostile or incomplete bodies.
+  auto other =
+      supervisor_->on_progress(uid + 1, R"({"job":"p-1","round":1,"event":"step","step":1})");
+  ASSERT_FALSE(other.ok());
+  if (uid != 0) {
+    EXPECT_EQ(other.error().message, "Only the owner of job p-1 (uid " + std::to_string(uid) +
+                                         ") or root may report its progress, not uid " +
+                                         std::to_string(uid + 1) + ".");
+  }
+  auto old = supervisor_->on_progress(uid, R"({"job":"p-1","round":0,"event":"step","step":1})");
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().message, "Round 0 of job p-1 is over; node me runs round 1.");
+  for (const char* bad : {"", "[]", "{\"job\":1}", R"({"job":"p-1"})",
+                          R"({"job":"p-1","round":1,"event":"x","step":1})",
+                          R"({"job":"p-1","round":1,"event":"step","step":-1})",
+                          R"({"job":"p-1","round":1,"event":"step","step":"1"})"}) {
+    EXPECT_FALSE(supervisor_->on_progress(uid, bad).ok()) << bad;
+  }
+
+  // Without a checkpoint report, LATEST in the job's checkpoint dir is read (step and mtime).
+  const std::string job_dir = config_.checkpoint.root + "/p-1";
+  std::filesystem::create_directories(job_dir);
+  std::ofstream(job_dir + "/LATEST") << "step-000000120\n";
+  auto found = supervisor_->checkpoints();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].job, "p-1");
+  EXPECT_EQ(found[0].step, 120);
+  struct stat st {};
+  ASSERT_EQ(::stat((job_dir + "/LATEST").c_str(), &st), 0);
+  EXPECT_EQ(found[0].at_ms, st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1'000'000);
+  // A LATEST that is not ours to trust (a FIFO, a symlink, garbage) is ignored, never blocks.
+  std::filesystem::remove(job_dir + "/LATEST");
+  ASSERT_EQ(::mkfifo((job_dir + "/LATEST").c_str(), 0600), 0);
+  EXPECT_TRUE(supervisor_->checkpoints().empty());
+  std::filesystem::remove(job_dir + "/LATEST");
+  std::filesystem::create_symlink("/etc/hostname", job_dir + "/LATEST");
+  EXPECT_TRUE(supervisor_->checkpoints().empty());
+  std::filesystem::remove(job_dir + "/LATEST");
+  std::ofstream(job_dir + "/LATEST") << "garbage";
+  EXPECT_TRUE(supervisor_->checkpoints().empty());
+
+  // A checkpoint report wins.
+  ASSERT_OK(
+      supervisor_->on_progress(uid, R"({"job":"p-1","round":1,"event":"checkpoint","step":130})"));
+  found = supervisor_->checkpoints();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step, 130);
+  EXPECT_GT(found[0].at_ms, 0);
+  const auto counts = supervisor_->worker_state_counts();
+  EXPECT_EQ(counts.at("running"), 1);
+  EXPECT_EQ(counts.at("stopping"), 0);
+  // The job gone from this node: no checkpoint row.
+  supervisor_->stop_job(now(), "p-1", StopMode::kKill, "test");
+  ASSERT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
+  EXPECT_TRUE(supervisor_->checkpoints().empty());
+}
+
+}  // namespace
+}  // namespace elastic::node

@@ -2,16 +2,23 @@
 // and the persisted generation. No fixed sleeps: every wait polls a condition with a deadline.
 #include "daemon/transport/zmq_transport.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <thread>
 #include <zmq.hpp>
 
+#include "daemon/control/credentials.h"
+#include "daemon/transport/control_client.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/transport/generation.h"
 #include "daemon/wire/codec.h"
@@ -557,6 +564,238 @@ TEST_F(CurveTransport, KeyFilesRoundTripAndTheAllowListHoldsEveryPublicKey) {
   Result<std::map<std::string, std::string>> bad = load_curve_allow_list(other.path());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("bad.pub"), std::string::npos);
+}
+
+TEST_F(CurveTransport, AnAllowListWritableByOthersIsRefused) {
+  ASSERT_EQ(::chmod(allowed_dir().c_str(), 0777), 0);
+  Result<std::unique_ptr<ZmqTransport>> t = ZmqTransport::open(curve_options("a", allowed_dir()));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("0777"), std::string::npos) << t.error().message;
+  EXPECT_NE(t.error().message.find("chmod go-w " + allowed_dir()), std::string::npos);
+  ASSERT_EQ(::chmod(allowed_dir().c_str(), 0755), 0);
+  const std::string pub = allowed_dir() + "/b.pub";
+  ASSERT_EQ(::chmod(pub.c_str(), 0666), 0);
+  Result<std::map<std::string, std::string>> list = load_curve_allow_list(allowed_dir());
+  ASSERT_FALSE(list.ok());
+  EXPECT_NE(list.error().message.find(pub), std::string::npos) << list.error().message;
+  ASSERT_EQ(::chmod(pub.c_str(), 0644), 0);
+  EXPECT_TRUE(load_curve_allow_list(allowed_dir()).ok());
+}
+
+TEST_F(CurveTransport, KeysOwnedByAnotherUserAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown the key files to another user";
+  const std::string pub = allowed_dir() + "/b.pub";
+  ASSERT_EQ(::chown(pub.c_str(), 65534, 65534), 0);
+  Result<std::map<std::string, std::string>> list = load_curve_allow_list(allowed_dir());
+  ASSERT_FALSE(list.ok());
+  EXPECT_NE(list.error().message.find("owned by uid 65534"), std::string::npos)
+      << list.error().message;
+  const std::string secret = allowed_dir() + "/a.key";
+  ASSERT_EQ(::chown(secret.c_str(), 65534, 65534), 0);
+  Result<CurveKeyPair> loaded = load_curve_secret_key(secret);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().message.find("owned by uid 65534"), std::string::npos)
+      << loaded.error().message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Remote control socket (control.remote_listen) and its client
+
+class RemoteControl : public CurveTransport {
+ protected:
+  void SetUp() override {
+    CurveTransport::SetUp();
+    add_key(clients_dir(), "alice");
+    add_key(dir_ / "strangers", "mallory");
+  }
+  std::string clients_dir() const { return dir_ / "clients"; }
+  TransportOptions server_options() {
+    TransportOptions o = curve_options("a", allowed_dir());
+    o.remote_control = RemoteControlOptions{"tcp://127.0.0.1:0", clients_dir()};
+    return o;
+  }
+  RemoteControlClient client(const std::string& user, const std::string& key_dir,
+                             const ZmqTransport& server) {
+    return RemoteControlClient{server.control_endpoint(), key_dir + "/" + user + ".key",
+                               allowed_dir() + "/a.pub"};
+  }
+  // Runs call_remote on a thread while `server` is serviced here, answering each request with
+  // {"ok":true,"user":USER,"verb":...}; returns the call's result.
+  Result<std::string> call(ZmqTransport& server, const RemoteControlClient& c,
+                           RemoteFailure* failure, std::vector<ControlRequest>* seen = nullptr,
+                           std::chrono::milliseconds timeout = 3s) {
+    std::optional<Result<std::string>> result;
+    std::atomic<bool> done{false};
+    std::thread caller([&] {
+      result = call_remote(c, control::Request{.verb = "nodes", .text = ""}, timeout, failure);
+      done = true;
+    });
+    while (!done) {
+      for (ControlRequest& r : server.receive(10ms).control_requests) {
+        (void)server.send_control_reply(r.route, "{\"ok\":true,\"user\":\"" + r.user + "\"}");
+        if (seen) seen->push_back(std::move(r));
+      }
+    }
+    caller.join();
+    return std::move(*result);
+  }
+};
+
+TEST_F(RemoteControl, AListedClientKeyIsServedAsItsUser) {
+  auto server = open_transport(server_options());
+  ASSERT_TRUE(server);
+  ASSERT_FALSE(server->control_endpoint().empty());
+  RemoteFailure failure = RemoteFailure::kBadSetup;
+  std::vector<ControlRequest> seen;
+  Result<std::string> reply =
+      call(*server, client("alice", clients_dir(), *server), &failure, &seen);
+  ASSERT_OK(reply);
+  EXPECT_EQ(failure, RemoteFailure::kNone);
+  EXPECT_EQ(*reply, "{\"ok\":true,\"user\":\"alice\"}");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].user, "alice");
+  EXPECT_EQ(seen[0].body, "{\"verb\":\"nodes\"}");
+  EXPECT_EQ(server->stats().control_received, 1u);
+}
+
+TEST_F(RemoteControl, AnUnknownClientKeyIsRefusedAndCounted) {
+  auto server = open_transport(server_options());
+  ASSERT_TRUE(server);
+  RemoteFailure failure = RemoteFailure::kNone;
+  std::vector<ControlRequest> seen;
+  Result<std::string> reply =
+      call(*server, client("mallory", dir_ / "strangers", *server), &failure, &seen);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(failure, RemoteFailure::kRefused) << reply.error().message;
+  EXPECT_NE(reply.error().message.find("refused this client key"), std::string::npos);
+  EXPECT_TRUE(seen.empty());
+  EXPECT_GE(server->stats().control_unauthenticated, 1u);
+  EXPECT_EQ(server->stats().dropped_unauthenticated, 0u);  // the node port's counter
+  // Adding mallory's key to the directory lets it in without a restart.
+  std::filesystem::copy_file(dir_ / "strangers/mallory.pub", clients_dir() + "/mallory.pub");
+  EXPECT_TRUE(wait_until(
+      [&] {
+        RemoteFailure again = RemoteFailure::kNone;
+        return call(*server, client("mallory", dir_ / "strangers", *server), &again).ok();
+      },
+      10s));
+}
+
+TEST_F(RemoteControl, PlainClientsAndJunkFramesDeliverNothing) {
+  auto server = open_transport(server_options());
+  ASSERT_TRUE(server);
+  zmq::context_t context;
+  zmq::socket_t plain(context, zmq::socket_type::dealer);
+  plain.set(zmq::sockopt::linger, 0);
+  plain.connect(server->control_endpoint());
+  plain.send(zmq::str_buffer("{\"verb\":\"nodes\"}"), zmq::send_flags::dontwait);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        EXPECT_TRUE(server->receive(10ms).control_requests.empty());
+        return server->stats().control_unauthenticated >= 1;
+      },
+      10s));
+  // An allowed client sending two-part frames: dropped and counted, the next good one served.
+  const Result<CurveKeyPair> alice = load_curve_secret_key(clients_dir() + "/alice.key");
+  ASSERT_OK(alice);
+  zmq::socket_t junk(context, zmq::socket_type::dealer);
+  junk.set(zmq::sockopt::linger, 0);
+  junk.set(zmq::sockopt::curve_serverkey, keys_["a"].public_key);
+  junk.set(zmq::sockopt::curve_publickey, alice->public_key);
+  junk.set(zmq::sockopt::curve_secretkey, alice->secret_key);
+  junk.connect(server->control_endpoint());
+  junk.send(zmq::str_buffer("two"), zmq::send_flags::sndmore);
+  junk.send(zmq::str_buffer("parts"), zmq::send_flags::none);
+  junk.send(zmq::str_buffer("{\"verb\":\"status\"}"), zmq::send_flags::none);
+  std::vector<ControlRequest> got;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        for (ControlRequest& r : server->receive(10ms).control_requests) got.push_back(r);
+        return !got.empty();
+      },
+      10s));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].body, "{\"verb\":\"status\"}");
+  EXPECT_EQ(server->stats().control_dropped, 1u);
+}
+
+TEST_F(RemoteControl, NeedsCurveAndASafeClientKeysDir) {
+  TransportOptions plain = options("a", 1);
+  plain.remote_control = RemoteControlOptions{"tcp://127.0.0.1:0", clients_dir()};
+  Result<std::unique_ptr<ZmqTransport>> t = ZmqTransport::open(plain);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("transport.curve"), std::string::npos) << t.error().message;
+  ASSERT_EQ(::chmod(clients_dir().c_str(), 0775), 0);
+  t = ZmqTransport::open(server_options());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("control.client_keys_dir"), std::string::npos)
+      << t.error().message;
+}
+
+TEST_F(RemoteControl, NobodyListeningIsABoundedNoAnswer) {
+  auto server = open_transport(server_options());
+  ASSERT_TRUE(server);
+  RemoteControlClient c = client("alice", clients_dir(), *server);
+  server.reset();  // the port is closed now
+  RemoteFailure failure = RemoteFailure::kNone;
+  const auto started = std::chrono::steady_clock::now();
+  Result<std::string> reply =
+      call_remote(c, control::Request{.verb = "nodes", .text = ""}, 300ms, &failure);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(failure, RemoteFailure::kNoAnswer);
+  EXPECT_NE(reply.error().message.find("did not accept this client key (or did not answer) "
+                                       "within 0.3 s"),
+            std::string::npos)
+      << reply.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  // Unsafe or missing key files fail before anything is sent.
+  c.client_key_file = dir_ / "nope.key";
+  EXPECT_FALSE(call_remote(c, control::Request{.verb = "nodes", .text = ""}, 300ms, &failure).ok());
+  EXPECT_EQ(failure, RemoteFailure::kBadSetup);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Who a control caller is (daemon/control/credentials.h; here because remote callers are named
+// by their key files).
+
+TEST(Credentials, UsersMapToTheirUidAndUnknownUsersAreRefused) {
+  Result<control::PeerCredentials> root = control::user_credentials("root");
+  ASSERT_OK(root);
+  EXPECT_EQ(root->uid, 0u);
+  EXPECT_EQ(root->remote_user, "root");
+  Result<control::PeerCredentials> ghost = control::user_credentials("no-such-user-x7");
+  ASSERT_FALSE(ghost.ok());
+  EXPECT_NE(ghost.error().message.find("\"no-such-user-x7\""), std::string::npos);
+}
+
+TEST(Credentials, AdminIsRootThePrimaryGidOrASupplementaryGroup) {
+  EXPECT_TRUE(control::is_admin({.pid = 1, .uid = 0, .gid = 0, .remote_user = ""}, ""));
+  const control::PeerCredentials user{.pid = 1, .uid = 65533, .gid = 65533, .remote_user = ""};
+  EXPECT_FALSE(control::is_admin(user, ""));
+  EXPECT_FALSE(control::is_admin(user, "no-such-group-x7"));
+  const group* root_group = ::getgrgid(0);
+  ASSERT_NE(root_group, nullptr);
+  EXPECT_TRUE(control::is_admin({.pid = 1, .uid = 65533, .gid = 0, .remote_user = ""},
+                                root_group->gr_name));
+  // A user listed as a supplementary member of a group that is not their primary group: the
+  // primary gid SO_PEERCRED reports is not enough, the group database decides.
+  ::setgrent();
+  std::optional<std::pair<std::string, passwd>> found;
+  while (const group* g = ::getgrent()) {
+    for (char** member = g->gr_mem; *member != nullptr && !found; ++member) {
+      const passwd* pw = ::getpwnam(*member);
+      if (pw != nullptr && pw->pw_gid != g->gr_gid && pw->pw_uid != 0) {
+        found.emplace(g->gr_name, *pw);
+      }
+    }
+    if (found) break;
+  }
+  ::endgrent();
+  if (!found) GTEST_SKIP() << "no user on this host is a supplementary member of a group";
+  EXPECT_TRUE(control::is_admin(
+      {.pid = 1, .uid = found->second.pw_uid, .gid = found->second.pw_gid, .remote_user = ""},
+      found->first))
+      << found->first;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,336 @@
+// Node::render_metrics: everything the metrics endpoint exports, gathered at scrape time from
+// the subsystems' own counters (nothing is sampled in between). Which daemon exports what:
+//  - every daemon: node info and uptime, membership, its Raft view, transport and control
+//    counters, its own worker processes and the checkpoints of jobs with workers here;
+//  - voters (every daemon of a cluster without consensus.voters): the job table (jobs by state,
+//    restarts and round per job) -- non-voters hold no copy of the table;
+//  - the Raft leader only: rounds opened and the recovery histogram (RoundService's leader
+//    state is volatile: a new leader starts both from zero, so Prometheus sees a counter reset).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/control/server.h"
+#include "daemon/node/metrics.h"
+#include "daemon/node/metrics_endpoint.h"
+#include "daemon/node/node.h"
+#include "daemon/rendezvous/job_table.h"
+#include "daemon/transport/zmq_transport.h"
+#include "elastic/version.h"
+
+namespace elastic::node {
+
+namespace {
+
+// Control verbs get their own label only while there are few of them, so a local client
+// sending made-up verbs cannot grow the series without bound.
+constexpr std::size_t kMaxControlVerbLabels = 32;
+
+// The label of a wire message type; nullptr for numbers that name no type.
+const char* message_type_name(wire::MsgType type) {
+  switch (type) {
+    case wire::MsgType::kPing:
+      return "ping";
+    case wire::MsgType::kAck:
+      return "ack";
+    case wire::MsgType::kPingReq:
+      return "ping_req";
+    case wire::MsgType::kNack:
+      return "nack";
+    case wire::MsgType::kPushPullDigest:
+      return "push_pull_digest";
+    case wire::MsgType::kPushPullState:
+      return "push_pull_state";
+    case wire::MsgType::kRaftVoteRequest:
+      return "raft_vote_request";
+    case wire::MsgType::kRaftVoteReply:
+      return "raft_vote_reply";
+    case wire::MsgType::kRaftAppendEntries:
+      return "raft_append_entries";
+    case wire::MsgType::kRaftAppendReply:
+      return "raft_append_reply";
+    case wire::MsgType::kRaftInstallSnapshot:
+      return "raft_install_snapshot";
+    case wire::MsgType::kRaftInstallSnapshotReply:
+      return "raft_install_snapshot_reply";
+    case wire::MsgType::kForwardRequest:
+      return "forward_request";
+    case wire::MsgType::kForwardReply:
+      return "forward_reply";
+    case wire::MsgType::kJobKeepalive:
+      return "job_keepalive";
+    case wire::MsgType::kJobKeepaliveAck:
+      return "job_keepalive_ack";
+    case wire::MsgType::kJobProbeRequest:
+      return "job_probe_request";
+    case wire::MsgType::kJobProbeReply:
+      return "job_probe_reply";
+    case wire::MsgType::kRoundStart:
+      return "round_start";
+    case wire::MsgType::kLeaseRequest:
+      return "lease_request";
+    case wire::MsgType::kLeaseGrant:
+      return "lease_grant";
+    case wire::MsgType::kControlRequest:
+      return "control_request";
+    case wire::MsgType::kControlReply:
+      return "control_reply";
+  }
+  return nullptr;
+}
+
+// One counter family of per-type message counts: every named type (zeros too, so rates work
+// from the first scrape) and "unknown" for numbers that name none, when there were any.
+void message_family(
+    MetricsText& m, const char* name, const char* help,
+    const std::array<std::uint64_t, transport::TransportStats::kTypeSlots>& counts) {
+  m.family(name, MetricType::kCounter, help);
+  std::uint64_t unknown = 0;
+  for (std::size_t slot = 0; slot < counts.size(); ++slot) {
+    const char* type = message_type_name(static_cast<wire::MsgType>(slot));
+    if (type == nullptr || slot == counts.size() - 1) {
+      unknown += counts[slot];
+      continue;
+    }
+    m.sample(static_cast<double>(counts[slot]), {{"type", type}});
+  }
+  if (unknown > 0) m.sample(static_cast<double>(unknown), {{"type", "unknown"}});
+}
+
+double as_double(std::uint64_t value) { return static_cast<double>(value); }
+
+// Leader-only: RoundService's incidents and rounds (volatile leader memory, incidents.h).
+void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
+  m.family("elastic_rounds_opened_total", MetricType::kCounter,
+           "Rounds this daemon committed as Raft leader since it became leader (leader only).");
+  if (leading) m.sample(as_double(rounds.rounds_opened()));
+  m.family("elastic_recovery_seconds", MetricType::kHistogram,
+           "Seconds from the first evidence of a failure to the job's first training step after "
+           "recovery, per completed incident (leader only).");
+  if (leading) {
+    const RecoveryStats& stats = rounds.recovery_stats();
+    m.histogram(RecoveryStats::kBuckets, stats.counts, stats.sum);
+  }
+  m.family("elastic_recovery_incidents", MetricType::kGauge,
+           "Recovery incidents the leader remembers, by whether they are complete (leader only).");
+  if (leading) {
+    std::uint64_t complete = 0, open = 0;
+    for (const Incident& incident : rounds.incidents()) ++(incident.complete ? complete : open);
+    m.sample(as_double(open), {{"complete", "false"}});
+    m.sample(as_double(complete), {{"complete", "true"}});
+  }
+}
+
+void checkpoint_families(MetricsText& m, const JobSupervisor& supervisor) {
+  const std::vector<CheckpointInfo> checkpoints = supervisor.checkpoints();
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  m.family("elastic_checkpoint_age_seconds", MetricType::kGauge,
+           "Seconds since the newest complete checkpoint of each job with workers on this node "
+           "(absent until the job has one).");
+  for (const CheckpointInfo& c : checkpoints) {
+    if (c.step >= 0) m.sample(static_cast<double>(now_ms - c.at_ms) / 1000.0, {{"job", c.job}});
+  }
+  m.family("elastic_checkpoint_step", MetricType::kGauge,
+           "Training step of the newest complete checkpoint of each job with workers on this "
+           "node.");
+  for (const CheckpointInfo& c : checkpoints) {
+    if (c.step >= 0) m.sample(static_cast<double>(c.step), {{"job", c.job}});
+  }
+}
+
+}  // namespace
+
+void Node::count_control_request(const std::string& verb) {
+  const bool plain = !verb.empty() && verb.size() <= 32 &&
+                     std::all_of(verb.begin(), verb.end(),
+                                 [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+  const auto known = control_requests_.find(verb);
+  if (plain &&
+      (known != control_requests_.end() || control_requests_.size() < kMaxControlVerbLabels)) {
+    ++control_requests_[verb];
+  } else {
+    ++control_requests_other_;
+  }
+}
+
+std::string Node::render_metrics(TimePoint now) const {
+  MetricsText m;
+
+  m.family("elastic_node_info", MetricType::kGauge,
+           "Always 1; the labels name this daemon, its generation (restart count), version and "
+           "cluster.");
+  m.sample(1, {{"name", name_},
+               {"generation", std::to_string(generation_)},
+               {"version", kVersion},
+               {"cluster", config_.node.cluster_id}});
+  m.family("elastic_uptime_seconds", MetricType::kGauge, "Seconds since this daemon started.");
+  m.sample(static_cast<double>(to_ms(now - started_)) / 1000.0);
+
+  // Membership: this daemon's view of the cluster (SWIM).
+  std::map<std::string, std::uint64_t> by_state = {
+      {"alive", 0}, {"suspect", 0}, {"dead", 0}, {"left", 0}};
+  std::uint32_t incarnation = 0;
+  for (const membership::MemberView& member : membership_->members()) {
+    switch (member.state) {
+      case membership::MemberState::kAlive:
+        ++by_state["alive"];
+        break;
+      case membership::MemberState::kSuspect:
+        ++by_state["suspect"];
+        break;
+      case membership::MemberState::kDead:
+        ++by_state["dead"];
+        break;
+      case membership::MemberState::kLeft:
+        ++by_state["left"];
+        break;
+    }
+    if (member.name == name_ && member.generation == generation_) incarnation = member.incarnation;
+  }
+  m.family("elastic_members", MetricType::kGauge,
+           "Cluster members this daemon knows, by state (itself included).");
+  for (const auto& [state, count] : by_state) m.sample(as_double(count), {{"state", state}});
+  m.family("elastic_membership_incarnation", MetricType::kGauge,
+           "This daemon's SWIM incarnation (raised each time it refutes a suspicion).");
+  m.sample(incarnation);
+  const membership::Stats& s = membership_->stats();
+  const std::pair<const char*, std::pair<const char*, std::uint64_t>> membership_counters[] = {
+      {"elastic_membership_probes_total", {"Direct SWIM probes sent.", s.probes}},
+      {"elastic_membership_probe_timeouts_total",
+       {"Direct probes not answered within membership.probe_timeout.", s.probe_timeouts}},
+      {"elastic_membership_indirect_probes_total",
+       {"Indirect probes (ping-req) sent through other members.", s.indirect_probes}},
+      {"elastic_membership_nacks_received_total",
+       {"Lifeguard nacks received from relays of indirect probes.", s.nacks_received}},
+      {"elastic_membership_suspicions_total",
+       {"Members this daemon started suspecting.", s.suspicions}},
+      {"elastic_membership_deaths_total", {"Members this daemon declared dead.", s.deaths}},
+      {"elastic_membership_refutations_total",
+       {"Times this daemon refuted a suspicion of itself.", s.refutations}},
+  };
+  for (const auto& [name, counter] : membership_counters) {
+    m.family(name, MetricType::kCounter, counter.first);
+    m.sample(as_double(counter.second));
+  }
+  m.family("elastic_membership_local_health", MetricType::kGauge,
+           "Lifeguard local health multiplier (0 = healthy; higher = this daemon is slow).");
+  m.sample(s.local_health);
+
+  // Consensus.
+  const RaftStatus raft = consensus_->status();
+  const std::string leader = raft.leader.empty() ? leader_hint_ : raft.leader;
+  m.family("elastic_raft_voter", MetricType::kGauge, "1 when this daemon is a Raft voter.");
+  m.sample(raft.voter ? 1 : 0);
+  m.family("elastic_raft_leader", MetricType::kGauge,
+           "1 when this daemon is the Raft leader (the cluster leader).");
+  m.sample(consensus_->is_leader() ? 1 : 0);
+  m.family("elastic_raft_leader_known", MetricType::kGauge,
+           "1 when this daemon knows a leader (from Raft on a voter, from gossip elsewhere).");
+  m.sample(leader.empty() ? 0 : 1);
+  m.family("elastic_raft_term", MetricType::kGauge,
+           "Raft term: a voter's own; elsewhere the term of the leader hint it gossips.");
+  m.sample(as_double(raft.voter ? raft.term : leader_hint_term_));
+  if (raft.voter) {
+    m.family("elastic_raft_commit_index", MetricType::kGauge,
+             "Index of the newest committed Raft log entry (voters only).");
+    m.sample(as_double(raft.commit_index));
+  }
+
+  // The job table (voters hold a copy).
+  if (raft.voter) {
+    std::array<std::uint64_t, rendezvous::kMaxJobState + 1> jobs{};
+    for (const auto& [id, job] : jobs_.table().jobs()) ++jobs[static_cast<std::size_t>(job.state)];
+    m.family("elastic_jobs", MetricType::kGauge,
+             "Jobs in the job table by state (terminal jobs while the table retains them; "
+             "voters only).");
+    for (std::size_t state = 0; state < jobs.size(); ++state) {
+      m.sample(as_double(jobs[state]),
+               {{"state", rendezvous::to_string(static_cast<rendezvous::JobState>(state))}});
+    }
+    m.family("elastic_job_restarts_total", MetricType::kCounter,
+             "Restarts (worker-failure rounds) each job has used (voters only).");
+    for (const auto& [id, job] : jobs_.table().jobs()) {
+      m.sample(job.restarts, {{"job", id}});
+    }
+    m.family("elastic_job_round", MetricType::kGauge,
+             "Current rendezvous round of each job (0 before its first; voters only).");
+    for (const auto& [id, job] : jobs_.table().jobs()) {
+      m.sample(as_double(job.round), {{"job", id}});
+    }
+  }
+  leader_families(m, *rounds_, consensus_->is_leader());
+  m.family("elastic_stale_round_starts_total", MetricType::kCounter,
+           "Round starts this daemon ignored as stale (an older round or a deposed leader's).");
+  m.sample(as_double(rounds_->stale_starts()));
+
+  // Workers on this node.
+  std::map<std::string, std::uint64_t> workers = {{"running", 0}, {"stopping", 0}, {"exited", 0}};
+  for (const WorkerRow& w : supervisor_->workers()) ++workers[w.state];
+  m.family("elastic_workers", MetricType::kGauge, "Worker processes on this node by state.");
+  for (const auto& [state, count] : workers) m.sample(as_double(count), {{"state", state}});
+  m.family("elastic_worker_slots", MetricType::kGauge,
+           "Worker slots (GPUs, or CPU slots) this node offers.");
+  m.sample(supervisor_->slots());
+  checkpoint_families(m, *supervisor_);
+
+  // Transport.
+  const transport::TransportStats t = transport_->stats();
+  message_family(m, "elastic_messages_sent_total",
+                 "Messages to other daemons accepted for sending, by message type.",
+                 t.sent_by_type);
+  message_family(m, "elastic_messages_received_total",
+                 "Messages from other daemons received and decoded, by message type.",
+                 t.received_by_type);
+  m.family("elastic_messages_dropped_total", MetricType::kCounter,
+           "Inbound messages dropped, by reason.");
+  const std::pair<const char*, std::uint64_t> drops[] = {
+      {"malformed", t.dropped_malformed},
+      {"oversized", t.dropped_oversized},
+      {"wrong_version", t.dropped_wrong_version},
+      {"wrong_cluster", t.dropped_wrong_cluster},
+      {"unauthenticated", t.dropped_unauthenticated},
+      {"undecodable", undecodable_bodies_},
+  };
+  for (const auto& [reason, count] : drops) m.sample(as_double(count), {{"reason", reason}});
+  m.family("elastic_send_failures_total", MetricType::kCounter,
+           "Messages that could not be sent (peer unreachable, queue full, too large).");
+  m.sample(as_double(t.send_failures));
+  m.family("elastic_peer_disconnects_total", MetricType::kCounter,
+           "Connections to peers that dropped after their handshake (a peer process died).");
+  m.sample(as_double(t.disconnects));
+  m.family("elastic_open_peers", MetricType::kGauge,
+           "Outbound peer connections open now (closed after transport.idle_peer_close).");
+  m.sample(as_double(transport_->open_peers()));
+
+  // Control socket and this endpoint.
+  m.family("elastic_control_requests_total", MetricType::kCounter,
+           "Control-socket requests this daemon handled, by verb (\"other\" for unknown verbs "
+           "beyond the first few).");
+  for (const auto& [verb, count] : control_requests_) m.sample(as_double(count), {{"verb", verb}});
+  if (control_requests_other_ > 0) {
+    m.sample(as_double(control_requests_other_), {{"verb", "other"}});
+  }
+  m.family("elastic_control_connections", MetricType::kGauge,
+           "Control-socket connections open now.");
+  m.sample(as_double(control_->connection_count()));
+  if (metrics_) {
+    const MetricsEndpointStats& e = metrics_->stats();
+    m.family("elastic_metrics_scrapes_total", MetricType::kCounter,
+             "Scrapes of this endpoint answered (this one included).");
+    m.sample(as_double(e.scrapes));
+    m.family("elastic_metrics_rejected_total", MetricType::kCounter,
+             "HTTP requests and connections of this endpoint refused, by reason.");
+    m.sample(as_double(e.not_found), {{"reason", "not_found"}});
+    m.sample(as_double(e.bad_requests), {{"reason", "bad_request"}});
+    m.sample(as_double(e.timeouts), {{"reason", "timeout"}});
+    m.sample(as_double(e.evicted), {{"reason", "too_many_connections"}});
+  }
+  return m.take();
+}
+
+}  // namespace elastic::node

@@ -1,0 +1,179 @@
+// Integration tier: events and recovery incident timelines in real elasticd processes on
+// 127.0.0.1. Two daemons (n1 the only voter, so the leader; n2 forwards client requests) run a
+// job of progress_worker processes, which report steps through the worker progress protocol;
+// a worker crash makes an incident whose timeline `elasticctl events JOB` shows. Progress from
+// a user who does not own the job is refused. Every wait polls with a deadline.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/integ/daemon_under_test.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+constexpr auto kRecover = std::chrono::seconds(30);
+
+std::vector<std::string> ctl_args(const Daemon& daemon, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"-c", "", "--set", "control.socket=" + daemon.socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+json ctl_json(const Daemon& daemon, std::vector<std::string> args) {
+  const RunResult r = elasticctl(ctl_args(daemon, std::move(args)));
+  if (!r.status.exited_with(0)) return nullptr;
+  const json reply = json::parse(r.out, nullptr, false);
+  return reply.is_discarded() ? json(nullptr) : reply;
+}
+
+struct Pair {
+  TempDir dir;
+  Daemon n1{dir, "n1", {}};
+  std::unique_ptr<Daemon> n2;
+  Pair() {
+    n1.start();
+    n2 = std::make_unique<Daemon>(dir, "n2", std::vector<std::string>{n1.seed()});
+    n2->start();
+    EXPECT_TRUE(wait_until(
+        [&] {
+          return all_alive({&n1, n2.get()});
+        },
+        kConverge))
+        << describe({&n1, n2.get()});
+  }
+};
+
+double seconds(const json& incident, const char* key) {
+  return incident[key].is_number() ? incident[key].get<double>() : -1.0;
+}
+
+TEST(EventsInteg, AWorkerCrashHasACompleteIncidentTimeline) {
+  Pair p;
+  const RunResult submitted = elasticctl(ctl_args(
+      *p.n2, {"submit", "--name", "steps", "--nodes", "2:2", "--max-restarts", "3",
+              "--restart-backoff", "0s", "--env", "CRASH_RANK=1", "--", PROGRESS_WORKER_PATH}));
+  ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
+  const std::string id = "steps-1";
+  // Round 1: rank 1 exits 3 after 1.5 s; round 2 (a restart on the same two nodes) resumes
+  // "from step 5" and keeps reporting steps.
+  json incident;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json reply = ctl_json(*p.n2, {"events", id, "--json"});
+        if (reply.is_null() || !reply["incidents"].is_array() || reply["incidents"].empty()) {
+          return false;
+        }
+        incident = reply["incidents"][0];
+        return incident["complete"] == true;
+      },
+      kRecover))
+      << incident.dump() << "\n"
+      << p.n1.process().err();
+  EXPECT_EQ(incident["job"], id);
+  EXPECT_EQ(incident["cause"], "worker_failed");
+  EXPECT_EQ(incident["from_round"], 1);
+  EXPECT_EQ(incident["to_round"], 2);
+  EXPECT_EQ(incident["to_nodes"], 2);
+  EXPECT_EQ(incident["given_up"], false) << incident.dump();
+  // Every point is known and in order.
+  const double detected = seconds(incident, "detected_s");
+  const double stopped = seconds(incident, "stopped_s");
+  const double rendezvous = seconds(incident, "rendezvous_s");
+  const double first_step = seconds(incident, "first_step_s");
+  EXPECT_GE(detected, 0) << incident.dump();
+  EXPECT_GE(stopped, detected) << incident.dump();
+  EXPECT_GE(rendezvous, stopped) << incident.dump();
+  EXPECT_GE(first_step, rendezvous) << incident.dump();
+  EXPECT_LT(first_step, 20) << incident.dump();
+  EXPECT_EQ(incident["resumed_from"], 5);
+  ASSERT_TRUE(incident["steps_lost"].is_number_integer()) << incident.dump();
+  EXPECT_GE(incident["steps_lost"].get<std::int64_t>(), -4) << incident.dump();
+
+  // The human view: job events, cluster events and the timeline.
+  const RunResult human = elasticctl(ctl_args(*p.n2, {"events", id}));
+  ASSERT_TRUE(human.status.exited_with(0)) << human.err;
+  EXPECT_THAT(human.out,
+              HasSubstr("incident " + incident["id"].dump() + "  job " + id + "  worker_failed"));
+  EXPECT_THAT(human.out, HasSubstr("  first step    +"));
+  EXPECT_THAT(human.out, HasSubstr("(resumed from step 5; "));
+  EXPECT_THAT(human.out, HasSubstr("round_opened"));
+  // Without a job: the cluster's events too (members joining, the election).
+  const json all = ctl_json(*p.n2, {"events", "--json"});
+  ASSERT_FALSE(all.is_null());
+  std::set<std::string> kinds;
+  for (const json& e : all["cluster"]) kinds.insert(e["kind"].get<std::string>());
+  EXPECT_TRUE(kinds.contains("member_joined")) << all.dump();
+  EXPECT_TRUE(kinds.contains("leader_elected")) << all.dump();
+  EXPECT_TRUE(kinds.contains("round_opened")) << all.dump();
+  EXPECT_TRUE(kinds.contains("incident")) << all.dump();
+  EXPECT_TRUE(elasticctl(ctl_args(p.n1, {"cancel", id})).status.exited_with(0));
+}
+
+TEST(EventsInteg, ProgressFromAUserWhoDoesNotOwnTheJobIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to send progress as another uid";
+  Pair p;
+  const RunResult submitted = elasticctl(
+      ctl_args(p.n1, {"submit", "--name", "mine", "--nodes", "1:1", "--", "/bin/sleep", "600"}));
+  ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
+  const std::string id = "mine-1";
+  // Which daemon runs it, and its round.
+  Daemon* host = nullptr;
+  std::uint64_t round = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (Daemon* d : {&p.n1, p.n2.get()}) {
+          const json status = ctl_json(*d, {"status", "--json"});
+          if (status.is_null()) continue;
+          for (const json& w : status.value("workers", json::array())) {
+            if (w["job"] == id && w["state"] == "running") {
+              host = d;
+              round = w["round"].get<std::uint64_t>();
+            }
+          }
+        }
+        return host != nullptr;
+      },
+      kRecover));
+  // Other users must reach the control socket: open the test's directories to them.
+  for (std::string path = host->socket(); path.size() > 1;
+       path = std::filesystem::path(path).parent_path().string()) {
+    ::chmod(path.c_str(), 0755 | (std::filesystem::is_directory(path) ? 0 : 0666));
+    if (path == "/tmp") break;
+  }
+  const std::map<std::string, std::string> env = {{"ELASTIC_CONTROL_SOCKET", host->socket()},
+                                                  {"ELASTIC_JOB_ID", id},
+                                                  {"ELASTIC_ROUND", std::to_string(round)},
+                                                  {"RANK", "0"},
+                                                  {"PROGRESS_ONCE", "1"}};
+  const RunResult foreign = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                 "--clear-groups", PROGRESS_WORKER_PATH},
+                                env, std::chrono::seconds(10));
+  EXPECT_TRUE(foreign.status.exited_with(0)) << foreign.err;
+  EXPECT_THAT(foreign.err, HasSubstr("Only the owner of job mine-1 (uid 0) or root may report "
+                                     "its progress, not uid 65534."));
+  // Root (the owner here) is accepted: nothing is logged.
+  const RunResult owner = run({PROGRESS_WORKER_PATH}, env, std::chrono::seconds(10));
+  EXPECT_TRUE(owner.status.exited_with(0));
+  EXPECT_EQ(owner.err, "");
+  // A job that has no workers on that daemon is refused too.
+  auto elsewhere = env;
+  elsewhere["ELASTIC_JOB_ID"] = "nosuch-9";
+  const RunResult unknown = run({PROGRESS_WORKER_PATH}, elsewhere, std::chrono::seconds(10));
+  EXPECT_THAT(unknown.err, HasSubstr("Job nosuch-9 runs no workers on node " + host->name()));
+  EXPECT_TRUE(elasticctl(ctl_args(p.n1, {"cancel", id})).status.exited_with(0));
+}
+
+}  // namespace
+}  // namespace elastic::testing

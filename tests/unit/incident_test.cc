@@ -1,0 +1,367 @@
+// IncidentLog (daemon/node/incidents.h) with a fake clock: every timeline point, merged and
+// out-of-order reports, give-up, grows, the histogram; and the trainer's progress client
+// (trainer/progress.h) against a real unix socket.
+#include "daemon/node/incidents.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+#include "trainer/progress.h"
+
+namespace elastic::node {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::int64_t kWall0 = 1'700'000'000'000;  // the leader's wall clock at t0
+const TimePoint t0 = TimePoint{} + 1000s;
+
+TimePoint at(Duration d) { return t0 + d; }
+std::int64_t wall(Duration d) {
+  return kWall0 + std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+const std::set<std::string> kMembers{"a", "b", "c"};
+
+void expect_near(const std::optional<double>& value, double expected) {
+  ASSERT_TRUE(value.has_value());
+  EXPECT_NEAR(*value, expected, 1e-6);
+}
+
+TEST(IncidentLog, WorkerFailureTimelineHasEveryPoint) {
+  IncidentLog log;
+  log.on_progress(at(-5s), "j", 3, "step", 50, -1);
+  // b's worker exited 200 ms before the leader heard of it.
+  log.on_loss(at(0s), wall(0s), "j", 3, kMembers, "worker_failed", "b", wall(-200ms));
+  ASSERT_EQ(log.incidents().size(), 1u);
+  const Incident& i = log.incidents().back();
+  EXPECT_EQ(i.id, 1u);
+  EXPECT_EQ(i.cause, "worker_failed");
+  EXPECT_EQ(i.node, "b");
+  EXPECT_EQ(i.from_round, 3u);
+  EXPECT_EQ(i.to_round, 0u);
+  EXPECT_EQ(i.at_ms, wall(-200ms));
+  expect_near(i.detected_s, 0.2);
+  EXPECT_FALSE(i.stopped_s);
+  log.on_workers_stopped(at(100ms), "j", 3, "a");
+  log.on_workers_stopped(at(150ms), "j", 3, "b");
+  EXPECT_FALSE(i.stopped_s) << "c has not reported yet";
+  log.on_workers_stopped(at(300ms), "j", 3, "c");
+  expect_near(i.stopped_s, 0.5);
+  log.on_round_committed(at(1s), wall(1s), "j", 3, 4, 3, false, kMembers);
+  EXPECT_EQ(i.to_round, 4u);
+  EXPECT_EQ(i.to_nodes, 3u);
+  EXPECT_FALSE(i.rendezvous_s);
+  log.on_round_acked(at(2s), "j", 4);
+  expect_near(i.rendezvous_s, 2.2);
+  log.on_progress(at(2500ms), "j", 4, "checkpoint", 40, -1);  // not a step: no first step
+  EXPECT_FALSE(i.first_step_s);
+  log.on_progress(at(3s), "j", 4, "step", 41, 40);
+  expect_near(i.first_step_s, 3.2);
+  ASSERT_TRUE(i.steps_lost);
+  EXPECT_EQ(*i.steps_lost, 10);
+  EXPECT_EQ(i.resumed_from, 40);
+  EXPECT_TRUE(i.complete);
+  EXPECT_FALSE(i.given_up);
+  EXPECT_EQ(log.stats().count, 1u);
+  EXPECT_NEAR(log.stats().sum, 3.2, 1e-6);
+  EXPECT_EQ(log.stats().counts[4], 1u);  // (3, 5]
+  EXPECT_EQ(log.next_deadline(), kNever);
+}
+
+TEST(IncidentLog, NodeLossOverridesTheWorkerFailuresItCausedAndKeepsEarlyStops) {
+  IncidentLog log;
+  // c dies: a's and b's workers crash on the broken connection and are reaped before the job
+  // tier declares c lost.
+  log.on_workers_stopped(at(-100ms), "j", 7, "a");
+  log.on_loss(at(0s), wall(0s), "j", 7, kMembers, "worker_failed", "a", wall(-150ms));
+  log.on_workers_stopped(at(50ms), "j", 7, "b");
+  const Incident& i = log.incidents().back();
+  EXPECT_FALSE(i.stopped_s) << "c's report is due until c is known lost";
+  log.on_loss(at(400ms), wall(400ms), "j", 7, kMembers, "node_lost", "c", wall(-300ms));
+  ASSERT_EQ(log.incidents().size(), 1u);
+  EXPECT_EQ(i.cause, "node_lost");
+  EXPECT_EQ(i.node, "c");
+  EXPECT_EQ(i.at_ms, wall(-300ms));
+  expect_near(i.detected_s, 0.3);
+  // Every survivor had reported by 50 ms after detection; the stop cannot precede detection.
+  expect_near(i.stopped_s, 0.35);
+  // A worker failure later does not take the cause back.
+  log.on_loss(at(500ms), wall(500ms), "j", 7, kMembers, "worker_failed", "b", wall(0s));
+  EXPECT_EQ(i.cause, "node_lost");
+}
+
+TEST(IncidentLog, DuplicateStaleAndOutOfOrderReportsAreHarmless) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 2, kMembers, "node_lost", "c", std::nullopt);
+  log.on_loss(at(1s), wall(1s), "j", 2, kMembers, "node_lost", "c", std::nullopt);
+  ASSERT_EQ(log.incidents().size(), 1u);
+  const Incident& i = log.incidents().back();
+  expect_near(i.detected_s, 0);
+  // Reports about the new round before it is committed mean nothing yet.
+  log.on_round_acked(at(1s), "j", 3);
+  log.on_progress(at(1s), "j", 3, "step", 5, 0);
+  EXPECT_FALSE(i.rendezvous_s);
+  EXPECT_FALSE(i.first_step_s);
+  EXPECT_FALSE(i.complete);
+  log.on_workers_stopped(at(1s), "j", 2, "a");
+  log.on_workers_stopped(at(2s), "j", 2, "a");  // a duplicate keeps the first time
+  log.on_workers_stopped(at(1500ms), "j", 2, "b");
+  expect_near(i.stopped_s, 1.5);
+  log.on_workers_stopped(at(1500ms), "j", 1, "b");  // an older round: ignored
+  log.on_round_committed(at(2s), wall(2s), "j", 2, 3, 2, false, kMembers);
+  log.on_round_committed(at(2100ms), wall(2100ms), "j", 2, 3, 2, false, kMembers);
+  log.on_round_acked(at(3s), "j", 3);
+  log.on_round_acked(at(4s), "j", 3);
+  expect_near(i.rendezvous_s, 3);
+  // Late evidence about the replaced round opens nothing.
+  log.on_loss(at(4s), wall(4s), "j", 2, kMembers, "worker_failed", "a", std::nullopt);
+  EXPECT_EQ(log.incidents().size(), 1u);
+  log.on_progress(at(5s), "j", 3, "step", 6, -1);
+  EXPECT_TRUE(i.complete);
+  EXPECT_FALSE(i.steps_lost) << "no step of round 2 was ever reported";
+  log.on_progress(at(6s), "j", 3, "step", 7, -1);
+  expect_near(i.first_step_s, 5);
+  // Evidence about the finished incident's round still opens nothing; the next round may.
+  log.on_loss(at(7s), wall(7s), "j", 2, kMembers, "node_lost", "b", std::nullopt);
+  EXPECT_EQ(log.incidents().size(), 1u);
+  log.on_loss(at(8s), wall(8s), "j", 3, {"a", "b"}, "node_lost", "b", std::nullopt);
+  ASSERT_EQ(log.incidents().size(), 2u);
+  EXPECT_EQ(log.incidents().back().id, 2u);
+  EXPECT_EQ(log.incidents().back().from_round, 3u);
+  ASSERT_TRUE(log.incidents().back().steps_lost.has_value() ||
+              !log.incidents().back().first_step_s.has_value());
+}
+
+TEST(IncidentLog, SkewedEvidenceFromTheFutureIsClampedToDetection) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "worker_failed", "a", wall(2s));
+  const Incident& i = log.incidents().back();
+  EXPECT_EQ(i.at_ms, wall(0s));
+  expect_near(i.detected_s, 0);
+}
+
+TEST(IncidentLog, GivesUpWithoutAFirstStepAndCountsNothing) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_lost", "a", std::nullopt);
+  log.on_round_committed(at(1s), wall(1s), "j", 1, 2, 2, false, kMembers);
+  EXPECT_EQ(log.next_deadline(), at(IncidentLog::kGiveUp));
+  log.tick(at(IncidentLog::kGiveUp - 1ms));
+  EXPECT_FALSE(log.incidents().back().complete);
+  log.tick(at(IncidentLog::kGiveUp));
+  const Incident& i = log.incidents().back();
+  EXPECT_TRUE(i.complete);
+  EXPECT_TRUE(i.given_up);
+  EXPECT_FALSE(i.first_step_s);
+  EXPECT_EQ(log.stats().count, 0u);
+  EXPECT_EQ(log.next_deadline(), kNever);
+  // A first step after giving up changes nothing.
+  log.on_progress(at(IncidentLog::kGiveUp + 1s), "j", 2, "step", 1, -1);
+  EXPECT_FALSE(i.first_step_s);
+}
+
+TEST(IncidentLog, EndedJobsAndLostLeadershipCompleteOpenIncidents) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_lost", "a", std::nullopt);
+  log.on_loss(at(0s), wall(0s), "k", 4, kMembers, "worker_failed", "b", std::nullopt);
+  log.on_job_ended(at(1s), "j");
+  EXPECT_TRUE(log.incidents()[0].complete);
+  EXPECT_TRUE(log.incidents()[0].given_up);
+  EXPECT_FALSE(log.incidents()[1].complete);
+  log.abandon_open();
+  EXPECT_TRUE(log.incidents()[1].complete);
+  EXPECT_EQ(log.stats().count, 0u);
+}
+
+TEST(IncidentLog, ANewLossInTheNewRoundSupersedesTheRecovery) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_lost", "a", std::nullopt);
+  log.on_round_committed(at(1s), wall(1s), "j", 1, 2, 2, false, kMembers);
+  log.on_loss(at(2s), wall(2s), "j", 2, {"b", "c"}, "node_lost", "b", std::nullopt);
+  ASSERT_EQ(log.incidents().size(), 2u);
+  EXPECT_TRUE(log.incidents()[0].given_up);
+  EXPECT_EQ(log.incidents()[1].from_round, 2u);
+  // The stop of round 2 only needs c now.
+  log.on_workers_stopped(at(2500ms), "j", 2, "c");
+  expect_near(log.incidents()[1].stopped_s, 0.5);
+}
+
+TEST(IncidentLog, GrowRoundsGetATimelineButStayOutOfTheStats) {
+  IncidentLog log;
+  log.on_progress(at(-1s), "j", 1, "step", 30, -1);
+  log.on_round_committed(at(0s), wall(0s), "j", 1, 2, 3, /*grow=*/true, {"a", "b"});
+  ASSERT_EQ(log.incidents().size(), 1u);
+  const Incident& i = log.incidents().back();
+  EXPECT_EQ(i.cause, "grow");
+  EXPECT_EQ(i.to_round, 2u);
+  log.on_workers_stopped(at(1s), "j", 1, "a");
+  log.on_workers_stopped(at(2s), "j", 1, "b");
+  expect_near(i.stopped_s, 2);
+  log.on_round_acked(at(3s), "j", 2);
+  log.on_progress(at(4s), "j", 2, "step", 31, 30);
+  EXPECT_TRUE(i.complete);
+  EXPECT_FALSE(i.given_up);
+  EXPECT_EQ(*i.steps_lost, 0);
+  EXPECT_EQ(log.stats().count, 0u);
+  // A first round (not a grow) opens nothing.
+  log.on_round_committed(at(5s), wall(5s), "k", 0, 1, 2, false, {});
+  EXPECT_EQ(log.incidents().size(), 1u);
+}
+
+TEST(RecoveryStats, BucketsAreUpperBoundsAndNotCumulative) {
+  RecoveryStats stats;
+  for (const double v : {0.0, 0.5, 0.51, 1.0, 7.5, 59.9, 60.0, 60.01, 3600.0}) stats.observe(v);
+  EXPECT_EQ(stats.counts[0], 2u);   // <= 0.5
+  EXPECT_EQ(stats.counts[1], 2u);   // (0.5, 1]
+  EXPECT_EQ(stats.counts[5], 1u);   // (5, 7.5]
+  EXPECT_EQ(stats.counts[9], 2u);   // (30, 60]
+  EXPECT_EQ(stats.counts[10], 2u);  // above 60
+  EXPECT_EQ(stats.count, 9u);
+  EXPECT_NEAR(stats.sum, 0.5 + 0.51 + 1 + 7.5 + 59.9 + 60 + 60.01 + 3600, 1e-9);
+}
+
+TEST(IncidentLog, RingsAreBoundedAndJsonFiltersByJob) {
+  IncidentLog log;
+  for (std::uint64_t r = 1; r <= IncidentLog::kMaxIncidents + 5; ++r) {
+    log.on_loss(at(std::chrono::seconds(r)), wall(std::chrono::seconds(r)), "j", r, kMembers,
+                "worker_failed", "a", std::nullopt);
+  }
+  EXPECT_EQ(log.incidents().size(), IncidentLog::kMaxIncidents);
+  EXPECT_EQ(log.incidents().back().id, IncidentLog::kMaxIncidents + 5);
+  for (std::size_t n = 0; n < IncidentLog::kMaxEvents + 3; ++n) {
+    log.record(
+        ClusterEvent{.at_ms = 1, .kind = "member_dead", .node = "x", .job = "", .detail = ""});
+  }
+  EXPECT_EQ(log.events().size(), IncidentLog::kMaxEvents);
+  log.on_loss(at(1000s), wall(1000s), "other", 1, kMembers, "node_lost", "b", std::nullopt);
+  const auto all = nlohmann::json::parse(log.to_json("", 1000));
+  const auto one = nlohmann::json::parse(log.to_json("other", 1000));
+  EXPECT_EQ(all["incidents"].size(), IncidentLog::kMaxIncidents);
+  ASSERT_EQ(one["incidents"].size(), 1u);
+  EXPECT_EQ(one["incidents"][0]["cause"], "node_lost");
+  EXPECT_EQ(one["incidents"][0]["node"], "b");
+  EXPECT_TRUE(one["incidents"][0]["stopped_s"].is_null());
+  ASSERT_EQ(one["cluster"].size(), 1u);  // its "incident" event only
+  EXPECT_EQ(one["cluster"][0]["kind"], "incident");
+  const auto newest = nlohmann::json::parse(log.to_json("", 2));
+  EXPECT_EQ(newest["incidents"].size(), 2u);
+  EXPECT_EQ(newest["incidents"][1]["job"], "other");
+}
+
+// ---- the trainer's progress client -------------------------------------------------------
+
+// A one-connection-at-a-time control socket that records frames and answers `reply`.
+class FakeDaemon {
+ public:
+  FakeDaemon(const std::string& path, std::string reply) : path_(path), reply_(std::move(reply)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+  }
+  ~FakeDaemon() { ::close(fd_); }
+  // Serves `n` connections (blocking).
+  void serve(int n) {
+    for (int k = 0; k < n; ++k) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      ASSERT_GE(c, 0);
+      unsigned char header[4];
+      ASSERT_EQ(::recv(c, header, 4, MSG_WAITALL), 4);
+      const std::uint32_t size =
+          (header[0] << 24) | (header[1] << 16) | (header[2] << 8) | header[3];
+      std::string body(size, '\0');
+      ASSERT_EQ(::recv(c, body.data(), size, MSG_WAITALL), static_cast<ssize_t>(size));
+      frames.push_back(body);
+      const auto n_reply = static_cast<std::uint32_t>(reply_.size());
+      std::string out = {static_cast<char>(n_reply >> 24), static_cast<char>(n_reply >> 16),
+                         static_cast<char>(n_reply >> 8), static_cast<char>(n_reply)};
+      out += reply_;
+      ASSERT_EQ(::send(c, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
+      ::close(c);
+    }
+  }
+  std::vector<std::string> frames;
+
+ private:
+  std::string path_;
+  std::string reply_;
+  int fd_ = -1;
+};
+
+TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
+  elastic::testing::TempDir dir;
+  const std::string socket = dir.file("ctl.sock");
+  FakeDaemon daemon(socket, R"({"ok":true})");
+  trainer::ProgressReporter reporter({{"ELASTIC_CONTROL_SOCKET", socket},
+                                      {"ELASTIC_JOB_ID", "j-1"},
+                                      {"ELASTIC_ROUND", "4"},
+                                      {"RANK", "0"}});
+  ASSERT_TRUE(reporter.enabled());
+  std::thread server([&] { daemon.serve(2); });
+  reporter.step(121, 120);
+  reporter.step(122, 120);  // within kStepInterval of the first: not sent
+  reporter.checkpoint(130);
+  server.join();
+  ASSERT_EQ(daemon.frames.size(), 2u);
+  const auto first = nlohmann::json::parse(daemon.frames[0]);
+  EXPECT_EQ(first, nlohmann::json({{"verb", "progress"},
+                                   {"job", "j-1"},
+                                   {"round", 4},
+                                   {"rank", 0},
+                                   {"event", "step"},
+                                   {"step", 121},
+                                   {"resumed_from", 120},
+                                   {"first", true}}));
+  const auto checkpoint = nlohmann::json::parse(daemon.frames[1]);
+  EXPECT_EQ(checkpoint["event"], "checkpoint");
+  EXPECT_EQ(checkpoint["step"], 130);
+}
+
+TEST(ProgressReporter, WithoutADaemonItIsOffOrFailsFast) {
+  trainer::ProgressReporter off(std::map<std::string, std::string>{{"RANK", "0"}});
+  EXPECT_FALSE(off.enabled());
+  off.step(1, -1);  // nothing to do, no crash
+  elastic::testing::TempDir dir;
+  trainer::ProgressReporter nobody(
+      {{"ELASTIC_CONTROL_SOCKET", dir.file("none.sock")}, {"ELASTIC_JOB_ID", "j\"1"}});
+  EXPECT_NE(nobody.frame_json("step", 1, -1, true).find(R"("job":"j\"1")"), std::string::npos);
+  const auto begin = std::chrono::steady_clock::now();
+  nobody.step(1, -1);
+  nobody.checkpoint(1);  // paused after the failure: not even tried
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s);
+}
+
+}  // namespace
+}  // namespace elastic::node
+
+namespace elastic::node {
+namespace {
+
+TEST(IncidentLog, AStepBeforeTheRendezvousCountsAtTheRendezvous) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "worker_failed", "a", std::nullopt);
+  log.on_round_committed(at(1s), wall(1s), "j", 1, 2, 3, false, kMembers);
+  log.on_progress(at(1500ms), "j", 2, "step", 3, 2);  // before every member acknowledged
+  log.on_progress(at(1600ms), "j", 2, "step", 4, 2);
+  const Incident& i = log.incidents().back();
+  EXPECT_FALSE(i.complete);
+  log.on_round_acked(at(2s), "j", 2);
+  EXPECT_TRUE(i.complete);
+  expect_near(i.rendezvous_s, 2);
+  expect_near(i.first_step_s, 2);
+  EXPECT_EQ(i.resumed_from, 2);
+  EXPECT_EQ(log.stats().count, 1u);
+}
+
+}  // namespace
+}  // namespace elastic::node
