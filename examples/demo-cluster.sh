@@ -366,4 +366,6 @@ printf '     detected after   %5s s  (the survivors'"'"' job tier declared %s lo
 printf '     new round after  %5.1f s  (round %s without %s, once its 3 s lease had run out: %s)\n' "$opened" "$round2" "$victim" "$first_event"
 printf '     first step after %5.1f s  (the first step line of round %s, on 2 nodes)\n' "$first_step" "$round2"
 echo "     steps lost       $(( last_step_before - resumed ))      (last step logged before the kill: $last_step_before; resumed from step $resumed)"
+say "9. The same incidents as the leader recorded them (elasticctl events $job: detected, stopped, rendezvous, first step)"
+ctl "$survivor" events "$job" | awk '/^incident/ {show = 1} show' | sed 's/^/     /'
 echo "     whole demo: $(since "$started") s"

@@ -69,11 +69,13 @@ bool read_all(int fd, char* buffer, std::size_t size) {
 
 }  // namespace
 
-ProgressReporter::ProgressReporter(const std::map<std::string, std::string>& env)
+ProgressReporter::ProgressReporter(const std::map<std::string, std::string>& env,
+                                   std::chrono::steady_clock::duration step_interval)
     : socket_(get(env, "ELASTIC_CONTROL_SOCKET")),
       job_(get(env, "ELASTIC_JOB_ID")),
       round_(number(get(env, "ELASTIC_ROUND"))),
-      rank_(number(get(env, "RANK"))) {}
+      rank_(number(get(env, "RANK"))),
+      step_interval_(step_interval) {}
 
 std::string ProgressReporter::frame_json(const std::string& event, std::int64_t step,
                                          std::int64_t resumed_from, bool first) const {
@@ -93,7 +95,7 @@ void ProgressReporter::step(std::int64_t step, std::int64_t resumed_from) {
   const bool first = !first_sent_;
   if (!first && now < next_step_) return;
   first_sent_ = true;
-  next_step_ = now + kStepInterval;
+  next_step_ = now + step_interval_;
   (void)send(frame_json("step", step, resumed_from, first));
 }
 

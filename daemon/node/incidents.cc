@@ -218,7 +218,10 @@ void IncidentLog::first_step(TimePoint now, const std::string& job, std::int64_t
   state.first_step_at = now;
   incident->resumed_from = resumed_from;
   if (state.last_step) {
-    incident->steps_lost = *state.last_step - std::max<std::int64_t>(resumed_from, 0);
+    // The newest reported step trails the true last step by up to one report interval, so a
+    // grow's on-demand checkpoint can be newer than it: nothing was lost then, never less.
+    incident->steps_lost =
+        std::max<std::int64_t>(0, *state.last_step - std::max<std::int64_t>(resumed_from, 0));
   }
   refresh(*incident, state);
   finish(job, /*given_up=*/false);

@@ -305,11 +305,12 @@ TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
   trainer::ProgressReporter reporter({{"ELASTIC_CONTROL_SOCKET", socket},
                                       {"ELASTIC_JOB_ID", "j-1"},
                                       {"ELASTIC_ROUND", "4"},
-                                      {"RANK", "0"}});
+                                      {"RANK", "0"}},
+                                     std::chrono::hours(1));
   ASSERT_TRUE(reporter.enabled());
   std::thread server([&] { daemon.serve(2); });
   reporter.step(121, 120);
-  reporter.step(122, 120);  // within kStepInterval of the first: not sent
+  reporter.step(122, 120);  // within the step interval of the first: not sent
   reporter.checkpoint(130);
   server.join();
   ASSERT_EQ(daemon.frames.size(), 2u);
