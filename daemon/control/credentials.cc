@@ -21,6 +21,22 @@ std::vector<char> lookup_buffer(int name) {
 
 }  // namespace
 
+std::optional<Account> account_of(uid_t uid) {
+  std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
+  passwd entry{};
+  passwd* found = nullptr;
+  int rc = 0;
+  while ((rc = ::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE &&
+         buffer.size() < (1u << 24)) {
+    buffer.resize(buffer.size() * 2);
+  }
+  if (rc != 0 || found == nullptr) return std::nullopt;
+  return Account{.name = entry.pw_name,
+                 .gid = entry.pw_gid,
+                 .home = entry.pw_dir != nullptr ? entry.pw_dir : "",
+                 .shell = entry.pw_shell != nullptr ? entry.pw_shell : ""};
+}
+
 Result<PeerCredentials> user_credentials(const std::string& user) {
   if (user.empty()) return Error{"The client key names no user."};
   std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
@@ -59,19 +75,12 @@ bool is_admin(const PeerCredentials& peer, const std::string& admin_group) {
   const gid_t admins = entry.gr_gid;
   if (peer.gid == admins) return true;
 
-  std::vector<char> user_buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  passwd user{};
-  passwd* user_found = nullptr;
-  while ((rc = ::getpwuid_r(peer.uid, &user, user_buffer.data(), user_buffer.size(),
-                            &user_found)) == ERANGE &&
-         user_buffer.size() < (1u << 24)) {
-    user_buffer.resize(user_buffer.size() * 2);
-  }
-  if (rc != 0 || user_found == nullptr) return false;
+  const std::optional<Account> user = account_of(peer.uid);
+  if (!user) return false;
   std::vector<gid_t> groups(64);
   for (int attempt = 0; attempt < 8; ++attempt) {
     int count = static_cast<int>(groups.size());
-    if (::getgrouplist(user.pw_name, user.pw_gid, groups.data(), &count) >= 0) {
+    if (::getgrouplist(user->name.c_str(), user->gid, groups.data(), &count) >= 0) {
       groups.resize(static_cast<std::size_t>(count));
       return std::find(groups.begin(), groups.end(), admins) != groups.end();
     }

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 #include "daemon/core/result.h"
@@ -33,6 +34,17 @@ struct PeerCredentials {
 
 // The uid and primary gid of `user` from the password database; an unknown user is an Error.
 Result<PeerCredentials> user_credentials(const std::string& user);
+
+// One password-database entry, as the daemon needs it (owner names, worker HOME/SHELL, groups).
+struct Account {
+  std::string name;
+  gid_t gid = 0;
+  std::string home;   // pw_dir as stored (may be "")
+  std::string shell;  // pw_shell as stored (may be "")
+};
+// The entry of `uid` (getpwuid_r, the buffer grown on ERANGE); nullopt when it is unknown or the
+// lookup fails.
+std::optional<Account> account_of(uid_t uid);
 
 // True for uid 0, or when admin_group is set and the caller's primary gid or one of the
 // user's groups is that group. An unknown group means nobody but root.

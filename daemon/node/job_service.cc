@@ -1,6 +1,5 @@
 #include "daemon/node/job_service.h"
 
-#include <pwd.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +7,7 @@
 #include <chrono>
 #include <memory>
 
+#include "daemon/control/credentials.h"
 #include "daemon/rendezvous/job_table.h"
 
 namespace elastic::node {
@@ -58,14 +58,8 @@ Result<std::string> string_arg(const std::string& args, const char* key) {
 }
 
 std::string user_name(std::uint32_t uid) {
-  // getpwuid_r: the daemon is single-threaded today, but this stays safe if that changes.
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (::getpwuid_r(uid, &entry, buffer, sizeof(buffer), &found) == 0 && found != nullptr) {
-    return found->pw_name;
-  }
-  return std::to_string(uid);
+  const std::optional<control::Account> account = control::account_of(uid);
+  return account ? account->name : std::to_string(uid);
 }
 
 std::string job_reply(const rendezvous::JobTable& table, const std::string& id, bool duplicate) {

@@ -1,6 +1,5 @@
 #include "daemon/node/job_supervisor.h"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,8 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/control/credentials.h"
+
 namespace elastic::node {
 namespace {
 
@@ -31,16 +32,11 @@ struct UserInfo {
 };
 
 UserInfo user_info(std::uint32_t uid) {
-  UserInfo info{.name = "", .home = "/", .shell = "/bin/sh"};
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    info.name = found->pw_name;
-    if (found->pw_dir != nullptr && *found->pw_dir != '\0') info.home = found->pw_dir;
-    if (found->pw_shell != nullptr && *found->pw_shell != '\0') info.shell = found->pw_shell;
-  } else {
-    info.name = std::to_string(uid);
+  UserInfo info{.name = std::to_string(uid), .home = "/", .shell = "/bin/sh"};
+  if (const std::optional<control::Account> account = control::account_of(uid)) {
+    info.name = account->name;
+    if (!account->home.empty()) info.home = account->home;
+    if (!account->shell.empty()) info.shell = account->shell;
   }
   return info;
 }
