@@ -111,7 +111,14 @@ class GptWorkload final : public Workload {
                             std::int64_t global_batch) override {
     const auto batch = static_cast<std::int64_t>(indices.size());
     const std::int64_t vocab = options_.shape.vocab;
-    std::vector<std::int64_t> tokens(static_cast<std::size_t>(batch * (sequence_ + 1)));
+    // The tokens are written into a tensor that owns its memory: autograd keeps the input and
+    // target alive until backward (the embedding and the loss read them there), so they must
+    // never alias a buffer of this function (from_blob on a local vector, which .to(kCPU) does
+    // not copy, was read after it was freed: 2-rank CPU runs were not reproducible).
+    auto host =
+        torch::empty({batch, sequence_ + 1},
+                     torch::TensorOptions().dtype(torch::kLong).pinned_memory(device_.is_cuda()));
+    std::int64_t* tokens = host.data_ptr<std::int64_t>();
     for (std::int64_t b = 0; b < batch; ++b) {
       std::uint64_t state =
           options_.data_seed * 0x100000001b3ULL + static_cast<std::uint64_t>(indices[b]);
@@ -119,11 +126,10 @@ class GptWorkload final : public Workload {
           static_cast<std::int64_t>(splitmix64(state) % static_cast<std::uint64_t>(vocab));
       const auto stride = 1 + static_cast<std::int64_t>(splitmix64(state) % 7);
       for (std::int64_t t = 0; t <= sequence_; ++t) {
-        tokens[static_cast<std::size_t>(b * (sequence_ + 1) + t)] = (start + stride * t) % vocab;
+        tokens[b * (sequence_ + 1) + t] = (start + stride * t) % vocab;
       }
     }
-    auto all =
-        to_device(torch::from_blob(tokens.data(), {batch, sequence_ + 1}, torch::kLong), device_);
+    auto all = device_.is_cuda() ? host.to(device_, /*non_blocking=*/true) : host;
     auto input = all.slice(1, 0, sequence_);
     auto target = all.slice(1, 1, sequence_ + 1);
     auto logits = model_->forward(input).to(torch::kFloat);
