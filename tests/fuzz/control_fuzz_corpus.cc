@@ -40,6 +40,27 @@ int main(int argc, char** argv) {
   const std::string spec_json = rendezvous::to_json(spec);
   write(1, spec_json);
   write(4, rendezvous::encode_job_spec(spec));
+  // A spec at every size bound, and the same with the name one byte over (valid JSON, refused by
+  // validation and by the binary decoder): the fuzzer starts next to the edges.
+  rendezvous::JobSpec edge = spec;
+  edge.name = std::string(rendezvous::kMaxJobNameBytes, 'n');
+  edge.user = std::string(rendezvous::kMaxUserBytes, 'u');
+  edge.checkpoint_root = "/" + std::string(rendezvous::kMaxPathBytes - 1, 'c');
+  edge.working_dir = "/" + std::string(rendezvous::kMaxPathBytes - 1, 'w');
+  edge.env.emplace(std::string(rendezvous::kMaxEnvNameBytes, 'E'), "v");
+  edge.max_nodes = rendezvous::kMaxNodesPerJob;
+  edge.workers_per_node = rendezvous::kMaxWorkersPerNode;
+  edge.max_restarts = rendezvous::kMaxRestartsLimit;
+  edge.restart_backoff = rendezvous::kMaxRestartBackoff;
+  edge.last_call = rendezvous::kMaxLastCall;
+  if (Status valid = rendezvous::validate(edge); !valid.ok()) {
+    std::fprintf(stderr, "the edge seed spec is not valid: %s\n", valid.error().message.c_str());
+    return 1;
+  }
+  write(1, rendezvous::to_json(edge));
+  write(4, rendezvous::encode_job_spec(edge));
+  edge.name.push_back('n');
+  write(1, rendezvous::to_json(edge));
   for (const std::string& request :
        {std::string(R"({"verb":"nodes"})"), std::string(R"({"verb":"status"})"),
         std::string(R"({"verb":"jobs"})"), std::string(R"({"verb":"cancel","job":"train-1"})"),
