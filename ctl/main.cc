@@ -253,15 +253,10 @@ Answer unreachable(const std::string& socket_path, const std::string& detail) {
 // the local socket, acting as the user its client key names (transport/control_client.h).
 std::optional<elastic::transport::RemoteControlClient> remote_daemon;
 
-// The daemon's refusals for lack of rights (not the owner, not an admin) exit 77 like a
-// refused socket; their sentences come from the job table and the node.
-bool not_permitted(const std::string& error) {
-  for (const char* phrase :
-       {" may not ", "Only root or members of control.admin_group",
-        "needs root or a member of control.admin_group", "root or control.admin_group may"}) {
-    if (error.find(phrase) != std::string::npos) return true;
-  }
-  return false;
+// The daemon's refusals for lack of rights (not the owner, not an admin) carry
+// "code":"permission" and exit 77 like a refused socket; every other refusal exits 1.
+int refusal_exit_code(const json& reply) {
+  return str(reply, "code") == "permission" ? kExitNoPermission : kExitRefused;
 }
 
 Answer ask(const std::string& socket, const json& request, milliseconds timeout) {
@@ -283,7 +278,7 @@ Answer ask(const std::string& socket, const json& request, milliseconds timeout)
     }
     if (!flag(reply, "ok")) {
       std::string error = str(reply, "error", "the daemon refused the request");
-      const int code = not_permitted(error) ? kExitNoPermission : kExitRefused;
+      const int code = refusal_exit_code(reply);
       return {code, std::move(reply), std::move(error)};
     }
     return {0, std::move(reply), ""};
@@ -300,7 +295,7 @@ Answer ask(const std::string& socket, const json& request, milliseconds timeout)
         error.find("nknown request") != std::string::npos) {
       error += " (is the daemon older than this elasticctl? elasticctl --version)";
     }
-    const int code = not_permitted(error) ? kExitNoPermission : kExitRefused;
+    const int code = refusal_exit_code(reply);
     return {code, std::move(reply), std::move(error)};
   }
   return {0, std::move(reply), ""};

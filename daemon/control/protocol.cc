@@ -169,8 +169,10 @@ std::string encode_reply(const StatusReply& reply) {
                    {"rounds", std::move(rounds)}});
 }
 
-std::string encode_error_reply(const std::string& message) {
-  return dump(json{{"ok", false}, {"error", message}});
+std::string encode_error_reply(const std::string& message, ErrorCode code) {
+  json reply{{"ok", false}, {"error", message}};
+  if (code == ErrorCode::kPermission) reply["code"] = "permission";
+  return dump(reply);
 }
 
 Result<NodesReply> decode_nodes_reply(const std::string& text) {

@@ -139,7 +139,11 @@ Result<Request> decode_request(const std::string& json);
 
 std::string encode_reply(const NodesReply& reply);
 std::string encode_reply(const StatusReply& reply);
-std::string encode_error_reply(const std::string& message);
+// What kind of refusal an error reply is, for the client's exit status: kPermission (the
+// caller may not do this: not the job's owner, not an admin) adds "code":"permission", which
+// elasticctl turns into exit 77; every other refusal has no code.
+enum class ErrorCode { kNone, kPermission };
+std::string encode_error_reply(const std::string& message, ErrorCode code = ErrorCode::kNone);
 
 // Decoding a reply: an {"ok": false} reply becomes an Error carrying the daemon's sentence.
 Result<NodesReply> decode_nodes_reply(const std::string& json);

@@ -180,6 +180,7 @@ void Server::process(TimePoint now) {
     }
   }
   for (const int fd : idle) {
+    ++stats_.idle;
     close_connection(fd, "idle for " + std::to_string(kIdleTimeout.count()) + " s");
   }
 }
@@ -205,6 +206,7 @@ void Server::accept_all(TimePoint now) {
     if (connections_.size() >= kMaxConnections) {
       spdlog::warn("control: refusing connection from pid {} uid {} gid {}: {} connections open",
                    peer.pid, peer.uid, peer.gid, connections_.size());
+      ++stats_.too_many_connections;
       ::close(fd);
       continue;
     }
@@ -250,6 +252,7 @@ void Server::handle_frames(Connection& connection) {
     const std::uint32_t length =
         read_frame_header(reinterpret_cast<const unsigned char*>(connection.in.data()));
     if (length > kMaxRequestBytes) {
+      ++stats_.oversized;
       close_connection(fd, "a request frame of " + std::to_string(length) +
                                " bytes exceeds the limit of " + std::to_string(kMaxRequestBytes));
       return;
@@ -262,6 +265,7 @@ void Server::handle_frames(Connection& connection) {
       // Answer, so a confused client learns why, then close: the stream may be out of step.
       spdlog::warn("control: closing connection from pid {} uid {}: {}", connection.peer.pid,
                    connection.peer.uid, request.error().message);
+      ++stats_.malformed;
       connection.close_after_write = true;
       connection.in.clear();
       queue_reply(connection, encode_error_reply(request.error().message));

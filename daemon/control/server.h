@@ -48,6 +48,14 @@ struct ReplyHandle {
 };
 inline constexpr int kRemoteReplyFd = -2;
 
+// Requests and connections refused or closed for what the client did (metrics).
+struct ServerStats {
+  std::uint64_t too_many_connections = 0;  // refused at accept: kMaxConnections open
+  std::uint64_t oversized = 0;             // a frame above kMaxRequestBytes
+  std::uint64_t malformed = 0;             // a frame that is not a request (answered, closed)
+  std::uint64_t idle = 0;                  // silent for kIdleTimeout
+};
+
 class Server {
  public:
   // Returns the encoded reply (protocol.h encode_*) to a decoded request, or std::nullopt to
@@ -88,6 +96,7 @@ class Server {
   static constexpr std::chrono::seconds kRemoteReplyTimeout{30};
   // Remote requests refused before the handler: unknown user, not JSON, too many pending.
   std::uint64_t remote_refused() const { return remote_refused_; }
+  const ServerStats& stats() const { return stats_; }
 
   const std::string& path() const { return path_; }
   std::size_t connection_count() const { return connections_.size(); }
@@ -119,6 +128,7 @@ class Server {
   RemoteSender remote_sender_;
   std::map<std::uint64_t, RemotePending> remote_pending_;  // by serial
   std::uint64_t remote_refused_ = 0;
+  ServerStats stats_;
 };
 
 }  // namespace elastic::control

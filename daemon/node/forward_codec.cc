@@ -71,7 +71,7 @@ Result<ForwardReply> decode_forward_reply(std::string_view body) {
     r.uint("o", &outcome);
     r.bin("b", &reply.body, Need::kRequired, kMaxForwardBodyBytes);
     r.str("l", &reply.leader);
-    if (r.ok() && outcome > static_cast<std::uint8_t>(ForwardOutcome::kRedirect)) {
+    if (r.ok() && outcome > static_cast<std::uint8_t>(ForwardOutcome::kDenied)) {
       r.fail("has an unknown outcome " + std::to_string(outcome));
     }
     if (r.ok()) {

@@ -35,7 +35,8 @@ struct ForwardRequest {
   bool operator==(const ForwardRequest&) const = default;
 };
 
-enum class ForwardOutcome : std::uint8_t { kOk = 0, kError = 1, kRedirect = 2 };
+// kDenied: a refusal for lack of rights (the client exits 77); kError: any other refusal.
+enum class ForwardOutcome : std::uint8_t { kOk = 0, kError = 1, kRedirect = 2, kDenied = 3 };
 
 struct ForwardReply {
   std::uint64_t id = 0;

@@ -45,6 +45,16 @@ void RecoveryStats::observe(double value) {
   ++count;
 }
 
+RecoveryStats IncidentLog::stats() const {
+  RecoveryStats total;
+  for (const auto& [cause, stats] : stats_) {
+    for (std::size_t i = 0; i < total.counts.size(); ++i) total.counts[i] += stats.counts[i];
+    total.sum += stats.sum;
+    total.count += stats.count;
+  }
+  return total;
+}
+
 Incident* IncidentLog::find(std::uint64_t id) {
   for (auto it = incidents_.rbegin(); it != incidents_.rend(); ++it) {
     if (it->id == id) return &*it;
@@ -260,7 +270,9 @@ void IncidentLog::finish(const std::string& job, bool given_up) {
   if (incident == nullptr) return;
   incident->complete = true;
   incident->given_up = given_up || !incident->first_step_s;
-  if (!incident->given_up && incident->cause != "grow") stats_.observe(*incident->first_step_s);
+  if (!incident->given_up && incident->cause != "grow") {
+    stats_[incident->cause].observe(*incident->first_step_s);
+  }
 }
 
 void IncidentLog::refresh(Incident& incident, const Open& state) const {

@@ -126,7 +126,10 @@ class IncidentLog {
   void record(ClusterEvent event);
 
   const std::deque<Incident>& incidents() const { return incidents_; }
-  const RecoveryStats& stats() const { return stats_; }
+  // Recovery durations by cause ("worker_failed", "node_lost", "node_left": every cause is
+  // present, zeros included, so planned leaves can be told from failures), and their sum.
+  const std::map<std::string, RecoveryStats>& stats_by_cause() const { return stats_; }
+  RecoveryStats stats() const;
   const std::deque<ClusterEvent>& events() const { return events_; }
 
   // {"cluster":[...],"incidents":[...]}, oldest first, the newest `limit` of each; with a job,
@@ -161,7 +164,8 @@ class IncidentLog {
   std::uint64_t next_id_ = 0;
   std::deque<Incident> incidents_;
   std::deque<ClusterEvent> events_;
-  RecoveryStats stats_;
+  std::map<std::string, RecoveryStats> stats_ = {
+      {"node_left", {}}, {"node_lost", {}}, {"worker_failed", {}}};
   std::map<std::string, Open> open_;  // job -> its open incident (one per job at a time)
   // job -> the newest round an incident was opened for: older evidence is stale.
   std::map<std::string, std::uint64_t> last_from_round_;

@@ -35,7 +35,13 @@ ApplyResult decode_result(const std::string& bytes) {
     result.message = "The job table returned no result.";
     return result;
   }
-  result.code = static_cast<ApplyCode>(value.value("code", 2));
+  const int code = value.value("code", 2);
+  if (code < 0 || code > static_cast<int>(ApplyCode::kDenied)) {
+    result.code = ApplyCode::kMalformed;
+    result.message = "The job table returned an unknown result code " + std::to_string(code) + ".";
+    return result;
+  }
+  result.code = static_cast<ApplyCode>(code);
   result.job_id = value.value("job", "");
   result.message = value.value("message", "");
   result.duplicate = value.value("duplicate", false);
@@ -103,7 +109,7 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
     return done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", voters}}.dump());
   }
   if (!request.admin) {
-    return done(ForwardOutcome::kError,
+    return done(ForwardOutcome::kDenied,
                 "Changing the voters needs root or a member of control.admin_group.");
   }
   if (action != "add" && action != "remove") {
@@ -277,7 +283,9 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
         if (!applied.ok()) return done(ForwardOutcome::kRedirect, applied.error().message);
         const ApplyResult result = decode_result(*applied);
         if (result.code != ApplyCode::kApplied) {
-          return done(ForwardOutcome::kError, result.message);
+          return done(
+              result.code == ApplyCode::kDenied ? ForwardOutcome::kDenied : ForwardOutcome::kError,
+              result.message);
         }
         if (const auto* drain = std::get_if<rendezvous::DrainNode>(&command)) {
           return done(

@@ -124,6 +124,10 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   if (job.current && job.current->round.round > start.round.round) return false;
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
+  // The old round's newest progress still counts (the leader measures steps lost with it).
+  flush_progress(now, id, job, /*all=*/true);
+  job.progress.clear();
+  job.first_step_sent = false;
   stop_workers(now, job, mode);
   job.current = start;
   job.started = false;
@@ -144,6 +148,9 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
     spdlog::info("job {}: stopping this node's workers ({}; {})", id, why,
                  mode == StopMode::kKill ? "SIGKILL now" : "SIGTERM, SIGKILL after the grace");
   }
+  flush_progress(now, id, job, /*all=*/true);
+  job.progress.clear();
+  job.first_step_sent = false;
   job.current.reset();
   job.started = false;
   job.failure.reset();
@@ -321,6 +328,10 @@ void JobSupervisor::process(TimePoint now) {
     }
   }
   if (now >= next_report_) send_reports(now);
+  if (now >= next_progress_) {
+    next_progress_ = kNever;
+    for (auto& [id, job] : jobs_) flush_progress(now, id, job, /*all=*/false);
+  }
 }
 
 void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
@@ -383,7 +394,7 @@ void JobSupervisor::send_reports(TimePoint now) {
 }
 
 TimePoint JobSupervisor::next_deadline() const {
-  return std::min(spawner_->next_deadline(), next_report_);
+  return std::min({spawner_->next_deadline(), next_report_, next_progress_});
 }
 
 void JobSupervisor::shutdown(Duration grace) {
@@ -446,7 +457,7 @@ void JobSupervisor::worker_gone(const std::string& id, Job& job, std::uint64_t r
   hooks_.report(id, "workers_stopped", json{{"job", id}, {"round", round}}.dump());
 }
 
-Result<ProgressReport> JobSupervisor::on_progress(std::uint32_t uid, const std::string& request) {
+Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {
   const json args = json::parse(request, nullptr, /*allow_exceptions=*/false);
   if (!args.is_object()) return Error{"The progress request is not a JSON object."};
   const json job_id = args.value("job", json());
@@ -490,14 +501,39 @@ Result<ProgressReport> JobSupervisor::on_progress(std::uint32_t uid, const std::
     job.checkpoint =
         CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = wall_ms()};
   }
-  return ProgressReport{.job = id,
-                        .args = json{{"job", id},
-                                     {"round", current.round.round},
-                                     {"rank", rank},
-                                     {"event", event},
-                                     {"step", step},
-                                     {"resumed_from", resumed}}
-                                    .dump()};
+  std::string report =
+      json{{"job", id},    {"round", current.round.round}, {"rank", rank}, {"event", event},
+           {"step", step}, {"resumed_from", resumed}}
+          .dump();
+  Job::ProgressOut& out = job.progress[event.get<std::string>()];
+  const bool first_step = event == "step" && !job.first_step_sent;
+  if (first_step || now >= out.last_sent + kProgressInterval) {
+    if (event == "step") job.first_step_sent = true;
+    out.last_sent = now;
+    if (out.held) ++progress_coalesced_;  // an older held one, superseded before it was due
+    out.held.reset();
+    ++progress_forwarded_;
+    hooks_.report(id, "progress", report);
+  } else {
+    if (out.held) ++progress_coalesced_;  // the one it replaces is never sent
+    out.held = std::move(report);
+    next_progress_ = std::min(next_progress_, out.last_sent + kProgressInterval);
+  }
+  return ok_status();
+}
+
+void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& job, bool all) {
+  for (auto& [event, out] : job.progress) {
+    if (!out.held) continue;
+    if (all || now >= out.last_sent + kProgressInterval) {
+      out.last_sent = now;
+      ++progress_forwarded_;
+      hooks_.report(id, "progress", *out.held);
+      out.held.reset();
+    } else {
+      next_progress_ = std::min(next_progress_, out.last_sent + kProgressInterval);
+    }
+  }
 }
 
 std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {

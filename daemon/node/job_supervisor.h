@@ -40,10 +40,15 @@
 // goes out once when the last local worker of a round is gone, whatever ended it.
 //
 // Progress (the optional worker protocol, trainer/progress.h): on_progress() checks a worker's
-// "progress" frame from the control socket and returns what to forward to the leader; the
-// newest "checkpoint" per job is kept for checkpoints(), which otherwise falls back to the
-// job's <checkpoint dir>/LATEST (its step and mtime), so any worker using our checkpoint layout
-// shows a checkpoint age.
+// "progress" frame from the control socket and forwards it to the leader (Hooks::report
+// "progress"); the newest "checkpoint" per job is kept for checkpoints(), which otherwise falls
+// back to the job's <checkpoint dir>/LATEST (its step and mtime), so any worker using our
+// checkpoint layout shows a checkpoint age. Forwarding is rate-limited per job and event kind,
+// so a worker that reports every step (or every rank reporting) cannot flood the leader: the
+// first "step" of a round goes at once (the incident timeline's "first step"), otherwise at
+// most one report per kProgressInterval; a report inside the interval is held and replaced by
+// newer ones, and the newest is sent when the interval ends or the round changes, so the leader
+// never lags by more than one interval. Refusals are never held: they answer the worker.
 //
 // Thread safety: none; the node's loop thread owns it (the Spawner's PDEATHSIG is tied to the
 // forking thread, which must live as long as the daemon: the loop thread does).
@@ -78,12 +83,6 @@ struct CheckpointInfo {
   std::int64_t at_ms = 0;  // wall ms of the newest complete checkpoint
 };
 
-// A worker's progress report, checked, for the leader (RoundService::report_for "progress").
-struct ProgressReport {
-  std::string job;
-  std::string args;  // JSON: job, round, rank, event, step, resumed_from
-};
-
 // One local worker as `elasticctl status` shows it.
 struct WorkerRow {
   std::string job;
@@ -98,6 +97,8 @@ struct WorkerRow {
 class JobSupervisor {
  public:
   static constexpr std::chrono::seconds kReportResend{1};
+  // At most one progress report per job and event kind per interval goes to the leader.
+  static constexpr std::chrono::milliseconds kProgressInterval{100};
 
   struct Hooks {
     // Sends a report about `job` to the leader (RoundService knows where that is).
@@ -146,9 +147,13 @@ class JobSupervisor {
   std::optional<std::uint32_t> job_owner(const std::string& job) const;
 
   // A "progress" request (trainer/progress.h) from a local peer with uid `uid`: accepted only
-  // for a job whose current round runs workers here, from its owner or root, for that round.
-  // Errors are one sentence for the worker.
-  Result<ProgressReport> on_progress(std::uint32_t uid, const std::string& request);
+  // for a job whose current round runs workers here, from its owner or root, for that round,
+  // then forwarded (or held, see the header comment) as "progress" {job, round, rank, event,
+  // step, resumed_from}. Errors are one sentence for the worker.
+  Status on_progress(TimePoint now, std::uint32_t uid, const std::string& request);
+  // Progress reports sent to the leader, and those the rate limit dropped for a newer one.
+  std::uint64_t progress_forwarded() const { return progress_forwarded_; }
+  std::uint64_t progress_coalesced() const { return progress_coalesced_; }
   // Jobs with workers on this node and their newest checkpoint (progress, else LATEST); jobs
   // without any are left out.
   std::vector<CheckpointInfo> checkpoints() const;
@@ -173,7 +178,16 @@ class JobSupervisor {
     bool done = false;                   // every worker of current exited 0
     std::map<std::uint64_t, std::uint32_t> live;  // round -> its workers not reaped yet
     std::optional<CheckpointInfo> checkpoint;     // the newest one a worker reported
+    // Progress forwarding of the current round, by event kind ("step", "checkpoint", "resume").
+    struct ProgressOut {
+      TimePoint last_sent = TimePoint::min();  // + kProgressInterval cannot overflow
+      std::optional<std::string> held;  // the newest report inside the interval, not sent yet
+    };
+    std::map<std::string, ProgressOut> progress;
+    bool first_step_sent = false;
   };
+  // Sends the held progress reports of `job` whose interval is over (all with `all`).
+  void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
   // A worker of `round` is gone: the round's last one sends "workers_stopped".
   void worker_gone(const std::string& id, Job& job, std::uint64_t round);
 
@@ -197,6 +211,9 @@ class JobSupervisor {
   std::map<std::string, Job> jobs_;
   std::map<std::string, std::uint32_t> owners_;  // job -> uid, for log access (bounded)
   TimePoint next_report_ = kNever;
+  TimePoint next_progress_ = kNever;  // the earliest end of an interval with a held report
+  std::uint64_t progress_forwarded_ = 0;
+  std::uint64_t progress_coalesced_ = 0;
 };
 
 }  // namespace elastic::node

@@ -834,9 +834,10 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
   }
   if (request.verb == "progress") {
     // A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
-    auto report = supervisor_->on_progress(static_cast<std::uint32_t>(peer.uid), request.text);
-    if (!report.ok()) return control::encode_error_reply(report.error().message);
-    rounds_->report_for(report->job, "progress", report->args);
+    // Rate-limited there; the worker is answered at once either way.
+    Status accepted =
+        supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
+    if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
     return std::string(R"({"ok":true})");
   }
   if (request.verb == "topology") {
@@ -851,9 +852,13 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                    ? args["node"].get<std::string>()
                                    : std::string();
     if (target.empty() || target == name_) {
+      bool denied = false;
       auto served = serve_node_verb(request.verb, request.text,
-                                    static_cast<std::uint32_t>(peer.uid), is_admin(peer));
-      return served.ok() ? *served : control::encode_error_reply(served.error().message);
+                                    static_cast<std::uint32_t>(peer.uid), is_admin(peer), &denied);
+      if (served.ok()) return *served;
+      return control::encode_error_reply(
+          served.error().message,
+          denied ? control::ErrorCode::kPermission : control::ErrorCode::kNone);
     }
     const std::uint64_t id = next_call_id_++;
     Call call;
@@ -1003,7 +1008,8 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
 }
 
 Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
-                                          std::uint32_t uid, bool admin) const {
+                                          std::uint32_t uid, bool admin, bool* denied) const {
+  *denied = false;
   if (verb != "logs") return Error{"Unknown node verb \"" + verb + "\"."};
   const nlohmann::json args = nlohmann::json::parse(args_text, nullptr, false);
   if (!args.is_object() || !args.contains("job") || !args["job"].is_string()) {
@@ -1035,6 +1041,7 @@ Result<std::string> Node::serve_node_verb(const std::string& verb, const std::st
   // The owner is known from the rounds this daemon ran (not across a restart: then admins only).
   const std::optional<std::uint32_t> owner = supervisor_->job_owner(job);
   if (!admin && uid != 0 && owner != uid) {
+    *denied = true;
     return Error{"Only the owner of job " + job +
                  ", root or control.admin_group may read its logs" +
                  (owner ? "." : " (this daemon restarted since it ran the job).")};
@@ -1097,7 +1104,7 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
                     found->second.attempt_deadline = clock_now() + std::chrono::milliseconds(50);
                     return;
                   }
-                  finish_call(id, outcome == ForwardOutcome::kOk, body);
+                  finish_call(id, outcome, body);
                 });
     if (consensus_) flush_consensus();
     return;
@@ -1135,26 +1142,32 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
   call.last_error = target + " did not answer";
 }
 
-void Node::finish_call(std::uint64_t id, bool ok, const std::string& body) {
+void Node::finish_call(std::uint64_t id, ForwardOutcome outcome, const std::string& body) {
   const auto it = calls_.find(id);
   if (it == calls_.end()) return;
   const control::ReplyHandle handle{.fd = static_cast<int>(it->second.handle_fd),
                                     .serial = it->second.handle_serial};
   calls_.erase(it);
-  control_->reply(handle, ok ? body : control::encode_error_reply(body));
+  control_->reply(handle,
+                  outcome == ForwardOutcome::kOk
+                      ? body
+                      : control::encode_error_reply(body, outcome == ForwardOutcome::kDenied
+                                                              ? control::ErrorCode::kPermission
+                                                              : control::ErrorCode::kNone));
 }
 
 void Node::expire_calls(TimePoint now) {
   std::vector<std::uint64_t> due;
   for (auto& [id, call] : calls_) {
     if (now >= call.deadline && !call.target.empty()) {
-      finish_call(id, false, "No answer from " + call.target + " (" + call.last_error + ").");
+      finish_call(id, ForwardOutcome::kError,
+                  "No answer from " + call.target + " (" + call.last_error + ").");
       return;
     }
     if (now >= call.deadline) {
       std::string voters;
       for (const std::string& voter : voters_) voters += (voters.empty() ? "" : ", ") + voter;
-      finish_call(id, false,
+      finish_call(id, ForwardOutcome::kError,
                   "No Raft leader answered within " +
                       std::to_string(kClientRequestTimeout.count()) + " s (voters: " + voters +
                       "; last attempt: " + call.last_error +
@@ -1197,11 +1210,13 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
     (void)transport_->send(reply_to, std::move(reply));
   };
   if (request->verb == "logs") {
-    auto served = serve_node_verb(request->verb, request->args, request->uid, request->admin);
+    bool denied = false;
+    auto served =
+        serve_node_verb(request->verb, request->args, request->uid, request->admin, &denied);
     if (served.ok()) {
       answer(ForwardOutcome::kOk, std::move(*served));
     } else {
-      answer(ForwardOutcome::kError, served.error().message);
+      answer(denied ? ForwardOutcome::kDenied : ForwardOutcome::kError, served.error().message);
     }
     return;
   }
@@ -1236,7 +1251,7 @@ void Node::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {
   if (it == calls_.end()) return;  // answered already, or timed out
   if (reply->outcome != ForwardOutcome::kRedirect) {
     if (it->second.target.empty()) leader_hint_ = envelope.sender;
-    finish_call(reply->id, reply->outcome == ForwardOutcome::kOk, reply->body);
+    finish_call(reply->id, reply->outcome, reply->body);
     return;
   }
   Call& call = it->second;

@@ -174,7 +174,9 @@ class Node {
   bool is_admin(const control::PeerCredentials& peer) const;
   // Client requests: try the leader (local or remote) until one answers or the deadline.
   void dispatch(TimePoint now, std::uint64_t id);
-  void finish_call(std::uint64_t id, bool ok, const std::string& body);
+  // Answers a client's call: `body` as the reply on kOk, else as an error reply (kDenied marks
+  // it as a permission refusal).
+  void finish_call(std::uint64_t id, ForwardOutcome outcome, const std::string& body);
   void expire_calls(TimePoint now);
   void on_forward_request(TimePoint now, const wire::Envelope& envelope);
   void on_forward_reply(TimePoint now, const wire::Envelope& envelope);
@@ -190,9 +192,10 @@ class Node {
   std::string render_metrics(TimePoint now) const;
   void count_control_request(const std::string& verb);
   // Verbs one daemon answers about itself, for a local client or forwarded from another daemon:
-  // "logs" (a worker log of this node). Returns the reply JSON or an error sentence.
+  // "logs" (a worker log of this node). Returns the reply JSON or an error sentence; *denied is
+  // set when the error is a refusal for lack of rights (not the job's owner, root or an admin).
   Result<std::string> serve_node_verb(const std::string& verb, const std::string& args,
-                                      std::uint32_t uid, bool admin) const;
+                                      std::uint32_t uid, bool admin, bool* denied) const;
 
   // Lifecycle (see the header comment): readiness, STATUS, reload and drain.
   struct Lifecycle {

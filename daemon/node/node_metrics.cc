@@ -109,10 +109,12 @@ void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
   if (leading) m.sample(as_double(rounds.rounds_opened()));
   m.family("elastic_recovery_seconds", MetricType::kHistogram,
            "Seconds from the first evidence of a failure to the job's first training step after "
-           "recovery, per completed incident (leader only).");
+           "recovery, per completed incident, by cause (node_left: a drained or stopped daemon, "
+           "planned; leader only).");
   if (leading) {
-    const RecoveryStats& stats = rounds.recovery_stats();
-    m.histogram(RecoveryStats::kBuckets, stats.counts, stats.sum);
+    for (const auto& [cause, stats] : rounds.recovery_stats()) {
+      m.histogram(RecoveryStats::kBuckets, stats.counts, stats.sum, {{"cause", cause}});
+    }
   }
   m.family("elastic_recovery_incidents", MetricType::kGauge,
            "Recovery incidents the leader remembers, by whether they are complete (leader only).");
@@ -277,6 +279,11 @@ std::string Node::render_metrics(TimePoint now) const {
            "Worker slots (GPUs, or CPU slots) this node offers.");
   m.sample(supervisor_->slots());
   checkpoint_families(m, *supervisor_);
+  m.family("elastic_progress_reports_total", MetricType::kCounter,
+           "Progress reports of this node's workers: forwarded to the leader, or coalesced "
+           "(replaced by a newer one of the same job and kind within 100 ms, never sent).");
+  m.sample(as_double(supervisor_->progress_forwarded()), {{"outcome", "forwarded"}});
+  m.sample(as_double(supervisor_->progress_coalesced()), {{"outcome", "coalesced"}});
 
   // Transport.
   const transport::TransportStats t = transport_->stats();
@@ -318,6 +325,16 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_control_connections", MetricType::kGauge,
            "Control-socket connections open now.");
   m.sample(as_double(control_->connection_count()));
+  const control::ServerStats& c = control_->stats();
+  m.family("elastic_control_rejected_total", MetricType::kCounter,
+           "Control requests and connections refused or closed for what the client did, by "
+           "reason (remote_refused: a remote request for an unknown user, not JSON, or beyond "
+           "the pending limit).");
+  m.sample(as_double(c.too_many_connections), {{"reason", "too_many_connections"}});
+  m.sample(as_double(c.oversized), {{"reason", "oversized"}});
+  m.sample(as_double(c.malformed), {{"reason", "malformed"}});
+  m.sample(as_double(c.idle), {{"reason", "idle"}});
+  m.sample(as_double(control_->remote_refused()), {{"reason", "remote_refused"}});
   if (metrics_) {
     const MetricsEndpointStats& e = metrics_->stats();
     m.family("elastic_metrics_scrapes_total", MetricType::kCounter,

@@ -150,7 +150,9 @@ class RoundService {
   using Incident = node::Incident;
   using RecoveryStats = node::RecoveryStats;
   const std::deque<Incident>& incidents() const { return incidents_.incidents(); }
-  const RecoveryStats& recovery_stats() const { return incidents_.stats(); }
+  const std::map<std::string, RecoveryStats>& recovery_stats() const {
+    return incidents_.stats_by_cause();
+  }
   // Rounds this leader committed since it started leading.
   std::uint64_t rounds_opened() const { return rounds_opened_; }
   void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }

@@ -93,6 +93,10 @@ ApplyResult rejected(std::string job_id, std::string message) {
   return ApplyResult{ApplyCode::kRejected, std::move(job_id), std::move(message), false};
 }
 
+ApplyResult denied(std::string job_id, std::string message) {
+  return ApplyResult{ApplyCode::kDenied, std::move(job_id), std::move(message), false};
+}
+
 bool negative(WallTime t) { return t.time_since_epoch().count() < 0; }
 
 // Why `node` cannot name a node to drain; "" when it can. Host names only, so a name can be
@@ -572,8 +576,10 @@ ApplyResult JobTable::apply_cancel(Index index, const CancelJob& c) {
                   ".");
   }
   if (!c.is_admin && c.by_uid != job.spec.uid) {
-    return refuse("uid " + std::to_string(c.by_uid) + " may not cancel job " + c.job_id +
-                  " of uid " + std::to_string(job.spec.uid) + "; only its owner or an admin may.");
+    return remember(index, c.client_id, c.client_seq,
+                    denied(c.job_id, "uid " + std::to_string(c.by_uid) + " may not cancel job " +
+                                         c.job_id + " of uid " + std::to_string(job.spec.uid) +
+                                         "; only its owner or an admin may."));
   }
   if (negative(c.at)) return refuse("The cancel time is before 1970.");
   change_state(index, job, JobState::kCancelled, c.at,
@@ -674,7 +680,8 @@ ApplyResult JobTable::apply_drain(Index index, const DrainNode& c) {
     return remember(index, c.client_id, c.client_seq, rejected("", std::move(message)));
   };
   if (!c.is_admin) {
-    return refuse("Only root or members of control.admin_group may drain nodes.");
+    return remember(index, c.client_id, c.client_seq,
+                    denied("", "Only root or members of control.admin_group may drain nodes."));
   }
   if (std::string problem = drain_node_problem(c.node); !problem.empty()) return refuse(problem);
   if (c.reason.size() > kMaxReasonBytes) {
@@ -802,7 +809,7 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
       ClientSession c;
       read_string(cr, "id", kMaxClientIdBytes, &id);
       cr.uint("s", &c.last_seq);
-      read_enum(cr, "c", static_cast<std::uint8_t>(ApplyCode::kMalformed), &c.code);
+      read_enum(cr, "c", static_cast<std::uint8_t>(ApplyCode::kDenied), &c.code);
       read_string(cr, "j", kMaxJobIdBytes, &c.job_id);
       read_string(cr, "m", wire::kMaxUnknownStringBytes, &c.message);
       cr.uint("i", &c.last_index);

@@ -187,6 +187,7 @@ enum class ApplyCode : std::uint8_t {
   kApplied = 0,    // the command changed the table
   kRejected = 1,   // a valid command the rules refuse (message says why)
   kMalformed = 2,  // bytes that are not a command (message says why)
+  kDenied = 3,     // the caller may not do this: not the job's owner, not an admin (message)
 };
 
 struct ApplyResult {

@@ -367,6 +367,31 @@ json job_object(const std::string& state, std::uint64_t world, const std::string
           {"spec", {{"user", "root"}, {"max_restarts", 3}}}};
 }
 
+// Exit 77 comes from the reply's "code":"permission", never from the sentence's words.
+TEST(CtlScripted, OnlyAPermissionCodedRefusalExits77) {
+  TempDir dir;
+  const std::string socket = dir.file("ctl.sock");
+  ScriptedDaemon daemon(socket, [](const json& request) {
+    const std::string verb = request.value("verb", "");
+    if (verb == "cancel" && request.value("job", "") == "theirs-1") {
+      json reply = refused(
+          "uid 1001 may not cancel job theirs-1 of uid 1000; only its owner or "
+          "an admin may.");
+      reply["code"] = "permission";
+      return reply;
+    }
+    if (verb == "cancel") return refused("Job mine-2 may not be cancelled: it has already ended.");
+    return refused("Unknown verb \"" + verb + "\".");
+  });
+  RunResult r = ctl(socket, {"cancel", "theirs-1"});
+  EXPECT_TRUE(r.status.exited_with(77)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err,
+            "elasticctl: uid 1001 may not cancel job theirs-1 of uid 1000; only its owner or an "
+            "admin may.\n");
+  r = ctl(socket, {"cancel", "mine-2"});
+  EXPECT_TRUE(r.status.exited_with(1)) << r.status.code << " " << r.err;
+}
+
 TEST(CtlScripted, LogsOfAllRanksArePrefixedLineByLine) {
   TempDir dir;
   const std::string socket = dir.file("ctl.sock");
@@ -387,11 +412,9 @@ TEST(CtlScripted, LogsOfAllRanksArePrefixedLineByLine) {
   const auto asked = daemon.requests("logs");
   ASSERT_EQ(asked.size(), 3u);
   // The request names the daemon that runs the rank (from the job's rank map).
-  EXPECT_EQ(asked[0], json({{"verb", "logs"},
-                            {"job", "j-1"},
-                            {"rank", 0},
-                            {"max_bytes", 65536},
-                            {"node", "n1"}}));
+  EXPECT_EQ(
+      asked[0],
+      json({{"verb", "logs"}, {"job", "j-1"}, {"rank", 0}, {"max_bytes", 65536}, {"node", "n1"}}));
 
   r = ctl(socket, {"logs", "j-1", "--rank", "0"});
   ASSERT_TRUE(r.status.exited_with(0)) << r.err;

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/unix_socket.h"
 
 namespace elastic::testing {
 namespace {
@@ -306,6 +308,17 @@ TEST(MetricsInteg, TwoDaemonsExportMembershipRaftAndJobs) {
       kConverge));
   EXPECT_EQ(a.value("elastic_messages_dropped_total", "reason=\"malformed\""), 0.0);
   EXPECT_TRUE(a.value("elastic_uptime_seconds").has_value());
+  // The leader's recovery histogram, one series per cause, empty so far (incident_test fills it).
+  for (const char* cause : {"worker_failed", "node_lost", "node_left"}) {
+    EXPECT_EQ(a.value("elastic_recovery_seconds_count", "cause=\"" + std::string(cause) + "\""),
+              0.0)
+        << cause;
+  }
+  EXPECT_FALSE(b.value("elastic_recovery_seconds_count", "cause=\"node_lost\"").has_value())
+      << "leader only";
+  // No worker has reported progress yet (job_supervisor_test counts real reports).
+  EXPECT_EQ(a.value("elastic_progress_reports_total", "outcome=\"forwarded\""), 0.0);
+  EXPECT_EQ(a.value("elastic_progress_reports_total", "outcome=\"coalesced\""), 0.0);
   EXPECT_EQ(a.types.at("elastic_messages_sent_total"), "counter");
   bool info = false;
   for (const auto& [series, value] : a.series) {
@@ -387,6 +400,58 @@ TEST(MetricsInteg, HttpErrorsAreAnsweredAndCounted) {
   const Scrape s = scrape(port);
   EXPECT_EQ(s.value("elastic_metrics_rejected_total", "reason=\"not_found\""), 2.0);
   EXPECT_EQ(s.value("elastic_metrics_rejected_total", "reason=\"bad_request\""), 3.0);
+}
+
+// Reads from `fd` until the peer closes it (true) or 10 s pass (false).
+bool closed_by_peer(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  char buffer[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd item{fd, POLLIN, 0};
+    if (::poll(&item, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+TEST(MetricsInteg, ControlSocketRefusalsAreCountedByReason) {
+  TempDir dir;
+  Daemon n1(dir, "n1", {});
+  n1.set("control.metrics_listen=127.0.0.1:0");
+  n1.start();
+  const int port = port_of(metrics_address(n1));
+  // A frame header promising 2 GiB: closed at once. A frame that is not a request: answered
+  // with the reason, then closed.
+  const int big = connect_unix(n1.socket());
+  ASSERT_GE(big, 0);
+  ASSERT_EQ(::send(big, "\x7f\xff\xff\xff", 4, MSG_NOSIGNAL), 4);
+  EXPECT_TRUE(closed_by_peer(big));
+  ::close(big);
+  const int garbage = connect_unix(n1.socket());
+  ASSERT_GE(garbage, 0);
+  ASSERT_EQ(::send(garbage, "\x00\x00\x00\x03{x}", 7, MSG_NOSIGNAL), 7);
+  EXPECT_TRUE(closed_by_peer(garbage));
+  ::close(garbage);
+  // More connections than the daemon keeps open (64): the rest are refused at accept.
+  std::vector<int> fds;
+  for (int i = 0; i < 70; ++i) {
+    const int fd = connect_unix(n1.socket());
+    if (fd >= 0) fds.push_back(fd);
+  }
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const Scrape s = scrape(port);
+        return s.value("elastic_control_rejected_total", "reason=\"oversized\"") == 1.0 &&
+               s.value("elastic_control_rejected_total", "reason=\"malformed\"") == 1.0 &&
+               s.value("elastic_control_rejected_total", "reason=\"too_many_connections\"")
+                       .value_or(0) >= 6.0;
+      },
+      kConverge));
+  for (const int fd : fds) ::close(fd);
+  const Scrape s = scrape(port);
+  EXPECT_EQ(s.value("elastic_control_rejected_total", "reason=\"idle\""), 0.0);
+  EXPECT_EQ(s.value("elastic_control_rejected_total", "reason=\"remote_refused\""), 0.0);
 }
 
 TEST(MetricsInteg, HostileClientsDoNotStopTheDaemon) {

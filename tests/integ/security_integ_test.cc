@@ -30,6 +30,7 @@
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/unix_socket.h"
 
 namespace elastic::testing {
 namespace {
@@ -170,18 +171,6 @@ std::string zmtp_greeting(const std::string& mechanism) {
   std::string padded = mechanism;
   padded.resize(20, '\0');
   return greeting + padded + std::string(32, '\0');
-}
-
-int connect_unix(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // Sends one framed request on the control socket from a child running as uid/gid; returns the

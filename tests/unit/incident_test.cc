@@ -74,6 +74,13 @@ TEST(IncidentLog, WorkerFailureTimelineHasEveryPoint) {
   EXPECT_EQ(log.stats().count, 1u);
   EXPECT_NEAR(log.stats().sum, 3.2, 1e-6);
   EXPECT_EQ(log.stats().counts[4], 1u);  // (3, 5]
+  // By cause: every cause is there (zeros included), the observation under its own.
+  const auto& by_cause = log.stats_by_cause();
+  ASSERT_EQ(by_cause.size(), 3u);
+  EXPECT_EQ(by_cause.at("worker_failed").count, 1u);
+  EXPECT_EQ(by_cause.at("worker_failed").counts[4], 1u);
+  EXPECT_EQ(by_cause.at("node_lost").count, 0u);
+  EXPECT_EQ(by_cause.at("node_left").count, 0u);
   EXPECT_EQ(log.next_deadline(), kNever);
 }
 
@@ -361,6 +368,27 @@ TEST(IncidentLog, AStepBeforeTheRendezvousCountsAtTheRendezvous) {
   expect_near(i.rendezvous_s, 2);
   expect_near(i.first_step_s, 2);
   EXPECT_EQ(i.resumed_from, 2);
+  EXPECT_EQ(log.stats().count, 1u);
+}
+
+}  // namespace
+}  // namespace elastic::node
+
+namespace elastic::node {
+namespace {
+
+// A drained or stopped daemon's leave is planned: its recovery is counted apart from failures.
+TEST(IncidentLog, APlannedLeaveIsCountedUnderItsOwnCause) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_left", "c", std::nullopt);
+  log.on_round_committed(at(1s), wall(1s), "j", 1, 2, 2, false, {"a", "b"});
+  log.on_round_acked(at(2s), "j", 2);
+  log.on_progress(at(3s), "j", 2, "step", 5, 4);
+  ASSERT_TRUE(log.incidents().back().complete);
+  EXPECT_EQ(log.incidents().back().cause, "node_left");
+  EXPECT_EQ(log.stats_by_cause().at("node_left").count, 1u);
+  EXPECT_EQ(log.stats_by_cause().at("worker_failed").count, 0u);
+  EXPECT_EQ(log.stats_by_cause().at("node_lost").count, 0u);
   EXPECT_EQ(log.stats().count, 1u);
 }
 

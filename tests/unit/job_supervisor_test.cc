@@ -892,40 +892,42 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   ASSERT_TRUE(supervisor_);
   const auto uid = static_cast<std::uint32_t>(::getuid());
   auto refused =
-      supervisor_->on_progress(uid, R"({"job":"p-1","round":1,"event":"step","step":1})");
+      supervisor_->on_progress(now(), uid, R"({"job":"p-1","round":1,"event":"step","step":1})");
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().message, "Job p-1 runs no workers on node me.");
   supervisor_->on_round(now(), start("p-1", 1, 1, "exec sleep 1000"));
   EXPECT_TRUE(supervisor_->checkpoints().empty()) << "no progress and no LATEST yet";
 
-  auto step = supervisor_->on_progress(
-      uid, R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
-           R"("resumed_from":10,"first":true})");
-  ASSERT_OK(step);
-  EXPECT_EQ(step->job, "p-1");
-  EXPECT_EQ(json::parse(step->args), json({{"job", "p-1"},
-                                           {"round", 1},
-                                           {"rank", 0},
-                                           {"event", "step"},
-                                           {"step", 12},
-                                           {"resumed_from", 10}}));
+  ASSERT_OK(supervisor_->on_progress(
+      now(), uid,
+      R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
+      R"("resumed_from":10,"first":true})"));
+  ASSERT_EQ(reports("progress").size(), 1u) << "the first step goes to the leader at once";
+  EXPECT_EQ(reports("progress")[0].job, "p-1");
+  EXPECT_EQ(reports("progress")[0].args, json({{"job", "p-1"},
+                                               {"round", 1},
+                                               {"rank", 0},
+                                               {"event", "step"},
+                                               {"step", 12},
+                                               {"resumed_from", 10}}));
   // Another user (root may report for anyone), an old round, hostile or incomplete bodies.
-  auto other =
-      supervisor_->on_progress(uid + 1, R"({"job":"p-1","round":1,"event":"step","step":1})");
+  auto other = supervisor_->on_progress(now(), uid + 1,
+                                        R"({"job":"p-1","round":1,"event":"step","step":1})");
   ASSERT_FALSE(other.ok());
   if (uid != 0) {
     EXPECT_EQ(other.error().message, "Only the owner of job p-1 (uid " + std::to_string(uid) +
                                          ") or root may report its progress, not uid " +
                                          std::to_string(uid + 1) + ".");
   }
-  auto old = supervisor_->on_progress(uid, R"({"job":"p-1","round":0,"event":"step","step":1})");
+  auto old =
+      supervisor_->on_progress(now(), uid, R"({"job":"p-1","round":0,"event":"step","step":1})");
   ASSERT_FALSE(old.ok());
   EXPECT_EQ(old.error().message, "Round 0 of job p-1 is over; node me runs round 1.");
   for (const char* bad : {"", "[]", "{\"job\":1}", R"({"job":"p-1"})",
                           R"({"job":"p-1","round":1,"event":"x","step":1})",
                           R"({"job":"p-1","round":1,"event":"step","step":-1})",
                           R"({"job":"p-1","round":1,"event":"step","step":"1"})"}) {
-    EXPECT_FALSE(supervisor_->on_progress(uid, bad).ok()) << bad;
+    EXPECT_FALSE(supervisor_->on_progress(now(), uid, bad).ok()) << bad;
   }
 
   // Without a checkpoint report, LATEST in the job's checkpoint dir is read (step and mtime).
@@ -951,8 +953,8 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   EXPECT_TRUE(supervisor_->checkpoints().empty());
 
   // A checkpoint report wins.
-  ASSERT_OK(
-      supervisor_->on_progress(uid, R"({"job":"p-1","round":1,"event":"checkpoint","step":130})"));
+  ASSERT_OK(supervisor_->on_progress(now(), uid,
+                                     R"({"job":"p-1","round":1,"event":"checkpoint","step":130})"));
   found = supervisor_->checkpoints();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].step, 130);
@@ -964,6 +966,64 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   supervisor_->stop_job(now(), "p-1", StopMode::kKill, "test");
   ASSERT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
   EXPECT_TRUE(supervisor_->checkpoints().empty());
+}
+
+// A worker reporting far more often than the leader needs (every step, every rank) is
+// coalesced: the first step of a round at once, then one report per job and event kind per
+// 100 ms, always the newest; what is held goes out when its interval ends or the round changes.
+TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  const auto uid = static_cast<std::uint32_t>(::getuid());
+  const TimePoint t0 = now();
+  supervisor_->on_round(t0, start("c-1", 1, 1, "exec sleep 1000"));
+  auto report = [&](TimePoint at, const std::string& event, int step) {
+    ASSERT_OK(supervisor_->on_progress(
+        at, uid,
+        json{{"job", "c-1"}, {"round", 1}, {"event", event}, {"step", step}, {"resumed_from", -1}}
+            .dump()));
+  };
+  auto steps_sent = [&](const std::string& event) {
+    std::vector<int> out;
+    for (const Report& r : reports("progress", "c-1")) {
+      if (r.args["event"] == event) out.push_back(r.args["step"].get<int>());
+    }
+    return out;
+  };
+  // 1,000 step reports within 50 ms: the first goes, the rest are held, newest wins.
+  for (int step = 1; step <= 1000; ++step)
+    report(t0 + std::chrono::microseconds(50 * step), "step", step);
+  EXPECT_EQ(steps_sent("step"), std::vector<int>{1});
+  // A checkpoint is another kind: not held behind the steps.
+  report(t0 + 60ms, "checkpoint", 900);
+  EXPECT_EQ(steps_sent("checkpoint"), std::vector<int>{900});
+  EXPECT_EQ(supervisor_->next_deadline(),
+            t0 + std::chrono::microseconds(50) + JobSupervisor::kProgressInterval)
+      << "the held step is due when its interval ends";
+  supervisor_->process(t0 + 99ms);
+  EXPECT_EQ(steps_sent("step"), std::vector<int>{1}) << "inside the interval nothing more goes";
+  supervisor_->process(t0 + 101ms);
+  EXPECT_EQ(steps_sent("step"), (std::vector<int>{1, 1000})) << "then the newest held one";
+  EXPECT_EQ(supervisor_->progress_forwarded(), 3u);
+  EXPECT_EQ(supervisor_->progress_coalesced(), 998u);
+  // A report after the interval goes at once; one soon after it is held until the round
+  // changes, and the new round's first step is not held behind the old round's.
+  report(t0 + 250ms, "step", 1001);
+  report(t0 + 260ms, "step", 1002);
+  EXPECT_EQ(steps_sent("step"), (std::vector<int>{1, 1000, 1001}));
+  RoundStart second = start("c-1", 2, 1, "exec sleep 1000", RoundReason::kWorkerFailed);
+  supervisor_->on_round(t0 + 270ms, second);
+  EXPECT_EQ(steps_sent("step"), (std::vector<int>{1, 1000, 1001, 1002}))
+      << "the old round's newest step is sent before the round changes";
+  ASSERT_TRUE(pump_until([&] {
+    const auto now_rows = rows("c-1");
+    return std::any_of(now_rows.begin(), now_rows.end(),
+                       [](const WorkerRow& w) { return w.round == 2 && w.state == "running"; });
+  }));
+  ASSERT_OK(supervisor_->on_progress(
+      t0 + 275ms, uid, R"({"job":"c-1","round":2,"event":"step","step":1003,"resumed_from":900})"));
+  EXPECT_EQ(steps_sent("step"), (std::vector<int>{1, 1000, 1001, 1002, 1003}));
+  EXPECT_EQ(reports("progress", "c-1").back().args["round"], 2);
 }
 
 }  // namespace

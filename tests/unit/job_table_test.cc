@@ -147,7 +147,7 @@ TEST_F(TableTest, CommandsWithoutClientIdentityAreRejected) {
 TEST_F(TableTest, CancelRules) {
   const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
   const ApplyResult stranger = apply(CancelJob{"c2", 1, id, 1001, false, ms(5)});
-  EXPECT_EQ(stranger.code, ApplyCode::kRejected);
+  EXPECT_EQ(stranger.code, ApplyCode::kDenied);
   EXPECT_EQ(stranger.message,
             "uid 1001 may not cancel job j-1 of uid 1000; only its owner or an admin may.");
   EXPECT_EQ(job(id).state, JobState::kPending);
@@ -424,11 +424,11 @@ TEST_F(TableTest, DrainAndUndrainAreApplied) {
 
 TEST_F(TableTest, OnlyAdminsMayDrainOrUndrain) {
   const ApplyResult r = drain("gpu-07", true, "mine", /*is_admin=*/false);
-  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.code, ApplyCode::kDenied);
   EXPECT_EQ(r.message, "Only root or members of control.admin_group may drain nodes.");
   EXPECT_TRUE(table_.drained().empty());
   ASSERT_TRUE(drain("gpu-07").ok());
-  EXPECT_EQ(drain("gpu-07", false, "", /*is_admin=*/false).code, ApplyCode::kRejected);
+  EXPECT_EQ(drain("gpu-07", false, "", /*is_admin=*/false).code, ApplyCode::kDenied);
   EXPECT_EQ(table_.drained().count("gpu-07"), 1u);
 }
 
@@ -502,10 +502,10 @@ TEST_F(TableTest, RetriedDrainIsAnsweredOnce) {
   EXPECT_TRUE(table_.drained().empty());
   // Refusals are remembered like any result.
   const ApplyResult refused = apply(DrainNode{"ops-a", 5, "gpu-07", true, "", 0, false, ms(13)});
-  EXPECT_EQ(refused.code, ApplyCode::kRejected);
+  EXPECT_EQ(refused.code, ApplyCode::kDenied);  // not an admin
   const ApplyResult refused_again =
       apply(DrainNode{"ops-a", 5, "gpu-07", true, "", 0, true, ms(14)});
-  EXPECT_EQ(refused_again.code, ApplyCode::kRejected);
+  EXPECT_EQ(refused_again.code, ApplyCode::kDenied);
   EXPECT_TRUE(refused_again.duplicate);
   EXPECT_EQ(refused_again.message, refused.message);
   EXPECT_TRUE(table_.drained().empty());
@@ -807,10 +807,13 @@ struct Model {
       }
       ApplyCode code = ApplyCode::kRejected;
       auto it = jobs.find(c->job_id);
-      if (it != jobs.end() && !is_terminal(it->second.state) &&
-          (c->is_admin || c->by_uid == it->second.uid)) {
-        it->second.state = JobState::kCancelled;
-        code = ApplyCode::kApplied;
+      if (it != jobs.end() && !is_terminal(it->second.state)) {
+        if (c->is_admin || c->by_uid == it->second.uid) {
+          it->second.state = JobState::kCancelled;
+          code = ApplyCode::kApplied;
+        } else {
+          code = ApplyCode::kDenied;  // a live job of someone else
+        }
       }
       clients[c->client_id] = {c->client_seq, ApplyResult{code, c->job_id, "", false}};
       return code;
@@ -823,7 +826,9 @@ struct Model {
       const bool ok = d->is_admin && d->node != "bad node";
       if (ok && d->drained) drained.insert(d->node);
       if (ok && !d->drained) drained.erase(d->node);
-      const ApplyCode code = ok ? ApplyCode::kApplied : ApplyCode::kRejected;
+      const ApplyCode code = ok             ? ApplyCode::kApplied
+                             : !d->is_admin ? ApplyCode::kDenied
+                                            : ApplyCode::kRejected;
       clients[d->client_id] = {d->client_seq, ApplyResult{code, "", "", false}};
       return code;
     }
@@ -1013,6 +1018,8 @@ TEST(JobTableModel, RandomHistoriesMatchTheModel) {
   }
   EXPECT_GT((seen[{0, ApplyCode::kApplied, true}]), 50);   // retried submissions
   EXPECT_GT((seen[{1, ApplyCode::kRejected, true}]), 10);  // retried refused cancels
+  EXPECT_GT((seen[{1, ApplyCode::kDenied, false}]), 10);   // someone else's job
+  EXPECT_GT((seen[{4, ApplyCode::kDenied, false}]), 10);   // drains by non-admins
   EXPECT_GT((seen[{4, ApplyCode::kApplied, true}]), 10);   // retried drains
 }
 

@@ -2,10 +2,12 @@
 // RoundStart. Round trips, every truncation, byte flips and wrong types: decoding returns an
 // Error and never throws or crashes.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <random>
 #include <string>
 
+#include "daemon/control/protocol.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/round_service.h"
 
@@ -49,13 +51,24 @@ TEST(ForwardCodec, RequestAndReplyRoundTrip) {
   auto decoded = decode_forward_request(encode_forward(request));
   ASSERT_TRUE(decoded.ok()) << decoded.error().message;
   EXPECT_EQ(*decoded, request);
-  for (const ForwardOutcome outcome :
-       {ForwardOutcome::kOk, ForwardOutcome::kError, ForwardOutcome::kRedirect}) {
+  for (const ForwardOutcome outcome : {ForwardOutcome::kOk, ForwardOutcome::kError,
+                                       ForwardOutcome::kRedirect, ForwardOutcome::kDenied}) {
     const ForwardReply reply{.id = 3, .outcome = outcome, .body = "{\"ok\":true}", .leader = "n2"};
     auto back = decode_forward_reply(encode_forward(reply));
     ASSERT_TRUE(back.ok()) << back.error().message;
     EXPECT_EQ(*back, reply);
   }
+}
+
+// A refusal for lack of rights is marked for the client (elasticctl exits 77 on it alone).
+TEST(ControlReply, APermissionRefusalCarriesItsCode) {
+  const auto denied = nlohmann::json::parse(
+      control::encode_error_reply("Only root may.", control::ErrorCode::kPermission));
+  EXPECT_EQ(denied,
+            nlohmann::json({{"ok", false}, {"error", "Only root may."}, {"code", "permission"}}));
+  const auto other = nlohmann::json::parse(control::encode_error_reply("No job \"x\" is known."));
+  EXPECT_FALSE(other.contains("code"));
+  EXPECT_EQ(other["error"], "No job \"x\" is known.");
 }
 
 TEST(ForwardCodec, EveryTruncationIsAnError) {
