@@ -24,8 +24,8 @@
 
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
+#include "tests/support/sockets.h"
 #include "tests/support/temp_dir.h"
-#include "tests/support/unix_socket.h"
 
 namespace elastic::testing {
 namespace {
@@ -50,29 +50,10 @@ int port_of(const std::string& address) {
   return std::stoi(address.substr(address.rfind(':') + 1));
 }
 
-// A TCP connection to 127.0.0.1:port; -1 on failure. Blocking, with 5 s send/receive timeouts
-// so a broken server fails the test instead of hanging it.
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval timeout{.tv_sec = 5, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `request` (as far as the server reads it) and returns everything the server answered
 // before it closed the connection.
 std::string http_exchange(int port, const std::string& request) {
-  const int fd = connect_to(port);
+  const int fd = connect_loopback(port);
   if (fd < 0) return "";
   std::size_t sent = 0;
   while (sent < request.size()) {
@@ -402,19 +383,6 @@ TEST(MetricsInteg, HttpErrorsAreAnsweredAndCounted) {
   EXPECT_EQ(s.value("elastic_metrics_rejected_total", "reason=\"bad_request\""), 3.0);
 }
 
-// Reads from `fd` until the peer closes it (true) or 10 s pass (false).
-bool closed_by_peer(int fd) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  char buffer[4096];
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd item{fd, POLLIN, 0};
-    if (::poll(&item, 1, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
-
 TEST(MetricsInteg, ControlSocketRefusalsAreCountedByReason) {
   TempDir dir;
   Daemon n1(dir, "n1", {});
@@ -426,12 +394,12 @@ TEST(MetricsInteg, ControlSocketRefusalsAreCountedByReason) {
   const int big = connect_unix(n1.socket());
   ASSERT_GE(big, 0);
   ASSERT_EQ(::send(big, "\x7f\xff\xff\xff", 4, MSG_NOSIGNAL), 4);
-  EXPECT_TRUE(closed_by_peer(big));
+  EXPECT_TRUE(read_until_closed(big, 10s));
   ::close(big);
   const int garbage = connect_unix(n1.socket());
   ASSERT_GE(garbage, 0);
   ASSERT_EQ(::send(garbage, "\x00\x00\x00\x03{x}", 7, MSG_NOSIGNAL), 7);
-  EXPECT_TRUE(closed_by_peer(garbage));
+  EXPECT_TRUE(read_until_closed(garbage, 10s));
   ::close(garbage);
   // More connections than the daemon keeps open (64): the rest are refused at accept.
   std::vector<int> fds;
@@ -473,11 +441,11 @@ TEST(MetricsInteg, HostileClientsDoNotStopTheDaemon) {
   // 100 idle connections and a slowloris that keeps trickling header bytes.
   std::vector<int> idle;
   for (int i = 0; i < 100; ++i) {
-    const int fd = connect_to(port);
+    const int fd = connect_loopback(port);
     ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }
-  const int slow = connect_to(port);
+  const int slow = connect_loopback(port);
   ASSERT_GE(slow, 0);
   ASSERT_EQ(::send(slow, "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL), 23);
 

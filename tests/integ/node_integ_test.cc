@@ -25,6 +25,7 @@
 
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
+#include "tests/support/sockets.h"
 #include "tests/support/temp_dir.h"
 
 namespace elastic::testing {
@@ -95,14 +96,8 @@ TEST(NodeInteg, SigtermLeavesGracefully) {
 // Connects to a unix socket, sends `bytes`, and returns what the daemon sent back before it
 // closed the connection (nullopt if it did not close within the deadline).
 std::optional<std::string> send_raw(const std::string& path, const std::string& bytes) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return std::nullopt;
-  }
+  const int fd = connect_unix(path);
+  if (fd < 0) return std::nullopt;
   timeval timeout{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -336,33 +331,6 @@ TEST(NodeInteg, CurveClusterRefusesAPlainNode) {
   expect_kept_out(cluster, plain, refused_before);
 }
 
-// Opens a TCP connection to 127.0.0.1:port, writes `bytes`, and waits (bounded) for the daemon
-// to close it; true if it did.
-bool send_tcp(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return false;
-  }
-  timeval timeout{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  bool closed = false;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n > 0) continue;  // the server's greeting
-    closed = n == 0 || errno == ECONNRESET;
-    break;
-  }
-  ::close(fd);
-  return closed;
-}
-
 // A ZMTP 3.0 greeting announcing `mechanism` as a client (RFC 23).
 std::string zmtp_greeting(const std::string& mechanism) {
   std::string greeting("\xff\0\0\0\0\0\0\0\x01\x7f", 10);
@@ -390,7 +358,7 @@ TEST(NodeInteg, CurveDaemonSurvivesGarbageOnItsPort) {
       zmtp_greeting("CURVE") + std::string("\x06\x7f\xff\xff\xff\xff\xff\xff\xff", 9);
   for (const std::string& bytes :
        {noise, zmtp_greeting("NULL") + noise, bad_hello, huge_frame, std::string("\xff", 1)}) {
-    send_tcp(cluster.n1.port(), bytes);
+    send_and_wait_closed(cluster.n1.port(), bytes, 5s);
   }
 
   EXPECT_TRUE(cluster.n1.process().running()) << cluster.n1.process().err();

@@ -29,8 +29,8 @@
 
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
+#include "tests/support/sockets.h"
 #include "tests/support/temp_dir.h"
-#include "tests/support/unix_socket.h"
 
 namespace elastic::testing {
 namespace {
@@ -146,24 +146,6 @@ struct SecureNode {
     return std::regex_search(r.out, match, submitted) ? std::string(match[1]) : std::string();
   }
 };
-
-// Writes `bytes` to 127.0.0.1:port and waits (bounded) until the daemon closes the connection.
-void send_tcp(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-    timeval timeout{3, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    char buffer[4096];
-    while (::recv(fd, buffer, sizeof(buffer), 0) > 0) {
-    }
-  }
-  ::close(fd);
-}
 
 // A ZMTP 3.0 client greeting announcing `mechanism` (RFC 23).
 std::string zmtp_greeting(const std::string& mechanism) {
@@ -295,7 +277,7 @@ TEST(SecurityInteg, HostileBytesOnTheRemoteControlPortAreCountedAndTheDaemonGoes
       zmtp_greeting("CURVE") + std::string("\x06\x7f\xff\xff\xff\xff\xff\xff\xff", 9),
       zmtp_greeting("CURVE"),  // then silence: the handshake limit ends it
       std::string("\xff", 1)};
-  for (const std::string& bytes : hostile) send_tcp(port, bytes);
+  for (const std::string& bytes : hostile) send_and_wait_closed(port, bytes, 3s);
 
   EXPECT_TRUE(node.n1.process().running()) << node.n1.process().err();
   EXPECT_TRUE(
