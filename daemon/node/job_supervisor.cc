@@ -125,9 +125,7 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
-  flush_progress(now, id, job, /*all=*/true);
-  job.progress.clear();
-  job.first_step_sent = false;
+  end_progress_round(now, id, job);
   stop_workers(now, job, mode);
   job.current = start;
   job.started = false;
@@ -148,9 +146,7 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
     spdlog::info("job {}: stopping this node's workers ({}; {})", id, why,
                  mode == StopMode::kKill ? "SIGKILL now" : "SIGTERM, SIGKILL after the grace");
   }
-  flush_progress(now, id, job, /*all=*/true);
-  job.progress.clear();
-  job.first_step_sent = false;
+  end_progress_round(now, id, job);
   job.current.reset();
   job.started = false;
   job.failure.reset();
@@ -509,11 +505,9 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   const bool first_step = event == "step" && !job.first_step_sent;
   if (first_step || now >= out.last_sent + kProgressInterval) {
     if (event == "step") job.first_step_sent = true;
-    out.last_sent = now;
     if (out.held) ++progress_coalesced_;  // an older held one, superseded before it was due
-    out.held.reset();
-    ++progress_forwarded_;
-    hooks_.report(id, "progress", report);
+    out.held = std::move(report);
+    forward_held(now, id, out);
   } else {
     if (out.held) ++progress_coalesced_;  // the one it replaces is never sent
     out.held = std::move(report);
@@ -526,14 +520,24 @@ void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& jo
   for (auto& [event, out] : job.progress) {
     if (!out.held) continue;
     if (all || now >= out.last_sent + kProgressInterval) {
-      out.last_sent = now;
-      ++progress_forwarded_;
-      hooks_.report(id, "progress", *out.held);
-      out.held.reset();
+      forward_held(now, id, out);
     } else {
       next_progress_ = std::min(next_progress_, out.last_sent + kProgressInterval);
     }
   }
+}
+
+void JobSupervisor::forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out) {
+  out.last_sent = now;
+  ++progress_forwarded_;
+  hooks_.report(id, "progress", *out.held);
+  out.held.reset();
+}
+
+void JobSupervisor::end_progress_round(TimePoint now, const std::string& id, Job& job) {
+  flush_progress(now, id, job, /*all=*/true);
+  job.progress.clear();
+  job.first_step_sent = false;
 }
 
 std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {

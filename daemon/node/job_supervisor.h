@@ -188,6 +188,10 @@ class JobSupervisor {
   };
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
   void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
+  // Sends `out.held` to the leader now and starts its interval.
+  void forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out);
+  // The round of `job` ends on this node: what is held goes out, the limits start over.
+  void end_progress_round(TimePoint now, const std::string& id, Job& job);
   // A worker of `round` is gone: the round's last one sends "workers_stopped".
   void worker_gone(const std::string& id, Job& job, std::uint64_t round);
 
