@@ -601,8 +601,6 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
       ::_exit(127);
     };
     if (::setpgid(0, 0) != 0) die(Step::kSetpgid, errno);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the daemon died before PDEATHSIG was armed
     if (!cgroup_procs.empty()) {
       const int fd = ::open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0) die(Step::kCgroup, errno);
@@ -621,6 +619,12 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
       if (::setgid(spec.run_as->gid) != 0) die(Step::kSetgid, errno);
       if (::setuid(spec.run_as->uid) != 0) die(Step::kSetuid, errno);
     }
+    // Armed only now: the kernel clears the parent-death signal on every change of euid, egid,
+    // fsuid or fsgid, so armed before setuid it would end root's workers only, and every other
+    // user's worker would train on as an orphan after a kill -9 of the daemon. A daemon that
+    // died before this point is caught by the parent check (its child was reparented).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     if (::chdir(working_dir.c_str()) != 0) die(Step::kChdir, errno);
     if (::dup2(dev_null, STDIN_FILENO) < 0 || ::dup2(log_pipe[1], STDOUT_FILENO) < 0 ||
         ::dup2(log_pipe[1], STDERR_FILENO) < 0) {

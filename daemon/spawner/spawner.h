@@ -9,7 +9,11 @@
 //    outlive it and the group id cannot have been reused.
 //  - PR_SET_PDEATHSIG(SIGKILL) in every worker: if the daemon dies, its workers die. The kernel
 //    ties this to the THREAD that forked, so spawn() must be called from a thread that lives as
-//    long as the daemon (the loop thread), never from a short-lived helper thread.
+//    long as the daemon (the loop thread), never from a short-lived helper thread. The kernel
+//    also clears it on a change of credentials, so the child arms it after switching to the
+//    job's user, then checks that its parent is still the daemon. The exec of a set-user-ID
+//    (or file-capability) command clears it again: such a worker is ended by its cgroup, or by
+//    the next open() from its leftover record.
 //  - open() makes the daemon a child subreaper (PR_SET_CHILD_SUBREAPER), so descendants of a
 //    worker that double-fork are reparented to the daemon and reaped here, not by init.
 //  - With cgroup_root set (a writable cgroup v2 directory): one cgroup per worker,

@@ -430,31 +430,65 @@ TEST(SpawnerTest, WorkerRecordLivesAsLongAsTheWorker) {
   EXPECT_FALSE(std::filesystem::exists(record));
 }
 
-TEST(SpawnerTest, WorkersDieWithTheSpawningProcess) {
-  TempDir dir;
+// A forked "daemon": opens a Spawner with `config`, spawns `spec`, publishes the worker's pid,
+// then waits to be SIGKILLed. Returns the helper's pid; *worker gets the worker's (0: none came).
+pid_t spawn_in_a_daemon(const TempDir& dir, const SpawnerConfig& config, const WorkerSpec& spec,
+                        pid_t* worker) {
   const std::string pid_file = dir / "worker.pid";
   const pid_t helper = ::fork();
-  ASSERT_GE(helper, 0);
   if (helper == 0) {
-    // The "daemon": spawns a worker, publishes its pid, then waits to be SIGKILLed.
-    SpawnerConfig config;
-    config.state_dir = dir / "helper-state";
     auto spawner = Spawner::open(config);
     if (!spawner.ok()) ::_exit(2);
-    WorkerSpec spec = shell(dir, "exec sleep 1000");
     auto id = (*spawner)->spawn(now(), spec);
     if (!id.ok()) ::_exit(3);
     std::ofstream(pid_file + ".tmp") << *(*spawner)->pid(*id) << "\n";
     std::filesystem::rename(pid_file + ".tmp", pid_file);
     while (true) ::pause();
   }
-  const pid_t worker = read_pid_file(pid_file);
-  ASSERT_GT(worker, 0);
+  *worker = helper > 0 ? read_pid_file(pid_file) : 0;
+  return helper;
+}
+
+// SIGKILLs the "daemon" and reaps it; then its worker must be gone within a deadline.
+void expect_the_worker_dies_with_its_daemon(pid_t helper, pid_t worker) {
   EXPECT_FALSE(process_gone(worker));
   ::kill(helper, SIGKILL);
   int status = 0;
   ASSERT_EQ(::waitpid(helper, &status, 0), helper);
-  EXPECT_TRUE(wait_until([&] { return process_gone(worker); }, 5s));
+  EXPECT_TRUE(wait_until([&] { return process_gone(worker); }, 5s))
+      << "worker " << worker << " outlived its daemon (PPid " << status_field(worker, "PPid")
+      << ", Uid " << status_field(worker, "Uid") << ")";
+  if (!process_gone(worker)) ::kill(worker, SIGKILL);
+}
+
+TEST(SpawnerTest, WorkersDieWithTheSpawningProcess) {
+  TempDir dir;
+  SpawnerConfig config;
+  config.state_dir = dir / "helper-state";
+  pid_t worker = 0;
+  const pid_t helper = spawn_in_a_daemon(dir, config, shell(dir, "exec sleep 1000"), &worker);
+  ASSERT_GT(helper, 0);
+  ASSERT_GT(worker, 0);
+  expect_the_worker_dies_with_its_daemon(helper, worker);
+}
+
+// The kernel clears PR_SET_PDEATHSIG on every change of euid/egid/fsuid/fsgid: armed before the
+// switch to the job's user, it protected only root's workers, and every other user's worker
+// trained on as an orphan (PPid 1) after a kill -9 of the daemon.
+TEST(SpawnerTest, AWorkerOfAnotherUserDiesWithTheSpawningProcess) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
+  TempDir dir;
+  SpawnerConfig config;
+  config.state_dir = dir / "helper-state";
+  WorkerSpec spec = shell(dir, "exec sleep 1000");
+  spec.working_dir = "/";  // the TempDir is 0700 root
+  spec.run_as = RunAs{65534, 65534, "nobody"};
+  pid_t worker = 0;
+  const pid_t helper = spawn_in_a_daemon(dir, config, spec, &worker);
+  ASSERT_GT(helper, 0);
+  ASSERT_GT(worker, 0);
+  EXPECT_EQ(status_field(worker, "Uid").substr(0, 6), "65534\t");
+  expect_the_worker_dies_with_its_daemon(helper, worker);
 }
 
 TEST(SpawnerTest, OpenEndsLeftoversOfAnEarlierDaemonButNeverAReusedPid) {
@@ -636,6 +670,38 @@ TEST(SpawnerTest, CgroupKillReachesProcessesThatLeftTheGroup) {
         5s, &ignored));
   }
   EXPECT_EQ(::rmdir(root.c_str()), 0) << std::strerror(errno);
+}
+
+// Also with cgroup_root: the worker of another user joins its cgroup as root, then switches
+// user; PDEATHSIG must still end it when the daemon is SIGKILLed.
+TEST(SpawnerTest, AWorkerOfAnotherUserInACgroupDiesWithTheSpawningProcess) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
+  const std::string root = make_test_cgroup();
+  if (root.empty()) GTEST_SKIP() << "no writable cgroup v2 hierarchy";
+  TempDir dir;
+  SpawnerConfig config;
+  config.state_dir = dir / "helper-state";
+  config.cgroup_root = root;
+  WorkerSpec spec = shell(dir, "exec sleep 1000");
+  spec.working_dir = "/";
+  spec.run_as = RunAs{65534, 65534, "nobody"};
+  pid_t worker = 0;
+  const pid_t helper = spawn_in_a_daemon(dir, config, spec, &worker);
+  ASSERT_GT(helper, 0);
+  ASSERT_GT(worker, 0);
+  EXPECT_NE(read_file("/proc/" + std::to_string(worker) + "/cgroup").find("/w-"),
+            std::string::npos);
+  expect_the_worker_dies_with_its_daemon(helper, worker);
+  // The dead daemon left its worker's (now empty) cgroup; a new daemon would remove it.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        for (const auto& entry : std::filesystem::directory_iterator(root)) {
+          if (entry.is_directory()) ::rmdir(entry.path().c_str());
+        }
+        return ::rmdir(root.c_str()) == 0;
+      },
+      5s))
+      << root << ": " << std::strerror(errno);
 }
 
 TEST(SpawnerTest, DescribeAndIndexLists) {
