@@ -21,6 +21,9 @@
 #include <vector>
 
 #include <torch/torch.h>
+#ifdef ELASTIC_HAVE_GLOO
+#include <gloo/common/error.h>
+#endif
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +34,7 @@
 #include "trainer/dist.h"
 #include "trainer/fused_adam.h"
 #include "trainer/launcher.h"
+#include "trainer/peer_loss.h"
 #include "trainer/profiling.h"
 #include "trainer/progress.h"
 #include "trainer/reducer.h"
@@ -542,6 +546,30 @@ int train(const Flags& flags, const WorkerEnv& env) {
   return stopped ? kExitStopped : kExitOk;
 }
 
+// Exit 69 for every failure that says a peer or the store is gone, whichever library raised it
+// (trainer/peer_loss.h): c10d raises c10::Error (the store, NCCL, ProcessGroupGloo's checks);
+// Gloo's transport raises gloo::IoException ("Connection closed by peer", "Read error ...:
+// Connection reset by peer"), which ProcessGroupGloo's wait() rethrows as it is: the survivor of
+// a SIGKILLed peer exited 1 for it (trainer_integ's TheSurvivorOfAKilledPeerExits69EveryTime).
+int report_failure(const std::exception& e) {
+  bool lost_peer = false;
+  std::string what = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e); c10_error != nullptr) {
+    lost_peer = true;
+    what = c10_error->what_without_backtrace();
+  }
+#ifdef ELASTIC_HAVE_GLOO
+  lost_peer = lost_peer || dynamic_cast<const gloo::IoException*>(&e) != nullptr;
+#endif
+  lost_peer = lost_peer || says_a_peer_was_lost(what);
+  if (!lost_peer) {
+    fail("training failed: " + what);
+    return kExitOther;
+  }
+  fail("training failed (a peer lost, or a collective timed out?): " + what);
+  return kExitUnavailable;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "elastic-trainer: data-parallel LibTorch training that resumes exactly from its checkpoints"};
@@ -583,15 +611,13 @@ int run(int argc, char** argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // Gloo writes to its peers with writev() (no MSG_NOSIGNAL): a write to a peer that was killed
+  // would end this rank by SIGPIPE instead of failing the collective with "Broken pipe" (exit 69).
+  ::signal(SIGPIPE, SIG_IGN);
   try {
     return train(flags, *env);
-  } catch (const c10::Error& e) {
-    fail(std::string("training failed (a peer lost, or a collective timed out?): ") +
-         e.what_without_backtrace());
-    return kExitUnavailable;
   } catch (const std::exception& e) {
-    fail(std::string("training failed: ") + e.what());
-    return kExitOther;
+    return report_failure(e);
   }
 }
 

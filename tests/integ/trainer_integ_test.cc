@@ -1,10 +1,15 @@
 // elastic-trainer end to end: real ranks, real Gloo over loopback, real checkpoints on disk.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -310,6 +315,69 @@ TEST(Trainer, ProfileWritesAChromeTraceOrSaysWhyNot) {
   ASSERT_TRUE(trace.is_object()) << text.substr(0, 300);
   EXPECT_FALSE(trace["traceEvents"].empty());
   EXPECT_NE(r.err.find("profile of steps 3..4 written"), std::string::npos) << r.err;
+}
+
+// A loopback port that is free now. Rank 0's store binds it a moment later (the trainer's own
+// launcher does the same); another process taking it in between fails the run loudly.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// The survivor of a peer that is SIGKILLed mid-training exits 69 ("store, peer or collective
+// failure") every time, never 1. Where the kill lands decides what the survivor sees: an EOF, a
+// reset or a broken pipe from Gloo's transport (gloo::IoException), or a store error
+// (c10::Error); small buckets overlap many collectives with the backward pass, so the kill lands
+// at different points of them. Both ranks run without the launcher, which would SIGTERM the
+// survivor (exit 75) as soon as the victim died.
+TEST(Trainer, TheSurvivorOfAKilledPeerExits69EveryTime) {
+  constexpr int kRuns = 6;
+  std::set<std::string> errors_seen;
+  for (int attempt = 0; attempt < kRuns; ++attempt) {
+    TempDir dir;
+    const int victim = attempt % 2, survivor = 1 - victim;
+    const int port = free_loopback_port();
+    ASSERT_GT(port, 0);
+    std::vector<std::unique_ptr<Process>> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.push_back(std::make_unique<Process>(
+          quick({"--train-limit", "4096", "--batch-size", "32", "--max-steps", "1000", "--no-eval",
+                 "--bucket-mb", "0.05", "--timeout", "60", "--crash-at-step",
+                 std::to_string(2 + attempt), "--crash-rank", std::to_string(victim)}),
+          std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                             {"LOCAL_RANK", std::to_string(rank)},
+                                             {"WORLD_SIZE", "2"},
+                                             {"LOCAL_WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "127.0.0.1"},
+                                             {"MASTER_PORT", std::to_string(port)}},
+          dir.path(), "rank" + std::to_string(rank)));
+    }
+    const auto killed = ranks[victim]->wait(std::chrono::minutes(2));
+    ASSERT_TRUE(killed.has_value()) << "attempt " << attempt << ": the victim never crashed";
+    EXPECT_EQ(killed->signal, SIGKILL) << ranks[victim]->err();
+    const auto status = ranks[survivor]->wait(std::chrono::minutes(2));
+    ASSERT_TRUE(status.has_value())
+        << "attempt " << attempt << ": rank " << survivor << " still runs after its peer died";
+    const std::string err = ranks[survivor]->err();
+    EXPECT_TRUE(status->exited_with(69))
+        << "attempt " << attempt << ": rank " << survivor << " ended with code " << status->code
+        << ", signal " << status->signal << " after rank " << victim << " was killed:\n"
+        << err;
+    const auto line = err.find("elastic-trainer: training failed");
+    if (line != std::string::npos)
+      errors_seen.insert(err.substr(line, err.find('\n', line) - line));
+  }
+  for (const std::string& error : errors_seen) std::printf("survivor: %s\n", error.c_str());
 }
 
 TEST(Trainer, BadInputGetsOneClearErrorAndAUsageCode) {
