@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/control/credentials.h"
+#include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
 namespace {
@@ -39,6 +40,18 @@ UserInfo user_info(std::uint32_t uid) {
     if (!account->shell.empty()) info.shell = account->shell;
   }
   return info;
+}
+
+// Who the job's workers run as, with its supplementary groups' name: the submitting user under a
+// root daemon, else the daemon's own uid (a daemon that is not root runs workers as itself).
+spawner::RunAs run_as_owner(const rendezvous::JobSpec& spec) {
+  const bool root = ::geteuid() == 0;
+  spawner::RunAs as{
+      .uid = root ? spec.uid : ::geteuid(), .gid = root ? spec.gid : ::getegid(), .user = ""};
+  if (const std::optional<control::Account> account = control::account_of(as.uid)) {
+    as.user = account->name;
+  }
+  return as;
 }
 
 // "host:port" or "[v6]:port" -> (host, port).
@@ -70,19 +83,13 @@ std::int64_t wall_ms() {
 }
 
 // The step and mtime of <dir>/LATEST ("step-000001200"), if it names one. The directory is the
-// user's: the file is opened without following a final symlink and without blocking (a FIFO
-// planted there must not hang the daemon), and only a number is taken from it.
-std::optional<CheckpointInfo> read_latest(const std::string& dir) {
-  const std::string path = dir + "/LATEST";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
-  char text[128] = {};
-  ssize_t n = -1;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  const std::string line(text, static_cast<std::size_t>(n));
+// user's: it is read as the job's user (any symlink on the way, or a directory the user may not
+// enter, gets the user's answer, not root's), the last component is not followed and a FIFO
+// planted there does not block (read_file_as), and only a number is taken from the file.
+std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner::RunAs& user) {
+  const Result<spawner::FileBytes> file = spawner::read_file_as(user, dir + "/LATEST", 127);
+  if (!file.ok()) return std::nullopt;
+  const std::string& line = file->bytes;
   constexpr std::string_view kPrefix = "step-";
   if (line.rfind(kPrefix, 0) != 0) return std::nullopt;
   std::int64_t step = 0;
@@ -93,10 +100,7 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir) {
     step = step * 10 + (line[i] - '0');
   }
   if (digits == 0) return std::nullopt;
-  return CheckpointInfo{.job = "",
-                        .step = step,
-                        .at_ms = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000 +
-                                 st.st_mtim.tv_nsec / 1'000'000};
+  return CheckpointInfo{.job = "", .step = step, .at_ms = file->mtime_ms};
 }
 
 }  // namespace
@@ -549,7 +553,7 @@ std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {
       const rendezvous::JobSpec& spec = job.current->spec;
       const std::string root =
           spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
-      if (!root.empty()) newest = read_latest(root + "/" + id);
+      if (!root.empty()) newest = read_latest(root + "/" + id, run_as_owner(spec));
     }
     if (!newest) continue;
     newest->job = id;

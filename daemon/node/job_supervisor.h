@@ -42,8 +42,9 @@
 // Progress (the optional worker protocol, trainer/progress.h): on_progress() checks a worker's
 // "progress" frame from the control socket and forwards it to the leader (Hooks::report
 // "progress"); the newest "checkpoint" per job is kept for checkpoints(), which otherwise falls
-// back to the job's <checkpoint dir>/LATEST (its step and mtime), so any worker using our
-// checkpoint layout shows a checkpoint age. Forwarding is rate-limited per job and event kind,
+// back to the job's <checkpoint dir>/LATEST (its step and mtime; read as the job's user, see
+// spawner/read_as_user.h, since the user chose that path), so any worker using our checkpoint
+// layout shows a checkpoint age. Forwarding is rate-limited per job and event kind,
 // so a worker that reports every step (or every rank reporting) cannot flood the leader: the
 // first "step" of a round goes at once (the incident timeline's "first step"), otherwise at
 // most one report per kProgressInterval; a report inside the interval is held and replaced by

@@ -27,6 +27,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "daemon/spawner/read_as_user.h"
+
 namespace elastic::spawner {
 namespace {
 
@@ -469,17 +471,7 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
     const auto& as = *spec.run_as;
     if (my_uid == 0) {
       switch_user = true;
-      if (as.user.empty()) {
-        groups.push_back(as.gid);
-      } else {
-        int count = 32;
-        groups.resize(static_cast<std::size_t>(count));
-        while (::getgrouplist(as.user.c_str(), as.gid, groups.data(), &count) < 0) {
-          groups.resize(static_cast<std::size_t>(count) + 32);
-          count = static_cast<int>(groups.size());
-        }
-        groups.resize(static_cast<std::size_t>(count));
-      }
+      groups = supplementary_groups(as);
     } else if (as.uid != my_uid || as.gid != my_gid) {
       return Error{prefix + "the daemon runs as uid " + std::to_string(my_uid) +
                    " and cannot start workers as uid " + std::to_string(as.uid) + " (gid " +

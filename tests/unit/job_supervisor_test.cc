@@ -11,6 +11,8 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -435,6 +437,62 @@ TEST_F(JobSupervisorTest, AsRootTheCheckpointDirIsNeverChownedThroughASymlink) {
   struct stat st {};
   ASSERT_EQ(::stat(victim.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u) << victim << " was chowned to uid " << st.st_uid << " via a symlink";
+}
+
+// The daemon reads a job's LATEST as the job's user: a checkpoint directory that is a symlink to
+// a directory only root may read, or a checkpoint root inside such a directory, shows no step
+// (the metrics showed the root-only directory's step), while the user's own directory, through a
+// symlink as well, does. Afterwards the thread is root again, with root's groups.
+TEST_F(JobSupervisorTest, AsRootLatestIsReadAsTheJobsUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
+  const passwd* entry = ::getpwnam("nobody");
+  if (entry == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  const std::uint32_t uid = entry->pw_uid;
+  const std::uint32_t gid = entry->pw_gid;
+  // Only root may enter <dir>/secret; what lies inside is readable to anyone who gets there.
+  const std::string secret = dir_ / "secret";
+  std::filesystem::create_directories(secret + "/inside/job-b");
+  std::ofstream(secret + "/LATEST") << "step-000000042\n";
+  std::ofstream(secret + "/inside/job-b/LATEST") << "step-000000043\n";
+  ASSERT_EQ(::chmod(secret.c_str(), 0700), 0);
+  // The user's own checkpoints, and the checkpoint root the user chose for jobs a and c.
+  const std::string mine = dir_ / "mine";
+  std::filesystem::create_directories(mine);
+  std::ofstream(mine + "/LATEST") << "step-000000007\n";
+  const std::string user_root = dir_ / "user-root";
+  std::filesystem::create_directories(user_root);
+  std::filesystem::create_directory_symlink(secret, user_root + "/job-a");
+  std::filesystem::create_directory_symlink(mine, user_root + "/job-c");
+
+  std::vector<gid_t> groups_before(static_cast<std::size_t>(::getgroups(0, nullptr)));
+  ::getgroups(static_cast<int>(groups_before.size()), groups_before.data());
+  const int dumpable_before = ::prctl(PR_GET_DUMPABLE);
+  open(cpu_plan(3));
+  ASSERT_TRUE(supervisor_);
+  for (const auto& [job, root] : std::map<std::string, std::string>{
+           {"job-a", user_root}, {"job-b", secret + "/inside"}, {"job-c", user_root}}) {
+    RoundStart s = start(job, 1, 1, "exec sleep 1000");
+    s.spec.uid = uid;
+    s.spec.gid = gid;
+    s.spec.working_dir = "/";
+    s.spec.checkpoint_root = root;
+    EXPECT_TRUE(supervisor_->on_round(now(), s)) << job;
+  }
+  const auto found = supervisor_->checkpoints();
+  std::string shown;
+  for (const CheckpointInfo& c : found) {
+    shown += c.job + " at step " + std::to_string(c.step) + "; ";
+  }
+  ASSERT_EQ(found.size(), 1u) << "only job-c's LATEST may be read: " << shown;
+  EXPECT_EQ(found[0].job, "job-c");
+  EXPECT_EQ(found[0].step, 7);
+
+  EXPECT_EQ(::setfsuid(static_cast<uid_t>(-1)), 0);
+  EXPECT_EQ(::setfsgid(static_cast<gid_t>(-1)), 0);
+  std::vector<gid_t> groups_after(static_cast<std::size_t>(::getgroups(0, nullptr)));
+  ::getgroups(static_cast<int>(groups_after.size()), groups_after.data());
+  EXPECT_EQ(groups_after, groups_before);
+  EXPECT_EQ(::prctl(PR_GET_DUMPABLE), dumpable_before);
 }
 
 // --- 2. and 3. Reports ------------------------------------------------------------------
