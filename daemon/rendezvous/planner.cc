@@ -86,7 +86,9 @@ class Planner {
         return gather({}, RoundReason::kSubmitted);
       case JobState::kRecovering:
         if (job_.recovery_cause == RoundReason::kWorkerFailed) {
-          if (job_.restarts >= spec.max_restarts) return restarts_exhausted("");
+          // The recovery's reason names the failure (a worker that cannot start, a store port
+          // in use): the job fails with it, not with a bare count.
+          if (job_.restarts >= spec.max_restarts) return restarts_exhausted(job_.reason);
           const WallTime ready = after(job_.state_since, spec.restart_backoff);
           if (in_.now < ready) return wait_until(ready, "restart backoff");
           return gather(alive_, RoundReason::kWorkerFailed);

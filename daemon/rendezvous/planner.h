@@ -33,7 +33,8 @@
 //                         Else (running only) waiters and fewer than max members -> grow:
 //                         open at (the first waiter's since + last call), or at once when
 //                         the waiters fill the job to max.
-//   recovering            cause worker_failed: fail when restarts reached max_restarts; wait
+//   recovering            cause worker_failed: fail when restarts reached max_restarts (the
+//                         detail ends with the recovery's reason, the failure); wait
 //                         until state_since + restart_backoff; then as member lost below.
 //                         cause member_lost: alive members (kept in order) + waiters; with
 //                         >= min_nodes of them open (alive members >= min_nodes: at once;

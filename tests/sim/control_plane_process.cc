@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "daemon/rendezvous/node_ledger.h"
 #include "tests/sim/raft_storage.h"
 
 namespace elastic::sim {
@@ -185,7 +186,12 @@ bool ControlPlaneProcess::propose_command(SimContext& ctx, const std::string& jo
                                           const rendezvous::Command& command) {
   const auto outcome = raft_->propose(ctx.now(), rendezvous::encode_command(command), effects_);
   if (!outcome.accepted) return false;
-  in_flight_[job_id] = outcome.index;
+  InFlight& flight = in_flight_[job_id];
+  flight = InFlight{.index = outcome.index, .ranks = {}, .store_port = 0};
+  if (const auto* open = std::get_if<rendezvous::OpenRound>(&command)) {
+    flight.ranks = open->ranks;
+    flight.store_port = rendezvous::endpoint_port(open->store_endpoint);
+  }
   observer_->on_proposed(info_.id, outcome.index, outcome.term, command);
   carry_out(ctx);
   return true;
@@ -249,7 +255,10 @@ void ControlPlaneProcess::lead(SimContext& ctx) {
   }
   const TimePoint now = ctx.now();
   const rendezvous::WallTime at = wall(now);
-  std::erase_if(in_flight_, [&](const auto& f) { return f.second <= raft_->last_applied(); });
+  std::erase_if(in_flight_, [&](const auto& f) { return f.second.index <= raft_->last_applied(); });
+  // Like RoundService::lead: plan only once an entry of this term is applied (an earlier
+  // leader's round may still commit and hold slots this table does not show yet).
+  const bool caught_up = raft_->term_at(raft_->last_applied()) == raft_->term();
 
   std::map<std::string, std::uint64_t> alive;  // name -> generation
   for (const auto& [name, heard] : heard_) {
@@ -258,12 +267,16 @@ void ControlPlaneProcess::lead(SimContext& ctx) {
       first_seen_.try_emplace({name, heard.first}, at);
     }
   }
-  // One job per node: a node in one job's round is not usable by another.
-  std::map<std::string, std::string> busy;
-  for (const auto& [id, job] : table_.jobs()) {
-    if (rendezvous::is_terminal(job.state) || job.round == 0) continue;
-    for (const auto& r : job.ranks) busy[r.node] = id;
+  // The daemon's slot and store-port accounting (rendezvous/node_ledger.h), as RoundService
+  // feeds it: every daemon offers slots_per_node; the table's rounds, the proposals in flight
+  // and each round decided in this pass hold them.
+  rendezvous::NodeLedger ledger;
+  for (NodeId id = 0; id < options_.daemons; ++id) {
+    ledger.set_capacity(name_for(id), options_.slots_per_node);
   }
+  ledger.hold_table(table_);
+  for (const auto& [id, flight] : in_flight_) ledger.hold(id, flight.ranks, flight.store_port);
+  const rendezvous::PortRange ports{29500, 29599};
 
   std::vector<std::pair<std::string, rendezvous::Command>> proposals;
   for (const auto& [id, job] : table_.jobs()) {
@@ -271,7 +284,7 @@ void ControlPlaneProcess::lead(SimContext& ctx) {
     if (state.round_seen != job.round) state = LeaderJob{job.round, {}, {}};
     if (rendezvous::is_terminal(job.state)) continue;
     if (is_active(job.state)) send_starts(ctx, job, state);
-    if (in_flight_.contains(id)) continue;
+    if (in_flight_.contains(id) || !caught_up) continue;
     if (job.state == JobState::kRendezvous) {
       const bool all_acked = std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& r) {
         return state.acked.contains({r.node, r.generation});
@@ -292,15 +305,13 @@ void ControlPlaneProcess::lead(SimContext& ctx) {
     input.now = at;
     input.config = options_.rendezvous;
     for (const auto& [name, generation] : alive) {
-      const auto owner = busy.find(name);
-      if (owner != busy.end() && owner->second != id) continue;
       input.candidates.push_back(
           rendezvous::Candidate{.name = name,
                                 .generation = generation,
-                                .slots = 1,
+                                .slots = ledger.free_slots(name, id),
                                 .alive = true,
                                 .address = "10.0.0." + std::to_string(node_of(name) + 1),
-                                .store_port = static_cast<std::uint16_t>(29500 + job.round % 100)});
+                                .store_port = ledger.free_port(name, job.round + 1, ports)});
       const bool member = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& a) {
         return a.node == name && a.generation == generation;
       });
@@ -313,6 +324,8 @@ void ControlPlaneProcess::lead(SimContext& ctx) {
     switch (decision.kind) {
       case rendezvous::Decision::Kind::kOpenRound:
         proposals.emplace_back(id, rendezvous::make_open_round(job, decision, at));
+        // Held now, so the next job of this pass sees it.
+        ledger.hold(id, decision.ranks, rendezvous::endpoint_port(decision.store_endpoint));
         break;
       case rendezvous::Decision::Kind::kRecover:
       case rendezvous::Decision::Kind::kFail:
@@ -457,14 +470,15 @@ void ControlPlaneCluster::restart_all() {
   }
 }
 
-std::size_t ControlPlaneCluster::submit(std::uint32_t min_nodes, std::uint32_t max_nodes) {
+std::size_t ControlPlaneCluster::submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
+                                        std::uint32_t workers_per_node) {
   const std::size_t n = requests_.size();
   Request request;
   request.spec.name = "c" + std::to_string(n);
   request.spec.command = {"train"};
   request.spec.min_nodes = min_nodes;
   request.spec.max_nodes = max_nodes;
-  request.spec.workers_per_node = 1;
+  request.spec.workers_per_node = workers_per_node;
   request.spec.max_restarts = 3;
   request.spec.restart_backoff = Duration::zero();
   request.spec.user = "alice";
@@ -519,6 +533,27 @@ void ControlPlaneCluster::record_table(NodeId node, Index index,
     note_violation("d" + std::to_string(node) + "'s job table at applied index " +
                    std::to_string(index) + " differs from d" + std::to_string(it->second.second) +
                    "'s at the same index");
+  }
+  // Check 6: never two workers on a slot. A job's round holds its slots from its commit until
+  // the job's next round or its end (members start and stop workers on that alone), so the
+  // committed rounds of unfinished jobs may not ask any node for more slots than it has.
+  std::map<std::string, std::uint32_t> held;
+  std::map<std::string, std::string> holders;
+  for (const auto& [id, job] : table.jobs()) {
+    if (rendezvous::is_terminal(job.state) || job.round == 0) continue;
+    for (const auto& r : job.ranks) {
+      held[r.node] += r.slots;
+      holders[r.node] +=
+          " " + id + "/r" + std::to_string(job.round) + "x" + std::to_string(r.slots);
+    }
+  }
+  for (const auto& [node_name, slots] : held) {
+    if (slots > options_.slots_per_node) {
+      note_violation("node " + node_name + " has " + std::to_string(options_.slots_per_node) +
+                     " slots but committed rounds hold " + std::to_string(slots) + ":" +
+                     holders[node_name] + " (d" + std::to_string(node) + ", index " +
+                     std::to_string(index) + ")");
+    }
   }
   // Check 1 over the whole table (rank maps change only through OpenRound, but a restored
   // table must agree too).

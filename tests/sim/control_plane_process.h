@@ -16,9 +16,12 @@
 //    This is the leader's own view, NOT the simulator's up-state oracle, so partitions and
 //    lost packets make it wrong exactly the way membership can be wrong. The leader answers
 //    heartbeats with its address, which non-voters use to forward client submissions.
-//  - The leader's planner loop (every 100 ms, like RoundService::lead): per job at most one
-//    command in flight (until its index is applied or the term changes); candidates are the
-//    alive daemons not busy in another job's round; rendezvous::plan() decides; after an
+//  - The leader's planner loop (every 100 ms, like RoundService::lead): it plans only once it
+//    applied an entry of its own term; per job at most one command in flight (until its index
+//    is applied or the term changes); candidates are the alive daemons with the slots and a
+//    store port that the daemon's own rendezvous::NodeLedger leaves the job (each daemon
+//    offers slots_per_node; the table's rounds, the proposals in flight and each round decided
+//    earlier in the pass hold theirs); rendezvous::plan() decides; after an
 //    OpenRound is applied the leader sends RoundStart{term, committed round} to every member
 //    not yet acknowledged (resent each second); once all members acknowledged it proposes
 //    SetJobState(running); a job that ran `job_runtime` with nothing to fix is proposed
@@ -44,7 +47,10 @@
 //  4. voter tables are byte-identical (JobTable::snapshot(), by 64-bit FNV-1a digest) at
 //     equal applied Raft index;
 //  5. (settled) every acknowledged job is succeeded after having run, or running in a round
-//     whose members are all up in the generation named.
+//     whose members are all up in the generation named;
+//  6. never two workers on a slot: in no voter's applied table do the rounds of unfinished jobs
+//     hold more of a node's slots than slots_per_node (a round's workers keep their slots
+//     until the job's next round or its end).
 // Thread safety: none (one simulator thread). Ownership: the cluster owns its Simulator and,
 // through it, the processes. Errors: misuse and broken storage abort loudly.
 #pragma once
@@ -111,6 +117,7 @@ struct ControlPlaneOptions {
   Duration start_resend = std::chrono::seconds(1);
   Duration job_runtime = std::chrono::seconds(6);  // 0: jobs never succeed
   Duration client_retry = std::chrono::seconds(1);
+  std::uint32_t slots_per_node = 1;  // worker slots every daemon offers
   config::RendezvousConfig rendezvous{};
   LinkModel link{};
 };
@@ -202,8 +209,14 @@ class ControlPlaneProcess : public SimProcess {
   // Leader only (cleared when the term changes or leadership is lost).
   consensus::Term leading_term_ = 0;
   std::map<std::string, LeaderJob> leader_jobs_;
-  std::map<std::string, consensus::Index> in_flight_;  // job -> index of its proposal
-  std::map<consensus::Index, Pending> pending_;        // client proposals by index
+  // job -> its proposal's index, and for an OpenRound the ranks and store port it holds.
+  struct InFlight {
+    consensus::Index index = 0;
+    rendezvous::RankMap ranks;
+    std::uint16_t store_port = 0;
+  };
+  std::map<std::string, InFlight> in_flight_;
+  std::map<consensus::Index, Pending> pending_;  // client proposals by index
 };
 
 struct ControlPlaneCounters {
@@ -240,7 +253,8 @@ class ControlPlaneCluster : public ControlPlaneObserver {
   void restart_all();
 
   // A new client request through a random up daemon; returns its index.
-  std::size_t submit(std::uint32_t min_nodes, std::uint32_t max_nodes);
+  std::size_t submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
+                     std::uint32_t workers_per_node = 1);
   // Retries due requests (call every ~100 ms of virtual time).
   void drive_clients();
 

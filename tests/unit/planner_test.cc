@@ -416,6 +416,28 @@ INSTANTIATE_TEST_SUITE_P(
                  {},
                  100000,
                  Kind::kFail},
+        // Issue 13 item 12: a job recovering from a failure it can never get past (its
+        // worker cannot start) fails with that failure, not with a bare count.
+        PlanCase{"RecoveringWithRestartsExhaustedFailsWithTheFailure",
+                 [] {
+                   JobRecord j = JobBuilder(S::kRecovering, 1, 1)
+                                     .members({"a"})
+                                     .restarts(2, 2)
+                                     .cause(R::kWorkerFailed)
+                                     .job;
+                   j.reason = "rank 0 on node a could not start: no such file";
+                   return j;
+                 }(),
+                 {node("a")},
+                 {},
+                 {},
+                 100000,
+                 Kind::kFail,
+                 {},
+                 R::kSubmitted,
+                 0,
+                 "workers failed and the job has used all 2 restarts: rank 0 on node a could not "
+                 "start: no such file"},
         PlanCase{"RecoveringBelowMinWaitsForTheJoinTimeout",
                  JobBuilder(S::kRecovering, 2, 2).members({"a", "b"}).since(1000).job,
                  {node("a"), dead("b")},
