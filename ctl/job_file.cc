@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <toml.hpp>
 
@@ -104,20 +105,23 @@ std::string resolve_path(const std::string& path, const std::string& cwd) {
   return (std::filesystem::path(cwd) / path).lexically_normal().string();
 }
 
-// Where each field of the merged spec came from, by validate()'s field names.
+// Where each field of the merged spec came from, by validate()'s field names, and which fields
+// kept a default because the value given for them was wrong: their rules would only repeat
+// that problem.
 struct Sources {
   std::map<std::string, std::string> label;  // field -> "file:line" or "--flag"
+  std::set<std::string> quiet;
 
-  void set(const std::string& field, const std::string& where) { label[field] = where; }
-  // The validate() error with its source: "file:7: nodes: ..." or "--nodes: ...".
-  std::string blame(const std::string& message) const {
-    const auto colon = message.find(": ");
-    if (colon == std::string::npos) return message;
-    const std::string field = message.substr(0, colon);
-    auto it = label.find(field);
-    if (field == "env") {
+  void set(const std::string& field, const std::string& where) {
+    label[field] = where;
+    if (where.rfind("-", 0) == 0) quiet.erase(field);  // a flag replaced the wrong value
+  }
+  // One rule violation with its source: "file:7: nodes: ..." or "--nodes: ...".
+  std::string blame(const rendezvous::SpecProblem& p) const {
+    auto it = label.find(p.field);
+    if (p.field == "env") {
       // Blame the variable's own line when the problem names it ("RANK is set by ...").
-      const std::string_view rest = std::string_view(message).substr(colon + 2);
+      const std::string_view rest = p.problem;
       for (auto var = label.lower_bound("env."); var != label.end(); ++var) {
         if (var->first.rfind("env.", 0) != 0) break;
         const std::string name = var->first.substr(4);
@@ -128,9 +132,9 @@ struct Sources {
         }
       }
     }
-    if (it == label.end()) return message;
-    if (it->second.rfind("-", 0) == 0) return it->second + message.substr(colon);
-    return it->second + ": " + message;
+    if (it == label.end()) return p.field + ": " + p.problem;
+    if (it->second.rfind("-", 0) == 0) return it->second + ": " + p.problem;
+    return it->second + ": " + p.field + ": " + p.problem;
   }
 };
 
@@ -178,6 +182,11 @@ Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_vie
 }
 
 Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) {
+  // toml11 recurses once per level of nesting: refuse a deep text before it can overflow the
+  // stack (10,000 nested arrays did).
+  if (const auto deep = config::find_deep_nesting(text)) {
+    return Error{label + ":" + std::to_string(deep->line) + ": " + deep->reason};
+  }
   toml::value root;
   try {
     std::istringstream stream{std::string(text)};
@@ -192,13 +201,14 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
 
   JobFile file;
   file.path = label;
-  std::vector<std::string> errors;
   const auto where = [&](const toml::value& v) {
     const int line = line_of(v);
     return line > 0 ? label + ":" + std::to_string(line) : label;
   };
   const auto problem = [&](const toml::value& v, const std::string& key, const std::string& why) {
-    if (!why.empty()) errors.push_back(where(v) + ": " + key + ": " + why);
+    if (why.empty()) return;
+    file.problems.push_back(where(v) + ": " + key + ": " + why);
+    file.broken.insert(key);
   };
   bool has_min = false;
   bool has_max = false;
@@ -293,11 +303,6 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
   } else if (has_min && !has_max) {
     file.spec.max_nodes = file.spec.min_nodes;  // min_nodes alone means exactly that many
   }
-  if (!errors.empty()) {
-    std::string message;
-    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
-    return Error{message};
-  }
   return file;
 }
 
@@ -362,10 +367,12 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
                                const Caller& caller) {
   JobSpec spec;
   Sources sources;
+  std::vector<std::string> errors;  // every problem, in the order the header promises
   bool has_working_dir = false;
   if (file != nullptr) {
     spec = file->spec;
     has_working_dir = file->has_working_dir;
+    errors = file->problems;
     for (const auto& [key, line] : file->lines) {
       const std::string where = line > 0 ? file->path + ":" + std::to_string(line) : file->path;
       if (key == "nodes") {
@@ -384,15 +391,29 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
         sources.set(key, where);
       }
     }
+    for (const std::string& key : file->broken) {
+      if (key == "nodes" || key == "min_nodes" || key == "max_nodes") {
+        sources.quiet.insert({"nodes", "min_nodes", "max_nodes"});
+      } else if (key == "gpus_per_node") {
+        sources.quiet.insert("workers_per_node");
+      } else if (key.rfind("command[", 0) == 0) {
+        sources.quiet.insert("command");
+      } else {
+        sources.quiet.insert(key);
+      }
+    }
     if (file->user && *file->user != caller.user && *file->user != std::to_string(caller.uid)) {
       const int line = file->lines.count("user") ? file->lines.at("user") : 0;
       const std::string where = line > 0 ? file->path + ":" + std::to_string(line) : file->path;
-      return Error{where + ": user: jobs run as the user who submits them, and that is " +
-                   caller.user + ", not " + *file->user + "; submit as " + *file->user +
-                   " (e.g. sudo -u " + *file->user + " elasticctl submit ...) or remove the key"};
+      errors.push_back(where + ": user: jobs run as the user who submits them, and that is " +
+                       caller.user + ", not " + *file->user + "; submit as " + *file->user +
+                       " (e.g. sudo -u " + *file->user +
+                       " elasticctl submit ...) or remove the key");
     }
   }
 
+  // A flag that cannot be read leaves the value it meant to replace; that value's rules stay
+  // quiet, since the user is replacing it anyway.
   if (flags.name) {
     spec.name = *flags.name;
     sources.set("name", "--name");
@@ -404,7 +425,8 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   for (const std::string& pair : flags.env) {
     const auto eq = pair.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return Error{"--env: expected NAME=VALUE, got " + quote(pair)};
+      errors.push_back("--env: expected NAME=VALUE, got " + quote(pair));
+      continue;
     }
     spec.env[pair.substr(0, eq)] = pair.substr(eq + 1);
     sources.set("env", "--env");
@@ -412,10 +434,14 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   }
   if (flags.nodes) {
     auto range = parse_node_range(*flags.nodes);
-    if (!range) return Error{"--nodes: " + range.error().message};
-    spec.min_nodes = range->first;
-    spec.max_nodes = range->second;
-    for (const char* field : {"nodes", "min_nodes", "max_nodes"}) sources.set(field, "--nodes");
+    if (range) {
+      spec.min_nodes = range->first;
+      spec.max_nodes = range->second;
+      for (const char* field : {"nodes", "min_nodes", "max_nodes"}) sources.set(field, "--nodes");
+    } else {
+      errors.push_back("--nodes: " + range.error().message);
+      sources.quiet.insert({"nodes", "min_nodes", "max_nodes"});
+    }
   }
   if (flags.workers_per_node) {
     spec.workers_per_node = *flags.workers_per_node;
@@ -429,17 +455,24 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
     spec.max_restarts = *flags.max_restarts;
     sources.set("max_restarts", "--max-restarts");
   }
+  const auto duration_flag = [&](const std::string& text, const char* field,
+                                 const char* flag) -> std::optional<Duration> {
+    Result<Duration> d = parse_duration(text);
+    if (!d) {
+      errors.push_back(std::string(flag) + ": " + d.error().message);
+      sources.quiet.insert(field);
+      return std::nullopt;
+    }
+    sources.set(field, flag);
+    return *d;
+  };
   if (flags.restart_backoff) {
-    Result<Duration> d = parse_duration(*flags.restart_backoff);
-    if (!d) return Error{"--restart-backoff: " + d.error().message};
-    spec.restart_backoff = *d;
-    sources.set("restart_backoff", "--restart-backoff");
+    if (auto d = duration_flag(*flags.restart_backoff, "restart_backoff", "--restart-backoff")) {
+      spec.restart_backoff = *d;
+    }
   }
   if (flags.last_call) {
-    Result<Duration> d = parse_duration(*flags.last_call);
-    if (!d) return Error{"--last-call: " + d.error().message};
-    spec.last_call = *d;
-    sources.set("last_call", "--last-call");
+    if (auto d = duration_flag(*flags.last_call, "last_call", "--last-call")) spec.last_call = *d;
   }
   if (flags.working_dir) {
     spec.working_dir = *flags.working_dir;
@@ -448,12 +481,14 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   }
 
   if (spec.name.empty() && !sources.label.count("name")) {
-    return Error{"name: is required; give name = \"...\" in the job file or --name"};
+    errors.push_back("name: is required; give name = \"...\" in the job file or --name");
+    sources.quiet.insert("name");
   }
   if (spec.command.empty() && !sources.label.count("command")) {
-    return Error{
+    errors.push_back(
         "command: is required; give command = [\"program\", \"arg\", ...] in the job file or "
-        "-- PROGRAM ARGS after the flags"};
+        "-- PROGRAM ARGS after the flags");
+    sources.quiet.insert("command");
   }
 
   // The daemon cannot know the caller's cwd: make relative paths absolute here. "~" would be
@@ -462,8 +497,10 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
        {std::pair<const char*, std::string*>{"checkpoint_root", &spec.checkpoint_root},
         std::pair<const char*, std::string*>{"working_dir", &spec.working_dir}}) {
     if (!path->empty() && path->front() == '~') {
-      return Error{sources.blame(std::string(field) + ": " + quote(*path) +
-                                 " starts with ~, which is not expanded; write the full path")};
+      errors.push_back(sources.blame(
+          {field, quote(*path) + " starts with ~, which is not expanded; write the full path"}));
+      sources.quiet.insert(field);
+      continue;
     }
     *path = resolve_path(*path, caller.cwd);
   }
@@ -472,8 +509,13 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   spec.user = caller.user;
   spec.uid = caller.uid;
   spec.gid = caller.gid;
-  if (Status valid = rendezvous::validate(spec); !valid) {
-    return Error{sources.blame(valid.error().message)};
+  for (const rendezvous::SpecProblem& problem : rendezvous::spec_problems(spec)) {
+    if (!sources.quiet.count(problem.field)) errors.push_back(sources.blame(problem));
+  }
+  if (!errors.empty()) {
+    std::string message;
+    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
+    return Error{message};
   }
   return spec;
 }

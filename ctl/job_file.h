@@ -20,13 +20,20 @@
 // daemon (another process, maybe another node) cannot know it. Precedence: JobSpec defaults <
 // the file < flags (`-- CMD ARGS` replaces command; --env adds to or overrides env).
 //
-// Errors: every problem the file has, one line each (joined by '\n'), in file order:
+// Errors: every problem at once, one line each (joined by '\n'), so one run shows them all.
+// Reading stops only when the file cannot be read as TOML at all (one line, JobFileError says
+// which exit code to use):
+//   "<file>: cannot read the job file: <why>", "<file>:<line>: TOML syntax error: <reason>",
+//   "<file>:<line>: TOML nested too deeply: ..." (config/toml_text.h: kMaxTomlNesting)
+// Otherwise the file's own problems (wrong types, bad formats, unknown keys) are kept in
+// JobFile::problems, in file order, and build_job_spec() reports them followed by the flags'
+// problems and every rule of rendezvous::validate() that the merged spec breaks (the daemon
+// runs the same check), each blamed on where its value came from:
 //   "<file>:<line>: <key>: <problem>"    e.g. "job.toml:4: nodse: unknown key (did you mean
 //                                              nodes?)"
-//   "<file>:<line>: TOML syntax error: <reason>", "<file>: cannot read the job file: <why>"
-// A spec that parses but breaks a rule of rendezvous::validate() (the daemon runs the same
-// check) is reported once, blamed on where the value came from: "<file>:<line>: <field>:
-// <problem>" or "--<flag>: <problem>". JobFileError tells elasticctl which exit code to use.
+//   "--<flag>: <problem>"                 e.g. "--nodes: min 3 is greater than max 2"
+// A rule is not reported again for a key whose value the file already got wrong (it kept its
+// default, so the rule would only add noise).
 //
 // Ownership: plain values. Thread safety: pure apart from reading the one file (and cwd,
 // which the caller passes in).
@@ -35,6 +42,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,15 +65,20 @@ struct JobFile {
   std::map<std::string, int> lines;
   bool has_working_dir = false;
   std::optional<std::string> user;
+  // The file's own problems, "<file>:<line>: <key>: <problem>" in file order (see above), and
+  // the keys they concern as written ("name", "command[1]", "env.FOO"); those keep defaults.
+  std::vector<std::string> problems;
+  std::set<std::string> broken;
 };
 
 // Why read_job_file failed: the file could not be read at all (exit 66), or its content is
 // wrong (exit 65).
 enum class JobFileError { kUnreadable, kInvalid };
 
-// Reads and checks the types and formats of one job file (not the rules of validate()).
-// On error, *kind (if given) says which kind. parse_job_toml takes the text directly; `label`
-// names it in errors.
+// Reads one job file and checks its types and formats (not the rules of validate()). Fails
+// only when it cannot be read as TOML; *kind (if given) then says why. A file with problems
+// comes back with JobFile::problems filled: build_job_spec() reports them. parse_job_toml takes
+// the text directly; `label` names it in errors.
 Result<JobFile> read_job_file(const std::string& path, JobFileError* kind = nullptr);
 Result<JobFile> parse_job_toml(std::string_view text, const std::string& label);
 
@@ -95,8 +108,9 @@ struct Caller {
 // The calling process's identity and cwd.
 Result<Caller> current_caller();
 
-// file (optional) + flags -> a spec that passed rendezvous::validate(). Errors as above; all
-// of them are kExitDataError problems.
+// file (optional) + flags -> a spec that passed rendezvous::validate(). Errors as above: the
+// file's problems, then the flags' and the rules', all in one Error; every one of them is a
+// kExitDataError problem.
 Result<rendezvous::JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
                                            const Caller& caller);
 

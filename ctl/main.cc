@@ -31,7 +31,10 @@
 // daemon answers at the control socket (or it went away for good during --wait/--follow);
 // 70 internal error; 73 key files cannot be written; 77 permission denied (the control socket,
 // or the daemon refused: not the job's owner, not an admin, or a refused --connect client key);
-// 78 bad configuration.
+// 78 bad configuration: a bad --set, or a broken config file for `config` and `keygen`. The
+// verbs that talk to a daemon print the file's problems, warn, and go on with the control
+// socket they can read (--set, ELASTIC_CONTROL_SOCKET, the file's control.socket if that key is
+// fine, else the default): the daemon runs on with its previous file, and `status` shows why.
 //
 // Thread safety: single-threaded. Replies are decoded without exceptions (a malformed reply is
 // an error message, never a crash).
@@ -449,6 +452,17 @@ int status_command(const std::string& socket, bool as_json) {
               << raft.commit_index << " of " << raft.last_index << ", voters " << voters << "\n";
   } else {
     std::cout << "raft:       not a voter (voters " << voters << ")\n";
+  }
+  // The daemon's configuration, and a refused reload (it runs on with the previous file).
+  const json& config = member(raw, "config");
+  const json& last_reload = member(config, "last_reload");
+  if (config.is_object()) {
+    std::cout << "config:     " << str(config, "source", "?");
+    if (last_reload.is_object()) {
+      std::cout << "; last reload " << local_time(num(last_reload, "at_ms")) << ": "
+                << (flag(last_reload, "ok") ? "" : "REFUSED: ") << str(last_reload, "message");
+    }
+    std::cout << "\n";
   }
   for (const auto& r : status->rounds) {
     std::cout << "round:      job " << r.job << " round " << r.round << " (term " << r.term
@@ -1086,13 +1100,27 @@ int run(int argc, char** argv) {
     return cfg::kExitUsage;
   }
 
-  auto loaded = cfg::load_config(cfg::LoadOptions{
-      .file = config_path, .file_must_exist = config_option->count() > 0, .overrides = overrides});
+  const cfg::LoadOptions load_options{
+      .file = config_path, .file_must_exist = config_option->count() > 0, .overrides = overrides};
+  auto loaded = cfg::load_config(load_options);
+  bool file_is_broken = false;
   if (!loaded.ok()) {
-    std::cerr << loaded.error().message << "\n"
-              << "elasticctl: invalid configuration; exiting with status " << cfg::kExitConfig
-              << " (EX_CONFIG)\n";
-    return cfg::kExitConfig;
+    // While the file is broken the daemon runs on with its previous configuration (a refused
+    // reload), and `status` is where it says so: verbs that only talk to the daemon still reach
+    // it, through the control socket that can be read (--set, the environment, the file's own
+    // control.socket if that key is fine, else the default). `config` and `keygen` use the
+    // configuration itself, and a broken --set was typed right here: those stop.
+    auto without_file = cfg::load_config(
+        cfg::LoadOptions{.file = "", .file_must_exist = false, .overrides = overrides});
+    std::cerr << loaded.error().message << "\n";
+    if (config_cmd->parsed() || keygen_cmd->parsed() || !without_file.ok()) {
+      std::cerr << "elasticctl: invalid configuration; exiting with status " << cfg::kExitConfig
+                << " (EX_CONFIG)\n";
+      return cfg::kExitConfig;
+    }
+    loaded = std::move(without_file);
+    loaded->config.control.socket = cfg::readable_values(load_options).control.socket;
+    file_is_broken = true;
   }
   // ELASTIC_CONTROL_SOCKET (exported by the Slurm TaskProlog for the allocation's own daemon,
   // and set for every worker) beats the config file but not an explicit --set control.socket.
@@ -1101,6 +1129,13 @@ int run(int argc, char** argv) {
       std::none_of(overrides.begin(), overrides.end(),
                    [](const std::string& o) { return o.rfind("control.socket=", 0) == 0; })) {
     loaded->config.control.socket = env_socket;
+  }
+  if (file_is_broken) {
+    std::cerr << "elasticctl: warning: " << config_path
+              << " is not a valid configuration (see above); going on with "
+              << (remote.endpoint.empty() ? "the control socket " + loaded->config.control.socket
+                                          : "--connect " + remote.endpoint)
+              << "\n";
   }
 
   if (config_cmd->parsed()) {

@@ -301,9 +301,15 @@ class Loader {
     }
     file_used_ = true;
 
+    const std::string text = content.str();
+    // toml11 would recurse once per level: a deep file must be refused before it parses.
+    if (const auto deep = find_deep_nesting(text)) {
+      errors_.push_back(path + ":" + std::to_string(deep->line) + ": " + deep->reason);
+      return;
+    }
     toml::value root;
     try {
-      std::istringstream stream(content.str());
+      std::istringstream stream(text);
       root = toml::parse(stream, path);
     } catch (const toml::syntax_error& e) {
       const auto line = e.location().line();
@@ -349,9 +355,15 @@ class Loader {
     }
     // Read the text as the value of a one-key TOML document; anything else (two keys smuggled
     // in through a newline, a syntax error) means it is not a TOML value.
+    const std::string one_key = "value = " + text + "\n";
+    if (const auto deep = find_deep_nesting(one_key)) {
+      errors_.push_back("--set " + printable(key) + "=...: " + printable(key) + ": " +
+                        deep->reason);
+      return;
+    }
     std::optional<toml::value> parsed;
     try {
-      std::istringstream stream("value = " + text + "\n");
+      std::istringstream stream(one_key);
       toml::value document = toml::parse(stream, "--set");
       if (document.as_table().size() == 1 && document.contains("value")) {
         parsed = document.at("value");
@@ -516,6 +528,17 @@ Result<LoadedConfig> load_config(const LoadOptions& options) {
     // nothing escapes this API.
     return Error{(options.file.empty() ? std::string("config") : options.file) +
                  ": internal error while loading the config: " + e.what()};
+  }
+}
+
+DaemonConfig readable_values(const LoadOptions& options) {
+  try {
+    Loader loader;
+    if (!options.file.empty()) loader.apply_file(options.file, options.file_must_exist);
+    for (const auto& override_text : options.overrides) loader.apply_override(override_text);
+    return loader.config();
+  } catch (const std::exception&) {
+    return DaemonConfig{};
   }
 }
 

@@ -252,6 +252,13 @@ struct LoadedConfig {
 // Reads, overrides and validates. See the header comment for the error format.
 Result<LoadedConfig> load_config(const LoadOptions& options);
 
+// What load_config could still read when it fails: every value of the file and the overrides
+// that has no problem of its own (a broken one keeps its default; cross-field rules are not
+// checked; a file that does not parse gives nothing). For elasticctl, which needs only
+// control.socket to reach a daemon while its config file is being fixed; never to run a
+// daemon with. Never throws.
+DaemonConfig readable_values(const LoadOptions& options);
+
 // Single-field and cross-field rules alone (load_config runs them too). Each returned line is
 // "<section.key>: <reason>" without a source.
 std::vector<std::string> validate(const DaemonConfig& config);

@@ -99,4 +99,75 @@ std::vector<std::pair<std::string, const toml::value*>> in_file_order(const toml
   return entries;
 }
 
+// One pass over the text with TOML's lexical rules for what does not count: comments and the
+// four kinds of strings. A string that toml11 would reject (a newline in a one-line string)
+// ends at the newline here too, so the scan stays in step with the parser it protects.
+std::optional<NestingProblem> find_deep_nesting(std::string_view text) {
+  const std::string limit = " (the limit is " + std::to_string(kMaxTomlNesting) + ")";
+  std::size_t line = 1;
+  std::size_t depth = 0;  // open arrays and inline tables
+  std::size_t dots = 0;   // dots since the last character that cannot be inside a dotted key
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (c == '#') {
+      while (i < n && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      // A quoted part of a dotted key (a."b".c) leaves the count of dots as it is.
+      const std::string_view triple = c == '"' ? "\"\"\"" : "'''";
+      const bool multi_line = text.substr(i, 3) == triple;
+      const bool escapes = c == '"';
+      i += multi_line ? 3 : 1;
+      while (i < n) {
+        const char s = text[i];
+        if (escapes && s == '\\') {
+          if (i + 1 < n && text[i + 1] == '\n') ++line;
+          i += 2;
+        } else if (s == '\n') {
+          if (!multi_line) break;
+          ++line;
+          ++i;
+        } else if (s == c && !multi_line) {
+          ++i;
+          break;
+        } else if (s == c && text.substr(i, 3) == triple) {
+          i += 3;
+          // """a"""" is a string ending in a quote: up to two more quotes belong to it.
+          for (int extra = 0; extra < 2 && i < n && text[i] == c; ++extra) ++i;
+          break;
+        } else {
+          ++i;
+        }
+      }
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxTomlNesting) {
+        return NestingProblem{line, "TOML nested too deeply: more than " +
+                                        std::to_string(kMaxTomlNesting) +
+                                        " levels of arrays and inline tables" + limit};
+      }
+      dots = 0;
+      ++i;
+    } else if (c == '.') {
+      if (++dots >= kMaxTomlNesting) {
+        return NestingProblem{line, "TOML nested too deeply: a dotted key of more than " +
+                                        std::to_string(kMaxTomlNesting) + " parts" + limit};
+      }
+      ++i;
+    } else {
+      // Bare-key characters and blanks may sit between the parts of a dotted key; anything
+      // else (=, a comma, a closing bracket) ends it. Floats and times have at most one dot.
+      const bool in_key = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                          (c >= '0' && c <= '9') || c == '_' || c == '-' || c == ' ' || c == '\t';
+      if (!in_key) dots = 0;
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      ++i;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace elastic::config

@@ -391,7 +391,15 @@ void Node::reload(TimePoint now) {
   if (const Status sent = life_.notifier.reloading(); !sent.ok()) {
     spdlog::warn("{}", sent.error().message);
   }
-  Result<config::LoadedConfig> loaded = life_.reload();
+  // A reload never stops the daemon: whatever goes wrong while reading the file is a refusal.
+  Result<config::LoadedConfig> loaded = Error{"the reload did not run"};
+  try {
+    loaded = life_.reload();
+  } catch (const std::exception& e) {
+    loaded = Error{std::string("internal error while reading the configuration: ") + e.what()};
+  } catch (...) {
+    loaded = Error{"internal error while reading the configuration"};
+  }
   life_.reload_at_ms = wall_ms_now();
   if (!loaded.ok()) {
     // load_config reports one problem per line; STATUS and the status verb want one line.

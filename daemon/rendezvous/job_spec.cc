@@ -44,23 +44,88 @@ std::string shown(std::string_view s) {
   return out + "'";
 }
 
-Status validate_path(std::string_view field, const std::string& path) {
-  if (path.empty()) return ok_status();
+// The problem with a path field's value ("" = none).
+std::string path_problem(const std::string& path) {
+  if (path.empty()) return "";
   if (path.size() > kMaxPathBytes) {
-    return field_error(field, "is longer than " + std::to_string(kMaxPathBytes) + " bytes");
+    return "is longer than " + std::to_string(kMaxPathBytes) + " bytes";
   }
-  if (has_nul(path)) return field_error(field, "contains a NUL byte");
-  if (path.front() != '/') return field_error(field, shown(path) + " is not an absolute path");
-  return ok_status();
+  if (has_nul(path)) return "contains a NUL byte";
+  if (path.front() != '/') return shown(path) + " is not an absolute path";
+  return "";
 }
 
-Status validate_duration(std::string_view field, Duration value, Duration max) {
-  if (value < Duration::zero()) return field_error(field, "must not be negative");
+std::string duration_problem(Duration value, Duration max) {
+  if (value < Duration::zero()) return "must not be negative";
   if (value > max) {
-    return field_error(
-        field, format_duration(value) + " is longer than the limit of " + format_duration(max));
+    return format_duration(value) + " is longer than the limit of " + format_duration(max);
   }
-  return ok_status();
+  return "";
+}
+
+// The first problem of one environment variable ("" = none).
+std::string env_problem(const std::string& name, const std::string& value) {
+  if (name.size() > kMaxEnvNameBytes) {
+    return "a variable name is longer than " + std::to_string(kMaxEnvNameBytes) + " bytes";
+  }
+  if (!is_env_name(name)) {
+    return shown(name) +
+           " is not a variable name (letters, digits and '_', not starting with a "
+           "digit)";
+  }
+  if (is_daemon_owned_env(name)) {
+    return name + " is set by the daemon for every worker and cannot be overridden";
+  }
+  if (value.size() > kMaxEnvValueBytes) {
+    return "the value of " + name + " is longer than " + std::to_string(kMaxEnvValueBytes) +
+           " bytes";
+  }
+  if (has_nul(value)) return "the value of " + name + " contains a NUL byte";
+  return "";
+}
+
+// Collects problems up to kMaxSpecProblems; beyond that it only counts them, so a hostile spec
+// (1,024 bad variables) cannot make an error message of hundreds of kilobytes.
+class ProblemList {
+ public:
+  void add(std::string_view field, std::string problem) {
+    if (problem.empty()) return;
+    if (problems_.size() < kMaxSpecProblems) {
+      problems_.push_back(SpecProblem{std::string(field), std::move(problem)});
+    } else {
+      ++more_;
+    }
+  }
+  // A Status made by field_error(): "<field>: <problem>".
+  void add(const Status& status) {
+    if (status.ok()) return;
+    const std::string& message = status.error().message;
+    const auto colon = message.find(": ");
+    if (colon == std::string::npos) {
+      add("spec", message);
+    } else {
+      add(message.substr(0, colon), message.substr(colon + 2));
+    }
+  }
+  std::vector<SpecProblem> take() && {
+    if (more_ > 0) {
+      problems_.push_back(SpecProblem{
+          "spec", "and " + std::to_string(more_) + " more problem" + (more_ == 1 ? "" : "s")});
+    }
+    return std::move(problems_);
+  }
+
+ private:
+  std::vector<SpecProblem> problems_;
+  std::size_t more_ = 0;
+};
+
+std::string joined(const std::vector<SpecProblem>& problems) {
+  std::string message;
+  for (const SpecProblem& p : problems) {
+    message += (message.empty() ? "" : "\n") + p.field + ": " + p.problem;
+  }
+  return message;
 }
 
 }  // namespace
@@ -87,115 +152,102 @@ bool is_daemon_owned_env(std::string_view name) {
   return name.starts_with("TORCHELASTIC_") || name.starts_with("ELASTIC_");
 }
 
-Status validate(const JobSpec& spec) {
+std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
+  ProblemList problems;
+
   // name
-  if (spec.name.empty()) return field_error("name", "must not be empty");
-  if (spec.name.size() > kMaxJobNameBytes) {
-    return field_error("name", shown(spec.name) + " is longer than " +
-                                   std::to_string(kMaxJobNameBytes) + " characters");
-  }
-  for (char c : spec.name) {
-    if (!is_name_char(c)) {
-      return field_error("name",
-                         shown(spec.name) + " may contain only letters, digits, '.', '_' and '-'");
-    }
+  if (spec.name.empty()) {
+    problems.add("name", "must not be empty");
+  } else if (spec.name.size() > kMaxJobNameBytes) {
+    problems.add("name", shown(spec.name) + " is longer than " + std::to_string(kMaxJobNameBytes) +
+                             " characters");
+  } else if (!std::all_of(spec.name.begin(), spec.name.end(), is_name_char)) {
+    problems.add("name", shown(spec.name) + " may contain only letters, digits, '.', '_' and '-'");
   }
 
-  // command and env
+  // command and env: each argument and variable on its own; their total only when the counts
+  // are within bounds (otherwise the count is the problem).
   std::size_t exec_bytes = 0;
-  if (spec.command.empty()) return field_error("command", "must name the program to run");
-  if (spec.command.size() > kMaxCommandArgs) {
-    return field_error("command", "has " + std::to_string(spec.command.size()) +
-                                      " arguments, more than the limit of " +
-                                      std::to_string(kMaxCommandArgs));
-  }
-  if (spec.command.front().empty()) return field_error("command", "the program name is empty");
-  for (std::size_t i = 0; i < spec.command.size(); ++i) {
-    const std::string& arg = spec.command[i];
-    if (arg.size() > kMaxArgBytes) {
-      return field_error("command", "argument " + std::to_string(i) + " is longer than " +
-                                        std::to_string(kMaxArgBytes) + " bytes");
+  bool counted = true;
+  if (spec.command.empty()) {
+    problems.add("command", "must name the program to run");
+  } else if (spec.command.size() > kMaxCommandArgs) {
+    problems.add("command", "has " + std::to_string(spec.command.size()) +
+                                " arguments, more than the limit of " +
+                                std::to_string(kMaxCommandArgs));
+    counted = false;
+  } else {
+    if (spec.command.front().empty()) problems.add("command", "the program name is empty");
+    for (std::size_t i = 0; i < spec.command.size(); ++i) {
+      const std::string& arg = spec.command[i];
+      if (arg.size() > kMaxArgBytes) {
+        problems.add("command", "argument " + std::to_string(i) + " is longer than " +
+                                    std::to_string(kMaxArgBytes) + " bytes");
+      } else if (has_nul(arg)) {
+        problems.add("command", "argument " + std::to_string(i) + " contains a NUL byte");
+      }
+      exec_bytes += arg.size() + 1;
     }
-    if (has_nul(arg)) {
-      return field_error("command", "argument " + std::to_string(i) + " contains a NUL byte");
-    }
-    exec_bytes += arg.size() + 1;
   }
   if (spec.env.size() > kMaxEnvVars) {
-    return field_error("env", "has " + std::to_string(spec.env.size()) +
-                                  " variables, more than the limit of " +
-                                  std::to_string(kMaxEnvVars));
+    problems.add("env", "has " + std::to_string(spec.env.size()) +
+                            " variables, more than the limit of " + std::to_string(kMaxEnvVars));
+    counted = false;
+  } else {
+    for (const auto& [name, value] : spec.env) {
+      problems.add("env", env_problem(name, value));
+      exec_bytes += name.size() + value.size() + 2;
+    }
   }
-  for (const auto& [name, value] : spec.env) {
-    if (name.size() > kMaxEnvNameBytes) {
-      return field_error(
-          "env", "a variable name is longer than " + std::to_string(kMaxEnvNameBytes) + " bytes");
-    }
-    if (!is_env_name(name)) {
-      return field_error("env", shown(name) +
-                                    " is not a variable name (letters, digits and '_', not "
-                                    "starting with a digit)");
-    }
-    if (is_daemon_owned_env(name)) {
-      return field_error("env", name +
-                                    " is set by the daemon for every worker and cannot be "
-                                    "overridden");
-    }
-    if (value.size() > kMaxEnvValueBytes) {
-      return field_error("env", "the value of " + name + " is longer than " +
-                                    std::to_string(kMaxEnvValueBytes) + " bytes");
-    }
-    if (has_nul(value)) return field_error("env", "the value of " + name + " contains a NUL byte");
-    exec_bytes += name.size() + value.size() + 2;
-  }
-  if (exec_bytes > kMaxCommandAndEnvBytes) {
-    return field_error("command", "and env together take " + std::to_string(exec_bytes) +
-                                      " bytes, more than the limit of " +
-                                      std::to_string(kMaxCommandAndEnvBytes));
+  if (counted && exec_bytes > kMaxCommandAndEnvBytes) {
+    problems.add("command", "and env together take " + std::to_string(exec_bytes) +
+                                " bytes, more than the limit of " +
+                                std::to_string(kMaxCommandAndEnvBytes));
   }
 
   // nodes and workers
-  if (spec.min_nodes < 1) return field_error("min_nodes", "must be at least 1");
+  if (spec.min_nodes < 1) problems.add("min_nodes", "must be at least 1");
   if (spec.max_nodes > kMaxNodesPerJob) {
-    return field_error("max_nodes", std::to_string(spec.max_nodes) + " is more than the limit of " +
-                                        std::to_string(kMaxNodesPerJob));
+    problems.add("max_nodes", std::to_string(spec.max_nodes) + " is more than the limit of " +
+                                  std::to_string(kMaxNodesPerJob));
   }
   if (spec.min_nodes > spec.max_nodes) {
-    return field_error("nodes", "min " + std::to_string(spec.min_nodes) + " is greater than max " +
-                                    std::to_string(spec.max_nodes));
+    problems.add("nodes", "min " + std::to_string(spec.min_nodes) + " is greater than max " +
+                              std::to_string(spec.max_nodes));
   }
   if (spec.workers_per_node > kMaxWorkersPerNode) {
-    return field_error("workers_per_node", std::to_string(spec.workers_per_node) +
-                                               " is more than the limit of " +
-                                               std::to_string(kMaxWorkersPerNode));
+    problems.add("workers_per_node", std::to_string(spec.workers_per_node) +
+                                         " is more than the limit of " +
+                                         std::to_string(kMaxWorkersPerNode));
   }
 
   // paths, restarts, times
-  if (Status s = validate_path("checkpoint_root", spec.checkpoint_root); !s) return s;
-  if (Status s = validate_path("working_dir", spec.working_dir); !s) return s;
+  problems.add("checkpoint_root", path_problem(spec.checkpoint_root));
+  problems.add("working_dir", path_problem(spec.working_dir));
   if (spec.max_restarts > kMaxRestartsLimit) {
-    return field_error("max_restarts", std::to_string(spec.max_restarts) +
-                                           " is more than the limit of " +
-                                           std::to_string(kMaxRestartsLimit));
+    problems.add("max_restarts", std::to_string(spec.max_restarts) + " is more than the limit of " +
+                                     std::to_string(kMaxRestartsLimit));
   }
-  if (Status s = validate_duration("restart_backoff", spec.restart_backoff, kMaxRestartBackoff);
-      !s) {
-    return s;
-  }
+  problems.add("restart_backoff", duration_problem(spec.restart_backoff, kMaxRestartBackoff));
   if (spec.last_call) {
-    if (Status s = validate_duration("last_call", *spec.last_call, kMaxLastCall); !s) return s;
+    problems.add("last_call", duration_problem(*spec.last_call, kMaxLastCall));
   }
 
   // user
   if (spec.user.size() > kMaxUserBytes) {
-    return field_error("user", "is longer than " + std::to_string(kMaxUserBytes) + " bytes");
+    problems.add("user", "is longer than " + std::to_string(kMaxUserBytes) + " bytes");
+  } else if (std::any_of(spec.user.begin(), spec.user.end(), [](char c) {
+               return c == '\0' || c == ':' || c == '/' || c == ' ' || c == '\n' || c == '\t';
+             })) {
+    problems.add("user", shown(spec.user) + " is not a valid user name");
   }
-  for (char c : spec.user) {
-    if (c == '\0' || c == ':' || c == '/' || c == ' ' || c == '\n' || c == '\t') {
-      return field_error("user", shown(spec.user) + " is not a valid user name");
-    }
-  }
-  return ok_status();
+  return std::move(problems).take();
+}
+
+Status validate(const JobSpec& spec) {
+  const std::vector<SpecProblem> problems = spec_problems(spec);
+  if (problems.empty()) return ok_status();
+  return Error{joined(problems)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,8 +329,10 @@ Status from_json_value(const json& j, JobSpec* spec) {
   if (!j.is_object()) {
     return field_error("spec", std::string("expected a JSON object, got ") + type_name(j));
   }
-  if (!j.contains("name")) return field_error("name", "is required");
-  if (!j.contains("command")) return field_error("command", "is required");
+  // Every field's problem, not just the first: a client fixes them all in one go.
+  ProblemList problems;
+  if (!j.contains("name")) problems.add("name", "is required");
+  if (!j.contains("command")) problems.add("command", "is required");
   for (const auto& [key, v] : j.items()) {
     Status s = ok_status();
     if (key == "name") {
@@ -341,9 +395,11 @@ Status from_json_value(const json& j, JobSpec* spec) {
     } else {
       s = field_error("spec", "unknown field " + shown(key));
     }
-    if (!s) return s;
+    problems.add(s);
   }
-  return ok_status();
+  const std::vector<SpecProblem> found = std::move(problems).take();
+  if (found.empty()) return ok_status();
+  return Error{joined(found)};
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // JSON for the control API (elasticctl <-> elasticd) and MessagePack inside Raft commands.
 //
 // Validation (validate()) runs on the daemon that receives the submission and again when the
-// job table applies a SubmitJob, so a bad spec never becomes a job. Its Error is one sentence
-// "<field>: <problem>" naming the field as written in JSON, e.g.
+// job table applies a SubmitJob, so a bad spec never becomes a job. It reports every broken
+// rule at once, one line "<field>: <problem>" each (joined by '\n', in field order), naming the
+// field as written in JSON, e.g.
 //   "nodes: min 3 is greater than max 2"
 //   "env: RANK is set by the daemon for every worker and cannot be overridden"
+// At most kMaxSpecProblems lines, then "spec: and N more problems".
 //
 // JSON (an object; every key optional except name and command; unknown keys are errors so a
 // typo is never silently ignored):
@@ -85,7 +87,19 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
-// Every rule of the header comment; the first problem found is the error.
+// One broken rule: the field as written in JSON ("nodes", "env", ...) and what is wrong.
+struct SpecProblem {
+  std::string field;
+  std::string problem;
+  bool operator==(const SpecProblem&) const = default;
+};
+// Reports past this many problems are only counted (a hostile spec could break 2,000 rules).
+inline constexpr std::size_t kMaxSpecProblems = 32;
+
+// Every rule of the header comment that `spec` breaks, in field order; empty when it is valid.
+// Each argument and environment variable is checked on its own (its first problem).
+std::vector<SpecProblem> spec_problems(const JobSpec& spec);
+// spec_problems() as one Status: every problem, one "<field>: <problem>" line each.
 Status validate(const JobSpec& spec);
 
 // True for the variables the daemon sets for every worker (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -96,7 +110,7 @@ bool is_daemon_owned_env(std::string_view name);
 // JSON text of one object (keys as in the header comment; last_call only when set).
 std::string to_json(const JobSpec& spec);
 // Parses the JSON object; the error names the field ("min_nodes: expected an unsigned
-// integer, got a string"). Does not run validate().
+// integer, got a string"), one line per bad field. Does not run validate().
 Result<JobSpec> job_spec_from_json(std::string_view json_text);
 
 // MessagePack (map-encoded) of the spec, and back. decode runs no validate().

@@ -6,6 +6,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "daemon/core/rng.h"
 #include "tests/support/result_assertions.h"
@@ -111,6 +112,69 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"UserWithColon", [](JobSpec& s) { s.user = "a:b"; },
                 "user: 'a:b' is not a valid user name"}),
     [](const auto& param_info) { return std::string(param_info.param.label); });
+
+// Issue 13 item 16: every broken rule at once, one line each in field order (one per run made
+// a user resubmit seven times), each naming its field.
+TEST(JobSpecTest, ValidateReportsEveryProblemAtOnce) {
+  JobSpec spec = good_spec();
+  spec.name = "my job";
+  spec.command[1] = std::string("a\0b", 3);
+  spec.env["RANK"] = "1";
+  spec.env["1X"] = "x";
+  spec.min_nodes = 0;
+  spec.max_nodes = kMaxNodesPerJob + 1;
+  spec.workers_per_node = 5000;
+  spec.checkpoint_root = "ck";
+  spec.working_dir = "./run";
+  spec.max_restarts = kMaxRestartsLimit + 1;
+  spec.restart_backoff = -1s;
+  spec.last_call = 2h;
+  spec.user = "a:b";
+  const Status s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "name: 'my job' may contain only letters, digits, '.', '_' and '-'\n"
+            "command: argument 1 contains a NUL byte\n"
+            "env: '1X' is not a variable name (letters, digits and '_', not starting with a "
+            "digit)\n"
+            "env: RANK is set by the daemon for every worker and cannot be overridden\n"
+            "min_nodes: must be at least 1\n"
+            "max_nodes: 100001 is more than the limit of 100000\n"
+            "workers_per_node: 5000 is more than the limit of 1024\n"
+            "checkpoint_root: 'ck' is not an absolute path\n"
+            "working_dir: './run' is not an absolute path\n"
+            "max_restarts: 1000001 is more than the limit of 1000000\n"
+            "restart_backoff: must not be negative\n"
+            "last_call: 2h is longer than the limit of 1h\n"
+            "user: 'a:b' is not a valid user name");
+  const std::vector<SpecProblem> problems = spec_problems(spec);
+  ASSERT_EQ(problems.size(), 13u);
+  EXPECT_EQ(problems[4], (SpecProblem{"min_nodes", "must be at least 1"}));
+}
+
+// A hostile spec breaking a rule per variable gets a bounded message, not 1,024 lines.
+TEST(JobSpecTest, ReportsAreBoundedAndCountTheRest) {
+  JobSpec spec = good_spec();
+  for (int i = 0; i < 1000; ++i) spec.env["ELASTIC_" + std::to_string(i)] = "x";
+  const std::vector<SpecProblem> problems = spec_problems(spec);
+  ASSERT_EQ(problems.size(), kMaxSpecProblems + 1);
+  EXPECT_EQ(problems.back(), (SpecProblem{"spec", "and " + std::to_string(1000 - kMaxSpecProblems) +
+                                                      " more problems"}));
+}
+
+// The daemon's JSON decoding reports every bad field too.
+TEST(JobSpecTest, JsonReportsEveryBadField) {
+  Result<JobSpec> spec = job_spec_from_json(
+      R"({"command":"x","min_nodes":"2","env":{"A":1},"last_call":10,"min_node":2})");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message,
+            "name: is required\n"
+            "command: expected an array of strings, got string\n"
+            "env.A: expected a string, got number\n"
+            "last_call: expected a duration string such as \"10s\", got number\n"
+            "spec: unknown field 'min_node'\n"
+            "min_nodes: expected a non-negative integer, got string");
+}
 
 TEST(JobSpecTest, EmptyPathsMeanDaemonDefaults) {
   JobSpec spec = good_spec();
