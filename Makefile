@@ -2,7 +2,8 @@
 #
 #   make               build (MODE=release by default) into build/<mode>
 #   make test          build, then run every test tier that runs on CPU (ctest)
-#   make deps          install the Debian packages the project needs (idempotent)
+#   make deps          install the Debian packages the project needs (idempotent; munge and
+#                      Slurm's daemons are left disabled: only the Slurm tests use them)
 #   make demo          3 daemons as hosts in network namespaces train Fashion-MNIST through a kill -9
 #   make install       binaries, systemd unit + tmpfiles, Slurm scripts, /etc/elastic/elasticd.toml
 #                      (kept if present) (PREFIX=/usr/local, DESTDIR honoured; systemd/README.md)
@@ -51,10 +52,36 @@ deps-check:
 	    for p in $(DEB_PACKAGES); do grep -qx "$$p" .deps-have.tmp || echo $$p; done; rm -f .deps-have.tmp); \
 	if [ -n "$$missing" ]; then echo "make: missing packages:" $$missing; $(MAKE) --no-print-directory deps; fi
 
+# Services only the Slurm test tier uses, and it starts private copies of them itself (its own
+# key, sockets, ports and config: tests/slurm/cluster-up.sh). Debian enables and starts a
+# service when its package is installed, so deps turns off again each one that the install
+# enabled or started; one the machine had enabled or running before is left as it was.
+TEST_ONLY_SERVICES := munge slurmctld slurmd
+
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  booted=; [ -d /run/systemd/system ] && booted=1; \
+	  enabled_before=; active_before=; \
+	  for s in $(TEST_ONLY_SERVICES); do \
+	    systemctl is-enabled --quiet $$s 2>/dev/null && enabled_before="$$enabled_before $$s"; \
+	    [ -n "$$booted" ] && systemctl is-active --quiet $$s 2>/dev/null && active_before="$$active_before $$s"; \
+	  done; \
 	  $$SUDO apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(DEB_PACKAGES)
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(DEB_PACKAGES) || exit 1; \
+	  for s in $(TEST_ONLY_SERVICES); do \
+	    case " $$enabled_before " in *" $$s "*) ;; *) \
+	      if systemctl is-enabled --quiet $$s 2>/dev/null; then \
+	        echo "make deps: disabling $$s again (only the Slurm tests use it; they start their own)"; \
+	        $$SUDO systemctl disable --quiet $$s || exit 1; \
+	      fi;; \
+	    esac; \
+	    case " $$active_before " in *" $$s "*) ;; *) \
+	      if [ -n "$$booted" ] && systemctl is-active --quiet $$s 2>/dev/null; then \
+	        echo "make deps: stopping $$s again (the install started it)"; \
+	        $$SUDO systemctl stop $$s || exit 1; \
+	      fi;; \
+	    esac; \
+	  done
 
 $(BUILD_DIR)/CMakeCache.txt: CMakeLists.txt
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \

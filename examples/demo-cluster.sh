@@ -15,8 +15,8 @@
 #      first step after Y s, steps lost Z).
 # Everything started is ended by pid and the namespaces, veths and bridge are removed on exit
 # (also on Ctrl-C); the work dir with every daemon and worker log stays and is printed at the end.
-# Without root, or where namespaces cannot be made, the same story runs on 3 daemons on loopback
-# ports (said in one line).
+# Without root, or where namespaces cannot be made or entered (probed first: add, exec, bridge,
+# veth), the same story runs on 3 daemons on loopback ports (said in one line, with the reason).
 #
 # Usage: examples/demo-cluster.sh [build dir]   (default $ELASTIC_BUILD_DIR, else build/release;
 #        needs elasticd, elasticctl and elastic-trainer built, and the Fashion-MNIST data set:
@@ -210,11 +210,27 @@ export DEMO_CTL="$elasticctl"$'\x1f'-c$'\x1f'"$config"
 py() { python3 "$work/demo.py" "$@"; }
 
 # ---- 1. hosts
+# Namespaces only where everything the demo does with them works: adding one is not enough
+# (in some containers `ip netns exec` cannot remount /sys, or veth pairs are not allowed), so
+# try each step once on two probe namespaces; anything failing means the loopback fallback,
+# with iproute2's own words for why.
+probe_netns() {
+  local a=$prefix-pa b=$prefix-pb out rc
+  out=$( { ip netns add "$a" && ip netns add "$b" &&
+           ip netns exec "$a" true &&
+           ip -n "$a" link add br0 type bridge &&
+           ip -n "$a" link add p0 type veth peer name eth0 netns "$b" &&
+           ip -n "$a" link set p0 master br0; } 2>&1 ) && rc=0 || rc=$?
+  ip netns delete "$a" 2>/dev/null || true
+  ip netns delete "$b" 2>/dev/null || true
+  [ "$rc" = 0 ] || netns_problem=$(printf '%s\n' "$out" | grep -v '^$' | head -n 1 || true)
+  return "$rc"
+}
 use_netns=0
-if [ "$(id -u)" = 0 ] && command -v ip >/dev/null &&
-   ip netns add "$prefix-probe" 2>/dev/null; then
-  ip netns delete "$prefix-probe"
-  use_netns=1
+netns_problem="not root"
+if [ "$(id -u)" = 0 ]; then
+  netns_problem="no ip command (iproute2)"
+  if command -v ip >/dev/null && probe_netns; then use_netns=1; fi
 fi
 subnet=10.$((64 + $$ % 128)).250
 addr() { if [ $use_netns = 1 ]; then echo "$subnet.$(( $1 + 1 )):7946"; else echo "127.0.0.1:${ports[$1]}"; fi; }
@@ -238,7 +254,7 @@ if [ $use_netns = 1 ]; then
     ip -n "$ns" link set eth0 up
   done
 else
-  echo "demo: not root or network namespaces unavailable: running the 3 daemons on loopback ports instead"
+  echo "demo: network namespaces unavailable (${netns_problem:-unknown}): running the 3 daemons on loopback ports instead"
   say "1. Three hosts: 3 daemons on 127.0.0.1 (loopback fallback)"
   free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
   ports=($(free_port) $(free_port) $(free_port))
