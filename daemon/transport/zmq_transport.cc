@@ -2,6 +2,8 @@
 
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -29,6 +31,15 @@ constexpr const char* kControlMonitorEndpoint = "inproc://elastic.control.monito
 constexpr int kControlHandshakeMs = 5000;
 // The client allow-list is re-read at most this often (on handshakes only).
 constexpr std::chrono::seconds kClientKeysReload{1};
+// The node allow-list is re-read on a handshake when the directory's mtime changed (a key file
+// added, removed or renamed into place), and at most this often for an unknown key or name; so a
+// node added to public_keys_dir joins without restarting the others, and a removed one is
+// refused from its next handshake. An mtime younger than kNodeKeysReload at the last read may
+// hide a change made in the same clock tick (timestamps are coarse), so until the directory is
+// that old every handshake re-reads it (git's "racily clean" index entries, the same problem).
+constexpr std::chrono::seconds kNodeKeysReload{1};
+// At most one log line per interval about envelopes whose claimed sender is not their key's.
+constexpr std::chrono::seconds kSpoofLogInterval{10};
 // Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
 constexpr const char* kPeerMonitorPrefix = "inproc://elastic.peer.monitor.";
 // The handshake (not the bare TCP connect) arms a peer's disconnect report; see the header.
@@ -244,21 +255,64 @@ class ZmqTransport::Impl {
 
   Status load_keys() {
     Result<CurveKeyPair> own = load_curve_secret_key(options_.curve->secret_key_file);
-    if (!own.ok()) return own.error();
+    if (!own.ok()) return Error{own.error().message + " (transport.secret_key_file)"};
     own_keys_ = *own;
+    return load_node_keys();
+  }
+
+  // public_keys_dir's modification time ({} when it cannot be read).
+  std::optional<timespec> node_keys_mtime() const {
+    struct stat st {};
+    if (::stat(options_.curve->public_keys_dir.c_str(), &st) != 0) return std::nullopt;
+    return st.st_mtim;
+  }
+
+  static bool same_time(const std::optional<timespec>& a, const std::optional<timespec>& b) {
+    if (!a || !b) return !a && !b;
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+  }
+
+  // (Re)reads public_keys_dir; on failure the lists stay as they were.
+  Status load_node_keys() {
+    node_keys_loaded_ = steady_now();
+    node_keys_mtime_ = node_keys_mtime();
+    timespec wall{};
+    ::clock_gettime(CLOCK_REALTIME, &wall);
+    node_keys_racy_ = !node_keys_mtime_ || wall.tv_sec - node_keys_mtime_->tv_sec <=
+                                               static_cast<time_t>(kNodeKeysReload.count());
     Result<std::map<std::string, std::string>> allowed =
         load_curve_allow_list(options_.curve->public_keys_dir);
-    if (!allowed.ok()) return allowed.error();
-    public_keys_ = *allowed;
-    for (const auto& [name, z85] : public_keys_) {
+    if (!allowed.ok()) return Error{allowed.error().message + " (transport.public_keys_dir)"};
+    std::map<std::string, std::string> clients;
+    for (const auto& [name, z85] : *allowed) {
       std::string raw(32, '\0');
       if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
         return Error{"The public key of node " + name + " in " + options_.curve->public_keys_dir +
                      " is not valid Z85."};
       }
-      allowed_clients_[raw] = name;
+      clients[raw] = name;
     }
+    public_keys_ = std::move(*allowed);
+    allowed_clients_ = std::move(clients);
     return ok_status();
+  }
+
+  // Re-reads the node allow-list (see kNodeKeysReload) when the directory changed or was racily
+  // recent at the last read, or for an `unknown` key or name when the last read is at least
+  // kNodeKeysReload old (anyone can present an unknown key; only the directory's writers can
+  // change it). A failed re-read keeps the last good list (the cluster keeps running; a
+  // tampered directory adds no one) and is logged once per distinct error.
+  void refresh_node_keys(bool unknown) {
+    const bool changed = node_keys_racy_ || !same_time(node_keys_mtime(), node_keys_mtime_);
+    if (!changed && (!unknown || steady_now() - node_keys_loaded_ < kNodeKeysReload)) return;
+    if (Status s = load_node_keys(); !s.ok()) {
+      if (s.error().message != node_keys_error_) {
+        node_keys_error_ = s.error().message;
+        spdlog::error("keeping the previous node allow-list: {}", node_keys_error_);
+      }
+    } else {
+      node_keys_error_.clear();
+    }
   }
 
   void apply_common_options(zmq::socket_t& socket) const {
@@ -290,6 +344,10 @@ class ZmqTransport::Impl {
                      "name@host:port)."};
       }
       auto key = public_keys_.find(address.name);
+      if (key == public_keys_.end()) {
+        refresh_node_keys(/*unknown=*/true);
+        key = public_keys_.find(address.name);
+      }
       if (key == public_keys_.end()) {
         return Error{"Cannot send to node " + address.name + " at " + address.address +
                      ": its public key " + address.name + ".pub is not in " +
@@ -494,9 +552,12 @@ class ZmqTransport::Impl {
         count_drop(reason);
         continue;
       }
-      if (options_.curve && authenticated_name(payload) != envelope->sender) {
-        ++stats_.dropped_unauthenticated;  // an allowed key posing as another node
-        continue;
+      if (options_.curve) {
+        const std::string key_name = authenticated_name(payload);
+        if (key_name != envelope->sender) {
+          note_spoofed_sender(key_name, envelope->sender);  // an allowed key posing as another
+          continue;
+        }
       }
       ++stats_.received;
       ++stats_.received_by_type[type_slot(envelope->type)];
@@ -560,6 +621,21 @@ class ZmqTransport::Impl {
     return Error{"Cannot queue a remote control reply: the client is gone or its queue is full."};
   }
 
+  // Counts (dropped_unauthenticated) and logs, at most once per kSpoofLogInterval, an envelope
+  // whose claimed sender is not the node its connection's key belongs to.
+  void note_spoofed_sender(const std::string& key_name, const std::string& claimed) {
+    ++stats_.dropped_unauthenticated;
+    ++spoofed_since_log_;
+    const TimePoint now = steady_now();
+    if (spoof_logged_ != TimePoint{} && now - spoof_logged_ < kSpoofLogInterval) return;
+    spdlog::warn(
+        "dropped {} message(s) whose sender did not match their CURVE key (last: key of node "
+        "{} claimed to be {}); a node key may only speak for its own node",
+        spoofed_since_log_, key_name, claimed);
+    spoof_logged_ = now;
+    spoofed_since_log_ = 0;
+  }
+
   static std::string authenticated_name(const zmq::message_t& message) {
     // The ZAP handler's user id; absent (nullptr) without CURVE.
     const char* user = zmq_msg_gets(message.handle(), "User-Id");
@@ -599,7 +675,9 @@ class ZmqTransport::Impl {
           request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
       if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
         if (request[2].to_string_view() == kZapDomain) {
-          auto it = allowed_clients_.find(request[6].to_string());
+          const std::string key = request[6].to_string();
+          refresh_node_keys(/*unknown=*/allowed_clients_.count(key) == 0);
+          auto it = allowed_clients_.find(key);
           if (it != allowed_clients_.end()) user = it->second;
         } else if (control_domain && control_) {
           user = control_user(request[6].to_string());
@@ -615,6 +693,12 @@ class ZmqTransport::Impl {
         }
       } else if (!allowed) {
         ++stats_.dropped_unauthenticated;
+        // The first refusal, then every 100th (a flood must not fill the log).
+        if (++node_keys_refused_ % 100 == 1) {
+          spdlog::warn("refused a peer whose CURVE key is not in {} ({} refused so far)",
+                       options_.curve ? options_.curve->public_keys_dir : std::string("-"),
+                       node_keys_refused_);
+        }
       }
       std::array<zmq::const_buffer, 6> reply = {
           zmq::str_buffer("1.0"),
@@ -708,6 +792,13 @@ class ZmqTransport::Impl {
   CurveKeyPair own_keys_;
   std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
   std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
+  TimePoint node_keys_loaded_{};
+  std::optional<timespec> node_keys_mtime_;  // at the last read
+  bool node_keys_racy_ = false;              // that mtime was too recent to trust (above)
+  std::uint64_t node_keys_refused_ = 0;      // handshakes the node domain refused
+  std::string node_keys_error_;  // the last failed re-read, logged once
+  TimePoint spoof_logged_{};     // the last spoofed-sender log line
+  std::uint64_t spoofed_since_log_ = 0;
   std::map<std::string, Peer> peers_;                   // by address
   std::uint64_t monitors_ = 0;                          // peer monitors created so far
   std::vector<PeerDisconnect> disconnects_;             // recorded, not yet taken

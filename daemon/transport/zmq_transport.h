@@ -43,7 +43,13 @@
 // is in the allow-list, and names it by its key file. Each received envelope must claim that
 // name as its sender, so an allowed node cannot pose as another. Refused handshakes (ZAP
 // denials, and non-CURVE clients via a socket monitor) and spoofed senders count as
-// dropped_unauthenticated. A DEALER is a CURVE client with the peer's server key, found by the
+// dropped_unauthenticated; spoofed senders are also logged, at most one line per 10 s. Nothing
+// an unauthenticated peer sends reaches the envelope decoder: a client without CURVE is refused
+// at the ZMTP greeting, one with an unknown key at its HELLO. The allow-list
+// (public_keys_dir) is re-read on a handshake when the directory's mtime changed, and at most
+// once a second for an unknown key or peer name, so nodes are added and removed without
+// restarting the others; a re-read that fails keeps the last good list and logs why.
+// A DEALER is a CURVE client with the peer's server key, found by the
 // peer's node name in public_keys_dir: send() therefore needs the peer's name when CURVE is on
 // (seeds must be configured as name@host:port then); without CURVE the name is optional.
 // Because the ZAP handler runs inside receive(), an owner that stops calling receive() stalls

@@ -532,6 +532,60 @@ TEST_F(CurveTransport, AnAllowedNodePosingAsAnotherIsDropped) {
   EXPECT_EQ(b->stats().dropped_unauthenticated, 1u);
 }
 
+// Nodes join and leave the allow-list without restarting the others: a running transport
+// re-reads public_keys_dir when it changes (a .pub added or removed).
+TEST_F(CurveTransport, ANodeAddedToTheAllowListLaterIsAcceptedBothWays) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  ASSERT_TRUE(b);
+  add_key(allowed_dir(), "c");  // after b read the list
+  auto c = open_transport(curve_options("c", allowed_dir()));
+  ASSERT_TRUE(c);
+  ASSERT_OK(c->send({b->bound_endpoint(), "b"}, nack(1)));
+  std::vector<wire::Envelope> at_b = receive_n(*b, 1, {c.get()});
+  ASSERT_EQ(at_b.size(), 1u);
+  EXPECT_EQ(at_b[0].sender, "c");
+  // b dials c by name: its server key comes from the re-read list too.
+  ASSERT_OK(b->send({at_b[0].sender_address, "c"}, nack(2)));
+  EXPECT_EQ(receive_n(*c, 1, {b.get()}).size(), 1u);
+  EXPECT_EQ(b->stats().dropped_unauthenticated, 0u);
+}
+
+TEST_F(CurveTransport, ANodeRemovedFromTheAllowListIsRefusedAtItsNextHandshake) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  ASSERT_TRUE(b);
+  // a's secret key stays (outside the list now); only its .pub leaves b's allow-list.
+  std::filesystem::create_directories(dir_ / "removed");
+  std::filesystem::rename(allowed_dir() + "/a.key", dir_ / "removed/a.key");
+  std::filesystem::remove(allowed_dir() + "/a.pub");
+  TransportOptions a_options = curve_options("a", dir_ / "removed");
+  auto a = open_transport(a_options);
+  ASSERT_TRUE(a);
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  std::vector<wire::Envelope> got;
+  EXPECT_TRUE(until_refused(*b, *a, got));
+  EXPECT_TRUE(got.empty());
+}
+
+// A re-read that fails (here: the directory became writable by others) keeps the last good
+// list: the cluster keeps talking, and a key added meanwhile is not trusted.
+TEST_F(CurveTransport, AnUnsafeAllowListOnReReadKeepsTheLastGoodOne) {
+  auto b = open_transport(curve_options("b", allowed_dir()));
+  auto a = open_transport(curve_options("a", allowed_dir()));
+  add_key(allowed_dir(), "c");
+  auto c = open_transport(curve_options("c", allowed_dir()));
+  ASSERT_TRUE(a && b && c);
+  ASSERT_EQ(::chmod(allowed_dir().c_str(), 0777), 0);  // after every open: open checks it too
+  ASSERT_OK(a->send({b->bound_endpoint(), "b"}, nack(1)));
+  std::vector<wire::Envelope> got = receive_n(*b, 1, {a.get()});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sender, "a");
+  ASSERT_OK(c->send({b->bound_endpoint(), "b"}, nack(2)));
+  got.clear();
+  EXPECT_TRUE(until_refused(*b, *c, got));
+  EXPECT_TRUE(got.empty());
+  ::chmod(allowed_dir().c_str(), 0755);
+}
+
 TEST_F(CurveTransport, ASecretKeyReadableByOthersIsRefused) {
   const std::string path = allowed_dir() + "/a.key";
   struct stat st {};
