@@ -1,9 +1,13 @@
-// Integration tier: a job of an unprivileged user (uid 65534) in a real elasticd running as root,
-// as in production. After a kill -9 of the daemon, the user's worker must be gone: the spawner's
-// PR_SET_PDEATHSIG was armed before the switch to the user, the kernel cleared it, and the
-// worker trained on as an orphan (PPid 1), with and without spawner.cgroup_root. Skipped unless
-// the test runs as root. Only this test's own temp dir is opened to the user; every wait has a
-// deadline; processes are ended by pid.
+// Integration tier: jobs of an unprivileged user (uid 65534) in a real elasticd running as root,
+// as in production.
+//  - After a kill -9 of the daemon, the user's worker must be gone: the spawner's
+//    PR_SET_PDEATHSIG was armed before the switch to the user, the kernel cleared it, and the
+//    worker trained on as an orphan (PPid 1), with and without spawner.cgroup_root.
+//  - The metrics show a job's checkpoint step only where the job's user may read it: a
+//    checkpoint directory planted as a symlink to a root-only directory showed that directory's
+//    step (the daemon read <root>/<job>/LATEST as root).
+// Skipped unless the test runs as root. Only this test's own temp dir is opened to the user;
+// every wait has a deadline; processes are ended by pid.
 #include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,6 +16,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/integ/daemon_under_test.h"
+#include "tests/support/sockets.h"
 
 namespace elastic::testing {
 namespace {
@@ -137,6 +143,72 @@ TEST(UserJobs, AUsersWorkerInACgroupDiesWithAKilledDaemon) {
       },
       std::chrono::seconds(10)))
       << root;
+}
+
+// One GET /metrics of the daemon's endpoint (its port from the readiness line): the body, or ""
+// when it did not answer.
+std::string scrape(Daemon& daemon) {
+  static const std::regex ready("elasticd ready: [^\n]* metrics=\\S+:(\\d+)");
+  std::smatch match;
+  const std::string err = daemon.process().err();
+  if (!std::regex_search(err, match, ready)) return "";
+  const int fd = connect_loopback(std::stoi(match[1].str()));
+  if (fd < 0) return "";
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  std::string reply;
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) reply.append(buffer, n);
+  }
+  ::close(fd);
+  return reply;
+}
+
+TEST(UserJobs, TheMetricsShowACheckpointStepOnlyWhereTheUserMayRead) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a job as another user";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  // Only root may enter <dir>/secret; <dir>/mine is the user's to read; <dir>/ck is the
+  // checkpoint root the user names, where the user plants <job id> as a symlink.
+  const std::string secret = dir.file("secret"), mine = dir.file("mine"), ck = dir.file("ck");
+  for (const std::string& d : {secret, mine, ck}) std::filesystem::create_directories(d);
+  std::ofstream(secret + "/LATEST") << "step-000000042\n";
+  std::ofstream(mine + "/LATEST") << "step-000000007\n";
+  ASSERT_EQ(::chmod(secret.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(ck.c_str(), 0777), 0);
+  Daemon n1(dir, "n1", {});
+  n1.set("control.metrics_listen=127.0.0.1:0");
+  n1.start();
+
+  const RunResult submitted = as_user(n1, {"submit", "--name", "peek", "--workdir", "/",
+                                           "--checkpoint-root", ck, "--", "/bin/sleep", "600"});
+  ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.out << submitted.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(submitted.out, match, std::regex("submitted (\\S+)")))
+      << submitted.out;
+  const std::string job = match[1].str();
+  ASSERT_TRUE(
+      wait_until([&] { return !children_of(n1.process().pid(), kUser).empty(); }, kConverge))
+      << n1.process().err();
+  const std::string series = "elastic_checkpoint_step{job=\"" + job + "\"}";
+
+  std::filesystem::create_directory_symlink(secret, ck + "/" + job);
+  const std::string shown = scrape(n1);
+  ASSERT_NE(shown.find("elastic_checkpoint_step"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find(series), std::string::npos) << "the root-only directory's step is shown:\n"
+                                                   << shown.substr(shown.find(series));
+  // The same path to a directory the user may read is shown: the negative above was no accident.
+  std::filesystem::remove(ck + "/" + job);
+  std::filesystem::create_directory_symlink(mine, ck + "/" + job);
+  std::string readable;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        readable = scrape(n1);
+        return readable.find(series + " 7") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << readable;
 }
 
 }  // namespace
