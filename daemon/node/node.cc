@@ -391,10 +391,13 @@ void Node::reload(TimePoint now) {
   if (const Status sent = life_.notifier.reloading(); !sent.ok()) {
     spdlog::warn("{}", sent.error().message);
   }
-  // A reload never stops the daemon: whatever goes wrong while reading the file is a refusal.
+  // A reload never stops the daemon: whatever goes wrong while reading the file and planning
+  // the change is a refusal, and nothing has been applied yet.
   Result<config::LoadedConfig> loaded = Error{"the reload did not run"};
+  std::optional<ReloadPlan> planned;
   try {
     loaded = life_.reload();
+    if (loaded.ok()) planned = plan_reload(config_, loaded->config);
   } catch (const std::exception& e) {
     loaded = Error{std::string("internal error while reading the configuration: ") + e.what()};
   } catch (...) {
@@ -411,7 +414,7 @@ void Node::reload(TimePoint now) {
     life_.reload_message = message;
     spdlog::error("reload failed: {}; still running with the previous configuration", message);
   } else {
-    const ReloadPlan plan = plan_reload(config_, loaded->config);
+    const ReloadPlan& plan = *planned;
     for (const std::string& line : plan.applied) spdlog::info("reload: applied {}", line);
     for (const std::string& key : plan.needs_restart) {
       spdlog::warn("reload: {} changed; takes effect after a restart", key);

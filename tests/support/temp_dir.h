@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -33,6 +34,29 @@ class TempDir {
   // The path of `name` inside the directory (nothing is created).
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   std::string operator/(const std::string& name) const { return file(name); }
+  // Lets other users reach `inside` (this directory or a path in it), e.g. a control socket for
+  // an elasticctl run as another user: chmods `inside` and every directory between it and this
+  // one (directories 0755, anything else 0666), and nothing above. A test never changes what it
+  // did not create: walking up to /tmp once left /tmp 0755 (issue 13). The directories above
+  // must let others through already (/tmp does); returns the first that does not ("" when all
+  // do), for the test to skip with.
+  std::string share_with_others(const std::string& inside) const {
+    if (inside != path_ && inside.rfind(path_ + "/", 0) != 0) {
+      throw std::invalid_argument(inside + " is not inside the test's directory " + path_);
+    }
+    std::error_code ignored;
+    for (std::filesystem::path p = inside;; p = p.parent_path()) {
+      ::chmod(p.c_str(), std::filesystem::is_directory(p, ignored) ? 0755 : 0666);
+      if (p.string().size() <= path_.size()) break;  // this directory itself: done
+    }
+    for (std::filesystem::path p = std::filesystem::path(path_).parent_path();;
+         p = p.parent_path()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return p.string();
+      if (p == p.root_path()) return "";
+    }
+  }
+
   // Writes `content` to `name` inside the directory and returns its path.
   std::string write(const std::string& name, const std::string& content) const {
     const std::string path = file(name);
