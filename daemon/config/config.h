@@ -203,6 +203,13 @@ struct ControlConfig {
   // Allow-list of remote control clients: one <user>.pub per client key; the file name is the
   // user the key speaks for. Must not be writable by group or others.
   std::string client_keys_dir = "";
+  // Per-user submit limits (root is exempt; 0 = no limit; reloadable), so one user cannot fill
+  // the cluster's 10,000 active jobs or flood the Raft log. Active (not ended) jobs per user:
+  int max_active_jobs_per_user = 1000;
+  // Submits per minute per user, sustained (a token bucket on the leader),
+  int submits_per_minute_per_user = 600;
+  // after a burst of this many at once.
+  int submit_burst_per_user = 100;
   bool operator==(const ControlConfig&) const = default;
 };
 

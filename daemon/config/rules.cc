@@ -350,6 +350,18 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
               "must be set when control.remote_listen is set (it lists the allowed client keys)");
   }
 
+  // Above the job table's own cap of 10,000 active jobs a per-user cap would mean nothing.
+  k.at_least("control.max_active_jobs_per_user", c.control.max_active_jobs_per_user, 0);
+  k.require(c.control.max_active_jobs_per_user <= 10000, {"control.max_active_jobs_per_user"},
+            "is " + std::to_string(c.control.max_active_jobs_per_user) +
+                "; it must be 0 (no limit) to 10000 (the cluster's cap on active jobs)");
+  k.at_least("control.submits_per_minute_per_user", c.control.submits_per_minute_per_user, 0);
+  k.at_least("control.submit_burst_per_user", c.control.submit_burst_per_user, 0);
+  k.require(c.control.submits_per_minute_per_user == 0 || c.control.submit_burst_per_user >= 1,
+            {"control.submit_burst_per_user", "control.submits_per_minute_per_user"},
+            "must be at least 1 when control.submits_per_minute_per_user is set (a burst of 0 "
+            "would refuse every submit)");
+
   // logging
   k.absolute_path("logging.file", c.logging.file, true);
   return std::move(k.violations);

@@ -90,6 +90,9 @@ void visit_config(Config& c, Visitor& v) {
   v.field("metrics_listen", c.control.metrics_listen);
   v.field("remote_listen", c.control.remote_listen);
   v.field("client_keys_dir", c.control.client_keys_dir);
+  v.field("max_active_jobs_per_user", c.control.max_active_jobs_per_user);
+  v.field("submits_per_minute_per_user", c.control.submits_per_minute_per_user);
+  v.field("submit_burst_per_user", c.control.submit_burst_per_user);
 
   v.section("logging");
   v.field("level", c.logging.level);

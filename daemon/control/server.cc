@@ -1,5 +1,6 @@
 #include "daemon/control/server.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -50,7 +51,9 @@ struct Server::Connection {
   std::size_t out_offset = 0;
   bool close_after_write = false;
   std::uint64_t awaiting = 0;  // serial of the request whose deferred reply is due; 0 = none
-  TimePoint last_activity{};
+  // When the wait for the next whole request began (accept, or the previous reply); unset while
+  // a deferred reply is due, and after a reply until process() next sees the time.
+  std::optional<TimePoint> request_since;
   std::uint32_t interest = 0;
 };
 
@@ -124,9 +127,12 @@ Server::Server(std::string path, Handler handler, int listen_fd, int epoll_fd, i
       handler_(std::move(handler)),
       listen_fd_(listen_fd),
       epoll_fd_(epoll_fd),
-      inode_(inode) {}
+      inode_(inode) {
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
 
 Server::~Server() {
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
   for (auto& [fd, connection] : connections_) ::close(fd);
   connections_.clear();
   ::close(epoll_fd_);
@@ -137,15 +143,25 @@ Server::~Server() {
 }
 
 TimePoint Server::next_deadline() const {
-  TimePoint earliest = kNever;
+  TimePoint earliest = listen_paused_until_.value_or(kNever);
   for (const auto& [fd, connection] : connections_) {
-    if (connection->awaiting != 0) continue;
-    earliest = std::min(earliest, connection->last_activity + kIdleTimeout);
+    if (connection->awaiting != 0 || !connection->request_since) continue;
+    earliest = std::min(earliest, *connection->request_since + kRequestTimeout);
   }
   return earliest;
 }
 
 void Server::process(TimePoint now) {
+  if (listen_paused_until_ && now >= *listen_paused_until_) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = listen_fd_;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &event) == 0) {
+      listen_paused_until_.reset();
+    } else {
+      listen_paused_until_ = now + kAcceptBackoff;
+    }
+  }
   epoll_event events[32];
   const int ready = ::epoll_wait(epoll_fd_, events, 32, 0);
   for (int i = 0; i < ready; ++i) {
@@ -173,15 +189,16 @@ void Server::process(TimePoint now) {
     send_remote(it->second.route, encode_error_reply("The daemon did not answer in time."));
     it = remote_pending_.erase(it);
   }
-  std::vector<int> idle;
+  std::vector<int> late;
   for (const auto& [fd, connection] : connections_) {
-    if (connection->awaiting == 0 && now >= connection->last_activity + kIdleTimeout) {
-      idle.push_back(fd);
-    }
+    if (connection->awaiting != 0) continue;
+    if (!connection->request_since) connection->request_since = now;
+    if (now >= *connection->request_since + kRequestTimeout) late.push_back(fd);
   }
-  for (const int fd : idle) {
-    ++stats_.idle;
-    close_connection(fd, "idle for " + std::to_string(kIdleTimeout.count()) + " s");
+  for (const int fd : late) {
+    ++stats_.request_timeout;
+    close_connection(fd,
+                     "no whole request within " + std::to_string(kRequestTimeout.count()) + " s");
   }
 }
 
@@ -189,10 +206,13 @@ void Server::accept_all(TimePoint now) {
   while (true) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        spdlog::warn("control socket {}: accept failed: {}", path_, errno_text(errno));
-      }
-      return;
+      const int error = errno;
+      if (error == EAGAIN || error == EWOULDBLOCK) return;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      on_accept_failed(now, error);
+      // Out of descriptors with none to free: listening again at once would only spin.
+      if (listen_paused_until_) return;
+      continue;  // the waiting connection was shed: see whether more wait
     }
     ucred credentials{};
     socklen_t length = sizeof(credentials);
@@ -203,17 +223,11 @@ void Server::accept_all(TimePoint now) {
       continue;
     }
     const PeerCredentials peer{credentials.pid, credentials.uid, credentials.gid, {}};
-    if (connections_.size() >= kMaxConnections) {
-      spdlog::warn("control: refusing connection from pid {} uid {} gid {}: {} connections open",
-                   peer.pid, peer.uid, peer.gid, connections_.size());
-      ++stats_.too_many_connections;
-      ::close(fd);
-      continue;
-    }
+    if (refuse_beyond_caps(fd, peer)) continue;
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
     connection->peer = peer;
-    connection->last_activity = now;
+    connection->request_since = now;
     connection->interest = EPOLLIN;
     epoll_event event{};
     event.events = EPOLLIN;
@@ -228,6 +242,62 @@ void Server::accept_all(TimePoint now) {
   }
 }
 
+bool Server::refuse_beyond_caps(int fd, const PeerCredentials& peer) {
+  std::size_t of_uid = 0;
+  for (const auto& [open_fd, connection] : connections_) {
+    if (connection->peer.uid == peer.uid) ++of_uid;
+  }
+  std::string why;
+  if (of_uid >= kMaxConnectionsPerUid) {
+    why = "uid " + std::to_string(peer.uid) + " has " + std::to_string(of_uid) +
+          " connections open, the most one user may";
+  } else if (connections_.size() >= kMaxConnections) {
+    why = std::to_string(connections_.size()) + " connections open";
+  } else {
+    return false;
+  }
+  // Logged at debug only: a client that reconnects in a loop must not flood the log.
+  spdlog::debug("control: refusing connection from pid {} uid {} gid {}: {}", peer.pid, peer.uid,
+                peer.gid, why);
+  ++stats_.too_many_connections;
+  const std::string reply = encode_error_reply("The daemon refused the connection: " + why + ".");
+  const std::string frame = frame_header(static_cast<std::uint32_t>(reply.size())) + reply;
+  (void)::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::close(fd);
+  return true;
+}
+
+void Server::on_accept_failed(TimePoint now, int error) {
+  ++stats_.accept_errors;
+  ++accept_errors_unlogged_;
+  if (now >= next_accept_log_) {
+    spdlog::warn("control socket {}: accept failed {} time(s) in the last {} s: {}", path_,
+                 accept_errors_unlogged_, kAcceptLogInterval.count(), errno_text(error));
+    accept_errors_unlogged_ = 0;
+    next_accept_log_ = now + kAcceptLogInterval;
+  }
+  if ((error == EMFILE || error == ENFILE) && reserve_fd_ >= 0) {
+    // Free one descriptor to take the waiting connection off the queue and tell it why;
+    // otherwise it stays queued and the listen socket readable, and the loop spins.
+    ::close(reserve_fd_);
+    reserve_fd_ = -1;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      const std::string reply =
+          encode_error_reply("The daemon is out of file descriptors; try again later.");
+      const std::string frame = frame_header(static_cast<std::uint32_t>(reply.size())) + reply;
+      (void)::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::close(fd);
+    }
+    reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && reserve_fd_ >= 0) return;
+  }
+  // Nothing could be freed (or another error): stop listening for a while. Clients wait in the
+  // kernel's backlog meanwhile, or are refused once it is full.
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+  listen_paused_until_ = now + kAcceptBackoff;
+}
+
 void Server::on_readable(Connection& connection, TimePoint now) {
   char buffer[16 * 1024];
   const ssize_t n = ::recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -240,7 +310,7 @@ void Server::on_readable(Connection& connection, TimePoint now) {
     close_connection(connection.fd, "read failed: " + errno_text(errno));
     return;
   }
-  connection.last_activity = now;
+  (void)now;  // the request deadline does not move with the bytes that arrive
   if (connection.close_after_write) return;  // ignore anything after a fatal request
   connection.in.append(buffer, static_cast<std::size_t>(n));
   handle_frames(connection);
@@ -275,14 +345,30 @@ void Server::handle_frames(Connection& connection) {
                   connection.peer.uid, connection.peer.gid);
     const std::uint64_t serial = next_serial_++;
     connection.awaiting = serial;
+    connection.request_since.reset();
     std::optional<std::string> reply =
-        handler_(*request, connection.peer, ReplyHandle{.fd = fd, .serial = serial});
+        call_handler(*request, connection.peer, ReplyHandle{.fd = fd, .serial = serial});
     if (!reply) return;  // deferred: reply() resumes this connection
     connection.awaiting = 0;
     queue_reply(connection, std::move(*reply));
     if (connection.close_after_write) break;
   }
   on_writable(connection);
+}
+
+std::optional<std::string> Server::call_handler(const Request& request, const PeerCredentials& peer,
+                                                ReplyHandle handle) {
+  // The last line of defence: a request that makes a handler throw gets an error reply, and the
+  // daemon goes on (uncaught, the exception would stop it, and with it every job it runs).
+  try {
+    return handler_(request, peer, handle);
+  } catch (const std::exception& e) {
+    ++stats_.handler_errors;
+    spdlog::error("control: the \"{}\" request of pid {} uid {} failed: {}", request.verb, peer.pid,
+                  peer.uid, e.what());
+    return encode_error_reply("The daemon could not serve this \"" + request.verb +
+                              "\" request (an internal error, logged).");
+  }
 }
 
 void Server::queue_reply(Connection& connection, std::string reply) {
@@ -397,7 +483,7 @@ void Server::handle_remote(TimePoint now, const std::string& route, const std::s
   // Registered before the handler runs: it may answer through reply() before it returns.
   remote_pending_.emplace(serial, RemotePending{.route = route, .user = user, .since = now});
   std::optional<std::string> reply =
-      handler_(*request, *peer, ReplyHandle{.fd = kRemoteReplyFd, .serial = serial});
+      call_handler(*request, *peer, ReplyHandle{.fd = kRemoteReplyFd, .serial = serial});
   if (reply) {
     remote_pending_.erase(serial);
     send_remote(route, std::move(*reply));

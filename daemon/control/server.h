@@ -8,8 +8,20 @@
 // users act on their own jobs, root or control.admin_group on anything (credentials.h).
 //
 // Hostile clients: a frame above kMaxRequestBytes, a request that is not JSON, a connection
-// silent for kIdleTimeout or more than kMaxConnections at once are closed with a logged reason;
-// the daemon goes on.
+// that has not sent a whole request within kRequestTimeout of its accept (or of its previous
+// reply), or one beyond kMaxConnectionsPerUid of the same uid or kMaxConnections in all is
+// closed with a logged reason; the daemon goes on. The request deadline is not moved by the
+// bytes that trickle in, so a client dribbling one byte at a time (slowloris) holds a
+// connection for kRequestTimeout at most, and the per-uid cap keeps one user's connections
+// from locking out the others.
+// A handler that throws is answered with an error reply and counted (stats().handler_errors);
+// no exception leaves process().
+// Out of descriptors: when accept() fails with EMFILE or ENFILE the server closes a reserved
+// descriptor, accepts the waiting connection, answers it with an error and closes it, then
+// reserves again; so a full descriptor table neither spins the loop (the level-triggered
+// listen socket stays readable otherwise) nor leaves clients hanging. If no descriptor can be
+// freed it stops listening for kAcceptBackoff. Failures are counted (stats().accept_errors) and
+// logged at most once per kAcceptLogInterval.
 //
 // Startup: open() creates the socket's parent directory, removes a stale socket file only if no
 // one answers on it, and refuses to start (an Error) when another daemon answers there or the
@@ -18,7 +30,7 @@
 //
 // Deferred replies: a handler that cannot answer at once (the request goes to the Raft leader)
 // returns std::nullopt and later calls reply() with the handle it was given. Until then that
-// connection reads no further frame and is not closed for idleness (the node bounds how long a
+// connection reads no further frame and has no request deadline (the node bounds how long a
 // request may take); a client that hangs up first simply loses the reply.
 //
 // Thread safety: none; the node's loop thread owns it. The handler runs on that thread.
@@ -50,10 +62,13 @@ inline constexpr int kRemoteReplyFd = -2;
 
 // Requests and connections refused or closed for what the client did (metrics).
 struct ServerStats {
-  std::uint64_t too_many_connections = 0;  // refused at accept: kMaxConnections open
-  std::uint64_t oversized = 0;             // a frame above kMaxRequestBytes
-  std::uint64_t malformed = 0;             // a frame that is not a request (answered, closed)
-  std::uint64_t idle = 0;                  // silent for kIdleTimeout
+  // Refused at accept: kMaxConnections open, or kMaxConnectionsPerUid of the caller's uid.
+  std::uint64_t too_many_connections = 0;
+  std::uint64_t oversized = 0;        // a frame above kMaxRequestBytes
+  std::uint64_t malformed = 0;        // a frame that is not a request (answered, closed)
+  std::uint64_t request_timeout = 0;  // no whole request within kRequestTimeout
+  std::uint64_t handler_errors = 0;   // the handler threw (answered with an error)
+  std::uint64_t accept_errors = 0;    // accept() failed other than EAGAIN (EMFILE, ENFILE, ...)
 };
 
 class Server {
@@ -63,8 +78,13 @@ class Server {
   using Handler = std::function<std::optional<std::string>(const Request&, const PeerCredentials&,
                                                            ReplyHandle)>;
 
-  static constexpr std::size_t kMaxConnections = 64;
-  static constexpr std::chrono::seconds kIdleTimeout{10};
+  // Local requests are one small frame written at once: a whole one in 5 s is generous.
+  static constexpr std::chrono::seconds kRequestTimeout{5};
+  static constexpr std::size_t kMaxConnections = 128;
+  // elasticctl opens one connection per call; a user's workers report progress briefly each.
+  static constexpr std::size_t kMaxConnectionsPerUid = 16;
+  static constexpr std::chrono::seconds kAcceptBackoff{1};
+  static constexpr std::chrono::seconds kAcceptLogInterval{10};
 
   static Result<std::unique_ptr<Server>> open(const std::string& path, Handler handler);
   ~Server();
@@ -74,9 +94,9 @@ class Server {
   // Readable (POLLIN) whenever process() has something to do.
   int fd() const { return epoll_fd_; }
   // Accepts, reads, answers and writes whatever is ready without blocking; closes connections
-  // idle since before now - kIdleTimeout.
+  // whose request deadline passed.
   void process(TimePoint now);
-  // When the next idle connection times out (kNever if none).
+  // When the next request deadline passes or listening resumes (kNever if neither).
   TimePoint next_deadline() const;
 
   // Sends the deferred reply of `handle`; false when its connection has gone away.
@@ -105,9 +125,14 @@ class Server {
   struct Connection;
   Server(std::string path, Handler handler, int listen_fd, int epoll_fd, ino_t inode);
   void accept_all(TimePoint now);
+  void on_accept_failed(TimePoint now, int error);
+  bool refuse_beyond_caps(int fd, const PeerCredentials& peer);
   void on_readable(Connection& connection, TimePoint now);
   void on_writable(Connection& connection);
   void handle_frames(Connection& connection);
+  // The handler's reply; an error reply (counted) if it threw.
+  std::optional<std::string> call_handler(const Request& request, const PeerCredentials& peer,
+                                          ReplyHandle handle);
   void update_interest(Connection& connection);
   void close_connection(int fd, const std::string& reason);
   void queue_reply(Connection& connection, std::string reply);
@@ -116,7 +141,11 @@ class Server {
   Handler handler_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
-  ino_t inode_ = 0;  // of the socket file we created, so we never unlink a successor's
+  ino_t inode_ = 0;      // of the socket file we created, so we never unlink a successor's
+  int reserve_fd_ = -1;  // /dev/null, closed to make room for one accept when out of fds
+  std::optional<TimePoint> listen_paused_until_;
+  TimePoint next_accept_log_{};
+  std::uint64_t accept_errors_unlogged_ = 0;
   std::map<int, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_serial_ = 1;
   struct RemotePending {

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "daemon/control/credentials.h"
+#include "daemon/control/requests.h"
 #include "daemon/rendezvous/job_table.h"
 
 namespace elastic::node {
@@ -48,19 +51,10 @@ ApplyResult decode_result(const std::string& bytes) {
   return result;
 }
 
+double seconds_of(Duration d) { return to_ms(d) / 1000.0; }
+
 rendezvous::WallTime wall_now() {
   return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
-}
-
-// The string member `key` of the request object, or an error sentence.
-Result<std::string> string_arg(const std::string& args, const char* key) {
-  const json value = json::parse(args, nullptr, /*allow_exceptions=*/false);
-  if (!value.is_object()) return Error{"The request is not a JSON object."};
-  const auto found = value.find(key);
-  if (found == value.end() || !found->is_string() || found->get<std::string>().empty()) {
-    return Error{std::string("The request needs a non-empty string \"") + key + "\"."};
-  }
-  return found->get<std::string>();
 }
 
 std::string user_name(std::uint32_t uid) {
@@ -68,12 +62,32 @@ std::string user_name(std::uint32_t uid) {
   return account ? account->name : std::to_string(uid);
 }
 
-std::string job_reply(const rendezvous::JobTable& table, const std::string& id, bool duplicate) {
+// A job's env often carries secrets (tokens, passwords): only its owner, root and
+// control.admin_group see it; everyone else sees the job without it and "env_hidden": true.
+json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uint32_t uid,
+              bool admin) {
+  json value = json::parse(rendezvous::to_json(job, max_events), nullptr, false);
+  const bool may_see_env = admin || uid == 0 || uid == job.spec.uid;
+  if (!may_see_env && value.is_object() && value.contains("spec") && value["spec"].is_object()) {
+    value["spec"].erase("env");
+    value["spec"]["env_hidden"] = true;
+  }
+  return value;
+}
+
+std::string job_reply(const rendezvous::JobTable& table, const std::string& id, bool duplicate,
+                      std::uint32_t uid, bool admin) {
   const rendezvous::JobRecord* job = table.job(id);
   json reply{{"ok", true}, {"duplicate", duplicate}};
-  reply["job"] = job != nullptr ? json::parse(rendezvous::to_json(*job, 20), nullptr, false)
-                                : json{{"id", id}};
+  reply["job"] = job != nullptr ? job_json(*job, 20, uid, admin) : json{{"id", id}};
   return reply.dump();
+}
+
+// Per-user refusals are addressed to a person: their name when the host knows it.
+std::string who(std::uint32_t uid) {
+  const std::optional<control::Account> account = control::account_of(uid);
+  return account ? "User " + account->name + " (uid " + std::to_string(uid) + ")"
+                 : "uid " + std::to_string(uid);
 }
 
 }  // namespace
@@ -100,11 +114,11 @@ std::string JobService::apply(consensus::Index index, std::string_view command) 
 }
 
 void JobService::serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
-                              ServeDone done) {
-  const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
-  const std::string action = args.is_object() ? args.value("action", "") : "";
-  const std::string node = args.is_object() ? args.value("node", "") : "";
-  if (action.empty()) {
+                              const ServeDone& done) {
+  auto args = control::decode_voters_request(request.args);
+  if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+  using Action = control::VotersRequest::Action;
+  if (args->action == Action::kList) {
     json voters = consensus.voters();
     return done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", voters}}.dump());
   }
@@ -112,13 +126,11 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
     return done(ForwardOutcome::kDenied,
                 "Changing the voters needs root or a member of control.admin_group.");
   }
-  if (action != "add" && action != "remove") {
-    return done(ForwardOutcome::kError,
-                "The voters request needs \"action\": \"add\" or \"remove\".");
-  }
+  const bool add = args->action == Action::kAdd;
+  const std::string& node = args->node;
   const std::vector<std::string> current = consensus.voters();
   const bool present = std::find(current.begin(), current.end(), node) != current.end();
-  if (action == "add") {
+  if (add) {
     if (present) return done(ForwardOutcome::kError, node + " is already a voter.");
     if (current.size() >= 5) {
       return done(ForwardOutcome::kError,
@@ -131,14 +143,12 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
   } else if (!present) {
     return done(ForwardOutcome::kError, node + " is not a voter.");
   }
-  consensus.change_voter(
-      now, action == "add", node,
-      [&consensus, done = std::move(done)](Result<std::string> applied) {
-        if (!applied.ok()) {
-          return done(ForwardOutcome::kError, applied.error().message);
-        }
-        done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", consensus.voters()}}.dump());
-      });
+  consensus.change_voter(now, add, node, [&consensus, done](Result<std::string> applied) {
+    if (!applied.ok()) {
+      return done(ForwardOutcome::kError, applied.error().message);
+    }
+    done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", consensus.voters()}}.dump());
+  });
 }
 
 std::string JobService::snapshot() const { return table_->snapshot(); }
@@ -154,37 +164,119 @@ Status JobService::restore(consensus::Index index, std::string_view bytes) {
   return ok_status();
 }
 
+SubmitLimits submit_limits(const config::ControlConfig& control) {
+  // validate() keeps them in 0..10000 and >= 0.
+  return SubmitLimits{
+      .max_active_jobs_per_user = static_cast<std::uint32_t>(control.max_active_jobs_per_user),
+      .submits_per_minute_per_user =
+          static_cast<std::uint32_t>(control.submits_per_minute_per_user),
+      .submit_burst_per_user = static_cast<std::uint32_t>(control.submit_burst_per_user)};
+}
+
+void JobService::set_submit_limits(const SubmitLimits& limits) {
+  limits_ = limits;
+  buckets_.clear();  // a new rate starts every user with a full burst
+}
+
+Status JobService::admit_submit(TimePoint now, std::uint32_t uid) {
+  if (uid == 0) return ok_status();  // root is not capped: its tools must never be locked out
+  if (limits_.max_active_jobs_per_user > 0) {
+    std::size_t active = 0;
+    for (const auto& [id, job] : table_->jobs()) {
+      if (job.spec.uid == uid && !rendezvous::is_terminal(job.state)) ++active;
+    }
+    const auto pending = pending_submits_.find(uid);
+    if (pending != pending_submits_.end()) active += pending->second;
+    if (active >= limits_.max_active_jobs_per_user) {
+      return Error{who(uid) + " has " + std::to_string(active) + " active jobs, the most " +
+                   "control.max_active_jobs_per_user (" +
+                   std::to_string(limits_.max_active_jobs_per_user) +
+                   ") allows; wait for some to finish or cancel some."};
+    }
+  }
+  if (limits_.submits_per_minute_per_user > 0) {
+    // A token bucket per user: burst_per_user submits at once, then one every
+    // 60 s / submits_per_minute_per_user.
+    const double capacity = limits_.submit_burst_per_user;
+    const double per_second = limits_.submits_per_minute_per_user / 60.0;
+    if (buckets_.size() >= kMaxSubmitBuckets && !buckets_.contains(uid)) {
+      // Forget users whose bucket has refilled: they are indistinguishable from new ones.
+      std::erase_if(buckets_, [&](const auto& entry) {
+        return entry.second.tokens + per_second * seconds_of(now - entry.second.at) >= capacity;
+      });
+    }
+    auto [it, added] = buckets_.try_emplace(uid, Bucket{.tokens = capacity, .at = now});
+    Bucket& bucket = it->second;
+    bucket.tokens = std::min(capacity, bucket.tokens + per_second * seconds_of(now - bucket.at));
+    bucket.at = now;
+    if (bucket.tokens < 1.0) {
+      const double wait_s = (1.0 - bucket.tokens) / per_second;
+      char wait[32];
+      std::snprintf(wait, sizeof(wait), "%.1f", wait_s);
+      return Error{who(uid) + " submitted more than control.submit_burst_per_user (" +
+                   std::to_string(limits_.submit_burst_per_user) +
+                   ") jobs at once, beyond control.submits_per_minute_per_user (" +
+                   std::to_string(limits_.submits_per_minute_per_user) + "); try again in " + wait +
+                   " s."};
+    }
+    bucket.tokens -= 1.0;
+  }
+  return ok_status();
+}
+
 void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
                        ServeDone done) {
+  // The last line of defence: whatever a request holds, no exception leaves a handler (one
+  // would stop the daemon, and a forwarded request the leader after it). The request gets one
+  // error reply, exactly once, and the failure is logged and counted.
+  auto answered = std::make_shared<bool>(false);
+  ServeDone once = [answered, done](ForwardOutcome outcome, std::string body) {
+    if (*answered) return;
+    *answered = true;
+    done(outcome, std::move(body));
+  };
+  try {
+    serve_request(now, request, consensus, once);
+  } catch (const std::exception& e) {
+    ++handler_failures_;
+    spdlog::error("job service: the \"{}\" request of uid {} failed: {}", request.verb, request.uid,
+                  e.what());
+    once(ForwardOutcome::kError, "The daemon could not serve this \"" + request.verb +
+                                     "\" request (an internal error, logged); nothing changed.");
+  }
+}
+
+void JobService::serve_request(TimePoint now, const ClientRequest& request,
+                               ConsensusHost& consensus, const ServeDone& done) {
   // Reads answer from this leader's applied table. A leader deposed a moment ago may answer
   // slightly stale data; writes never are (they go through the log).
   if (request.verb == "jobs") {
     json jobs = json::array();
     for (const auto& [id, job] : table_->jobs()) {
-      jobs.push_back(json::parse(rendezvous::to_json(job, 0), nullptr, false));
+      jobs.push_back(job_json(job, 0, request.uid, request.admin));
     }
     done(ForwardOutcome::kOk, json{{"ok", true}, {"jobs", std::move(jobs)}}.dump());
     return;
   }
   if (request.verb == "job") {
-    auto id = string_arg(request.args, "job");
-    if (!id.ok()) return done(ForwardOutcome::kError, id.error().message);
-    const rendezvous::JobRecord* job = table_->job(*id);
-    if (job == nullptr) return done(ForwardOutcome::kError, "No job \"" + *id + "\" is known.");
-    return done(ForwardOutcome::kOk, job_reply(*table_, *id, false));
+    auto args = control::decode_job_request(request.verb, request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    if (table_->job(args->job) == nullptr) {
+      return done(ForwardOutcome::kError, "No job \"" + args->job + "\" is known.");
+    }
+    return done(ForwardOutcome::kOk,
+                job_reply(*table_, args->job, false, request.uid, request.admin));
   }
 
   if (request.verb == "voters") {
-    serve_voters(now, request, consensus, std::move(done));
+    serve_voters(now, request, consensus, done);
     return;
   }
   if (request.verb == "events") {
-    const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
-    const std::string only = args.is_object() ? args.value("job", "") : "";
-    std::size_t limit = 100;
-    if (args.is_object() && args.contains("limit") && args["limit"].is_number_unsigned()) {
-      limit = std::clamp<std::size_t>(args["limit"].get<std::size_t>(), 1, 100'000);
-    }
+    auto args = control::decode_events_request(request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    const std::string& only = args->job;
+    const std::size_t limit = args->limit;
     if (!only.empty() && table_->job(only) == nullptr) {
       return done(ForwardOutcome::kError, "No job \"" + only + "\" is known.");
     }
@@ -227,13 +319,11 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
   }
 
   rendezvous::Command command;
+  std::optional<std::uint32_t> submitter;  // set for a submit: it counts as pending until applied
   if (request.verb == "submit") {
-    const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
-    const auto spec_json = args.is_object() ? args.find("spec") : args.end();
-    if (!args.is_object() || spec_json == args.end() || !spec_json->is_object()) {
-      return done(ForwardOutcome::kError, "The submit request needs a \"spec\" object.");
-    }
-    auto spec = rendezvous::job_spec_from_json(spec_json->dump());
+    auto args = control::decode_submit_request(request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    auto spec = rendezvous::job_spec_from_json(args->spec);
     if (!spec.ok()) return done(ForwardOutcome::kError, spec.error().message);
     // Who runs the job comes from the caller's credentials, never from the spec.
     spec->uid = request.uid;
@@ -242,44 +332,55 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
     if (auto valid = rendezvous::validate(*spec); !valid.ok()) {
       return done(ForwardOutcome::kError, valid.error().message);
     }
+    if (Status admitted = admit_submit(now, request.uid); !admitted.ok()) {
+      spdlog::info("job service: submit refused: {}", admitted.error().message);
+      return done(ForwardOutcome::kError, admitted.error().message);
+    }
+    submitter = request.uid;
     command = rendezvous::SubmitJob{.client_id = request.client_id,
                                     .client_seq = request.client_seq,
                                     .spec = std::move(*spec),
                                     .submitted_at = wall_now()};
   } else if (request.verb == "cancel") {
-    auto id = string_arg(request.args, "job");
-    if (!id.ok()) return done(ForwardOutcome::kError, id.error().message);
+    auto args = control::decode_job_request(request.verb, request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
     command = rendezvous::CancelJob{.client_id = request.client_id,
                                     .client_seq = request.client_seq,
-                                    .job_id = *id,
+                                    .job_id = args->job,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
                                     .at = wall_now()};
   } else if (request.verb == "drain" || request.verb == "undrain") {
-    auto node = string_arg(request.args, "node");
-    if (!node.ok()) return done(ForwardOutcome::kError, node.error().message);
-    const json args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
-    const std::string reason = args.value("reason", "");
-    if (reason.size() > rendezvous::kMaxReasonBytes) {
+    auto args = control::decode_drain_request(request.verb, request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    if (args->reason.size() > rendezvous::kMaxReasonBytes) {
       return done(
           ForwardOutcome::kError,
           "The reason is longer than " + std::to_string(rendezvous::kMaxReasonBytes) + " bytes.");
     }
     command = rendezvous::DrainNode{.client_id = request.client_id,
                                     .client_seq = request.client_seq,
-                                    .node = *node,
+                                    .node = args->node,
                                     .drained = request.verb == "drain",
-                                    .reason = reason,
+                                    .reason = args->reason,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
                                     .at = wall_now()};
   } else {
     return done(ForwardOutcome::kError, "Unknown verb \"" + request.verb + "\".");
   }
+  if (submitter) ++pending_submits_[*submitter];
   const rendezvous::JobTable* table = table_.get();
   consensus.propose(
       now, rendezvous::encode_command(command),
-      [table, command, done = std::move(done)](Result<std::string> applied) {
+      [this, table, command, submitter, uid = request.uid, admin = request.admin,
+       done](Result<std::string> applied) {
+        if (submitter) {
+          const auto pending = pending_submits_.find(*submitter);
+          if (pending != pending_submits_.end() && --pending->second == 0) {
+            pending_submits_.erase(pending);
+          }
+        }
         if (!applied.ok()) return done(ForwardOutcome::kRedirect, applied.error().message);
         const ApplyResult result = decode_result(*applied);
         if (result.code != ApplyCode::kApplied) {
@@ -292,7 +393,7 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
               ForwardOutcome::kOk,
               json{{"ok", true}, {"node", drain->node}, {"drained", drain->drained}}.dump());
         }
-        done(ForwardOutcome::kOk, job_reply(*table, result.job_id, result.duplicate));
+        done(ForwardOutcome::kOk, job_reply(*table, result.job_id, result.duplicate, uid, admin));
       });
 }
 

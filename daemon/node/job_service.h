@@ -5,15 +5,25 @@
 //
 // Verbs served here (all need the leader; node.cc forwards them there):
 //   submit {spec}            -> validates, stamps the submitter's uid/gid/user and the time,
-//                               proposes SubmitJob; replies {"ok":true,"job":{...}} once applied
+//                               checks the per-user limits (SubmitLimits), proposes SubmitJob;
+//                               replies {"ok":true,"job":{...}} once applied
 //   cancel {job}             -> proposes CancelJob (owner or admin only)
 //   jobs                     -> {"ok":true,"jobs":[...]} from the leader's applied table
 //   job {job}                -> {"ok":true,"job":{...,"events":[...]}}
+// A job's spec.env is shown to its owner, root and admins only; others get the job without it
+// and "env_hidden": true (env often carries tokens).
 //   events [{job, limit}]    -> {"ok":true,"events":[...job state changes, replicated...],
 //                               "cluster":[...],"incidents":[...]} (the last two from the
 //                               events source: the leader's own memory, see incidents.h)
 //   voters [{action, node}]  -> the current voters; with action "add"/"remove" (root or
 //                               control.admin_group only) one voter change, answered once applied
+// Arguments are decoded by daemon/control/requests.h: a malformed request gets one error reply.
+// No exception leaves serve(): one that escapes a handler is caught, logged, counted
+// (handler_failures()) and answered as an error, so no request can stop the leader.
+// Submit limits (control.max_active_jobs_per_user, control.submits_per_minute_per_user,
+// control.submit_burst_per_user; 0 = none) hold for every uid but root. Active jobs count the
+// applied table plus this leader's submits not yet applied; the rate is a token bucket per uid
+// in this leader's memory (a new leader starts every user with a full burst).
 // Retries: every mutating request carries (client id, client sequence); the table remembers the
 // last sequence per client, so a request retried through a new leader is applied once.
 //
@@ -22,9 +32,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "daemon/config/config.h"
 #include "daemon/core/time.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
@@ -47,6 +60,15 @@ struct ClientRequest {
   std::uint64_t client_seq = 1;
 };
 
+// Per-user submit limits; 0 = no limit. The node sets them from control.* at start and on reload.
+struct SubmitLimits {
+  std::uint32_t max_active_jobs_per_user = 0;
+  std::uint32_t submits_per_minute_per_user = 0;
+  std::uint32_t submit_burst_per_user = 0;  // >= 1 when submits_per_minute_per_user > 0
+  bool operator==(const SubmitLimits&) const = default;
+};
+SubmitLimits submit_limits(const config::ControlConfig& control);
+
 // kOk: `body` is the control reply JSON; kError: one sentence for the user (final); kRedirect:
 // this node is not (or no longer) the leader, `body` says why and the caller tries elsewhere.
 using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
@@ -68,6 +90,9 @@ class JobService : public StateMachine {
     is_member_ = std::move(is_member);
   }
   std::size_t job_count() const;
+  void set_submit_limits(const SubmitLimits& limits);
+  // Requests whose handler threw (caught in serve(), answered with an error).
+  std::uint64_t handler_failures() const { return handler_failures_; }
   // Where the events verb gets the leader's cluster events and incidents: JSON text of
   // {"cluster":[...],"incidents":[...]} for one job ("" = all), the newest `limit` of each.
   void set_events_source(std::function<std::string(const std::string&, std::size_t)> source) {
@@ -75,12 +100,25 @@ class JobService : public StateMachine {
   }
 
  private:
+  void serve_request(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
+                     const ServeDone& done);
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
-                    ServeDone done);
+                    const ServeDone& done);
+  // An Error naming the cap and its config key when `uid` may not submit now.
+  Status admit_submit(TimePoint now, std::uint32_t uid);
 
   std::unique_ptr<rendezvous::JobTable> table_;
   std::function<bool(const std::string&)> is_member_;
   std::function<std::string(const std::string&, std::size_t)> events_source_;
+  SubmitLimits limits_;
+  struct Bucket {
+    double tokens = 0;
+    TimePoint at{};
+  };
+  static constexpr std::size_t kMaxSubmitBuckets = 4096;
+  std::map<std::uint32_t, Bucket> buckets_;               // by uid
+  std::map<std::uint32_t, std::size_t> pending_submits_;  // by uid: proposed, not yet applied
+  std::uint64_t handler_failures_ = 0;
 };
 
 }  // namespace elastic::node

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "daemon/control/requests.h"
 #include "daemon/control/server.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
@@ -255,6 +256,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
       membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
       clock_now());
 
+  node->jobs_.set_submit_limits(submit_limits(config.control));
   node->jobs_.set_events_source([self](const std::string& job, std::size_t limit) {
     return self->rounds_->events_json(job, limit);
   });
@@ -429,6 +431,9 @@ void Node::reload(TimePoint now) {
                         plan.apply.spawner.log_max_bytes != config_.spawner.log_max_bytes ||
                         plan.apply.spawner.log_keep != config_.spawner.log_keep)) {
       supervisor_->set_spawner_limits(plan.apply.spawner);
+    }
+    if (submit_limits(plan.apply.control) != submit_limits(config_.control)) {
+      jobs_.set_submit_limits(submit_limits(plan.apply.control));
     }
     config_ = plan.apply;
     life_.source = loaded->source;
@@ -858,10 +863,9 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     return reply.dump();
   }
   if (request.verb == "logs") {
-    const nlohmann::json args = nlohmann::json::parse(request.text, nullptr, false);
-    const std::string target = args.is_object() && args.contains("node") && args["node"].is_string()
-                                   ? args["node"].get<std::string>()
-                                   : std::string();
+    auto args = control::decode_logs_request(request.text);
+    if (!args.ok()) return control::encode_error_reply(args.error().message);
+    const std::string target = args->node;
     if (target.empty() || target == name_) {
       bool denied = false;
       auto served = serve_node_verb(request.verb, request.text,
@@ -914,22 +918,23 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                                               .messages_received = s.messages_received,
                                               .local_health = s.local_health};
     const transport::TransportStats t = transport_->stats();
-    reply.transport =
-        control::TransportCounters{.sent = t.sent,
-                                   .received = t.received,
-                                   .send_failures = t.send_failures,
-                                   .dropped_malformed = t.dropped_malformed,
-                                   .dropped_oversized = t.dropped_oversized,
-                                   .dropped_wrong_version = t.dropped_wrong_version,
-                                   .dropped_wrong_cluster = t.dropped_wrong_cluster,
-                                   .dropped_unauthenticated = t.dropped_unauthenticated,
-                                   .dropped_undecodable = undecodable_bodies_,
-                                   .control_received = t.control_received,
-                                   .control_dropped = t.control_dropped,
-                                   .control_unauthenticated = t.control_unauthenticated,
-                                   .peers_opened = t.peers_opened,
-                                   .peers_closed = t.peers_closed,
-                                   .open_peers = transport_->open_peers()};
+    reply.transport = control::TransportCounters{
+        .sent = t.sent,
+        .received = t.received,
+        .send_failures = t.send_failures,
+        .dropped_malformed = t.dropped_malformed,
+        .dropped_oversized = t.dropped_oversized,
+        .dropped_wrong_version = t.dropped_wrong_version,
+        .dropped_wrong_cluster = t.dropped_wrong_cluster,
+        .dropped_unauthenticated = t.dropped_unauthenticated,
+        // Round reports whose args do not decode count too.
+        .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
+        .control_received = t.control_received,
+        .control_dropped = t.control_dropped,
+        .control_unauthenticated = t.control_unauthenticated,
+        .peers_opened = t.peers_opened,
+        .peers_closed = t.peers_closed,
+        .open_peers = transport_->open_peers()};
     // What this daemon's copy of the job table says about drains (voters; a non-voter's table
     // is empty), and the slots each node offered (known to the leader).
     nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
@@ -1022,26 +1027,18 @@ Result<std::string> Node::serve_node_verb(const std::string& verb, const std::st
                                           std::uint32_t uid, bool admin, bool* denied) const {
   *denied = false;
   if (verb != "logs") return Error{"Unknown node verb \"" + verb + "\"."};
-  const nlohmann::json args = nlohmann::json::parse(args_text, nullptr, false);
-  if (!args.is_object() || !args.contains("job") || !args["job"].is_string()) {
-    return Error{"The logs request needs a \"job\" (a job id)."};
-  }
-  const std::string job = args["job"].get<std::string>();
-  if (!args.contains("rank") || !args["rank"].is_number_unsigned()) {
-    return Error{"The logs request needs a \"rank\" (a number)."};
-  }
+  auto args = control::decode_logs_request(args_text);
+  if (!args.ok()) return args.error();
+  const std::string& job = args->job;
   // Job ids are [A-Za-z0-9._-]; anything else could walk out of the log directory.
   if (job.empty() || job.find('/') != std::string::npos || job == "." || job == "..") {
     return Error{"\"" + job + "\" is not a job id."};
   }
-  const auto rank = args["rank"].get<std::uint64_t>();
+  const std::uint64_t rank = args->rank;
   if (rank > rendezvous::kMaxNodesPerJob * std::uint64_t{rendezvous::kMaxWorkersPerNode}) {
     return Error{"rank " + std::to_string(rank) + " is out of range."};
   }
-  std::uint64_t max_bytes = 64 * 1024;
-  if (args.contains("max_bytes") && args["max_bytes"].is_number_unsigned()) {
-    max_bytes = std::clamp<std::uint64_t>(args["max_bytes"].get<std::uint64_t>(), 1, 1 << 20);
-  }
+  const std::uint64_t max_bytes = args->max_bytes;
   const std::string path = supervisor_->log_path(job, static_cast<std::uint32_t>(rank));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -1060,8 +1057,8 @@ Result<std::string> Node::serve_node_verb(const std::string& verb, const std::st
   const auto size = static_cast<std::uint64_t>(st.st_size);
   std::uint64_t offset = size > max_bytes ? size - max_bytes : 0;
   bool rotated = false;
-  if (args.contains("offset") && args["offset"].is_number_unsigned()) {
-    offset = args["offset"].get<std::uint64_t>();
+  if (args->offset) {
+    offset = *args->offset;
     if (offset > size) {  // the file was rotated (or truncated) since: start over
       offset = 0;
       rotated = true;

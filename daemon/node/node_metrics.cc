@@ -302,6 +302,7 @@ std::string Node::render_metrics(TimePoint now) const {
       {"wrong_cluster", t.dropped_wrong_cluster},
       {"unauthenticated", t.dropped_unauthenticated},
       {"undecodable", undecodable_bodies_},
+      {"malformed_report", rounds_->malformed_reports()},
   };
   for (const auto& [reason, count] : drops) m.sample(as_double(count), {{"reason", reason}});
   m.family("elastic_send_failures_total", MetricType::kCounter,
@@ -328,13 +329,23 @@ std::string Node::render_metrics(TimePoint now) const {
   const control::ServerStats& c = control_->stats();
   m.family("elastic_control_rejected_total", MetricType::kCounter,
            "Control requests and connections refused or closed for what the client did, by "
-           "reason (remote_refused: a remote request for an unknown user, not JSON, or beyond "
-           "the pending limit).");
+           "reason (too_many_connections: the global or the per-uid cap; request_timeout: no "
+           "whole request in time; remote_refused: a remote request for an unknown user, not "
+           "JSON, or beyond the pending limit).");
   m.sample(as_double(c.too_many_connections), {{"reason", "too_many_connections"}});
   m.sample(as_double(c.oversized), {{"reason", "oversized"}});
   m.sample(as_double(c.malformed), {{"reason", "malformed"}});
-  m.sample(as_double(c.idle), {{"reason", "idle"}});
+  m.sample(as_double(c.request_timeout), {{"reason", "request_timeout"}});
   m.sample(as_double(control_->remote_refused()), {{"reason", "remote_refused"}});
+  m.family("elastic_control_accept_errors_total", MetricType::kCounter,
+           "accept() failures on the control socket (EMFILE, ENFILE: out of descriptors; the "
+           "waiting connection is answered and closed, or listening pauses for 1 s).");
+  m.sample(as_double(c.accept_errors));
+  m.family("elastic_handler_errors_total", MetricType::kCounter,
+           "Requests and reports whose handler failed with an exception, caught and answered "
+           "with an error (a bug to report: the daemon went on), by where.");
+  m.sample(as_double(c.handler_errors), {{"where", "control"}});
+  m.sample(as_double(jobs_.handler_failures()), {{"where", "job_service"}});
   if (metrics_) {
     const MetricsEndpointStats& e = metrics_->stats();
     m.family("elastic_metrics_scrapes_total", MetricType::kCounter,

@@ -20,6 +20,19 @@ const std::vector<std::pair<std::string_view, Copy>>& live_keys() {
        [](config::DaemonConfig& to, const config::DaemonConfig& from) {
          to.control.admin_group = from.control.admin_group;
        }},
+      // The job service reads these per submit (JobService::set_submit_limits).
+      {"control.max_active_jobs_per_user",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.control.max_active_jobs_per_user = from.control.max_active_jobs_per_user;
+       }},
+      {"control.submits_per_minute_per_user",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.control.submits_per_minute_per_user = from.control.submits_per_minute_per_user;
+       }},
+      {"control.submit_burst_per_user",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.control.submit_burst_per_user = from.control.submit_burst_per_user;
+       }},
       // The spawner reads these per stop() and per log write (Spawner::set_limits).
       {"spawner.stop_grace",
        [](config::DaemonConfig& to, const config::DaemonConfig& from) {

@@ -4,6 +4,10 @@
 // Applied live (the node swaps the value in and the next use sees it):
 //   logging.level        spdlog's level is a global the daemon sets again
 //   control.admin_group  read on every control request (Node::is_admin)
+//   control.max_active_jobs_per_user, control.submits_per_minute_per_user,
+//   control.submit_burst_per_user
+//                        handed to the job service (JobService::set_submit_limits); the next
+//                        submit is checked against them (a changed rate refills every bucket)
 //   spawner.stop_grace, spawner.log_max_bytes, spawner.log_keep
 //                        handed to the spawner (Spawner::set_limits); the next stop() and log
 //                        write use them (a running TERM -> KILL escalation keeps its deadline)

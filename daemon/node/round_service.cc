@@ -70,11 +70,7 @@ bool is_active_round_state(JobState state) {
 
 }  // namespace
 
-bool is_round_report_verb(std::string_view verb) {
-  return verb == "round_ack" || verb == "workers_stopped" || verb == "progress" ||
-         verb == "peer_lost" || verb == "worker_failed" || verb == "workers_done" ||
-         verb == "node_info" || verb == "node_leaving";
-}
+bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
                            const config::DaemonConfig& config, std::uint64_t seed, Hooks hooks)
@@ -463,15 +459,32 @@ void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, 
 
 void RoundService::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                              const std::string& verb, const std::string& args) {
-  const json value = json::parse(args, nullptr, /*allow_exceptions=*/false);
-  if (!value.is_object()) return;
+  Result<RoundReport> decoded = decode_round_report(verb, args);
+  if (!decoded.ok()) {
+    ++malformed_reports_;
+    spdlog::debug("rendezvous: dropped a report from {} (gen {}): {}", from, generation,
+                  decoded.error().message);
+    return;
+  }
+  // The last line of defence: nothing in a report may stop the leader (and then the next).
+  try {
+    act_on_report(now, from, generation, *decoded);
+  } catch (const std::exception& e) {
+    ++malformed_reports_;
+    spdlog::error("rendezvous: a {} report from {} (gen {}) failed: {}", verb, from, generation,
+                  e.what());
+  }
+}
+
+void RoundService::act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                                 const RoundReport& report) {
   // Slots are kept even before this node's first lead() pass: a node reports them once per
   // leader change (and every kNodeInfoResend), right when a new leader is elected.
-  if (!leading_ && verb != "node_info") return;
-  const std::string job = value.value("job", "");
-  const std::uint64_t round = value.value("round", std::uint64_t{0});
-  if (verb == "node_info") {
-    const std::uint32_t slots = value.value("slots", std::uint32_t{0});
+  if (!leading_ && report.kind != ReportKind::kNodeInfo) return;
+  const std::string& job = report.job;
+  const std::uint64_t round = report.round;
+  if (report.kind == ReportKind::kNodeInfo) {
+    const std::uint32_t slots = report.slots;
     auto& known = node_slots_[from];
     if (known != std::make_pair(generation, slots)) {
       known = {generation, slots};
@@ -481,7 +494,7 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
     }
     return;
   }
-  if (verb == "node_leaving") {
+  if (report.kind == ReportKind::kNodeLeaving) {
     if (leaving_.insert_or_assign(from, generation).second) {
       spdlog::info("rendezvous: {} (gen {}) drains: no new work; its jobs go on without it", from,
                    generation);
@@ -491,35 +504,30 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
     return;
   }
   // Incident reports are about rounds that may be over already: the log checks rounds itself.
-  if (verb == "workers_stopped") {
+  if (report.kind == ReportKind::kWorkersStopped) {
     incidents_.on_workers_stopped(now, job, round, from);
     return;
   }
-  if (verb == "progress") {
-    const json step = value.value("step", json());
-    const json resumed = value.value("resumed_from", json(-1));
-    if (!step.is_number_integer() || !resumed.is_number_integer()) return;
-    incidents_.on_progress(now, job, round, value.value("event", ""), step.get<std::int64_t>(),
-                           resumed.get<std::int64_t>());
+  if (report.kind == ReportKind::kProgress) {
+    incidents_.on_progress(now, job, round, report.event, report.step, report.resumed_from);
     return;
   }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
-  if (verb == "worker_failed" || verb == "peer_lost") {
+  if (report.kind == ReportKind::kWorkerFailed || report.kind == ReportKind::kPeerLost) {
     const auto members = round_members_.find(job);
-    const bool lost = verb == "peer_lost";
-    const json evidence = value.value(lost ? "last_heard_ms" : "at_ms", json());
+    const bool lost = report.kind == ReportKind::kPeerLost;
+    const std::optional<std::int64_t> evidence = lost ? report.last_heard_ms : report.at_ms;
     if (members != round_members_.end() && members->second.first == round) {
-      incidents_.on_loss(
-          now, wall_now().time_since_epoch().count(), job, round, members->second.second,
-          lost ? "node_lost" : "worker_failed", lost ? value.value("peer", "") : from,
-          evidence.is_number_integer() ? std::optional<std::int64_t>(evidence.get<std::int64_t>())
-                                       : std::nullopt);
+      incidents_.on_loss(now, wall_now().time_since_epoch().count(), job, round,
+                         members->second.second, lost ? "node_lost" : "worker_failed",
+                         lost ? report.peer : from, evidence);
     }
   }
-  if (verb == "worker_failed") {
+  if (report.kind == ReportKind::kWorkerFailed) {
     if (!it->second.failure) {
-      const std::string detail = value.value("detail", "a worker of " + from + " failed");
+      const std::string detail =
+          report.detail.empty() ? "a worker of " + from + " failed" : report.detail;
       spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
       it->second.failure =
           rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
@@ -530,11 +538,11 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
     }
     return;
   }
-  if (verb == "workers_done") {
+  if (report.kind == ReportKind::kWorkersDone) {
     if (it->second.done.insert(from).second) next_lead_ = TimePoint{};
     return;
   }
-  if (verb == "round_ack") {
+  if (report.kind == ReportKind::kRoundAck) {
     if (it->second.acked.insert(from).second) {
       next_lead_ = TimePoint{};  // the round may be complete: commit running now
       spdlog::debug("rendezvous: {} (gen {}) runs job {} round {}", from, generation, job, round);
@@ -547,12 +555,12 @@ void RoundService::on_report(TimePoint now, const std::string& from, std::uint64
         incidents_.on_round_acked(now, job, round);
       }
     }
-  } else if (verb == "peer_lost") {
-    const std::string peer = value.value("peer", "");
-    const std::uint64_t peer_generation = value.value("generation", std::uint64_t{0});
+  } else if (report.kind == ReportKind::kPeerLost) {
+    const std::string& peer = report.peer;
+    const std::uint64_t peer_generation = report.peer_generation;
     if (it->second.lost.emplace(std::make_pair(peer, peer_generation), now + kLostMemory).second) {
       spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
-                   peer_generation, job, round, value.value("reason", ""));
+                   peer_generation, job, round, report.reason);
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }

@@ -56,6 +56,7 @@
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/incidents.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/fencing.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/rendezvous/job_watch.h"
@@ -107,9 +108,13 @@ class RoundService {
   bool lead_due(TimePoint now, bool leading) const {
     return leading != leading_ || (leading && now >= next_lead_);
   }
-  // A report from daemon `from` (generation `generation`) forwarded to this leader.
+  // A report from daemon `from` (generation `generation`) forwarded to this leader. Its args
+  // are decoded first (round_report.h); one that does not decode is dropped, logged at debug
+  // and counted (malformed_reports()): it comes from another daemon, and nothing it holds may
+  // stop this one (an exception while acting on it is caught, logged and counted too).
   void on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                  const std::string& verb, const std::string& args);
+  std::uint64_t malformed_reports() const { return malformed_reports_; }
 
   // Member half.
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
@@ -263,6 +268,9 @@ class RoundService {
   std::string lease_leader_address_;
   std::uint64_t stale_starts_ = 0;
   std::uint64_t report_seq_ = 0;
+  std::uint64_t malformed_reports_ = 0;  // not decoded, or acting on it threw
+  void act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                     const RoundReport& report);
   TimePoint next_report_{};
   std::uint32_t slots_ = 0;
   TimePoint last_now_{};  // the latest time this service was given (reports to itself)

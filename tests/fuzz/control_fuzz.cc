@@ -1,10 +1,12 @@
 // libFuzzer target for the control-plane decoders that read untrusted JSON: control requests
-// (local socket and remote control), the nodes/status replies elasticctl decodes, and job specs
+// (local socket and remote control) and the typed arguments of every verb
+// (daemon/control/requests.h), the round reports member daemons send the leader
+// (daemon/node/round_report.h), the nodes/status replies elasticctl decodes, and job specs
 // (submit's "spec", daemon/rendezvous/job_spec.h) with their validation and binary encoding.
-// Hostile bytes must never crash, hang or allocate without bound; a request or spec that
-// decodes must re-encode to one that decodes to the same value. The first byte picks the
-// decoder; the rest is the input. Built with clang++ -fsanitize=fuzzer,address,undefined by
-// tests/fuzz/CMakeLists.txt.
+// Hostile bytes must never crash, throw, hang or allocate without bound; a request, report or
+// spec that decodes must re-encode to one that decodes to the same value. The first byte picks
+// the decoder (for reports, also the verb); the rest is the input. Built with clang++
+// -fsanitize=fuzzer,address,undefined by tests/fuzz/CMakeLists.txt.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,8 @@
 #include <string_view>
 
 #include "daemon/control/protocol.h"
+#include "daemon/control/requests.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_spec.h"
 
 namespace {
@@ -31,6 +35,29 @@ void check_request(const std::string& text) {
   if (again->verb != request->verb) property_failed("a re-encoded request has another verb");
   // What handlers do next with a request's text: a spec inside it.
   (void)control::pretty_json(request->text);
+}
+
+// Every verb's argument decoder on the same text: an Error or a value, never an exception
+// (libFuzzer reports an escaping exception as a crash).
+void check_request_args(const std::string& text) {
+  (void)control::decode_job_request("job", text);
+  (void)control::decode_submit_request(text);
+  (void)control::decode_events_request(text);
+  (void)control::decode_voters_request(text);
+  (void)control::decode_drain_request("drain", text);
+  (void)control::decode_logs_request(text);
+}
+
+// A report of the kind `selector` picks (ReportKind's values in order; a number past the last
+// kind gives "unknown", which must be refused): a decoded one re-encodes to the same value.
+void check_report(std::uint8_t selector, const std::string& text) {
+  const std::string verb(node::report_verb(static_cast<node::ReportKind>(selector)));
+  Result<node::RoundReport> report = node::decode_round_report(verb, text);
+  if (!report.ok()) return;
+  Result<node::RoundReport> again =
+      node::decode_round_report(verb, node::encode_round_report(*report));
+  if (!again.ok()) property_failed("a re-encoded report does not decode");
+  if (!(*again == *report)) property_failed("a re-encoded report decodes to another value");
 }
 
 void check_spec(std::string_view text) {
@@ -55,7 +82,13 @@ void check_spec(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 5) {
+  // 0-4: requests, specs, replies; 5: every verb's arguments; 6-21: reports (check_report).
+  const std::uint8_t selector = data[0] % 22;
+  if (selector >= 6) {
+    check_report(static_cast<std::uint8_t>(selector - 6), text);
+    return 0;
+  }
+  switch (selector) {
     case 0:
       check_request(text);
       break;
@@ -70,6 +103,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case 4:
       (void)rendezvous::decode_job_spec(text);
+      break;
+    case 5:
+      check_request_args(text);
       break;
   }
   return 0;

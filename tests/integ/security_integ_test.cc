@@ -146,44 +146,6 @@ std::string zmtp_greeting(const std::string& mechanism) {
   return greeting + padded + std::string(32, '\0');
 }
 
-// Sends one framed request on the control socket from a child running as uid/gid; returns the
-// reply's JSON ("" when none came within a few seconds).
-std::string request_as(uid_t uid, gid_t gid, const std::string& socket, const std::string& body) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return "";
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(pipe_fds[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(2);
-    const int fd = connect_unix(socket);
-    if (fd < 0) ::_exit(3);
-    const std::uint32_t length = htonl(static_cast<std::uint32_t>(body.size()));
-    std::string frame(reinterpret_cast<const char*>(&length), 4);
-    frame += body;
-    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) < 0) ::_exit(4);
-    timeval timeout{20, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    char buffer[65536];
-    ssize_t n;
-    while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
-      if (::write(pipe_fds[1], buffer, static_cast<std::size_t>(n)) != n) ::_exit(5);
-      break;  // one reply (small) is all we need
-    }
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  std::string reply;
-  char buffer[65536];
-  ssize_t n;
-  while ((n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
-    reply.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return reply.size() > 4 ? reply.substr(4) : "";
-}
-
 TEST(SecurityInteg, RemoteControlActsAsTheKeysUserWithTheSameRules) {
   if (!is_root()) GTEST_SKIP() << "needs root: the daemon maps client keys to real users";
   if (::getpwnam("daemon") == nullptr) GTEST_SKIP() << "no user \"daemon\" on this host";
@@ -328,15 +290,16 @@ TEST(SecurityInteg, UsersCancelOnlyTheirOwnJobsAndOnlyAdminsDrain) {
   const RunResult voters = ctl({"voters", "add", "n2"}, kUser, kUser);
   EXPECT_TRUE(voters.status.exited_with(77)) << voters.err;
   // The JSON cannot claim another uid or admin rights: identity comes from SO_PEERCRED.
-  const std::string forged = request_as(kUser, kUser, n1.socket(),
-                                        json{{"verb", "cancel"},
-                                             {"job", root_job},
-                                             {"uid", 0},
-                                             {"gid", 0},
-                                             {"admin", true},
-                                             {"is_admin", true},
-                                             {"by_uid", 0}}
-                                            .dump());
+  const std::string forged = framed_request_as(kUser, kUser, n1.socket(),
+                                               json{{"verb", "cancel"},
+                                                    {"job", root_job},
+                                                    {"uid", 0},
+                                                    {"gid", 0},
+                                                    {"admin", true},
+                                                    {"is_admin", true},
+                                                    {"by_uid", 0}}
+                                                   .dump(),
+                                               20s);
   EXPECT_THAT(forged, HasSubstr("\"ok\":false"));
   EXPECT_THAT(forged, HasSubstr("uid 65533 may not cancel"));
   EXPECT_TRUE(ctl({"cancel", user_job}, kUser, kUser).status.exited_with(0));

@@ -3,15 +3,18 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -77,6 +80,55 @@ inline bool send_and_wait_closed(int port, const std::string& bytes,
   const bool closed = read_until_closed(fd, timeout);
   ::close(fd);
   return closed;
+}
+
+// Sends `body` as one control frame (4-byte big-endian length, then the bytes) on the unix
+// socket at `path` from a child process running as uid/gid (root only), and returns the body of
+// the one reply frame; "" when none came within `timeout` (the daemon closed or went away).
+inline std::string framed_request_as(uid_t uid, gid_t gid, const std::string& path,
+                                     const std::string& body, std::chrono::seconds timeout) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return "";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(2);
+    const int fd = connect_unix(path);
+    if (fd < 0) ::_exit(3);
+    const std::uint32_t length = htonl(static_cast<std::uint32_t>(body.size()));
+    std::string frame(reinterpret_cast<const char*>(&length), 4);
+    frame += body;
+    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) < 0) ::_exit(4);
+    timeval limit{.tv_sec = static_cast<time_t>(timeout.count()), .tv_usec = 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    char buffer[65536];
+    ssize_t n;
+    while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+      if (::write(pipe_fds[1], buffer, static_cast<std::size_t>(n)) != n) ::_exit(5);
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string reply;
+  char buffer[65536];
+  ssize_t n;
+  // Reads until the child exits: a reply frame is complete once its length is in.
+  while ((n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
+    reply.append(buffer, static_cast<std::size_t>(n));
+    if (reply.size() >= 4) {
+      std::uint32_t length = 0;
+      std::memcpy(&length, reply.data(), 4);
+      if (reply.size() >= 4 + std::size_t{ntohl(length)}) break;
+    }
+  }
+  ::close(pipe_fds[0]);
+  ::kill(child, SIGKILL);  // our own child: it may still wait for the daemon to close
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (reply.size() < 4) return "";
+  std::uint32_t length = 0;
+  std::memcpy(&length, reply.data(), 4);
+  return reply.substr(4, ntohl(length));
 }
 
 }  // namespace elastic::testing

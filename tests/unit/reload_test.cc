@@ -38,6 +38,22 @@ TEST(Reload, LiveKeysAreAppliedAndDescribed) {
   EXPECT_EQ(plan.apply, loaded);
 }
 
+// The per-user submit limits are reloadable (issue 13 item 8): an operator under a submit flood
+// lowers them with a SIGHUP, no restart.
+TEST(Reload, SubmitLimitsApplyLive) {
+  const config::DaemonConfig running;
+  config::DaemonConfig loaded = running;
+  loaded.control.max_active_jobs_per_user = 50;
+  loaded.control.submits_per_minute_per_user = 60;
+  loaded.control.submit_burst_per_user = 5;
+  const ReloadPlan plan = plan_reload(running, loaded);
+  EXPECT_THAT(plan.applied, ElementsAre("control.max_active_jobs_per_user: 1000 -> 50",
+                                        "control.submit_burst_per_user: 100 -> 5",
+                                        "control.submits_per_minute_per_user: 600 -> 60"));
+  EXPECT_THAT(plan.needs_restart, IsEmpty());
+  EXPECT_EQ(plan.apply, loaded);
+}
+
 struct RestartCase {
   const char* key;
   std::function<void(config::DaemonConfig&)> change;
@@ -101,9 +117,11 @@ TEST(Reload, MixedChangesSplit) {
 TEST(Reload, EveryKeyIsClassified) {
   std::size_t live = 0;
   for (const std::string& key : config::all_keys()) live += is_live_key(key) ? 1 : 0;
-  EXPECT_EQ(live, 5u);
-  for (const char* key : {"logging.level", "control.admin_group", "spawner.stop_grace",
-                          "spawner.log_max_bytes", "spawner.log_keep"}) {
+  EXPECT_EQ(live, 8u);
+  for (const char* key :
+       {"logging.level", "control.admin_group", "spawner.stop_grace", "spawner.log_max_bytes",
+        "spawner.log_keep", "control.max_active_jobs_per_user",
+        "control.submits_per_minute_per_user", "control.submit_burst_per_user"}) {
     EXPECT_TRUE(is_live_key(key)) << key;
   }
 }

@@ -1,0 +1,202 @@
+// Unit tier, security (issue 13 item 2): the typed decoders of control requests
+// (daemon/control/requests.h) and of round reports (daemon/node/round_report.h). The requests
+// that stopped the leader in the attack round each get one sentence naming the field; valid
+// requests decode to their values; reports round-trip through encode_round_report().
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "daemon/control/requests.h"
+#include "daemon/node/round_report.h"
+
+namespace elastic {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename T>
+std::string error_of(const Result<T>& result) {
+  return result.ok() ? std::string("(decoded)") : result.error().message;
+}
+
+TEST(ControlRequests, TheAttackRequestsAreOneClearErrorEach) {
+  // Each of these threw a JSON type error in the job service and stopped the daemon.
+  EXPECT_EQ(error_of(control::decode_events_request(R"({"verb":"events","job":1})")),
+            "The events request's \"job\" must be a string (a job id), not a number.");
+  EXPECT_EQ(error_of(control::decode_voters_request(R"({"verb":"voters","action":1})")),
+            "The voters request's \"action\" must be a string (\"add\" or \"remove\"), not a "
+            "number.");
+  EXPECT_EQ(error_of(control::decode_drain_request("drain",
+                                                   R"({"verb":"drain","node":"n1","reason":1})")),
+            "The drain request's \"reason\" must be a string (why), not a number.");
+  EXPECT_EQ(
+      error_of(control::decode_voters_request(R"({"verb":"voters","action":"add","node":[1]})")),
+      "The voters request's \"node\" must be a string (a node name), not an array.");
+}
+
+TEST(ControlRequests, MissingEmptyAndOutOfRangeFieldsNameTheField) {
+  EXPECT_EQ(error_of(control::decode_job_request("cancel", R"({"verb":"cancel"})")),
+            "The cancel request needs \"job\": a string (a job id).");
+  EXPECT_EQ(error_of(control::decode_job_request("job", R"({"verb":"job","job":""})")),
+            "The job request's \"job\" must not be empty.");
+  EXPECT_THAT(error_of(control::decode_job_request("job", "[1,2]")),
+              HasSubstr("is not a JSON object"));
+  EXPECT_THAT(error_of(control::decode_job_request("job", "{\"job\":")),
+              HasSubstr("is not a JSON object"));
+  EXPECT_THAT(error_of(control::decode_events_request(R"({"limit":-1})")),
+              HasSubstr("\"limit\" must be an integer from 0 to"));
+  EXPECT_THAT(error_of(control::decode_events_request(R"({"limit":"10"})")),
+              HasSubstr("not a string"));
+  EXPECT_EQ(error_of(control::decode_voters_request(R"({"action":"promote","node":"n2"})")),
+            "The voters request's \"action\" must be \"add\" or \"remove\", not \"promote\".");
+  EXPECT_EQ(error_of(control::decode_voters_request(R"({"action":"add"})")),
+            "The voters request needs \"node\": a string (a node name).");
+  EXPECT_EQ(error_of(control::decode_submit_request(R"({"spec":"train"})")),
+            "The submit request's \"spec\" must be an object (the job spec), not a string.");
+  EXPECT_THAT(error_of(control::decode_logs_request(R"({"job":"j","rank":1.5})")),
+              HasSubstr("\"rank\" must be an integer from 0 to"));
+  EXPECT_THAT(error_of(control::decode_logs_request(R"({"job":"j","rank":0,"offset":{}})")),
+              HasSubstr("\"offset\" must be an integer from 0 to"));
+  EXPECT_THAT(
+      error_of(control::decode_job_request("job", "{\"job\":\"" + std::string(300, 'j') + "\"}")),
+      HasSubstr("is longer than 256 bytes"));
+}
+
+TEST(ControlRequests, ValidRequestsDecodeToTheirValues) {
+  auto events = control::decode_events_request(R"({"verb":"events","job":"train-1","limit":7})");
+  ASSERT_TRUE(events.ok()) << events.error().message;
+  EXPECT_EQ(events->job, "train-1");
+  EXPECT_EQ(events->limit, 7u);
+  // Absent, null and empty optional fields are the defaults; a huge limit is clamped.
+  auto all = control::decode_events_request(R"({"verb":"events","job":null,"limit":1e0})");
+  EXPECT_FALSE(all.ok());  // 1e0 is a float
+  all = control::decode_events_request(R"({"verb":"events","job":"","limit":999999999})");
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_EQ(all->job, "");
+  EXPECT_EQ(all->limit, control::kMaxEventsLimit);
+
+  auto list = control::decode_voters_request(R"({"verb":"voters"})");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->action, control::VotersRequest::Action::kList);
+  auto remove = control::decode_voters_request(R"({"action":"remove","node":"n3","x":[]})");
+  ASSERT_TRUE(remove.ok()) << remove.error().message;
+  EXPECT_EQ(remove->action, control::VotersRequest::Action::kRemove);
+  EXPECT_EQ(remove->node, "n3");
+
+  auto drain = control::decode_drain_request("undrain", R"({"node":"n2"})");
+  ASSERT_TRUE(drain.ok());
+  EXPECT_EQ(drain->node, "n2");
+  EXPECT_EQ(drain->reason, "");
+
+  auto submit = control::decode_submit_request(R"({"verb":"submit","spec":{"name":"x"}})");
+  ASSERT_TRUE(submit.ok());
+  EXPECT_EQ(submit->spec, R"({"name":"x"})");
+
+  auto logs = control::decode_logs_request(R"({"job":"j","rank":3,"max_bytes":0,"offset":9})");
+  ASSERT_TRUE(logs.ok()) << logs.error().message;
+  EXPECT_EQ(logs->rank, 3u);
+  EXPECT_EQ(logs->max_bytes, 1u);  // clamped to 1..kMaxLogBytes
+  EXPECT_EQ(logs->offset, 9u);
+  EXPECT_EQ(control::decode_logs_request(R"({"job":"j","rank":3})")->offset, std::nullopt);
+}
+
+TEST(RoundReports, ForgedReportsAreErrorsNotExceptions) {
+  // Each of these threw in RoundService::on_report and stopped the leader.
+  EXPECT_EQ(error_of(node::decode_round_report("round_ack", R"({"job":1,"round":2})")),
+            "The round_ack report's \"job\" must be a string (a job id), not a number.");
+  EXPECT_EQ(error_of(node::decode_round_report("node_info", R"({"slots":"8"})")),
+            "The node_info report's \"slots\" must be an integer from 0 to 1024 (worker slots), "
+            "not a string.");
+  EXPECT_THAT(error_of(node::decode_round_report("node_info", R"({"slots":4294967297})")),
+              HasSubstr("must be an integer from 0 to 1024"));
+  EXPECT_THAT(error_of(node::decode_round_report(
+                  "peer_lost", R"({"job":"j","round":1,"peer":{},"generation":1})")),
+              HasSubstr("\"peer\" must be a string (a node name), not an object"));
+  EXPECT_THAT(error_of(node::decode_round_report(
+                  "peer_lost", R"({"job":"j","round":1,"peer":"n2","generation":-3})")),
+              HasSubstr("\"generation\" must be an integer from 0 to"));
+  EXPECT_THAT(
+      error_of(node::decode_round_report("worker_failed", R"({"job":"j","round":1,"detail":[1]})")),
+      HasSubstr("\"detail\" must be a string"));
+  EXPECT_THAT(
+      error_of(node::decode_round_report("progress", R"({"job":"j","round":1,"event":"step"})")),
+      HasSubstr("needs \"step\""));
+  EXPECT_THAT(error_of(node::decode_round_report(
+                  "progress", R"({"job":"j","round":1,"event":"explode","step":1})")),
+              HasSubstr("\"event\" must be \"step\", \"checkpoint\" or \"resume\""));
+  EXPECT_THAT(
+      error_of(node::decode_round_report(
+          "progress", R"({"job":"j","round":1,"event":"step","step":18446744073709551615})")),
+      HasSubstr("that fits 64 bits"));
+  EXPECT_THAT(error_of(node::decode_round_report("round_ack", R"({"job":"j"})")),
+              HasSubstr("needs \"round\""));
+  EXPECT_THAT(error_of(node::decode_round_report("round_ack", "not json")),
+              HasSubstr("is not a JSON object"));
+  EXPECT_EQ(error_of(node::decode_round_report("submit", "{}")),
+            "\"submit\" is not a round report.");
+  // Issue 13 item 11's report: a port is a number in 1..65535.
+  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy", R"({"job":"j","round":1})")),
+              HasSubstr("needs \"port\""));
+  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy",
+                                                 R"({"job":"j","round":1,"port":70000})")),
+              HasSubstr("\"port\""));
+  EXPECT_THAT(
+      error_of(node::decode_round_report("store_port_busy", R"({"job":"j","round":1,"port":0})")),
+      HasSubstr("\"port\" is 0"));
+  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy",
+                                                 R"({"job":"j","round":1,"port":"29500"})")),
+              HasSubstr("\"port\" must be"));
+}
+
+node::RoundReport report_of(node::ReportKind kind, std::string job = "train-1",
+                            std::uint64_t round = 4) {
+  node::RoundReport report;
+  report.kind = kind;
+  report.job = std::move(job);
+  report.round = round;
+  return report;
+}
+
+TEST(RoundReports, EveryKindRoundTrips) {
+  std::vector<node::RoundReport> reports;
+  node::RoundReport info = report_of(node::ReportKind::kNodeInfo, "", 0);
+  info.slots = 8;
+  reports.push_back(info);
+  for (node::ReportKind kind :
+       {node::ReportKind::kNodeLeaving, node::ReportKind::kRoundAck, node::ReportKind::kWorkersDone,
+        node::ReportKind::kWorkersStopped}) {
+    reports.push_back(report_of(kind));
+  }
+  node::RoundReport failed = report_of(node::ReportKind::kWorkerFailed);
+  failed.detail = "rank 3 on node n2 exited 1";
+  failed.rank = 3;
+  failed.at_ms = 1'700'000'000'000;
+  reports.push_back(failed);
+  node::RoundReport lost = report_of(node::ReportKind::kPeerLost);
+  lost.peer = "n3";
+  lost.peer_generation = 7;
+  lost.reason = "keepalive timeout";
+  lost.last_heard_ms = 1'700'000'000'000;
+  reports.push_back(lost);
+  node::RoundReport progress = report_of(node::ReportKind::kProgress);
+  progress.rank = 0;
+  progress.event = "checkpoint";
+  progress.step = 1200;
+  progress.resumed_from = 1000;
+  reports.push_back(progress);
+  node::RoundReport port_busy = report_of(node::ReportKind::kStorePortBusy);
+  port_busy.port = 29501;
+  port_busy.detail = "another process on node n1 holds TCP port 29501";
+  reports.push_back(port_busy);
+  for (const node::RoundReport& report : reports) {
+    const std::string verb(node::report_verb(report.kind));
+    auto decoded = node::decode_round_report(verb, node::encode_round_report(report));
+    ASSERT_TRUE(decoded.ok()) << verb << ": " << decoded.error().message;
+    EXPECT_EQ(*decoded, report) << verb;
+  }
+}
+
+}  // namespace
+}  // namespace elastic
