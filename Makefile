@@ -25,7 +25,7 @@ DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 pr
   libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
   libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist \
-  systemd slurmctld slurmd slurm-client munge
+  systemd systemd-container slurmctld slurmd slurm-client munge
 
 ifeq ($(MODE),release)
   BUILD_TYPE := Release

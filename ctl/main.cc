@@ -16,6 +16,9 @@
 //   logs JOB [--rank N] [--follow]        worker output (all ranks prefixed, or one raw)
 //   drain NODE [--reason T] / undrain NODE   stop / resume placing new rounds on a node (admins)
 //   voters [add|remove NODE]              the Raft voters; change them one at a time (admins)
+//   reload                                the local daemon re-reads its config file now and
+//                                         says how it went; 78 if it refused the file (admins;
+//                                         the systemd unit's ExecReload)
 //   keygen --dir DIR [--name N]           a node's CURVE key pair
 //   keygen --dir DIR --client USER        a remote control client's key pair
 // Remote control (from a login node without a daemon): --connect tcp://HOST:PORT --client-key
@@ -74,7 +77,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr const char* kCommands =
-    "cancel, config, drain, events, jobs, keygen, logs, nodes, status, submit, undrain, voters";
+    "cancel, config, drain, events, jobs, keygen, logs, nodes, reload, status, submit, undrain, "
+    "voters";
 constexpr int kExitRefused = 1;
 constexpr int kExitJobFailed = 3;
 constexpr int kExitJobCancelled = 4;
@@ -101,7 +105,8 @@ constexpr const char* kExitCodesHelp =
     "bad job spec (file or flags); 66 job file unreadable; 69 no daemon answers at the control "
     "socket (or --connect's daemon did not answer); 70 internal error; 73 key files cannot be "
     "written; 77 permission denied (on the control socket, by the daemon: not your job, not an "
-    "admin, or --connect's client key refused); 78 bad configuration.\n\n"
+    "admin, or --connect's client key refused); 78 bad configuration (also: reload, the daemon "
+    "refused its config file).\n\n"
     "Files: /etc/elastic/elasticd.toml (the config read with -c; its control.socket names the "
     "local daemon's socket, default /run/elastic/elasticd.sock).\n"
     "Environment: ELASTIC_CONTROL_SOCKET (the local daemon's socket; set by the Slurm "
@@ -257,9 +262,12 @@ Answer unreachable(const std::string& socket_path, const std::string& detail) {
 std::optional<elastic::transport::RemoteControlClient> remote_daemon;
 
 // The daemon's refusals for lack of rights (not the owner, not an admin) carry
-// "code":"permission" and exit 77 like a refused socket; every other refusal exits 1.
+// "code":"permission" and exit 77 like a refused socket; a configuration file the daemon
+// refused to load (reload) carries "code":"config" and exits 78; every other refusal exits 1.
 int refusal_exit_code(const json& reply) {
-  return str(reply, "code") == "permission" ? kExitNoPermission : kExitRefused;
+  const std::string code = str(reply, "code");
+  if (code == "permission") return kExitNoPermission;
+  return code == "config" ? cfg::kExitConfig : kExitRefused;
 }
 
 Answer ask(const std::string& socket, const json& request, milliseconds timeout) {
@@ -1063,6 +1071,13 @@ int run(int argc, char** argv) {
   voters_cmd->add_option("node", voter_node, "The daemon's node name");
   json_flag(voters_cmd);
 
+  CLI::App* reload_cmd = app.add_subcommand(
+      "reload",
+      "Make the local daemon re-read its config file now and print the outcome; exits 78 when "
+      "it refuses the file (it keeps running with the previous one). Root and "
+      "control.admin_group only; `systemctl reload elasticd` runs this");
+  json_flag(reload_cmd);
+
   CLI::App* keygen_cmd = app.add_subcommand(
       "keygen", "Write a node's CURVE key pair: DIR/NAME.key (secret) and DIR/NAME.pub");
   std::string key_dir;
@@ -1206,6 +1221,16 @@ int run(int argc, char** argv) {
       }
     }
     std::cout << "voters: " << voters << "\n";
+    return 0;
+  }
+  if (reload_cmd->parsed()) {
+    json reply;
+    if (int code = ask_or_report(socket, {{"verb", "reload"}}, kLocalTimeout, reply)) return code;
+    if (as_json) {
+      std::cout << dump(reply) << "\n";
+    } else {
+      std::cout << "reloaded " << str(reply, "source") << ": " << str(reply, "message") << "\n";
+    }
     return 0;
   }
   if (cancel_cmd->parsed()) {

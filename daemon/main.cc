@@ -19,6 +19,7 @@
 #include "daemon/config/config.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/node.h"
+#include "daemon/spawner/cgroup_root.h"
 #include "elastic/version.h"
 
 namespace {
@@ -43,7 +44,9 @@ SIGNALS
   SIGHUP   reload: re-read the same config file with the same --set overrides. An invalid
            config changes nothing (one error line names the key; elasticctl status shows it);
            a valid one applies logging.level and control.admin_group at once and logs every
-           other changed key as taking effect after a restart.
+           other changed key as taking effect after a restart. `elasticctl reload` (the
+           unit's ExecReload) does the same and waits for the result: it exits 78 when the
+           file is refused, so `systemctl reload elasticd` fails too.
 
 EXIT STATUS
   0   stopped by SIGTERM/SIGINT after a drain, or --check-config/--print-config succeeded
@@ -53,8 +56,9 @@ EXIT STATUS
   70  internal error (EX_SOFTWARE)
   73  node.state_dir, the control socket or logging.file cannot be created (EX_CANTCREAT)
   74  the Raft log cannot be written (EX_IOERR)
-  78  invalid configuration: one line per problem, naming the file:line and key (EX_CONFIG;
-      the systemd unit does not restart on it)
+  78  invalid configuration: one line per problem, naming the file:line and key, also a
+      spawner.cgroup_root this host's cgroup layout does not have (EX_CONFIG; the systemd
+      unit does not restart on it)
 
 ENVIRONMENT
   NOTIFY_SOCKET  set by systemd for Type=notify: READY=1 once the config is valid, the sockets
@@ -64,6 +68,16 @@ ENVIRONMENT
 
 SEE ALSO
   elasticctl --help, systemd/README.md, slurm/README.md)";
+
+// Where a key's value came from, for errors found after load_config: the last --set of it, or
+// the file (the line is not known here).
+std::string source_of(const std::string& key, const std::string& file,
+                      const std::vector<std::string>& overrides) {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    if (it->rfind(key + "=", 0) == 0) return "--set " + *it;
+  }
+  return file.empty() ? std::string("built-in defaults") : file;
+}
 
 int run(int argc, char** argv) {
   CLI::App app{
@@ -125,12 +139,27 @@ int run(int argc, char** argv) {
     spdlog::info("config file {} not found; using built-in defaults", config_path);
   }
 
-  if (check_config) {
-    std::cout << "config OK (" << loaded->source << ")\n";
-    return 0;
-  }
   if (print_config) {
     std::cout << cfg::to_toml(loaded->config);
+    return 0;
+  }
+  // spawner.cgroup_root depends on the host's cgroup layout, which load_config cannot see. A
+  // wrong one is a configuration error found here, before anything starts: exit 78, which the
+  // unit does not restart, rather than a spawner that fails with 69 every RestartSec.
+  const std::string& cgroup_root = loaded->config.spawner.cgroup_root;
+  const elastic::spawner::CgroupLayout layout = elastic::spawner::this_process_cgroup_layout();
+  const auto cgroup = check_config ? elastic::spawner::check_cgroup_root(cgroup_root, layout)
+                                   : elastic::spawner::resolve_cgroup_root(cgroup_root, layout);
+  if (!cgroup.ok()) {
+    std::cerr << source_of("spawner.cgroup_root", config_path, overrides)
+              << ": spawner.cgroup_root: " << cgroup.error().message << "\n"
+              << "elasticd: invalid configuration; exiting with status " << cfg::kExitConfig
+              << " (EX_CONFIG)\n";
+    return cfg::kExitConfig;
+  }
+  if (check_config) {
+    std::cout << "config OK (" << loaded->source << ")\n";
+    if (!cgroup_root.empty()) std::cout << "spawner.cgroup_root: " << *cgroup << "\n";
     return 0;
   }
   spdlog::info("elasticd {} starting ({})", elastic::kVersion, loaded->source);

@@ -176,7 +176,8 @@ struct SpawnerConfig {
   // hwloc: pin each worker to disjoint cores near its GPU, and its memory to that NUMA node.
   bool bind_cpus = true;
   bool bind_memory = true;
-  // Delegated cgroup v2 subtree for workers, so no orphan outlives a job;
+  // Delegated cgroup v2 subtree for workers, so no orphan outlives a job; "auto" = the
+  // daemon's own cgroup (the unit's, with Delegate=yes, on a unified or hybrid host);
   // "" = process groups + PR_SET_PDEATHSIG only.
   std::string cgroup_root = "";
   bool operator==(const SpawnerConfig&) const = default;

@@ -314,7 +314,13 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
   k.absolute_path("spawner.log_dir", c.spawner.log_dir, true);
   k.at_least("spawner.log_max_bytes", c.spawner.log_max_bytes, 1);
   k.at_least("spawner.log_keep", c.spawner.log_keep, 0);
-  k.absolute_path("spawner.cgroup_root", c.spawner.cgroup_root, true);
+  // "auto" (the daemon's own delegated cgroup) is resolved by daemon/spawner/cgroup_root.h,
+  // which also checks the directory: the host's cgroup layout is not the config's to know.
+  k.require(
+      c.spawner.cgroup_root.empty() || c.spawner.cgroup_root == "auto" ||
+          c.spawner.cgroup_root.front() == '/',
+      {"spawner.cgroup_root"},
+      "must be an absolute path, \"auto\" or \"\" (got " + quote(c.spawner.cgroup_root) + ")");
 
   // checkpoint
   k.absolute_path("checkpoint.root", c.checkpoint.root, true);

@@ -172,6 +172,7 @@ std::string encode_reply(const StatusReply& reply) {
 std::string encode_error_reply(const std::string& message, ErrorCode code) {
   json reply{{"ok", false}, {"error", message}};
   if (code == ErrorCode::kPermission) reply["code"] = "permission";
+  if (code == ErrorCode::kConfig) reply["code"] = "config";
   return dump(reply);
 }
 

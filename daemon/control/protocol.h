@@ -141,8 +141,9 @@ std::string encode_reply(const NodesReply& reply);
 std::string encode_reply(const StatusReply& reply);
 // What kind of refusal an error reply is, for the client's exit status: kPermission (the
 // caller may not do this: not the job's owner, not an admin) adds "code":"permission", which
-// elasticctl turns into exit 77; every other refusal has no code.
-enum class ErrorCode { kNone, kPermission };
+// elasticctl turns into exit 77; kConfig (the reload verb: the daemon refused its configuration
+// file) adds "code":"config", exit 78; every other refusal has no code.
+enum class ErrorCode { kNone, kPermission, kConfig };
 std::string encode_error_reply(const std::string& message, ErrorCode code = ErrorCode::kNone);
 
 // Decoding a reply: an {"ok": false} reply becomes an Error carrying the daemon's sentence.

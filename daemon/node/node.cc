@@ -954,6 +954,26 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     body["table_known"] = consensus_ && consensus_->status().voter;
     return body.dump();
   }
+  if (request.verb == "reload") {
+    // `elasticctl reload`, the unit's ExecReload: the SIGHUP reload, answered with its outcome,
+    // so that `systemctl reload` fails when the file is refused (a signal cannot say so).
+    if (!is_admin(peer)) {
+      return control::encode_error_reply(
+          "Only root and members of control.admin_group may reload the configuration.",
+          control::ErrorCode::kPermission);
+    }
+    if (!life_.reload) {
+      return control::encode_error_reply("This daemon has no configuration file to reload.");
+    }
+    reload(now);
+    if (!life_.reload_ok) {
+      return control::encode_error_reply("reload refused: " + life_.reload_message +
+                                             "; still running with the previous configuration",
+                                         control::ErrorCode::kConfig);
+    }
+    return nlohmann::json{{"ok", true}, {"source", life_.source}, {"message", life_.reload_message}}
+        .dump();
+  }
   if (request.verb == "status") {
     control::StatusReply reply;
     reply.self = self_info(now);
@@ -1020,7 +1040,8 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
   return control::encode_error_reply(
       "Unknown request \"" + request.verb +
       "\"; this daemon answers \"nodes\", \"status\", \"topology\", \"logs\", \"submit\", "
-      "\"cancel\", \"jobs\", \"job\", \"events\", \"drain\", \"undrain\" and \"voters\".");
+      "\"cancel\", \"jobs\", \"job\", \"events\", \"drain\", \"undrain\", \"voters\" and "
+      "\"reload\".");
 }
 
 Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,

@@ -42,7 +42,9 @@
 //  - SIGHUP: reload (set_reload): RELOADING=1, re-read the same file with the same --set
 //    overrides; an invalid config changes nothing (logged, STATUS says so); a valid one applies
 //    its live keys (reload.h) and logs every key that needs a restart; READY=1. The result is in
-//    `elasticctl status` as "config": {"source", "loaded_at_ms", "last_reload"}.
+//    `elasticctl status` as "config": {"source", "loaded_at_ms", "last_reload"}. The control
+//    verb "reload" (root and control.admin_group; `elasticctl reload`, the unit's ExecReload)
+//    runs the same reload and answers with its outcome: refused files get "code":"config".
 //
 // Raft: a node named in consensus.voters (or every node of a one-node cluster) owns a
 // ConsensusHost; Raft envelopes go to it, its sends go to the voters' member addresses, its

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
-#include <linux/magic.h>
 #include <linux/mempolicy.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,7 +11,6 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,6 +25,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "daemon/spawner/cgroup_root.h"
 #include "daemon/spawner/read_as_user.h"
 
 namespace elastic::spawner {
@@ -220,23 +219,6 @@ std::vector<std::string> exec_candidates(const std::string& file,
   return out;
 }
 
-bool is_cgroup2(const std::string& dir, std::string* why) {
-  struct statfs fs {};
-  if (::statfs(dir.c_str(), &fs) != 0) {
-    *why = errno_text(errno);
-    return false;
-  }
-  if (fs.f_type != CGROUP2_SUPER_MAGIC) {
-    *why = "it is not on a cgroup2 file system";
-    return false;
-  }
-  if (::access(dir.c_str(), W_OK) != 0 || ::access((dir + "/cgroup.procs").c_str(), W_OK) != 0) {
-    *why = "it is not writable (" + errno_text(errno) + ")";
-    return false;
-  }
-  return true;
-}
-
 void cgroup_kill(const std::string& cgroup) {
   int error = 0;
   // ENOENT: the kernel predates cgroup.kill (< 5.14); the process-group kill still runs.
@@ -353,11 +335,10 @@ Status Spawner::init() {
   if (epoll_fd_ < 0) return Error{"cannot create the spawner's epoll set: " + errno_text(errno)};
 
   if (!config_.cgroup_root.empty()) {
-    std::string why;
-    if (!is_cgroup2(config_.cgroup_root, &why)) {
-      return Error{"spawner.cgroup_root '" + config_.cgroup_root +
-                   "' is not a writable cgroup v2 directory: " + why + "."};
-    }
+    // "auto" becomes the daemon's own (delegated) cgroup; elasticd checked it before starting.
+    auto root = resolve_cgroup_root(config_.cgroup_root, this_process_cgroup_layout());
+    if (!root.ok()) return Error{"spawner.cgroup_root " + root.error().message + "."};
+    config_.cgroup_root = *root;
     // Worker cgroups of daemons that are gone (named w-<daemon pid>-<id>).
     if (DIR* dir = ::opendir(config_.cgroup_root.c_str())) {
       while (const dirent* entry = ::readdir(dir)) {

@@ -88,7 +88,8 @@ struct SpawnerConfig {
   Duration stop_grace = std::chrono::seconds(10);   // SIGTERM, then SIGKILL after this
   std::uint64_t log_max_bytes = 100 * 1024 * 1024;  // rotate a log before it grows past this
   int log_keep = 5;                                 // rotated files kept (path.1 .. path.keep)
-  std::string cgroup_root;                          // "" = process groups + PDEATHSIG only
+  // "" = process groups + PDEATHSIG only; "auto" = the daemon's own cgroup (cgroup_root.h).
+  std::string cgroup_root;
   std::string state_dir;  // worker records go to <state_dir>/workers; "" = none
 };
 
@@ -107,8 +108,9 @@ struct WorkerExit {
 
 class Spawner {
  public:
-  // Makes the process a child subreaper, checks cgroup_root (an Error naming it unless it is a
-  // writable cgroup v2 directory), ends leftover workers (see above) and leftover cgroups.
+  // Makes the process a child subreaper, resolves and checks cgroup_root (an Error naming it
+  // unless it is, or "auto" finds, a writable cgroup v2 directory), ends leftover workers (see
+  // above) and leftover cgroups.
   static Result<std::unique_ptr<Spawner>> open(SpawnerConfig config);
 
   // SIGKILLs every worker still running and reaps it (blocking): nothing outlives the Spawner.

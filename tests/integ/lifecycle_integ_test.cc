@@ -4,7 +4,8 @@
 //     "joining"); SIGHUP -> RELOADING=1 ... READY=1; SIGTERM -> STOPPING=1 and exit 0;
 //   - reload: a valid changed file applies logging.level live and names node.name as needing a
 //     restart; a broken file changes nothing, STATUS and `elasticctl status` say why, and a
-//     fixed file applies on the next SIGHUP;
+//     fixed file applies on the next SIGHUP; `elasticctl reload` (the unit's ExecReload) does
+//     the same and exits 78 for a refused file;
 //   - drain: SIGTERM lets a worker checkpoint (its TERM trap writes a file and exits 75), the
 //     node leaves membership gracefully ("left" on the survivor) and the job is re-planned on
 //     the survivor without a restart; a worker that ignores TERM is SIGKILLed after
@@ -152,6 +153,14 @@ class LifecycleDaemon {
   std::string seed_;
 };
 
+// Starts `daemon` reading `file` (so a reload has something to re-read) under `notify`; true
+// once it sent READY=1.
+bool start_with_file(LifecycleDaemon& daemon, NotifyListener& notify, const std::string& file) {
+  daemon.use_config_file(file);
+  daemon.start({{"NOTIFY_SOCKET", notify.path()}});
+  return wait_until([&] { return notify.find("READY=1") >= 0; }, kReady);
+}
+
 bool exits_with(Process& process, int code, std::chrono::milliseconds within) {
   const auto status = process.wait(within);
   return status && status->exited_with(code);
@@ -227,9 +236,7 @@ TEST(Lifecycle, ReloadAppliesValidRefusesBrokenAndAppliesTheFix) {
   NotifyListener notify(dir.file("n1.notify"));
   LifecycleDaemon n1(dir, "n1", {});
   const std::string file = dir.write("elasticd.toml", "[logging]\nlevel = \"info\"\n");
-  n1.use_config_file(file);
-  n1.start({{"NOTIFY_SOCKET", notify.path()}});
-  ASSERT_TRUE(wait_until([&] { return notify.find("READY=1") >= 0; }, kReady)) << notify.dump();
+  ASSERT_TRUE(start_with_file(n1, notify, file)) << notify.dump();
   json status = n1.status();
   ASSERT_FALSE(status.is_null());
   EXPECT_EQ(status["config"]["source"].get<std::string>().rfind(file, 0), 0u) << status.dump();
@@ -315,6 +322,59 @@ TEST(Lifecycle, ReloadAppliesValidRefusesBrokenAndAppliesTheFix) {
   n1.process().signal(SIGTERM);
   EXPECT_TRUE(exits_with(n1.process(), 0, 10s)) << n1.process().err();
   EXPECT_GE(notify.find("STOPPING=1", mark), 0) << notify.dump();
+}
+
+// `elasticctl reload`, the unit's ExecReload (issue 13: `ExecReload=/bin/kill -HUP` made
+// `systemctl reload` return 0 for a refused file): the same reload as SIGHUP, answered with its
+// outcome; a refused file exits 78 with the reason and the daemon runs on unchanged.
+TEST(Lifecycle, ElasticctlReloadAnswersWithTheOutcomeAndFailsForARefusedFile) {
+  TempDir dir;
+  NotifyListener notify(dir.file("n1.notify"));
+  LifecycleDaemon n1(dir, "n1", {});
+  const std::string file = dir.write("elasticd.toml", "[logging]\nlevel = \"info\"\n");
+  ASSERT_TRUE(start_with_file(n1, notify, file)) << notify.dump();
+
+  dir.write("elasticd.toml", "[checkpoint]\nkeep = 7\n[logging]\nlevel = \"warn\"\n");
+  RunResult r = elasticctl(n1.ctl({"reload"}));
+  EXPECT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("reloaded " + file));
+  EXPECT_THAT(r.out, HasSubstr("logging.level"));
+  EXPECT_THAT(r.out, HasSubstr("after a restart: checkpoint.keep"));
+  // Done when elasticctl returns: status already shows it, without waiting.
+  json status = n1.status();
+  ASSERT_FALSE(status.is_null());
+  EXPECT_EQ(status["config"]["last_reload"]["ok"], true) << status.dump();
+
+  // A refused file: exit 78, the reason on stderr; nothing changes and the daemon runs on.
+  dir.write("elasticd.toml", "[logging]\nlevel = \"loud\"\n");
+  std::size_t mark = notify.messages().size();
+  r = elasticctl(n1.ctl({"reload"}));
+  EXPECT_TRUE(r.status.exited_with(78)) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("elasticctl: reload refused: " + file + ":2: logging.level"));
+  EXPECT_THAT(r.err, HasSubstr("still running with the previous configuration"));
+  EXPECT_TRUE(n1.process().running());
+  status = n1.status();
+  ASSERT_FALSE(status.is_null());
+  EXPECT_EQ(status["config"]["last_reload"]["ok"], false) << status.dump();
+  EXPECT_THAT(status["lifecycle"]["status"].get<std::string>(), HasSubstr("reload failed: "));
+  // systemd saw the same reload as for a SIGHUP: RELOADING=1, then READY=1.
+  EXPECT_GE(notify.find("RELOADING=1", mark), 0) << notify.dump();
+  EXPECT_GE(notify.find("READY=1", mark), 0) << notify.dump();
+
+  // --json carries the daemon's refusal as is, with the same exit status.
+  r = elasticctl(n1.ctl({"reload", "--json"}));
+  EXPECT_TRUE(r.status.exited_with(78)) << r.out << r.err;
+
+  dir.write("elasticd.toml", "[logging]\nlevel = \"info\"\n");
+  r = elasticctl(n1.ctl({"reload", "--json"}));
+  EXPECT_TRUE(r.status.exited_with(0)) << r.err;
+  const json reply = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(reply.is_object()) << r.out;
+  EXPECT_EQ(reply["ok"], true);
+  EXPECT_THAT(reply["message"].get<std::string>(), HasSubstr("logging.level"));
+
+  n1.process().signal(SIGTERM);
+  EXPECT_TRUE(exits_with(n1.process(), 0, 10s)) << n1.process().err();
 }
 
 // ---- SIGTERM drain ----------------------------------------------------------------------------
@@ -565,6 +625,9 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
     std::string staged = unit;
     const std::string from = "ExecStart=/usr/local/sbin/elasticd";
     staged.replace(staged.find(from), from.size(), "ExecStart=" + prefix + "/sbin/elasticd");
+    const std::string reload = "ExecReload=/usr/local/bin/elasticctl";
+    ASSERT_NE(staged.find(reload), std::string::npos) << unit;
+    staged.replace(staged.find(reload), reload.size(), "ExecReload=" + prefix + "/bin/elasticctl");
     const std::string copy = dir.write("elasticd.service", staged);
     const RunResult v = verify(copy);
     EXPECT_TRUE(v.status.exited_with(0)) << v.err;

@@ -2,9 +2,9 @@
 //  - Remote control (control.remote_listen): elasticctl --connect acts as the user its client
 //    key names, with the same owner/admin rules as the local socket; an unknown key, an unknown
 //    user and hostile bytes on that port are refused and counted while the daemon goes on.
-//  - The local control socket: a user cannot cancel another's job or drain a node (exit 77);
-//    the owner, root and control.admin_group can; many connections and half frames do not stop
-//    the daemon.
+//  - The local control socket: a user cannot cancel another's job, drain a node or reload the
+//    daemon's configuration (exit 77); the owner, root and control.admin_group can; many
+//    connections and half frames do not stop the daemon.
 // Other users are played with setpriv (root only: those cases skip with the reason otherwise).
 // Nothing sleeps a fixed time: every expectation polls with a deadline.
 #include <arpa/inet.h>
@@ -289,6 +289,10 @@ TEST(SecurityInteg, UsersCancelOnlyTheirOwnJobsAndOnlyAdminsDrain) {
   EXPECT_TRUE(drain.status.exited_with(77)) << drain.err;
   const RunResult voters = ctl({"voters", "add", "n2"}, kUser, kUser);
   EXPECT_TRUE(voters.status.exited_with(77)) << voters.err;
+  // Nor make the daemon re-read its configuration (the unit's ExecReload, issue 13).
+  const RunResult reload = ctl({"reload"}, kUser, kUser);
+  EXPECT_TRUE(reload.status.exited_with(77)) << reload.err;
+  EXPECT_THAT(reload.err, HasSubstr("Only root and members of control.admin_group may reload"));
   // The JSON cannot claim another uid or admin rights: identity comes from SO_PEERCRED.
   const std::string forged = framed_request_as(kUser, kUser, n1.socket(),
                                                json{{"verb", "cancel"},
@@ -310,6 +314,8 @@ TEST(SecurityInteg, UsersCancelOnlyTheirOwnJobsAndOnlyAdminsDrain) {
   EXPECT_TRUE(ctl({"undrain", "n1"}).status.exited_with(0));
   const RunResult admin_cancel = ctl({"cancel", root_job}, kUser, nogroup);
   EXPECT_TRUE(admin_cancel.status.exited_with(0)) << admin_cancel.err;
+  const RunResult admin_reload = ctl({"reload"}, kUser, nogroup);
+  EXPECT_TRUE(admin_reload.status.exited_with(0)) << admin_reload.err;
 }
 
 TEST(SecurityInteg, ManyConnectionsAndHalfFramesOnTheControlSocketDoNotStopTheDaemon) {

@@ -200,6 +200,49 @@ TEST(Elasticd, CrossFieldViolationViaSetExits78) {
                           "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
 }
 
+// Issue 13: spawner.cgroup_root is checked against this host's cgroup layout wherever the
+// config is: --check-config and a start both exit 78 naming the key, its source and the layout
+// (they used to say "config OK" and exit 69 after opening the transport and the Raft log, which
+// the unit restarted every 5 s for ever). A path no host has: /sys/fs/cgroup/<unique>.
+TEST(Elasticd, CgroupRootThisHostDoesNotHaveExits78AtCheckAndAtStart) {
+  TempDir dir;
+  const std::string missing =
+      "/sys/fs/cgroup/system.slice/elastic-cli-test-" + std::to_string(::getpid()) + ".service";
+  const std::string setting = "spawner.cgroup_root=" + missing;
+  const std::vector<std::vector<std::string>> runs = {
+      {"-c", "", "--set", setting, "--check-config"},
+      {"-c", "", "--set", "node.state_dir=" + dir.file("state"), "--set",
+       "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0",
+       "--set", "transport.curve=false", "--set", setting}};
+  for (const auto& args : runs) {
+    const Finished r = elasticd(args);
+    EXPECT_EQ(r.exit_code, 78) << r.out << r.err;
+    EXPECT_EQ(r.out, "");
+    const auto lines = split_lines(r.err);
+    ASSERT_EQ(lines.size(), 2u) << r.err;
+    EXPECT_THAT(lines[0], StartsWith("--set " + setting + ": spawner.cgroup_root: '" + missing +
+                                     "' is not a writable cgroup v2 directory: "));
+    EXPECT_EQ(lines[1], "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)");
+  }
+  // Nothing half-started: the start stopped before the state dir or the socket existed.
+  EXPECT_FALSE(std::filesystem::exists(dir.file("state")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ctl.sock")));
+}
+
+bool host_has_cgroup2() {
+  return read_file("/proc/self/mountinfo").find(" - cgroup2 ") != std::string::npos;
+}
+
+TEST(Elasticd, CheckConfigSaysWhatCgroupRootAutoUses) {
+  if (!host_has_cgroup2()) GTEST_SKIP() << "no cgroup2 mounted on this host (v1 only)";
+  const Finished r = elasticd({"-c", "", "--set", "spawner.cgroup_root=auto", "--check-config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[0], "config OK (built-in defaults + 1 --set override)");
+  EXPECT_THAT(lines[1], StartsWith("spawner.cgroup_root: \"auto\": the daemon's own cgroup below "));
+}
+
 TEST(Elasticd, MissingExplicitConfigExits78) {
   TempDir dir;
   const std::string file = dir.file("absent.toml");
@@ -392,7 +435,7 @@ TEST(Elasticctl, UnknownCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, drain, events, "
-            "jobs, keygen, logs, nodes, status, submit, undrain, voters)\n"
+            "jobs, keygen, logs, nodes, reload, status, submit, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -401,7 +444,7 @@ TEST(Elasticctl, MissingCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: a command is required (commands: cancel, config, drain, events, jobs, "
-            "keygen, logs, nodes, status, submit, undrain, voters)\n"
+            "keygen, logs, nodes, reload, status, submit, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
