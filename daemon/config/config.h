@@ -13,9 +13,12 @@
 // where <source> is `<file>:<line>` (or just `<file>` when the line is unknown), or
 // `--set <key>=<value>` for an override. A cross-field violation names the source of the
 // highest-precedence key involved, which is where the user has to look. Problems with the file
-// as a whole have no key: `<file>: cannot read the config file: ...` and
-// `<file>:<line>: TOML syntax error: ...` (toml11 stops at the first). Callers print the
-// message to stderr and exit with kExitConfig (78, EX_CONFIG; systemd is told not to restart).
+// as a whole have no key: `<file>: cannot read the config file: ...`,
+// `<file>:<line>: TOML nested too deeply: ...` (toml_text.h: kMaxTomlNesting, checked before
+// toml11 parses) and `<file>:<line>: TOML syntax error: ...` (toml11 stops at the first); a
+// --set value nested too deeply is `--set <key>=...: <key>: TOML nested too deeply: ...`.
+// Callers print the message to stderr and exit with kExitConfig (78, EX_CONFIG; systemd is told
+// not to restart).
 //
 // Values documented as "" = derived (node.name, consensus.data_dir, spawner.log_dir, ...) stay
 // "" here: the runtime that owns each resource derives it, so printing the effective config

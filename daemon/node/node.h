@@ -40,7 +40,8 @@
 //    kLeaveFlush spent serving the loop until every queued send has gone out or failed), and
 //    run() returns 0. A second SIGTERM/SIGINT during the drain SIGKILLs the workers at once.
 //  - SIGHUP: reload (set_reload): RELOADING=1, re-read the same file with the same --set
-//    overrides; an invalid config changes nothing (logged, STATUS says so); a valid one applies
+//    overrides; an invalid config, or anything that throws while it is read, changes nothing
+//    and never stops the daemon (logged, STATUS says so); a valid one applies
 //    its live keys (reload.h) and logs every key that needs a restart; READY=1. The result is in
 //    `elasticctl status` as "config": {"source", "loaded_at_ms", "last_reload"}. The control
 //    verb "reload" (root and control.admin_group; `elasticctl reload`, the unit's ExecReload)
