@@ -544,6 +544,11 @@ void Raft::handle_append_reply(TimePoint now, NodeId from, const AppendReply& m,
     if (role_ == Role::kLeader && p.next <= last_index()) send_append(now, from, out);
     return;
   }
+  if (m.conflict_term == 0 && m.conflict_index <= p.match) {
+    // The follower's log ends below what it had matched: it lost its log (a voter rebuilt from
+    // its peers). Lowering match only makes commits wait; a stale refusal costs one resend.
+    p.match = m.conflict_index - 1;
+  }
   // Fast backtracking: skip the follower's whole conflicting term, or to its log end.
   Index next = m.conflict_index;
   if (m.conflict_term != 0) {

@@ -20,6 +20,8 @@
 //  - AppendEntries with the consistency check, truncation of a conflicting suffix (never of a
 //    committed entry: that aborts) and fast backtracking (the reply carries conflict index and
 //    term); heartbeats are AppendEntries from the follower's next index, so they also repair;
+//    a refusal saying the follower's log ends below its match index (a voter that lost its
+//    log and was rebuilt from its peers) lowers the match index, so the leader resends;
 //  - the current-term commit rule: the leader advances its commit index by counting only for
 //    an entry of its own term (earlier entries commit with it, Figure 8); a new leader appends a
 //    no-op of its term at once;

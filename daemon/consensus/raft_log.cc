@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 namespace elastic::consensus {
@@ -14,6 +15,9 @@ namespace {
 
 constexpr std::string_view kStateMagic = "ELRAFTS1";
 constexpr std::string_view kSnapshotMagic = "ELRAFTN1";
+constexpr std::string_view kMarkMagic = "ELRAFTM1";
+constexpr std::size_t kMarkBytes = 8 + 8 + 8 + 8 + 4;  // magic, seq, index, term, crc
+constexpr std::size_t kMarkSlotStride = 64;            // slot k starts at byte 64 * k
 constexpr std::uint8_t kRecordEntry = 1;
 constexpr std::uint8_t kRecordTruncate = 2;
 constexpr std::uint8_t kRecordBase = 3;
@@ -187,6 +191,45 @@ void frame(std::string& out, const std::string& payload) {
   out += payload;
 }
 
+struct Mark {
+  std::uint64_t seq = 0;
+  Index index = 0;
+  Term term = 0;
+};
+
+std::string encode_mark(const Mark& mark) {
+  std::string out(kMarkMagic);
+  put_u64(out, mark.seq);
+  put_u64(out, mark.index);
+  put_u64(out, mark.term);
+  put_u32(out, crc32c(out));
+  return out;
+}
+
+// The newer of the two slots that pass their CRC; nullopt when neither does.
+std::optional<Mark> decode_mark(std::string_view bytes) {
+  std::optional<Mark> best;
+  for (std::size_t at : {std::size_t{0}, kMarkSlotStride}) {
+    if (bytes.size() < at + kMarkBytes) continue;
+    const std::string_view slot = bytes.substr(at, kMarkBytes);
+    if (slot.substr(0, kMarkMagic.size()) != kMarkMagic ||
+        crc32c(slot.substr(0, kMarkBytes - 4)) != get_le(slot, kMarkBytes - 4, 4)) {
+      continue;
+    }
+    const Mark mark{get_le(slot, 8, 8), get_le(slot, 16, 8), get_le(slot, 24, 8)};
+    if (!best || mark.seq > best->seq) best = mark;
+  }
+  return best;
+}
+
+// Both slots at once, fsync'ed: a new mark file (bootstrap, or a log from before marks).
+Status create_mark(const std::string& dir, Index index, Term term) {
+  std::string bytes = encode_mark(Mark{1, index, term});
+  bytes.resize(kMarkSlotStride, '\0');
+  bytes += encode_mark(Mark{0, index, term});
+  return write_atomically(dir, RaftLog::kMarkFile, bytes);
+}
+
 }  // namespace
 
 std::uint32_t crc32c(std::string_view data) {
@@ -210,6 +253,7 @@ Status RaftLog::bootstrap(const std::string& dir, const std::vector<NodeId>& vot
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return Error{"Fsync of " + log_path + " failed: " + errno_text() + "."};
+  if (auto marked = create_mark(dir, 0, 0); !marked.ok()) return marked;
   return write_state(dir, HardState{}, voters);
 }
 
@@ -243,28 +287,81 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
     log->voters_.push_back(get_le(s, fixed + 8 * i, 8));
   }
 
+  // The snapshot first: whether a damaged record may be a torn tail depends on what the
+  // snapshot and the mark already cover.
+  const std::string snapshot_path = join(dir, kSnapshotFile);
+  if (exists(snapshot_path)) {
+    auto bytes = read_file(snapshot_path);
+    if (!bytes.ok()) return bytes.error();
+    auto snapshot = decode_snapshot(*bytes, snapshot_path);
+    if (!snapshot.ok()) return snapshot.error();
+    log->snapshot_ = std::move(*snapshot);
+  }
+  const Index snap = log->base();
+  const std::string mark_path = join(dir, kMarkFile);
+  std::optional<Mark> mark;
+  if (exists(mark_path)) {
+    auto bytes = read_file(mark_path);
+    if (!bytes.ok()) return bytes.error();
+    mark = decode_mark(*bytes);
+    if (!mark) {
+      return Error{"Raft mark " + mark_path +
+                   " is corrupt: neither of its two copies passes its CRC check."};
+    }
+    log->mark_seq_ = mark->seq;
+    log->mark_ = {mark->index, mark->term};
+  }
+  // The mark names an entry this log held once it was durable; replay must meet it (a later
+  // truncation record may still drop it), or the snapshot must cover it.
+  bool reached = !mark || mark->index <= snap;
+  auto mark_text = [&] {
+    return "entry " + std::to_string(mark->index) + " (term " + std::to_string(mark->term) +
+           "), which " + mark_path + " records this log held";
+  };
+
   auto content = read_file(log_path);
   if (!content.ok()) return content.error();
   const std::string_view data = *content;
   std::size_t at = 0;
+  std::size_t number = 0;  // records from 1, as an operator counts them
   auto corrupt = [&](std::size_t offset, const std::string& why) -> Error {
     return Error{"Raft log " + log_path + " is corrupt at byte offset " + std::to_string(offset) +
-                 ": " + why + "."};
+                 " (record " + std::to_string(number) + "): " + why + "."};
   };
   auto& entries = log->entries_;
   Index base = 0;  // the log file starts after this index (a base record says otherwise)
   while (at < data.size()) {
     const std::size_t record = at;
-    if (data.size() - at < kHeaderBytes) break;  // torn header
-    const std::size_t len = get_le(data, at, 4);
-    const auto crc = static_cast<std::uint32_t>(get_le(data, at + 4, 4));
-    if (data.size() - at - kHeaderBytes < len) break;  // torn payload
-    const std::string_view payload = data.substr(at + kHeaderBytes, len);
-    const bool last = at + kHeaderBytes + len == data.size();
-    if (crc32c(payload) != crc) {
-      if (last) break;  // the final write tore after its length reached the disk
-      return corrupt(record, "the record's CRC does not match");
+    ++number;
+    // Why this record cannot be read, when a crash in its write could explain it.
+    std::string torn;
+    std::size_t len = 0;
+    if (data.size() - at < kHeaderBytes) {
+      torn = "its header is cut short";
+    } else {
+      len = get_le(data, at, 4);
+      const auto crc = static_cast<std::uint32_t>(get_le(data, at + 4, 4));
+      if (data.size() - at - kHeaderBytes < len) {
+        torn = "its length " + std::to_string(len) + " runs past the end of the file (" +
+               std::to_string(data.size()) + " bytes)";
+      } else if (crc32c(data.substr(at + kHeaderBytes, len)) != crc) {
+        // Only the last record can be torn (the final write tore after its length reached
+        // the disk); a bad CRC with records after it is damage to fsync'ed data.
+        if (at + kHeaderBytes + len != data.size()) {
+          return corrupt(record, "the record's CRC does not match");
+        }
+        torn = "the CRC of the last record does not match";
+      }
     }
+    if (!torn.empty()) {
+      // A torn tail never holds an entry the mark names: the mark moves only after fdatasync.
+      if (!reached) {
+        return corrupt(record, torn + ", but " + mark_text() +
+                                   ", lies beyond it: this is damage, not a torn last write");
+      }
+      break;
+    }
+    const std::string_view payload = data.substr(at + kHeaderBytes, len);
     at += kHeaderBytes + len;
     if (payload.empty()) return corrupt(record, "empty record");
     const auto kind = static_cast<std::uint8_t>(payload[0]);
@@ -289,6 +386,7 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
       if (!entries.empty() && e.term < entries.back().term) {
         return corrupt(record, "entry terms decrease");
       }
+      if (mark && e.index == mark->index && e.term == mark->term) reached = true;
       entries.push_back(std::move(e));
     } else if (kind == kRecordTruncate) {
       if (payload.size() != 9) return corrupt(record, "malformed truncation record");
@@ -303,6 +401,14 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
       return corrupt(record, "unknown record kind " + std::to_string(kind));
     }
   }
+  if (!reached) {
+    // Whole records are missing from the end (a file cut at a record boundary, or an older
+    // copy put in its place): acknowledged entries are gone, and no torn write explains it.
+    return Error{"Raft log " + log_path + " ends at index " +
+                 std::to_string(base + entries.size()) + " after " + std::to_string(number) +
+                 " records (" + std::to_string(data.size()) + " bytes), but " + mark_text() +
+                 ": entries it made durable are missing (the file was cut short or replaced)."};
+  }
   if (at < data.size()) {
     log->repaired_bytes_ = data.size() - at;
     if (::ftruncate(fd, static_cast<off_t>(at)) != 0 || ::fsync(fd) != 0) {
@@ -311,20 +417,25 @@ Result<std::unique_ptr<RaftLog>> RaftLog::open(const std::string& dir) {
     }
   }
 
-  // The snapshot, and the log entries it does not cover.
-  const std::string snapshot_path = join(dir, kSnapshotFile);
-  if (exists(snapshot_path)) {
-    auto bytes = read_file(snapshot_path);
-    if (!bytes.ok()) return bytes.error();
-    auto snapshot = decode_snapshot(*bytes, snapshot_path);
-    if (!snapshot.ok()) return snapshot.error();
-    log->snapshot_ = std::move(*snapshot);
-  }
-  const Index snap = log->base();
+  // The log entries the snapshot does not cover.
   if (base > snap) {
     return corrupt(0, "the log starts after index " + std::to_string(base) +
                           " but the snapshot ends at " + std::to_string(snap));
   }
+  if (!mark) {
+    // A directory from before marks: start one at what the (just fsync'ed) log holds.
+    if (::fdatasync(fd) != 0) {
+      return Error{"Fdatasync of " + log_path + " failed: " + errno_text() + "."};
+    }
+    const auto [index, term] = log->last();
+    if (auto created = create_mark(dir, index, term); !created.ok()) return created.error();
+    log->mark_seq_ = 1;
+    log->mark_ = {index, term};
+    log->mark_was_missing_ = true;
+  }
+  const int mark_fd = ::open(mark_path.c_str(), O_RDWR | O_CLOEXEC);
+  if (mark_fd < 0) return Error{"Opening " + mark_path + " failed: " + errno_text() + "."};
+  log->mark_fd_ = mark_fd;
   if (base != snap) {
     // A crash between writing a snapshot and rewriting the log (or a log from before the first
     // snapshot): keep only a suffix that continues the snapshot, and make the file say so.
@@ -349,6 +460,10 @@ std::vector<NodeId> RaftLog::current_voters() const {
 }
 
 Status RaftLog::rewrite_log(Index base, const std::vector<Entry>& entries) {
+  // The new file may lack the entry the mark names (an installed snapshot replaced a
+  // conflicting log): first move the mark, durably, to the snapshot (already on disk), which
+  // the old file and the new one both satisfy, so a crash around the rename cannot strand it.
+  if (auto s = write_mark({base, snapshot_->last_term}, true); !s.ok()) return s;
   std::string bytes;
   std::string payload(1, static_cast<char>(kRecordBase));
   put_u64(payload, base);
@@ -360,11 +475,36 @@ Status RaftLog::rewrite_log(Index base, const std::vector<Entry>& entries) {
   if (fd < 0) return Error{"Reopening " + path + " failed: " + errno_text() + "."};
   ::close(fd_);
   fd_ = fd;
+  if (!entries.empty()) return write_mark({entries.back().index, entries.back().term}, false);
+  return ok_status();
+}
+
+std::pair<Index, Term> RaftLog::last() const {
+  if (!entries_.empty()) return {entries_.back().index, entries_.back().term};
+  return {base(), snapshot_ ? snapshot_->last_term : 0};
+}
+
+Status RaftLog::write_mark(std::pair<Index, Term> mark, bool durable) {
+  if (mark == mark_ && !durable) return ok_status();
+  const std::string path = join(dir_, kMarkFile);
+  const Mark next{mark_seq_ + 1, mark.first, mark.second};
+  const std::string bytes = encode_mark(next);
+  // The other slot keeps the previous mark, so a write torn by a power cut loses only this one.
+  const auto at = static_cast<off_t>(kMarkSlotStride * (next.seq & 1U));
+  if (::pwrite(mark_fd_, bytes.data(), bytes.size(), at) != static_cast<ssize_t>(bytes.size())) {
+    return Error{"Writing " + path + " failed: " + errno_text() + "."};
+  }
+  if (durable && ::fdatasync(mark_fd_) != 0) {
+    return Error{"Fdatasync of " + path + " failed: " + errno_text() + "."};
+  }
+  mark_seq_ = next.seq;
+  mark_ = mark;
   return ok_status();
 }
 
 RaftLog::~RaftLog() {
   if (fd_ >= 0) ::close(fd_);
+  if (mark_fd_ >= 0) ::close(mark_fd_);
 }
 
 Status RaftLog::append_records(const std::string& bytes) {
@@ -445,7 +585,10 @@ Status RaftLog::persist(const Persist& p) {
     entries_.resize(*p.truncate_from - 1 - base());
   }
   for (const Entry& e : p.append) entries_.push_back(e);
-  return ok_status();
+  // After the fdatasync, never before: the mark must not name an entry a crash could tear.
+  // Not synced itself: a mark lost in a power cut only lags, which open() accepts.
+  if (p.append.empty()) return ok_status();  // a truncation alone: replay still meets the mark
+  return write_mark(last(), false);
 }
 
 }  // namespace elastic::consensus

@@ -24,13 +24,25 @@
 // entries the snapshot covers, and the whole log if its entry at the snapshot's last index has
 // another term (an installed snapshot replaced a conflicting log). Leftover .tmp files are
 // ignored and overwritten.
+//  - `raft-mark`: the log's high-water mark, "this log held entry (index, term) once it was
+//    durable", so open() can tell a torn last write from lost acknowledged entries. Two 64-byte
+//    slots, each magic "ELRAFTM1", seq u64, index u64, term u64, CRC32C of the 32 bytes before
+//    it; the valid slot with the higher seq counts. persist() rewrites the other slot in place
+//    after the log's fdatasync (never before), without a sync of its own: a mark lost in a
+//    power cut only lags, which is safe. Before a rewrite of the log file (which may drop the
+//    marked entry) it is moved to the snapshot and fdatasync'ed. bootstrap() creates it; a
+//    directory from before marks gets one at open() (mark_was_missing()).
 // The voter set in raft-state is the bootstrap list and never changes; current_voters() is
 // derived from the snapshot and the log's config entries, like the Raft core does.
-// Recovery on open(): a last record cut short (header or payload runs past the end of the file,
-// or the very last record's CRC fails: a write torn after the length reached the disk) is cut
-// off with ftruncate and the file fsync'ed; repaired_bytes() says how much. A bad CRC or a
-// malformed record with more records after it is corruption of fsync'ed data: open() returns an
-// Error naming the file and the byte offset, and the node must not start.
+// Recovery on open(): only the last record may be torn. A last record cut short (header or
+// payload runs past the end of the file, or the very last record's CRC fails: a write torn
+// after the length reached the disk) is cut off with ftruncate and the file fsync'ed, provided
+// the records before it already meet the mark; repaired_bytes() says how much. Everything else
+// is damage to fsync'ed data and open() returns an Error naming the file, the byte offset and
+// the record number (from 1), and the node must not start: a bad CRC or a malformed record with
+// more records after it; an unreadable record (e.g. a length running past the end) before the
+// marked entry; a log that ends before the marked entry (cut at a record boundary, or an older
+// copy); a mark file whose two slots both fail their CRC.
 // A snapshot file that is short, malformed or fails its CRC is corruption (it was fsync'ed
 // before it replaced the old one): an Error naming the file and the byte offset.
 //
@@ -44,6 +56,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/consensus/raft.h"
@@ -60,6 +73,7 @@ class RaftLog {
   static constexpr const char* kStateFile = "raft-state";
   static constexpr const char* kLogFile = "raft-log";
   static constexpr const char* kSnapshotFile = "raft-snapshot";
+  static constexpr const char* kMarkFile = "raft-mark";
 
   // Creates the durable state of a new voter (term 0, no vote, this voter set). Refuses, with an
   // Error, a directory that already holds Raft state. The directory must exist.
@@ -81,6 +95,9 @@ class RaftLog {
   const std::optional<Snapshot>& snapshot() const { return snapshot_; }
   Recovered recovered() const { return Recovered{hard_, entries_, snapshot_}; }
   std::uint64_t repaired_bytes() const { return repaired_bytes_; }
+  // True when open() found no raft-mark (a directory from before marks) and started one: this
+  // open could not check the log for lost entries.
+  bool mark_was_missing() const { return mark_was_missing_; }
 
   // Carries out Effects::persist in the contract's order; durable when it returns ok.
   Status persist(const Persist& persist);
@@ -91,9 +108,16 @@ class RaftLog {
   Status append_records(const std::string& bytes);
   Status rewrite_log(Index base, const std::vector<Entry>& entries);
   Index base() const { return snapshot_ ? snapshot_->last_index : 0; }
+  // The last entry of the log (or the snapshot's, or (0, 0)).
+  std::pair<Index, Term> last() const;
+  Status write_mark(std::pair<Index, Term> mark, bool durable);
 
   std::string dir_;
   int fd_ = -1;
+  int mark_fd_ = -1;
+  std::uint64_t mark_seq_ = 0;
+  std::pair<Index, Term> mark_{0, 0};
+  bool mark_was_missing_ = false;
   HardState hard_;
   std::vector<NodeId> voters_;
   std::optional<Snapshot> snapshot_;

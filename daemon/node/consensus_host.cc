@@ -1,14 +1,18 @@
 #include "daemon/node/consensus_host.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <set>
+#include <variant>
 
 #include "daemon/consensus/raft_codec.h"
 #include "daemon/node/node.h"
@@ -38,6 +42,33 @@ std::string join_names(const std::vector<std::string>& names) {
   std::string out = "[";
   for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
   return out + "]";
+}
+
+// What an operator does about a voter whose Raft files are damaged or gone.
+std::string rebuild_advice(const std::string& dir) {
+  const std::string marker = dir + "/" + ConsensusHost::kRebuildFile;
+  return "To rebuild this voter from its peers (the other voters must have a leader): make " +
+         marker + " an empty file (truncate -s 0 " + marker +
+         ") and start elasticd again; it moves the Raft files aside into " + dir +
+         "/before-rebuild-<time>/ and catches up from the leader. A single voter has no peers: "
+         "restore " +
+         dir + " from a backup.";
+}
+
+// Moves the Raft files of `dir` into a new before-rebuild-<time> directory beside them.
+Result<std::string> move_raft_files_aside(const std::string& dir) {
+  const std::string aside = dir + "/before-rebuild-" + std::to_string(::time(nullptr));
+  if (::mkdir(aside.c_str(), 0700) != 0) {
+    return Error{"Cannot create " + aside + ": " + std::strerror(errno) + "."};
+  }
+  for (const char* name : {consensus::RaftLog::kStateFile, consensus::RaftLog::kLogFile,
+                           consensus::RaftLog::kSnapshotFile, consensus::RaftLog::kMarkFile}) {
+    const std::string from = dir + "/" + name;
+    if (exists(from) && ::rename(from.c_str(), (aside + "/" + name).c_str()) != 0) {
+      return Error{"Cannot move " + from + " into " + aside + ": " + std::strerror(errno) + "."};
+    }
+  }
+  return aside;
 }
 
 }  // namespace
@@ -86,16 +117,41 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
     failure = {kExitCantCreate, made.error().message + " (consensus.data_dir)"};
     return nullptr;
   }
-  const bool has_state = exists(dir + "/" + consensus::RaftLog::kStateFile) ||
-                         exists(dir + "/" + consensus::RaftLog::kLogFile);
+  bool has_state = exists(dir + "/" + consensus::RaftLog::kStateFile) ||
+                   exists(dir + "/" + consensus::RaftLog::kLogFile);
+  // A rebuild (kRebuildFile): an empty file is the operator's request; once this start has
+  // moved the old files aside and bootstrapped afresh it says so, and later starts keep the
+  // new state while the voter catches up.
+  const std::string marker = dir + "/" + kRebuildFile;
+  host->rebuilding_ = exists(marker);
+  if (host->rebuilding_) {
+    if (ids.size() == 1 && ids.front() == host->self_id_) {
+      failure = {config::kExitConfig,
+                 "consensus.data_dir: " + marker +
+                     " asks to rebuild this voter from its peers, but it is the cluster's only "
+                     "voter; restore " +
+                     dir + " from a backup instead."};
+      return nullptr;
+    }
+    struct stat st {};
+    if (has_state && ::stat(marker.c_str(), &st) == 0 && st.st_size == 0) {
+      auto aside = move_raft_files_aside(dir);
+      if (!aside.ok()) {
+        failure = {kExitCantCreate, aside.error().message + " (consensus.data_dir)"};
+        return nullptr;
+      }
+      spdlog::warn("raft: rebuilding this voter from its peers: moved its Raft files to {}",
+                   *aside);
+      has_state = false;
+    }
+  }
   if (!has_state) {
-    if (generation != 1) {
+    if (generation != 1 && !host->rebuilding_) {
       failure = {config::kExitConfig,
                  "consensus.data_dir: " + dir + " holds no Raft state, but this node has run " +
                      "before (generation " + std::to_string(generation) +
-                     "); a voter that lost its term and vote could elect a second leader. "
-                     "Restore the directory, or remove this node from consensus.voters on every "
-                     "node and wipe node.state_dir to rejoin as a new voter."};
+                     "); a voter that lost its term and vote could elect a second leader. " +
+                     rebuild_advice(dir)};
       return nullptr;
     }
     if (auto created = consensus::RaftLog::bootstrap(dir, ids); !created.ok()) {
@@ -103,10 +159,25 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
       return nullptr;
     }
     spdlog::info("raft: bootstrapped {} with voters {}", dir, join_names(voters));
+    if (host->rebuilding_) {
+      const int fd = ::open(marker.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+      const std::string note = "bootstrapped afresh; catching up from the leader\n";
+      const bool noted =
+          fd >= 0 && ::write(fd, note.data(), note.size()) == static_cast<ssize_t>(note.size()) &&
+          ::fsync(fd) == 0;
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      if (!noted) {
+        failure = {kExitCantCreate, "Cannot write " + marker + ": " + std::strerror(error) +
+                                        ". (consensus.data_dir)"};
+        return nullptr;
+      }
+    }
   }
   auto log = consensus::RaftLog::open(dir);
   if (!log.ok()) {
-    failure = {kExitIoError, log.error().message + " (consensus.data_dir)"};
+    failure = {kExitIoError, log.error().message + " This voter refuses to start. " +
+                                 rebuild_advice(dir) + " (consensus.data_dir)"};
     return nullptr;
   }
   host->log_ = std::move(log.value());
@@ -114,6 +185,19 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
     spdlog::warn("raft: cut {} torn bytes off the end of the log in {}",
                  host->log_->repaired_bytes(), dir);
   }
+  if (host->log_->mark_was_missing()) {
+    spdlog::warn(
+        "raft: {}/{} was missing (a log from before marks); this start could not check "
+        "the log for lost entries, later ones will",
+        dir, consensus::RaftLog::kMarkFile);
+  }
+  if (host->rebuilding_) {
+    spdlog::warn(
+        "raft: rebuilding this voter from its peers ({}): it grants no vote until a "
+        "leader has reached it, and none in that leader's term",
+        marker);
+  }
+  host->dir_ = dir;
   std::vector<consensus::NodeId> on_disk = host->log_->voters();
   std::vector<consensus::NodeId> configured = ids;
   std::sort(on_disk.begin(), on_disk.end());
@@ -226,9 +310,43 @@ void ConsensusHost::on_envelope(TimePoint now, const wire::Envelope& envelope) {
     return;
   }
   learn_name(envelope.sender);
+  if (rebuilding_) {
+    // A rebuilt voter forgot whom it voted for, in terms up to the current leader's at least:
+    // it must not vote there again (two leaders in one term), nor help a pre-vote before it
+    // has caught up.
+    const auto* vote = std::get_if<consensus::VoteRequest>(&message->body);
+    if (vote != nullptr && (rebuild_leader_term_ == 0 || vote->term <= rebuild_leader_term_)) {
+      ++dropped_;
+      spdlog::debug("raft: rebuilding: no vote for {} in term {}", envelope.sender, vote->term);
+      return;
+    }
+  }
   consensus::Effects effects;
   raft_->on_message(now, *message, effects);
   carry_out(now, effects);
+  if (rebuilding_) note_rebuild_progress();
+}
+
+void ConsensusHost::note_rebuild_progress() {
+  if (rebuild_leader_term_ == 0) {
+    const consensus::NodeId leader = raft_->leader();
+    if (leader == consensus::kNoNode || leader == self_id_) return;
+    rebuild_leader_term_ = raft_->term();
+    spdlog::info(
+        "raft: rebuilding: leader {} of term {} reached this voter; it catches up and "
+        "votes again from term {}",
+        name_of(leader), rebuild_leader_term_, rebuild_leader_term_ + 1);
+    return;
+  }
+  if (raft_->term() <= rebuild_leader_term_) return;
+  // A later term began: every vote this voter can be asked for now is in a term it never saw.
+  const std::string marker = dir_ + "/" + kRebuildFile;
+  if (::unlink(marker.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("raft: cannot remove {}: {}", marker, std::strerror(errno));
+    return;
+  }
+  rebuilding_ = false;
+  spdlog::info("raft: rebuilt from its peers at term {}; this voter votes again", raft_->term());
 }
 
 void ConsensusHost::propose(TimePoint now, std::string command, Completion done) {

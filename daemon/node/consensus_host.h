@@ -24,6 +24,17 @@
 // stay the initial one. Both are kExitConfig (78) with a sentence naming the directory and
 // what to do.
 //
+// Damaged Raft files (RaftLog::open refuses: a corrupt record, a log cut short of its mark)
+// stop the node with kExitIoError (74) and a sentence naming the file, byte offset and record,
+// plus how to rebuild. Rebuilding a voter from its peers: the operator creates an empty
+// `<data_dir>/rebuild` (kRebuildFile) and starts the node. open() moves the Raft files into
+// `<data_dir>/before-rebuild-<unix time>/`, bootstraps afresh (whatever the generation), writes
+// a note into the marker (so a restart while catching up keeps the new state), and the voter
+// catches up from the leader by log or snapshot like a new one. Because it forgot its votes,
+// while the marker exists it answers no vote request (pre-vote or vote) until a leader has
+// reached it, and none for a term up to that leader's; the marker is removed once a later term
+// begins. The cluster's only bootstrap voter cannot be rebuilt (no peers): kExitConfig.
+//
 // Proposals: propose() hands bytes to Raft on the leader and calls the completion exactly once:
 // with the state machine's result when the entry commits and is applied here, or with an Error
 // when this node is not the leader, loses leadership first, or the entry is overwritten. An
@@ -105,6 +116,8 @@ std::optional<OpenFailure> check_non_voter(const config::DaemonConfig& config,
 
 class ConsensusHost {
  public:
+  // In consensus.data_dir: asks (empty) for a rebuild from the peers, then marks one under way.
+  static constexpr const char* kRebuildFile = "rebuild";
   using Completion = std::function<void(Result<std::string>)>;
   // A message to a voter, by name; the node resolves its address.
   struct Outgoing {
@@ -144,6 +157,8 @@ class ConsensusHost {
   ConsensusHost() = default;
   void carry_out(TimePoint now, consensus::Effects& effects);
   std::string name_of(consensus::NodeId id) const;
+  // While rebuilding: learns the first leader's term, and ends the rebuild after it.
+  void note_rebuild_progress();
 
   std::string self_;
   consensus::NodeId self_id_ = consensus::kNoNode;
@@ -157,6 +172,9 @@ class ConsensusHost {
   std::uint64_t snapshot_every_ = 10000;
   bool failed_ = false;
   std::uint64_t dropped_ = 0;
+  std::string dir_;  // consensus.data_dir
+  bool rebuilding_ = false;
+  consensus::Term rebuild_leader_term_ = 0;  // 0: no leader has reached the rebuilt voter yet
 };
 
 }  // namespace elastic::node

@@ -189,7 +189,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   ::signal(SIGPIPE, SIG_IGN);
 
   node->name_ = config.node.name.empty() ? host_name() : config.node.name;
-  auto generation = transport::next_generation(config.node.state_dir);
+  // Reserved now (the transport's routing id carries it), committed at the end of start().
+  auto generation = transport::reserve_generation(config.node.state_dir);
   if (!generation.ok()) {
     failure = {kExitCantCreate, generation.error().message + " (node.state_dir)"};
     return nullptr;
@@ -335,6 +336,12 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
                                             graceful ? StopMode::kGraceful : StopMode::kKill, why);
               }});
   node->rounds_->set_slots(node->supervisor_->slots());
+  // Only now is the generation used up: a start that failed above never ran, so its retry is
+  // still this node's first (a new voter bootstraps Raft only at generation 1).
+  if (auto committed = transport::commit_generation(config.node.state_dir); !committed.ok()) {
+    failure = {kExitCantCreate, committed.error().message + " (node.state_dir)"};
+    return nullptr;
+  }
   return node;
 }
 

@@ -5,8 +5,10 @@
 //
 // Identity (start()):
 //  - name: node.name, or the hostname when "";
-//  - generation: transport::next_generation(node.state_dir), which creates the directory; a
-//    state dir that cannot be created or written fails start with kExitCantCreate (73);
+//  - generation: transport::reserve_generation(node.state_dir) first, which creates the
+//    directory; a state dir that cannot be created or written fails start with
+//    kExitCantCreate (73). It is committed only when start() has opened everything, so a
+//    start that fails (port in use, keys, data_dir) leaves no trace and can simply be retried;
 //  - address: transport.advertise if set, else the bound endpoint; when bind's host is a
 //    wildcard (0.0.0.0, *) the host part is derived by derive_advertise_host();
 //  - cluster: node.cluster_id; messages of other clusters are dropped by the transport.

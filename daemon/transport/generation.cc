@@ -50,7 +50,7 @@ Status sync_directory(const std::string& dir) {
 
 }  // namespace
 
-Result<std::uint64_t> next_generation(const std::string& state_dir) {
+Result<std::uint64_t> reserve_generation(const std::string& state_dir) {
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   if (ec)
@@ -80,12 +80,25 @@ Result<std::uint64_t> next_generation(const std::string& state_dir) {
   }
   const std::uint64_t next = previous + 1;
 
+  if (Status s = write_all_and_sync(path + ".tmp", std::to_string(next) + "\n"); !s.ok()) {
+    return s.error();
+  }
+  return next;
+}
+
+Status commit_generation(const std::string& state_dir) {
+  const std::string path = state_dir + "/generation";
   const std::string tmp = path + ".tmp";
-  if (Status s = write_all_and_sync(tmp, std::to_string(next) + "\n"); !s.ok()) return s.error();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     return Error{"Cannot rename " + tmp + " to " + path + ": " + errno_text(errno) + "."};
   }
-  if (Status s = sync_directory(state_dir); !s.ok()) return s.error();
+  return sync_directory(state_dir);
+}
+
+Result<std::uint64_t> next_generation(const std::string& state_dir) {
+  auto next = reserve_generation(state_dir);
+  if (!next.ok()) return next;
+  if (Status s = commit_generation(state_dir); !s.ok()) return s.error();
   return next;
 }
 

@@ -2,14 +2,21 @@
 // Three voters (n1, n2, n3) elect a leader over the ZeroMQ transport; a fourth daemon (n4) is
 // not a voter and forwards client requests. Jobs are submitted, listed and cancelled through
 // elasticctl on any daemon; the leader is killed with SIGKILL; every daemon is restarted; a
-// voter that lost its Raft directory or was given another voter list refuses to start.
-// Nothing sleeps a fixed time: every expectation polls with a deadline.
+// voter that lost its Raft directory or was given another voter list refuses to start; one
+// whose log is damaged refuses (74) and is rebuilt from its peers; a voter whose first start
+// failed starts on a retry. Nothing sleeps a fixed time: every expectation polls with a deadline.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -104,6 +111,16 @@ struct Cluster {
     }
     return nullptr;
   }
+  // SIGKILLs `victim`; returns the daemons left.
+  std::vector<Daemon*> kill(Daemon* victim) {
+    victim->process().signal(SIGKILL);
+    victim->process().wait(std::chrono::seconds(10));
+    std::vector<Daemon*> rest;
+    for (Daemon* d : all()) {
+      if (d != victim) rest.push_back(d);
+    }
+    return rest;
+  }
   std::string wait_leader(const std::vector<Daemon*>& daemons) {
     std::string leader;
     EXPECT_TRUE(wait_until([&] { return !(leader = agreed_leader(daemons)).empty(); }, kElect))
@@ -173,12 +190,7 @@ TEST(ConsensusInteg, KillingTheLeaderElectsAnotherAndLosesNoJob) {
   ASSERT_FALSE(id.empty());
 
   Daemon* old_leader = c.by_name(first);
-  old_leader->process().signal(SIGKILL);
-  old_leader->process().wait(std::chrono::seconds(10));
-  std::vector<Daemon*> rest;
-  for (Daemon* d : c.all()) {
-    if (d != old_leader) rest.push_back(d);
-  }
+  const std::vector<Daemon*> rest = c.kill(old_leader);
   const std::string second = c.wait_leader(rest);
   ASSERT_FALSE(second.empty());
   EXPECT_NE(second, first);
@@ -241,6 +253,106 @@ TEST(ConsensusInteg, VoterWithoutItsRaftStateOrWithOtherVotersRefusesToStart) {
   EXPECT_THAT(wiped.err(), HasSubstr("holds no Raft state, but this node has run before"));
 }
 
+// Issue 13, item 9: a voter whose log is damaged before the end (the length of record 3 runs
+// past the end of the file) refuses to start with exit 74 and a sentence naming the file, the
+// offset and the record -- it used to cut everything after it as a "torn tail". Rebuilt from
+// its peers (an empty `rebuild` file in its Raft directory), it catches up, keeps the damaged
+// files aside, and takes part in the next election.
+TEST(ConsensusInteg, ADamagedLogStopsAVoterThatIsThenRebuiltFromItsPeers) {
+  Cluster c;
+  const std::string leader = c.wait_leader(c.all());
+  ASSERT_FALSE(leader.empty());
+  std::vector<std::string> jobs;
+  for (int i = 0; i < 5; ++i) jobs.push_back(submit(*c.n4, "job" + std::to_string(i), "1"));
+  Daemon* victim = leader == "n3" ? c.n2.get() : c.n3.get();
+  ASSERT_TRUE(wait_until([&] { return raft_of(*victim)["jobs"] == jobs.size(); }, kElect));
+  victim->process().signal(SIGTERM);
+  ASSERT_TRUE(victim->process().wait(std::chrono::seconds(10)));
+
+  const std::string raft = c.dir.file(victim->name()) + "/state/raft";
+  const std::string log_path = raft + "/raft-log";
+  std::string bytes;
+  {
+    std::ifstream in(log_path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto u32_at = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i)
+      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+    return v;
+  };
+  std::size_t record3 = 0;
+  for (int k = 0; k < 2; ++k) record3 += 8 + u32_at(record3);
+  ASSERT_LT(record3 + 8, bytes.size());
+  for (int i = 0; i < 4; ++i) bytes[record3 + i] = i == 3 ? '\0' : '\xff';
+  std::ofstream(log_path, std::ios::binary | std::ios::trunc) << bytes;
+
+  Process damaged(victim->args(), {}, c.dir.file(victim->name()), victim->name() + "-damaged");
+  const auto refused = damaged.wait(std::chrono::seconds(10));
+  ASSERT_TRUE(refused.has_value()) << damaged.err();
+  EXPECT_TRUE(refused->exited_with(74)) << damaged.err();
+  EXPECT_THAT(damaged.err(), HasSubstr("Raft log " + log_path + " is corrupt at byte offset " +
+                                       std::to_string(record3) + " (record 3): its length " +
+                                       "16777215 runs past the end of the file"));
+  EXPECT_THAT(damaged.err(), HasSubstr("make " + raft + "/rebuild an empty file"));
+  EXPECT_EQ(std::filesystem::file_size(log_path), bytes.size()) << "nothing was cut";
+
+  std::ofstream(raft + "/rebuild").flush();
+  victim->start();
+  EXPECT_TRUE(wait_until([&] { return raft_of(*victim)["jobs"] == jobs.size(); }, kElect))
+      << raft_of(*victim).dump() << victim->process().err();
+  EXPECT_THAT(victim->process().err(), HasSubstr("rebuilding this voter from its peers: moved"));
+  bool kept = false;
+  for (const auto& entry : std::filesystem::directory_iterator(raft)) {
+    kept |= entry.path().filename().string().rfind("before-rebuild-", 0) == 0 &&
+            std::filesystem::file_size(entry.path() / "raft-log") == bytes.size();
+  }
+  EXPECT_TRUE(kept) << "the damaged files stay aside for inspection";
+
+  // The leader dies: the rebuilt voter and the third one elect a leader of a later term, which
+  // needs the rebuilt voter's vote, and every job is still there.
+  Daemon* old_leader = c.by_name(leader);
+  const std::vector<Daemon*> rest = c.kill(old_leader);
+  ASSERT_FALSE(c.wait_leader(rest).empty());
+  EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(raft + "/rebuild"); }, kElect))
+      << victim->process().err();
+  EXPECT_THAT(job_ids(*victim), ::testing::ElementsAreArray(jobs));
+  EXPECT_EQ(submit(*victim, "after", "1"), "after-" + std::to_string(jobs.size() + 1));
+}
+
+// Issue 13, item 10: a new voter whose first start fails (its transport port is taken) starts
+// once the port is free -- the failed start used to spend generation 1, and the retry exited 78
+// ("holds no Raft state, but this node has run before").
+TEST(ConsensusInteg, ANewVoterWhoseFirstStartFailedStartsOnRetry) {
+  TempDir dir;
+  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+
+  Daemon n1{dir, "n1", {}};
+  n1.set("transport.bind=tcp://127.0.0.1:" + port);
+  Process taken(n1.args(), {}, dir.file("n1"), "n1-port-taken");
+  const auto failed = taken.wait(std::chrono::seconds(10));
+  ::close(holder);
+  ASSERT_TRUE(failed.has_value()) << taken.err();
+  EXPECT_TRUE(failed->exited_with(69)) << taken.err();
+  EXPECT_THAT(taken.err(), HasSubstr(port));
+
+  n1.start();
+  EXPECT_EQ(n1.generation(), 1u) << "the failed start did not count";
+  EXPECT_TRUE(wait_until([&] { return raft_of(n1)["leader"] == "n1"; }, kElect))
+      << n1.process().err();
+  EXPECT_EQ(submit(n1, "first", "1"), "first-1");
+}
+
 // Ownership: a user sees the job's owner and cannot cancel another user's job; root can.
 TEST(ConsensusInteg, OnlyTheOwnerOrAnAdminCancelsAJob) {
   Cluster c;
@@ -293,12 +405,7 @@ TEST(ConsensusInteg, SnapshotsCatchUpALaggingVoterAndSurviveRestarts) {
   for (Daemon* d : {&cluster.n1, cluster.n2.get(), cluster.n3.get()}) {
     if (d->name() != leader) lagging = d;
   }
-  lagging->process().signal(SIGKILL);
-  lagging->process().wait(std::chrono::seconds(10));
-  std::vector<Daemon*> rest;
-  for (Daemon* d : cluster.all()) {
-    if (d != lagging) rest.push_back(d);
-  }
+  const std::vector<Daemon*> rest = cluster.kill(lagging);
   ASSERT_FALSE(cluster.wait_leader(rest).empty());
   for (int i = 0; i < 10; ++i) {
     EXPECT_FALSE(submit(*cluster.n4, "snap" + std::to_string(i), "1").empty());

@@ -65,6 +65,13 @@ class Cluster {
     nodes_[id].up = false;
     drop([&](const Message& m) { return m.to == id || m.from == id; });
   }
+  // Forgets `id`'s durable state, as a voter rebuilt from its peers starts (consensus_host.h).
+  void wipe(NodeId id) {
+    auto& n = nodes_[id];
+    n.hard = HardState{};
+    n.log.clear();
+    n.snapshot.reset();
+  }
   Raft& raft(NodeId id) { return *nodes_.at(id).raft; }
   const std::vector<Entry>& applied(NodeId id) { return nodes_.at(id).applied; }
   const std::vector<Entry>& durable_log(NodeId id) { return nodes_.at(id).log; }
@@ -812,6 +819,34 @@ TEST(RaftSnapshot, LaggingFollowerCatchesUpByInstallSnapshot) {
   EXPECT_EQ(c.applied(lagging).back().data, "after");
 }
 
+// A voter that lost its log (rebuilt from its peers) is caught up again: the leader had it
+// matched at the end of the log and used to keep sending from there, refused for ever.
+TEST(RaftReplication, AFollowerThatLostItsLogIsCaughtUpAgain) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.propose(*leader, "p" + std::to_string(i)).accepted);
+  c.run(300ms);
+  const NodeId wiped = *leader == 3 ? 2 : 3;
+  ASSERT_EQ(c.raft(wiped).last_index(), c.raft(*leader).last_index());
+  c.crash(wiped);
+  c.wipe(wiped);
+  c.restart(wiped);
+  c.run(1s);
+  EXPECT_EQ(c.leader(), leader);
+  EXPECT_EQ(c.raft(wiped).last_index(), c.raft(*leader).last_index());
+  EXPECT_EQ(c.durable_log(wiped), c.durable_log(*leader));
+  EXPECT_EQ(c.raft(wiped).commit_index(), c.raft(*leader).commit_index());
+  // And it counts again: with the other follower gone, the leader commits with it.
+  const NodeId other = 6 - *leader - wiped;
+  c.crash(other);
+  const auto outcome = c.propose(*leader, "with the rebuilt one");
+  ASSERT_TRUE(outcome.accepted);
+  c.run(300ms, all_but(other, 3));
+  EXPECT_GE(c.raft(*leader).commit_index(), outcome.index);
+}
+
 // --- voter changes --------------------------------------------------------------------------
 
 TEST(RaftVoterChange, RefusalsAndTheOneChangeRule) {
@@ -1032,6 +1067,11 @@ std::vector<Entry> odd_entries(Term term, Index first, std::size_t n) {
   return v;
 }
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 void append_bytes_raw(const std::string& path, std::size_t keep) {
   std::filesystem::resize_file(path, keep);
 }
@@ -1078,6 +1118,7 @@ TEST(RaftLog, TornTailIsCutOffAndTheLogStaysUsable) {
   ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
   const auto entries = odd_entries(1, 1, 4);
   std::uintmax_t size_before_last = 0;
+  std::string mark_before_last;
   {
     auto log = RaftLog::open(dir.path());
     ASSERT_TRUE(log.ok());
@@ -1086,6 +1127,7 @@ TEST(RaftLog, TornTailIsCutOffAndTheLogStaysUsable) {
     p.append = {entries[0], entries[1], entries[2]};
     ASSERT_TRUE((*log)->persist(p).ok());
     size_before_last = std::filesystem::file_size(dir / RaftLog::kLogFile);
+    mark_before_last = read_all(dir / RaftLog::kMarkFile);
     Persist q;
     q.append = {entries[3]};
     ASSERT_TRUE((*log)->persist(q).ok());
@@ -1099,6 +1141,8 @@ TEST(RaftLog, TornTailIsCutOffAndTheLogStaysUsable) {
                           std::filesystem::copy_options::recursive |
                               std::filesystem::copy_options::overwrite_existing);
     append_bytes_raw(copy / RaftLog::kLogFile, keep);
+    // The crash came before the last write's fdatasync returned, so before its mark.
+    copy.write(RaftLog::kMarkFile, mark_before_last);
     auto log = RaftLog::open(copy.path());
     ASSERT_TRUE(log.ok()) << log.error().message;
     EXPECT_EQ((*log)->repaired_bytes(), keep - size_before_last);
@@ -1137,7 +1181,8 @@ TEST(RaftLog, BadCrcInTheMiddleIsAnErrorNamingFileAndOffset) {
   auto log = RaftLog::open(dir.path());
   ASSERT_FALSE(log.ok());
   EXPECT_NE(log.error().message.find(path), std::string::npos) << log.error().message;
-  EXPECT_NE(log.error().message.find("byte offset 26"), std::string::npos) << log.error().message;
+  EXPECT_NE(log.error().message.find("byte offset 26 (record 2)"), std::string::npos)
+      << log.error().message;
   EXPECT_NE(log.error().message.find("CRC"), std::string::npos) << log.error().message;
 }
 
@@ -1145,14 +1190,21 @@ TEST(RaftLog, BadCrcOnTheLastRecordIsATornWrite) {
   testing::TempDir dir;
   ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
   const auto entries = odd_entries(1, 1, 3);
+  std::string mark_before_last;
   {
     auto log = RaftLog::open(dir.path());
     ASSERT_TRUE(log.ok());
     Persist p;
     p.hard_state = HardState{1, 1};
-    p.append = entries;
+    p.append = {entries[0], entries[1]};
     ASSERT_TRUE((*log)->persist(p).ok());
+    mark_before_last = read_all(dir / RaftLog::kMarkFile);
+    Persist q;
+    q.append = {entries[2]};
+    ASSERT_TRUE((*log)->persist(q).ok());
   }
+  // The crash came before the last write's fdatasync returned, so before its mark.
+  dir.write(RaftLog::kMarkFile, mark_before_last);
   // The last record's length made it to disk but its payload did not (a zero-filled block).
   const std::string path = dir / RaftLog::kLogFile;
   const auto size = std::filesystem::file_size(path);
@@ -1165,6 +1217,212 @@ TEST(RaftLog, BadCrcOnTheLastRecordIsATornWrite) {
   ASSERT_TRUE(log.ok()) << log.error().message;
   EXPECT_EQ((*log)->entries(), (std::vector<Entry>{entries[0], entries[1]}));
   EXPECT_GT((*log)->repaired_bytes(), 100000u);
+}
+
+// --- damage that is not a torn write (issue 13, item 9) ---------------------------------------
+
+// Entries 1..n of term 1 (small, of varied lengths), one persist each as a voter writes them.
+// Returns the byte offset at which each record starts: offsets[k - 1] for record k.
+std::vector<std::uintmax_t> write_entries(const std::string& dir, Index first, std::size_t n,
+                                          Term term = 1) {
+  std::vector<std::uintmax_t> offsets;
+  auto log = RaftLog::open(dir);
+  EXPECT_TRUE(log.ok()) << log.error().message;
+  if (!log.ok()) return offsets;
+  for (std::size_t i = 0; i < n; ++i) {
+    offsets.push_back(std::filesystem::file_size(dir + "/" + RaftLog::kLogFile));
+    Persist p;
+    if (i == 0) p.hard_state = HardState{term, 1};
+    const Index index = first + i;
+    p.append = {Entry{term, index, EntryType::kCommand,
+                      "job " + std::to_string(index) + std::string(index % 7, '.')}};
+    EXPECT_TRUE((*log)->persist(p).ok());
+  }
+  return offsets;
+}
+
+void write_u32_at(const std::string& path, std::uintmax_t offset, std::uint32_t value) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char bytes[4];
+  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  ASSERT_EQ(::pwrite(fd, bytes, 4, static_cast<off_t>(offset)), 4);
+  ::close(fd);
+}
+
+// The reproduction: record 10 of 71 gets a length that runs past the end. Cutting there as if
+// it were a torn tail lost 62 acknowledged entries; it must refuse and leave the file alone.
+TEST(RaftLog, LengthRunningPastTheEndInTheMiddleIsDamageNotATornTail) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
+  const auto offsets = write_entries(dir.path(), 1, 71);
+  ASSERT_EQ(offsets.size(), 71u);
+  const std::string path = dir / RaftLog::kLogFile;
+  write_u32_at(path, offsets[9], 0x00ffffffU);
+  const std::string damaged = read_all(path);
+  auto log = RaftLog::open(dir.path());
+  ASSERT_FALSE(log.ok()) << "opened with " << (*log)->entries().size() << " entries";
+  const std::string& message = log.error().message;
+  EXPECT_NE(message.find("Raft log " + path + " is corrupt at byte offset " +
+                         std::to_string(offsets[9]) + " (record 10)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("its length 16777215 runs past the end"), std::string::npos) << message;
+  EXPECT_NE(message.find("entry 71 (term 1)"), std::string::npos) << message;
+  EXPECT_EQ(read_all(path), damaged) << "a refused open must not cut the file";
+}
+
+// A length that stays inside the file lands in the middle of later records: a CRC mismatch with
+// records after it (and one that happens to end exactly at the end of the file).
+TEST(RaftLog, WrongLengthInsideTheFileIsDamage) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
+  const auto offsets = write_entries(dir.path(), 1, 20);
+  const std::string path = dir / RaftLog::kLogFile;
+  const auto size = std::filesystem::file_size(path);
+  for (const std::uintmax_t length : {offsets[7] - offsets[4] - 8, size - offsets[4] - 8}) {
+    SCOPED_TRACE(length);
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+    write_u32_at(copy / RaftLog::kLogFile, offsets[4], static_cast<std::uint32_t>(length));
+    auto log = RaftLog::open(copy.path());
+    ASSERT_FALSE(log.ok());
+    EXPECT_NE(log.error().message.find("byte offset " + std::to_string(offsets[4]) + " (record 5)"),
+              std::string::npos)
+        << log.error().message;
+  }
+}
+
+// Whole records gone from the end (the reproduction cut the log of a single voter to half) are
+// not a torn write: open() refuses, at a record boundary and inside a record alike.
+TEST(RaftLog, LogCutShortOfItsMarkIsRefused) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
+  const auto offsets = write_entries(dir.path(), 1, 71);
+  ASSERT_EQ(offsets.size(), 71u);
+  {
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+    std::filesystem::resize_file(copy / RaftLog::kLogFile, offsets[35]);
+    auto log = RaftLog::open(copy.path());
+    ASSERT_FALSE(log.ok()) << "opened with " << (*log)->entries().size() << " entries";
+    const std::string& message = log.error().message;
+    EXPECT_NE(message.find("Raft log " + copy / RaftLog::kLogFile +
+                           " ends at index 35 after 35 "
+                           "records"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("entry 71 (term 1), which " + copy / RaftLog::kMarkFile),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("cut short or replaced"), std::string::npos) << message;
+  }
+  {
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+    std::filesystem::resize_file(copy / RaftLog::kLogFile, offsets[35] + 12);
+    auto log = RaftLog::open(copy.path());
+    ASSERT_FALSE(log.ok()) << "opened with " << (*log)->entries().size() << " entries";
+    EXPECT_NE(
+        log.error().message.find("byte offset " + std::to_string(offsets[35]) + " (record 36)"),
+        std::string::npos)
+        << log.error().message;
+    EXPECT_EQ(std::filesystem::file_size(copy / RaftLog::kLogFile), offsets[35] + 12);
+  }
+}
+
+// Raft's own truncations (a follower's conflicting suffix) and snapshots move entries out of
+// the log legitimately: the mark stays met across reopens.
+TEST(RaftLog, TruncationsAndSnapshotsKeepTheMarkMet) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1, 2, 3}).ok());
+  write_entries(dir.path(), 1, 10);
+  auto reopen = [&] {
+    auto log = RaftLog::open(dir.path());
+    EXPECT_TRUE(log.ok()) << log.error().message;
+    return log;
+  };
+  {
+    auto log = reopen();
+    ASSERT_TRUE(log.ok());
+    Persist conflict;  // a new leader of term 2 overwrites 8..10 with 8..9
+    conflict.hard_state = HardState{2, 2};
+    conflict.truncate_from = 8;
+    conflict.append = {Entry{2, 8, EntryType::kNoop, ""}, Entry{2, 9, EntryType::kCommand, "x"}};
+    ASSERT_TRUE((*log)->persist(conflict).ok());
+  }
+  {
+    auto log = reopen();
+    ASSERT_TRUE(log.ok());
+    EXPECT_EQ((*log)->entries().back(), (Entry{2, 9, EntryType::kCommand, "x"}));
+    Persist cut;  // a truncation alone leaves the mark behind it
+    cut.truncate_from = 9;
+    ASSERT_TRUE((*log)->persist(cut).ok());
+  }
+  {
+    auto log = reopen();
+    ASSERT_TRUE(log.ok());
+    EXPECT_EQ((*log)->entries().size(), 8u);
+    Persist install;  // a snapshot of term 3 replaces the conflicting log
+    install.snapshot = Snapshot{12, 3, {1, 2, 3}, "sm12"};
+    ASSERT_TRUE((*log)->persist(install).ok());
+  }
+  {
+    auto log = reopen();
+    ASSERT_TRUE(log.ok());
+    EXPECT_TRUE((*log)->entries().empty());
+    Persist next;
+    next.append = {Entry{3, 13, EntryType::kCommand, "thirteen"}};
+    ASSERT_TRUE((*log)->persist(next).ok());
+  }
+  auto log = reopen();
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ((*log)->entries().size(), 1u);
+  EXPECT_FALSE((*log)->mark_was_missing());
+}
+
+// A directory from before marks opens (the check starts then), and so does a mark with one
+// damaged copy (a power cut during its in-place write); two damaged copies are an error.
+TEST(RaftLog, MissingOrHalfDamagedMarkOpensAndABrokenOneIsAnError) {
+  testing::TempDir dir;
+  ASSERT_TRUE(RaftLog::bootstrap(dir.path(), {1}).ok());
+  const auto offsets = write_entries(dir.path(), 1, 10);
+  const std::string mark = read_all(dir / RaftLog::kMarkFile);
+  ASSERT_EQ(mark.size(), 100u);
+  {
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+    std::filesystem::remove(copy / RaftLog::kMarkFile);
+    {
+      auto log = RaftLog::open(copy.path());
+      ASSERT_TRUE(log.ok()) << log.error().message;
+      EXPECT_TRUE((*log)->mark_was_missing());
+      EXPECT_EQ((*log)->entries().size(), 10u);
+    }
+    std::filesystem::resize_file(copy / RaftLog::kLogFile, offsets[5]);
+    EXPECT_FALSE(RaftLog::open(copy.path()).ok()) << "the new mark guards the log from now on";
+  }
+  for (const std::size_t flip : {std::size_t{20}, std::size_t{64 + 20}}) {
+    SCOPED_TRACE(flip);
+    testing::TempDir copy;
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+    std::string damaged = mark;
+    damaged[flip] = static_cast<char>(damaged[flip] ^ 0x10);
+    copy.write(RaftLog::kMarkFile, damaged);
+    auto log = RaftLog::open(copy.path());
+    ASSERT_TRUE(log.ok()) << log.error().message;
+    EXPECT_EQ((*log)->entries().size(), 10u);
+  }
+  testing::TempDir copy;
+  std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive);
+  std::string damaged = mark;
+  damaged[20] = static_cast<char>(damaged[20] ^ 0x10);
+  damaged[64 + 20] = static_cast<char>(damaged[64 + 20] ^ 0x10);
+  copy.write(RaftLog::kMarkFile, damaged);
+  auto log = RaftLog::open(copy.path());
+  ASSERT_FALSE(log.ok());
+  EXPECT_NE(log.error().message.find(copy / RaftLog::kMarkFile), std::string::npos)
+      << log.error().message;
 }
 
 TEST(RaftLog, BootstrapTwiceIsRefused) {
@@ -1207,11 +1465,6 @@ std::vector<Entry> entries_with_config(std::size_t n, Index config_at,
     v[config_at - 1].data = encode_voters(voters);
   }
   return v;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 TEST(RaftLog, SnapshotCompactsTheLogAndSurvivesAReopen) {
@@ -1294,6 +1547,7 @@ TEST(RaftLog, SnapshotCrashPointsRecoverConsistently) {
       ASSERT_TRUE((*log)->persist(p).ok());
     }
     const std::string old_log = read_all(dir / RaftLog::kLogFile);
+    const std::string old_mark = read_all(dir / RaftLog::kMarkFile);
     {
       auto log = RaftLog::open(dir.path());
       ASSERT_TRUE(log.ok());
@@ -1303,18 +1557,25 @@ TEST(RaftLog, SnapshotCrashPointsRecoverConsistently) {
     }
     const std::string new_log = read_all(dir / RaftLog::kLogFile);
     const std::string new_snapshot = read_all(dir / RaftLog::kSnapshotFile);
+    const std::string new_mark = read_all(dir / RaftLog::kMarkFile);
     ASSERT_TRUE(after_snapshot.has_value());
     struct Point {
       const char* name;
       bool snapshot_renamed;
       bool log_renamed;
+      const std::string* mark;  // nullptr: a directory from before marks
     };
-    for (const Point& point :
-         {Point{"before the snapshot rename", false, false},
-          Point{"between the renames", true, false}, Point{"after both renames", true, true}}) {
+    // The mark moves (durably) to the snapshot between the two renames, then to the new last
+    // entry: these are the marks each point can leave.
+    for (const Point& point : {Point{"before the snapshot rename", false, false, &old_mark},
+                               Point{"between the renames, old mark", true, false, &old_mark},
+                               Point{"between the renames, new mark", true, false, &new_mark},
+                               Point{"after both renames", true, true, &new_mark},
+                               Point{"after both renames, no mark", true, true, nullptr}}) {
       SCOPED_TRACE(point.name);
       testing::TempDir crash;
       std::filesystem::copy_file(dir / RaftLog::kStateFile, crash / RaftLog::kStateFile);
+      if (point.mark != nullptr) crash.write(RaftLog::kMarkFile, *point.mark);
       crash.write(RaftLog::kLogFile, point.log_renamed ? new_log : old_log);
       if (point.snapshot_renamed) crash.write(RaftLog::kSnapshotFile, new_snapshot);
       // Half-written temporaries of the next step.

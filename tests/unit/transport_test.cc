@@ -883,6 +883,25 @@ TEST(Generation, AnUncreatableDirectoryIsAnErrorNamingIt) {
   EXPECT_NE(g.error().message.find(dir / "file"), std::string::npos) << g.error().message;
 }
 
+// A start that fails before it commits (issue 13, item 10: a port in use) leaves the generation
+// as it was, so its retry is still the node's first start.
+TEST(Generation, AReservationCountsOnlyOnceCommitted) {
+  TempDir dir;
+  const std::string state = dir.file("state");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Result<std::uint64_t> g = reserve_generation(state);
+    ASSERT_OK(g);
+    EXPECT_EQ(*g, 1u);
+    EXPECT_FALSE(std::filesystem::exists(state + "/generation"));
+  }
+  ASSERT_TRUE(commit_generation(state).ok());
+  EXPECT_EQ(elastic::testing::read_file(state + "/generation"), "1\n");
+  Result<std::uint64_t> g = reserve_generation(state);
+  ASSERT_OK(g);
+  EXPECT_EQ(*g, 2u);
+  EXPECT_EQ(elastic::testing::read_file(state + "/generation"), "1\n");
+}
+
 // Peer mode of this binary (see PeerProcess). It runs before main(), so the child never
 // reaches gtest; SIGKILL from the test is its only way out.
 [[noreturn]] void serve_as_peer(const char* bind) {
