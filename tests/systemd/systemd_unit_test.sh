@@ -21,7 +21,10 @@
 #   exit 78   a cgroup_root of the other layout: the daemon exits 78, the unit ends failed and
 #             stays so (RestartPreventExitStatus=78), the journal names the key and the layout;
 #   watchdog  a drop-in shortens WatchdogSec= to 2s: the daemon's pings keep it alive for 3
-#             intervals; SIGSTOP makes systemd kill it ("Watchdog timeout") and restart it.
+#             intervals; SIGSTOP makes systemd kill it ("Watchdog timeout") and restart it;
+#   layouts   on a hybrid host, a second container with the unified layout
+#             (SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1): "auto" finds the unit's cgroup there too, and
+#             the hybrid path exits 78.
 # Afterwards the container is powered off, and the test checks that it left no mount, cgroup or
 # runtime directory on the host (it never enables anything on the host).
 #
@@ -50,6 +53,9 @@ D=$(mktemp -d /tmp/esd-XXXXXX)
 status=1
 nspawn_pid=""
 leader=""
+boot_log=/dev/null
+ckpt=$D/ckpt-none
+layout=unknown
 cgroups=() # the host cgroups this test made (nspawn puts the container below them)
 runtime_dirs=()
 for d in /run/systemd/nspawn-root /run/systemd/nspawn/propagate /run/systemd/nspawn; do
@@ -73,7 +79,7 @@ fail() {
     journal | tail -n 40 >&2
   fi
   echo "---- boot log (last 15 lines)" >&2
-  tail -n 15 "$D/boot.log" >&2 2>/dev/null
+  tail -n 15 "$boot_log" >&2 2>/dev/null
   exit 1
 }
 # wait_for SECONDS WHAT CMD...: poll CMD until it succeeds; fail at the deadline.
@@ -130,22 +136,27 @@ level = "$2"
 CONF
 }
 
+# Powers the container off: SIGTERM makes nspawn ask its systemd to power off; what is left
+# after 20 s gets SIGKILL (the container's PID 1 first: its PID namespace dies with it).
+power_off() {
+  [ -n "$nspawn_pid" ] || return 0
+  kill -TERM "$nspawn_pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$nspawn_pid" 2>/dev/null; then
+    echo "the container did not power off in 20 s; killing it" >&2
+    [ -n "$leader" ] && kill -KILL "$leader" 2>/dev/null
+    kill -KILL "$nspawn_pid" 2>/dev/null
+  fi
+  wait "$nspawn_pid" 2>/dev/null
+  nspawn_pid=""
+  leader=""
+}
+
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   [ $status = 0 ] || rc=1
-  if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
-    # SIGTERM: nspawn asks the container's systemd to power off; SIGKILL what is left after 20 s
-    # (the container's PID 1 first: its namespace dies with it).
-    kill -TERM "$nspawn_pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$nspawn_pid" 2>/dev/null; then
-      echo "cleanup: the container did not power off in 20 s; killing it" >&2
-      [ -n "$leader" ] && kill -KILL "$leader" 2>/dev/null
-      kill -KILL "$nspawn_pid" 2>/dev/null
-    fi
-    wait "$nspawn_pid" 2>/dev/null
-  fi
+  power_off
   # Our cgroups, deepest first, once their processes are gone (nspawn's payload/supervisor and
   # the container's own tree live below them).
   local cg left=""
@@ -195,15 +206,17 @@ if [ ! -d /run/systemd/system ]; then
   done < <(findmnt -rn -o TARGET,FSTYPE,OPTIONS | awk '$2 == "cgroup2" {print $1, "cgroup2"}
       $2 == "cgroup" && $3 ~ /name=systemd/ {print $1, "systemd"}')
 fi
-# start_nspawn NAME ARGS...: systemd-nspawn ARGS in the background; $! is its pid.
+# start_nspawn NAME ARGS...: systemd-nspawn ARGS in the background, with the environment
+# assignments in nspawn_env; $! is its pid.
+nspawn_env=()
 start_nspawn() {
   (
     for cg in "${cgroups[@]}"; do echo "$BASHPID" >"$cg/cgroup.procs" || exit 97; done
     if [ -d /run/systemd/system ]; then # systemd-run --scope becomes the command
-      exec systemd-run --quiet --scope --collect -p Delegate=yes --unit="$machine-$1" \
-        systemd-nspawn "${@:2}"
+      exec env "${nspawn_env[@]}" systemd-run --quiet --scope --collect -p Delegate=yes \
+        --unit="$machine-$1" systemd-nspawn "${@:2}"
     fi
-    exec systemd-nspawn "${@:2}"
+    exec env "${nspawn_env[@]}" systemd-nspawn "${@:2}"
   ) &
 }
 common=(--quiet --register=no --keep-unit --directory=/ --volatile=yes)
@@ -215,15 +228,6 @@ if ! wait $!; then
 fi
 
 # ---- the container ---------------------------------------------------------------------------------
-mkdir -p "$D/etc-upper/systemd/system" "$D/etc-elastic" "$D/ckpt"
-cp "$unit" "$D/etc-upper/systemd/system/elasticd.service"
-write_config auto info
-start_nspawn boot "${common[@]}" --machine="$machine" --private-network --console=read-only \
-  --overlay="/etc:$D/etc-upper:/etc" --bind="$D/etc-elastic:/etc/elastic" \
-  --bind="$D/ckpt:/srv/ckpt" --bind-ro="$elasticd:/opt/elastic/sbin/elasticd" \
-  --bind-ro="$elasticctl:/opt/elastic/bin/elasticctl" \
-  --boot systemd.unit=basic.target >"$D/boot.log" 2>&1
-nspawn_pid=$!
 find_leader() { # the container's PID 1: nspawn's child that runs systemd
   local p
   for p in $(pgrep -P "$nspawn_pid"); do
@@ -231,14 +235,59 @@ find_leader() { # the container's PID 1: nspawn's child that runs systemd
   done
   return 1
 }
-wait_for 30 "the container's systemd to start" find_leader
 booted() { case $(in_ct systemctl is-system-running 2>/dev/null) in running | degraded) return 0 ;; esac; return 1; }
-wait_for 60 "the container to boot (systemctl is-system-running)" booted
-layout=hybrid
-in_ct test -d /sys/fs/cgroup/unified || layout=unified
-ts "container $machine booted: systemd $(in_ct systemctl --version | sed -n '1s/systemd \([0-9]*\).*/\1/p') as PID 1, cgroup layout $layout"
-has '^ExecReload=/opt/elastic/bin/elasticctl ' in_ct systemctl cat elasticd.service ||
-  fail "the container's systemd does not load this build's unit"
+# boot TAG: a fresh container (its /etc changes in $D/etc-TAG, checkpoints in $D/ckpt-TAG, which
+# becomes $ckpt) with the unit installed; sets nspawn_pid, leader and layout.
+mkdir -p "$D/etc-elastic"
+boot() {
+  ckpt=$D/ckpt-$1
+  mkdir -p "$D/etc-$1/systemd/system" "$ckpt"
+  cp "$unit" "$D/etc-$1/systemd/system/elasticd.service"
+  start_nspawn "boot-$1" "${common[@]}" --machine="$machine" --private-network \
+    --console=read-only --overlay="/etc:$D/etc-$1:/etc" --bind="$D/etc-elastic:/etc/elastic" \
+    --bind="$ckpt:/srv/ckpt" --bind-ro="$elasticd:/opt/elastic/sbin/elasticd" \
+    --bind-ro="$elasticctl:/opt/elastic/bin/elasticctl" \
+    --boot systemd.unit=basic.target >"$D/boot-$1.log" 2>&1
+  nspawn_pid=$!
+  boot_log=$D/boot-$1.log
+  wait_for 30 "the container's systemd to start" find_leader
+  wait_for 60 "the container to boot (systemctl is-system-running)" booted
+  layout=hybrid
+  in_ct test -d /sys/fs/cgroup/unified || layout=unified
+  ts "container $machine booted: systemd $(in_ct systemctl --version | sed -n '1s/systemd \([0-9]*\).*/\1/p') as PID 1, cgroup layout $layout"
+  has '^ExecReload=/opt/elastic/bin/elasticctl ' in_ct systemctl cat elasticd.service ||
+    fail "the container's systemd does not load this build's unit"
+}
+# The cgroup_root of the other layout (the issue's case on a hybrid host: the unified path).
+other_layout_path() {
+  if [ "$layout" = hybrid ]; then echo /sys/fs/cgroup/system.slice/elasticd.service
+  else echo /sys/fs/cgroup/unified/system.slice/elasticd.service; fi
+}
+# submit_worker: a one-rank job whose worker records its cgroup and checkpoints on TERM; checks
+# that the worker runs in a cgroup of its own below the unit's (cgroup_root = "auto").
+worker_rounds() { ls "$ckpt" | sed -n 's/^cgroup-//p' | sort -n; }
+has_worker() { [ -n "$(worker_rounds)" ]; }
+submit_worker() {
+  local worker own
+  worker='mkdir -p "$ELASTIC_CHECKPOINT_DIR"
+trap '"'"'mkdir "$ELASTIC_CHECKPOINT_DIR/step-$ELASTIC_ROUND"; echo "step-$ELASTIC_ROUND" >"$ELASTIC_CHECKPOINT_DIR/LATEST"; exit 75'"'"' TERM
+cat /proc/self/cgroup >"/srv/ckpt/cgroup-$ELASTIC_ROUND"
+while :; do sleep 0.1; done'
+  ctl submit --name sd --nodes 1 --workers-per-node 1 --checkpoint-root /srv/ckpt \
+    -- /bin/sh -c "$worker" >"$D/submit.out" 2>&1 || fail "elasticctl submit failed: $(cat "$D/submit.out")"
+  job=$(sed -n 's/^submitted \([^ ]*\).*/\1/p' "$D/submit.out")
+  [ -n "$job" ] || fail "no job id in: $(cat "$D/submit.out")"
+  wait_for 30 "the worker of job $job to start" has_worker
+  round=$(worker_rounds | tail -n1)
+  own=$(sed -n 's/^0:://p' "$ckpt/cgroup-$round")
+  case $own in
+    /system.slice/elasticd.service/w-*) ;;
+    *) fail "the worker's cgroup is '$own', not one of its own below the unit's (cgroup_root = \"auto\")" ;;
+  esac
+  ts "job $job: worker of round $round in cgroup $own ($layout layout)"
+}
+write_config auto info
+boot host
 
 # ---- ready: Type=notify, STATUS, the worker's cgroup ------------------------------------------
 # --no-block: with TimeoutStartSec=infinity a daemon that never sent READY=1 would hang start.
@@ -249,24 +298,7 @@ status_has() { has "$1" prop StatusText; }
 wait_for 20 "STATUS= to show the cluster and its leader" status_has "^member of 1 node (1 alive); leader ct1 term"
 ts "ready: $(prop StatusText)"
 
-worker='mkdir -p "$ELASTIC_CHECKPOINT_DIR"
-trap '"'"'mkdir "$ELASTIC_CHECKPOINT_DIR/step-$ELASTIC_ROUND"; echo "step-$ELASTIC_ROUND" >"$ELASTIC_CHECKPOINT_DIR/LATEST"; exit 75'"'"' TERM
-cat /proc/self/cgroup >"/srv/ckpt/cgroup-$ELASTIC_ROUND"
-while :; do sleep 0.1; done'
-ctl submit --name sd --nodes 1 --workers-per-node 1 --checkpoint-root /srv/ckpt \
-  -- /bin/sh -c "$worker" >"$D/submit.out" 2>&1 || fail "elasticctl submit failed: $(cat "$D/submit.out")"
-job=$(sed -n 's/^submitted \([^ ]*\).*/\1/p' "$D/submit.out")
-[ -n "$job" ] || fail "no job id in: $(cat "$D/submit.out")"
-worker_rounds() { ls "$D/ckpt" | sed -n 's/^cgroup-//p' | sort -n; }
-has_worker() { [ -n "$(worker_rounds)" ]; }
-wait_for 30 "the worker of job $job to start" has_worker
-round=$(worker_rounds | tail -n1)
-own=$(sed -n 's/^0:://p' "$D/ckpt/cgroup-$round")
-case $own in
-  /system.slice/elasticd.service/w-*) ;;
-  *) fail "the worker's cgroup is '$own', not one of its own below the unit's (cgroup_root = \"auto\")" ;;
-esac
-ts "job $job: worker of round $round in cgroup $own"
+submit_worker
 
 # ---- reload: accepted, then refused (systemctl reload fails), then fixed -------------------------
 write_config auto debug
@@ -303,14 +335,12 @@ timeout 90 nsenter --target "$leader" --all --root --wd -- systemctl stop elasti
   fail "systemctl stop elasticd failed or hung"
 state_is inactive/dead && is Result success && is ExecMainStatus 0 ||
   fail "after the stop: $(prop ActiveState)/$(prop SubState), Result=$(prop Result), status $(prop ExecMainStatus)"
-[ -d "$D/ckpt/$job/step-$round" ] && grep -qx "step-$round" "$D/ckpt/$job/LATEST" ||
-  fail "the worker of round $round wrote no checkpoint on SIGTERM: $(ls -R "$D/ckpt")"
+[ -d "$ckpt/$job/step-$round" ] && grep -qx "step-$round" "$ckpt/$job/LATEST" ||
+  fail "the worker of round $round wrote no checkpoint on SIGTERM: $(ls -R "$ckpt")"
 ts "stop: drained (checkpoint step-$round), Result=success, exit 0"
 
 # ---- exit 78: no restart -------------------------------------------------------------------------
-# The cgroup of the other layout (the issue's case on a hybrid host: the unified path).
-if [ "$layout" = hybrid ]; then wrong=/sys/fs/cgroup/system.slice/elasticd.service
-else wrong=/sys/fs/cgroup/unified/system.slice/elasticd.service; fi
+wrong=$(other_layout_path)
 write_config "$wrong" info
 restarts=$(prop NRestarts)
 in_ct systemctl start --no-block elasticd.service
@@ -340,6 +370,31 @@ wait_for 20 "the watchdog to restart the hung daemon" running_with_new_pid "$pid
 has "Watchdog timeout" journal || fail "no 'Watchdog timeout' in the journal"
 ts "watchdog: pings kept it alive 6 s; SIGSTOP -> killed and restarted"
 timeout 90 nsenter --target "$leader" --all --root --wd -- systemctl stop elasticd.service ||
-  fail "the final stop failed"
+  fail "the stop after the watchdog restart failed"
+
+# ---- the other layout: "auto" finds the unit's cgroup there too ----------------------------------
+# nspawn can give a container the unified layout on a hybrid host, not the reverse.
+if [ "$layout" = hybrid ]; then
+  power_off
+  nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
+  write_config auto info
+  boot unified
+  [ "$layout" = unified ] || fail "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 did not give a unified container"
+  in_ct systemctl start --no-block elasticd.service || fail "systemctl start elasticd failed"
+  wait_for 30 "READY=1 (active/running)" state_is active/running
+  submit_worker
+  timeout 90 nsenter --target "$leader" --all --root --wd -- systemctl stop elasticd.service ||
+    fail "systemctl stop elasticd failed or hung"
+  wrong=$(other_layout_path)
+  write_config "$wrong" info
+  in_ct systemctl start --no-block elasticd.service
+  wait_for 20 "the unit to fail on exit 78" state_is failed/failed
+  is ExecMainStatus 78 || fail "the daemon exited $(prop ExecMainStatus), not 78"
+  has "spawner.cgroup_root: '$wrong' is not a writable cgroup v2 directory" journal ||
+    fail "the journal does not name spawner.cgroup_root"
+  ts "unified layout: the hybrid path exits 78"
+else
+  ts "the host's layout is $layout: no hybrid container to compare with (nspawn cannot make one)"
+fi
 
 status=0
