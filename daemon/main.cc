@@ -32,6 +32,10 @@ constexpr const char* kManual = R"(FILES
                                annotated copy installed by make install)
   /var/lib/elastic             node.state_dir: generation, Raft log (raft/), worker logs (logs/)
   /run/elastic/elasticd.sock   control.socket: elasticctl's way in (peer credentials checked)
+  /etc/elastic/node.key        transport.secret_key_file: this node's CURVE secret key (0600;
+                               make install creates it)
+  /etc/elastic/nodes/          transport.public_keys_dir: <node name>.pub of every node allowed
+                               to speak to this one (a node key may act for any user)
   <prefix>/lib/systemd/system/elasticd.service, <prefix>/libexec/elastic/slurm/
 
 SIGNALS

@@ -3,8 +3,9 @@
 #
 # Three hosts as network namespaces on a private bridge (<prefix>-h0..h2, 10.X.250.1-3/24; the
 # root namespace gets no interface, route or address), one elasticd per host with the DEFAULT
-# configuration (conf/elasticd.toml; only the node name, bind address, seeds, voters, state dir,
-# control socket and checkpoint root differ per host), all three Raft voters. Then:
+# configuration (conf/elasticd.toml, CURVE on; only the node name, bind address, seeds, key files,
+# voters, state dir, control socket and checkpoint root differ per host; each host's key pair is
+# made in the work dir), all three Raft voters. Then:
 #   1. the Fashion-MNIST job (examples/fmnist.toml if present, else flags) on 3 nodes, min 2:
 #      one elastic-trainer Gloo worker per host, checkpoints on the "shared" work dir;
 #   2. kill -9 of one daemon that is not the Raft leader; its worker dies with it
@@ -265,7 +266,7 @@ start_daemon() {  # host
   local h=$1 seeds="" o
   for o in "${hosts[@]}"; do
     [ "$o" = "$h" ] && continue
-    seeds+="${seeds:+,}\"$(addr "$o")\""
+    seeds+="${seeds:+,}\"h$o@$(addr "$o")\""
   done
   mkdir -p "$work/h$h/state"
   local run=()
@@ -275,6 +276,8 @@ start_daemon() {  # host
     --set node.state_dir="$work/h$h/state" \
     --set transport.bind="tcp://$(addr "$h")" \
     --set membership.seeds="[$seeds]" \
+    --set transport.secret_key_file="$work/keys/h$h.key" \
+    --set transport.public_keys_dir="$work/public_keys" \
     --set consensus.voters='["h0","h1","h2"]' \
     --set control.socket="$work/h$h/ctl.sock" \
     --set checkpoint.root="$work/checkpoints" \
@@ -282,6 +285,17 @@ start_daemon() {  # host
   daemon_pids[$h]=$!
 }
 mkdir -p "$work/checkpoints"
+# CURVE is on by default: daemons authenticate each other by key. What `make install` and
+# configuration management do on a real cluster, here in the work dir: a key pair per host in
+# $work/keys, every host's public key in the shared allow-list $work/public_keys.
+mkdir -p "$work/public_keys"
+chmod 0755 "$work/public_keys"
+for h in "${hosts[@]}"; do
+  if [ ! -e "$work/keys/h$h.key" ]; then
+    "$elasticctl" -c '' keygen --dir "$work/keys" --name "h$h" >/dev/null
+  fi
+  cp "$work/keys/h$h.pub" "$work/public_keys/h$h.pub"
+done
 say "2. Starting elasticd on h0 h1 h2 (conf/elasticd.toml; all three Raft voters)"
 for h in "${hosts[@]}"; do start_daemon "$h"; done
 all_alive() { for h in "${hosts[@]}"; do [ "$(py alive "$h")" = 3 ] || return 1; done; }

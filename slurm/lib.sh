@@ -23,6 +23,8 @@ es_defaults() {
   ELASTIC_SLURM_PORT_BASE=17000
   ELASTIC_SLURM_PORT_RANGE=8000
   ELASTIC_SLURM_BIND_ADDR=''
+  ELASTIC_SLURM_SECRET_KEY=''
+  ELASTIC_SLURM_PUBLIC_KEYS_DIR=''
   ELASTIC_SLURM_STATE_DIR=/var/lib/elastic/slurm/job-%j
   ELASTIC_SLURM_SOCKET=/run/elastic/slurm-%j.sock
   ELASTIC_SLURM_LOG_DIR=/var/log/elastic/slurm/job-%j

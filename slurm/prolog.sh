@@ -87,6 +87,13 @@ set -- "$@" \
   --set "consensus.voters=[$voters]" \
   --set "control.socket=$ES_SOCKET" \
   --set "spawner.log_dir=$ES_LOG_DIR/workers"
+# The node's CURVE keys, made once by the admin (elastic-slurm.conf); else the base config's.
+if [ -n "$ELASTIC_SLURM_SECRET_KEY" ]; then
+  set -- "$@" --set "transport.secret_key_file=$(es_expand "$ELASTIC_SLURM_SECRET_KEY")"
+fi
+if [ -n "$ELASTIC_SLURM_PUBLIC_KEYS_DIR" ]; then
+  set -- "$@" --set "transport.public_keys_dir=$(es_expand "$ELASTIC_SLURM_PUBLIC_KEYS_DIR")"
+fi
 
 # The daemon makes its socket 0666 (every user of a shared host may submit). The allocation's
 # daemon serves the allocation's owner only: other users on a shared node must not place work

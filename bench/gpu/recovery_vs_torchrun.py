@@ -28,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -169,6 +170,14 @@ class Elastic:
         self.ports = {n: free_port() for n in self.names}
         self.procs = {}
         os.makedirs(f"{self.work}/ckpt", exist_ok=True)
+        # CURVE is on by default: a key pair per daemon, every .pub in one allow-list.
+        os.makedirs(f"{self.work}/public_keys", exist_ok=True)
+        os.chmod(f"{self.work}/public_keys", 0o755)
+        for n in self.names:
+            if not os.path.exists(f"{self.work}/keys/{n}.key"):
+                subprocess.run([a.elasticctl, "-c", "", "keygen", "--dir", f"{self.work}/keys",
+                                "--name", n], check=True, capture_output=True)
+            shutil.copyfile(f"{self.work}/keys/{n}.pub", f"{self.work}/public_keys/{n}.pub")
 
     def ctl(self, node, *args, check=True):
         cmd = [self.a.elasticctl, "-c", self.a.config, "--set",
@@ -185,7 +194,7 @@ class Elastic:
             return None
 
     def start(self, node):
-        seeds = ",".join(f'"127.0.0.1:{self.ports[o]}"' for o in self.names if o != node)
+        seeds = ",".join(f'"{o}@127.0.0.1:{self.ports[o]}"' for o in self.names if o != node)
         os.makedirs(f"{self.work}/{node}/state", exist_ok=True)
         gpus = "[" + ",".join(map(str, self.gpus[node])) + "]"
         if self.a.cpu_test:  # CI-style check of this script without GPUs: Gloo on CPU slots
@@ -196,6 +205,8 @@ class Elastic:
                "--set", f"node.gpus={gpus}",
                "--set", f"transport.bind=tcp://127.0.0.1:{self.ports[node]}",
                "--set", f"membership.seeds=[{seeds}]",
+               "--set", f"transport.secret_key_file={self.work}/keys/{node}.key",
+               "--set", f"transport.public_keys_dir={self.work}/public_keys",
                "--set", 'consensus.voters=["h0","h1","h2"]',
                "--set", f"control.socket={self.work}/{node}/ctl.sock",
                "--set", f"checkpoint.root={self.work}/ckpt"]

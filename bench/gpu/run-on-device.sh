@@ -53,7 +53,7 @@ setup() {
   rm -rf "$d"; mkdir -p "$d/state"
   "$bin/elasticd" -c conf/elasticd.toml --set node.name=smoke --set node.state_dir="$d/state" \
     --set transport.bind=tcp://127.0.0.1:7999 --set control.socket="$d/ctl.sock" \
-    >"$d/elasticd.log" 2>&1 &
+    --set transport.curve=false >"$d/elasticd.log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do [ -S "$d/ctl.sock" ] && break; sleep 0.1; done
   sleep 1

@@ -91,10 +91,14 @@ struct TransportConfig {
   Duration heartbeat_timeout = 3s;
   // Close an outbound connection unused this long: fd count follows active peers, not N.
   Duration idle_peer_close = 60s;
-  // CURVE encryption with an allow-list of node keys; off until keys are distributed.
-  bool curve = false;
-  std::string secret_key_file = "";  // required when curve = true
-  std::string public_keys_dir = "";  // required when curve = true: one file per allowed node
+  // CURVE: daemons authenticate each other by key before any message is acted on (a node key
+  // may speak for every user, so without it anyone reaching the port is root). false is
+  // allowed only with a loopback bind: a single-user test box.
+  bool curve = true;
+  // This node's secret key (mode 0600, owned by the daemon's user); make install creates it.
+  std::string secret_key_file = "/etc/elastic/node.key";
+  // The allow-list: <node name>.pub for every node of the cluster (re-read when it changes).
+  std::string public_keys_dir = "/etc/elastic/nodes";
   bool operator==(const TransportConfig&) const = default;
 };
 

@@ -1,5 +1,8 @@
 #include "daemon/config/rules.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -84,6 +87,15 @@ std::optional<HostPort> parse_tcp_endpoint(std::string_view text) {
   constexpr std::string_view kScheme = "tcp://";
   if (text.substr(0, kScheme.size()) != kScheme) return std::nullopt;
   return parse_host_port(text.substr(kScheme.size()));
+}
+
+// A literal loopback address (127.0.0.0/8 or ::1). Names ("localhost", "lo") are not accepted:
+// what they resolve to is not this file's to check.
+bool is_loopback_host(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 // Node and cluster names: letters, digits, '.', '_' and '-' ("" is allowed: it means derived).
@@ -190,7 +202,16 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
     k.require(!c.transport.public_keys_dir.empty(),
               {"transport.public_keys_dir", "transport.curve"},
               "must be set when transport.curve = true");
+  } else {
+    // Without CURVE nothing tells a daemon from any process that reaches the port, and a
+    // daemon's messages steer the cluster; loopback keeps that to the users of this host.
+    k.require(!bind || is_loopback_host(bind->host), {"transport.bind", "transport.curve"},
+              quote(c.transport.bind) +
+                  " must be a loopback address (tcp://127.0.0.1:PORT or tcp://[::1]:PORT) "
+                  "when transport.curve = false: without CURVE anyone who reaches the port can "
+                  "forge daemon messages; keep transport.curve = true (the default) with keys");
   }
+
 
   // membership: each seed is [NAME@]HOST:PORT. The name is the seed's node name, which CURVE
   // needs to pick the seed's public key (a bare address cannot be authenticated).

@@ -1245,6 +1245,24 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
     ++sends_attempted_;
     (void)transport_->send(reply_to, std::move(reply));
   };
+  if (!config_.transport.curve) {
+    // Without CURVE the sender is whoever reached the port (any local user on a loopback
+    // bind), so the uid, gid and admin flag in the body are claims nobody vouches for.
+    // One line per refusal would let a flood fill the log: the first, then every 100th.
+    if (++forwards_refused_ % 100 == 1) {
+      spdlog::warn(
+          "refused a request forwarded from {} ({}): forwarding needs transport.curve = true "
+          "({} refused so far)",
+          envelope.sender, request->verb, forwards_refused_);
+    }
+    answer(ForwardOutcome::kDenied,
+           "Refused: " + name_ + " does not act on requests forwarded from another daemon (" +
+               envelope.sender +
+               ") because forwarding needs transport.curve = true (without CURVE the forwarded "
+               "user cannot be trusted); use the control socket of the leader's host, or "
+               "enable CURVE.");
+    return;
+  }
   if (request->verb == "logs") {
     bool denied = false;
     auto served =

@@ -60,6 +60,12 @@
 // kForwardAttemptTimeout, the whole request kClientRequestTimeout, then the client gets one
 // sentence saying no leader answered. Retries keep the request's (client id, sequence), so the
 // job table applies a retried submission once.
+// A forwarded request carries the caller's uid, gid and admin flag, which the receiver acts on:
+// that is safe only because CURVE (transport.curve) proves the sender holds a node key. With
+// transport.curve = false (loopback only) a daemon refuses every forwarded client request
+// (answered kDenied with a sentence, counted as messages_dropped reason forward_without_curve),
+// so there a client must use the leader's own control socket; round reports carry no identity
+// and are still taken.
 //
 // Signals: start() blocks SIGTERM, SIGINT and SIGHUP in the calling thread before ZeroMQ starts
 // its I/O threads (which inherit the mask), so they are only ever read from the signal fd. Call
@@ -242,6 +248,8 @@ class Node {
   bool stop_ = false;
   std::uint64_t sends_attempted_ = 0;
   std::uint64_t undecodable_bodies_ = 0;  // envelopes whose membership body did not decode
+  // Forwarded client requests refused because transport.curve = false (nobody vouches for them).
+  std::uint64_t forwards_refused_ = 0;
   // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
   std::map<std::string, std::string> seed_names_;
   // Raft (voters only) and the job table it replicates.

@@ -2,6 +2,12 @@
 // integration tests: its files live in <TempDir>/<name>/, it binds port 0 and its address comes
 // from its readiness line, and elasticctl reads it over its control socket. Header-only test
 // support; every wait polls with a deadline.
+//
+// CURVE is on, as in production: each Daemon gets its own key pair (`elasticctl keygen`) in
+// <TempDir>/<name>/keys/ and publishes its .pub in the test's shared allow-list
+// <TempDir>/public_keys/, so the daemons of one TempDir trust each other (one started earlier
+// re-reads the list when it changes). A test may override with set(), e.g.
+// set("transport.curve=false") for a plain daemon (loopback binds allow that).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -47,9 +53,17 @@ inline const std::vector<std::string> kFastMembership = {
 class Daemon {
  public:
   Daemon(const TempDir& dir, std::string name, std::vector<std::string> seeds)
-      : dir_(dir.file(name)), name_(std::move(name)), seeds_(std::move(seeds)) {
+      : dir_(dir.file(name)),
+        public_keys_dir_(dir.file("public_keys")),
+        name_(std::move(name)),
+        seeds_(std::move(seeds)) {
     std::filesystem::create_directories(dir_);
+    make_keys();
   }
+
+  // This daemon's CURVE secret key file, and the allow-list it trusts.
+  std::string secret_key_file() const { return dir_ + "/keys/" + name_ + ".key"; }
+  const std::string& public_keys_dir() const { return public_keys_dir_; }
 
   std::string socket() const { return dir_ + "/ctl.sock"; }
   const std::string& name() const { return name_; }
@@ -65,7 +79,9 @@ class Daemon {
         "node.state_dir=" + dir_ + "/state", "--set", "control.socket=" + socket(), "--set",
         // A restart keeps its port, so seeds naming it stay valid.
         "transport.bind=" + (address_.empty() ? std::string("tcp://127.0.0.1:0") : address_),
-        "--set", seeds, "--set", "logging.level=debug", "--set", voters_setting()};
+        "--set", seeds, "--set", "logging.level=debug", "--set", voters_setting(),
+        "--set", "transport.curve=true", "--set", "transport.secret_key_file=" + secret_key_file(),
+        "--set", "transport.public_keys_dir=" + public_keys_dir_};
     for (const auto& setting : kFastMembership) {
       argv.push_back("--set");
       argv.push_back(setting);
@@ -112,15 +128,30 @@ class Daemon {
   Process& process() { return *process_; }
   const std::string& address() const { return address_; }
   std::uint64_t generation() const { return generation_; }
-  // "127.0.0.1:PORT" for other daemons' seed lists.
-  std::string seed() const { return address_.substr(std::strlen("tcp://")); }
-  // "NAME@127.0.0.1:PORT": the seed form CURVE needs.
-  std::string named_seed() const { return name_ + "@" + seed(); }
+  // "NAME@127.0.0.1:PORT" for other daemons' seed lists (CURVE needs the name).
+  std::string seed() const { return named_seed(); }
+  std::string named_seed() const { return name_ + "@" + address_.substr(std::strlen("tcp://")); }
   // The port of its transport, for raw TCP clients.
   int port() const { return std::stoi(address_.substr(address_.rfind(':') + 1)); }
 
  private:
+  void make_keys() {
+    const std::string keys = dir_ + "/keys";
+    const RunResult r = run({ELASTICCTL_PATH, "-c", "", "keygen", "--dir", keys, "--name", name_},
+                            {}, std::chrono::seconds(10));
+    EXPECT_TRUE(r.status.exited_with(0)) << r.err;
+    // Published by rename, so a daemon re-reading the list never sees half a file (.tmp files
+    // are not .pub files, so the list ignores them).
+    std::filesystem::create_directories(public_keys_dir_);
+    std::filesystem::permissions(public_keys_dir_, std::filesystem::perms(0755));
+    const std::string tmp = public_keys_dir_ + "/" + name_ + ".pub.tmp";
+    std::filesystem::copy_file(keys + "/" + name_ + ".pub", tmp,
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(tmp, public_keys_dir_ + "/" + name_ + ".pub");
+  }
+
   std::string dir_;
+  std::string public_keys_dir_;
   std::string name_;
   std::vector<std::string> seeds_;
   std::vector<std::string> settings_;
@@ -157,6 +188,19 @@ inline std::optional<std::map<std::string, MemberSeen>> members_of(const Daemon&
                    member["address"].get<std::string>()};
   }
   return members;
+}
+
+// One of the daemon's transport counters from `elasticctl nodes --json` ("transport" object).
+inline std::optional<std::uint64_t> transport_counter(const Daemon& daemon,
+                                                      const std::string& key) {
+  const RunResult r =
+      elasticctl({"-c", "", "--set", "control.socket=" + daemon.socket(), "nodes", "--json"});
+  if (!r.status.exited_with(0)) return std::nullopt;
+  const auto reply = nlohmann::json::parse(r.out, nullptr, false);
+  if (reply.is_discarded() || !reply.contains("transport") || !reply["transport"].contains(key)) {
+    return std::nullopt;
+  }
+  return reply["transport"][key].get<std::uint64_t>();
 }
 
 // True when `observer` sees `name` in `state` (and at `generation`, if given).

@@ -125,7 +125,8 @@ class LifecycleDaemon {
           const auto at = err.find(key, line);
           const auto end = err.find(' ', at);
           if (at == std::string::npos || end == std::string::npos) return false;
-          seed_ = err.substr(at + key.size(), end - at - key.size());
+          // Named: CURVE (on, as in production) needs the seed's name.
+          seed_ = daemon_.name() + "@" + err.substr(at + key.size(), end - at - key.size());
           return true;
         },
         kReady))
@@ -180,7 +181,7 @@ TEST(Lifecycle, ReadyOnlyAfterJoiningAndStoppingOnSigterm) {
 
   // A seed nobody answers on: STATUS says joining, READY never comes.
   NotifyListener notify_lonely(dir.file("lonely.notify"));
-  LifecycleDaemon lonely(dir, "lonely", {"127.0.0.1:9"});
+  LifecycleDaemon lonely(dir, "lonely", {"nobody@127.0.0.1:9"});
   lonely.start({{"NOTIFY_SOCKET", notify_lonely.path()}});
   ASSERT_TRUE(
       wait_until([&] { return notify_lonely.find("STATUS=joining via 1 seed") >= 0; }, kReady))
@@ -589,8 +590,9 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
   TempDir dir;
   const std::string root = dir.file("root");
   auto install = [&] {
+    // ELASTIC_INSTALL_KEYS=1: make the node key pair as a plain `make install` does.
     return run({CMAKE_COMMAND, "--install", ELASTIC_BUILD_DIR, "--prefix", "/usr/local"},
-               {{"DESTDIR", root}}, 120s);
+               {{"DESTDIR", root}, {"ELASTIC_INSTALL_KEYS", "1"}}, 120s);
   };
   RunResult r = install();
   ASSERT_TRUE(r.status.exited_with(0)) << r.out << r.err;
@@ -614,6 +616,17 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
   }
   const std::string shipped = read_text(std::string(ELASTIC_SOURCE_DIR) + "/conf/elasticd.toml");
   EXPECT_EQ(read_text(root + "/etc/elastic/elasticd.toml"), shipped);
+
+  // The node's CURVE key pair where the default config looks (issue 13 item 1): the secret
+  // 0600, the public key under the host's name in the allow-list.
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  const std::string secret = root + "/etc/elastic/node.key";
+  ASSERT_TRUE(std::filesystem::exists(secret)) << r.out << r.err;
+  EXPECT_EQ(std::filesystem::status(secret).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_TRUE(std::filesystem::exists(root + "/etc/elastic/nodes/" + host + ".pub")) << r.out;
+  const std::string key_before = read_text(secret);
 
   // The unit names the installed binary and the installed config.
   const std::string unit = read_text(prefix + "/lib/systemd/system/elasticd.service");
@@ -640,6 +653,7 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
   ASSERT_TRUE(r.status.exited_with(0)) << r.out << r.err;
   EXPECT_EQ(read_text(root + "/etc/elastic/elasticd.toml"), "# edited by the admin\n");
   EXPECT_EQ(read_text(root + "/etc/elastic/elasticd.toml.default"), shipped);
+  EXPECT_EQ(read_text(secret), key_before) << "a second install replaced the node key";
 }
 
 }  // namespace

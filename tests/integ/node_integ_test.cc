@@ -192,7 +192,8 @@ TEST(NodeInteg, UnwritableStateDirExits73) {
   const std::string file = dir.write("not-a-dir", "x");
   const RunResult r =
       run({ELASTICD_PATH, "-c", "", "--set", "node.state_dir=" + file + "/state", "--set",
-           "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0"},
+           "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0",
+           "--set", "transport.curve=false"},
           {}, std::chrono::seconds(10));
   EXPECT_TRUE(r.status.exited_with(73)) << r.err;
   EXPECT_THAT(r.err, HasSubstr("node.state_dir"));
@@ -232,18 +233,6 @@ void use_curve(Daemon& daemon, const std::string& secret_key_file,
   daemon.set("transport.curve=true");
   daemon.set("transport.secret_key_file=" + secret_key_file);
   daemon.set("transport.public_keys_dir=" + public_keys_dir);
-}
-
-// One of the daemon's transport counters from `elasticctl nodes --json` ("transport" object).
-std::optional<std::uint64_t> transport_counter(const Daemon& daemon, const std::string& key) {
-  const RunResult r =
-      elasticctl({"-c", "", "--set", "control.socket=" + daemon.socket(), "nodes", "--json"});
-  if (!r.status.exited_with(0)) return std::nullopt;
-  const auto reply = nlohmann::json::parse(r.out, nullptr, false);
-  if (reply.is_discarded() || !reply.contains("transport") || !reply["transport"].contains(key)) {
-    return std::nullopt;
-  }
-  return reply["transport"][key].get<std::uint64_t>();
 }
 
 std::uint64_t unauthenticated(const Daemon& daemon) {
@@ -327,6 +316,7 @@ TEST(NodeInteg, CurveClusterRefusesAPlainNode) {
 
   // curve = false: its NULL-mechanism handshake cannot meet a CURVE server.
   Daemon plain(dir, "plain", {cluster.n1.seed()});
+  plain.set("transport.curve=false");
   plain.start();
   expect_kept_out(cluster, plain, refused_before);
 }

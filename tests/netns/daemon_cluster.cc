@@ -108,14 +108,40 @@ DaemonCluster::~DaemonCluster() {
   }
 }
 
+Status DaemonCluster::ensure_keys(int host) const {
+  const std::string keys = work_dir_ + "/keys";
+  if (std::filesystem::exists(secret_key_file(host))) return ok_status();
+  const testing::RunResult made = testing::run(
+      {elasticctl_, "--config", "/dev/null", "keygen", "--dir", keys, "--name", name(host)}, {},
+      20s);
+  if (!made.status.exited_with(0)) {
+    return Error{"elasticctl keygen for " + name(host) + " failed: " + made.err};
+  }
+  // Published by rename: a running daemon re-reads the directory when it changes and must
+  // never see half a file (a .tmp name is not a .pub file, so the list ignores it).
+  std::error_code ec;
+  std::filesystem::create_directories(public_keys_dir(), ec);
+  std::filesystem::permissions(public_keys_dir(), std::filesystem::perms(0755), ec);
+  const std::string tmp = public_keys_dir() + "/" + name(host) + ".pub.tmp";
+  std::filesystem::copy_file(keys + "/" + name(host) + ".pub", tmp,
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  if (!ec) std::filesystem::rename(tmp, public_keys_dir() + "/" + name(host) + ".pub", ec);
+  if (ec) return Error{"Cannot publish the public key of " + name(host) + ": " + ec.message()};
+  return ok_status();
+}
+
 Status DaemonCluster::start(int host, std::chrono::milliseconds timeout) {
   const std::string dir = work_dir_ + "/" + name(host);
   std::filesystem::create_directories(dir);
+  // Every host's pair at once, so a daemon finds its peers' keys from its first send.
+  for (int other = 0; other < hosts_.size(); ++other) {
+    if (Status keys = ensure_keys(other); !keys.ok()) return keys;
+  }
   std::string seeds;
   for (int other = 0; other < hosts_.size(); ++other) {
     if (other == host) continue;
-    seeds += std::string(seeds.empty() ? "" : ",") + "\"" + hosts_.ip(other) + ":" +
-             std::to_string(kDaemonPort) + "\"";
+    seeds += std::string(seeds.empty() ? "" : ",") + "\"" + name(other) + "@" + hosts_.ip(other) +
+             ":" + std::to_string(kDaemonPort) + "\"";
   }
   std::vector<std::string> sets = {
       "node.name=" + name(host),
@@ -123,6 +149,9 @@ Status DaemonCluster::start(int host, std::chrono::milliseconds timeout) {
       "transport.bind=tcp://" + hosts_.ip(host) + ":" + std::to_string(kDaemonPort),
       "membership.seeds=[" + seeds + "]",
       "control.socket=" + dir + "/ctl.sock",
+      "transport.curve=true",
+      "transport.secret_key_file=" + secret_key_file(host),
+      "transport.public_keys_dir=" + public_keys_dir(),
   };
   std::string voters;
   for (const int voter : voters_) {

@@ -1,8 +1,11 @@
 // DaemonCluster: one real elasticd per host of a NetnsCluster, and what each one sees.
 //
 // Host i runs `elasticd --config <file> --set node.name=h<i> --set node.state_dir=<dir>/h<i>/state
-// --set transport.bind=tcp://<ip>:7946 --set membership.seeds=[every other host]
-// --set control.socket=<dir>/h<i>/ctl.sock --set consensus.voters=[...]` plus the timer overrides
+// --set transport.bind=tcp://<ip>:7946 --set membership.seeds=[every other host as h<j>@<ip>:7946]
+// --set control.socket=<dir>/h<i>/ctl.sock --set consensus.voters=[...]` with CURVE as in
+// production (every host's key pair made by `elasticctl keygen` at the first start:
+// <dir>/keys/h<i>.key, the .pub files in the shared allow-list <dir>/public_keys/) plus the
+// timer overrides
 // given (short_timers() and short_raft_timers() for tests) and set_overrides()'s. The file is
 // /dev/null (the built-in defaults) unless set_config_file() names one. Every daemon lists the
 // same Raft voters (a config rule once seeds are set): by default the first min(3, N) hosts,
@@ -251,6 +254,9 @@ class DaemonCluster {
   // <work_dir>/h<i>: the host's state dir ("state"), control socket ("ctl.sock") and the
   // daemon's stdout/stderr ("elasticd.out", "elasticd.err").
   std::string dir(int host) const { return work_dir_ + "/" + name(host); }
+  // `host`'s CURVE secret key, and the allow-list every daemon reads (see the top).
+  std::string secret_key_file(int host) const { return work_dir_ + "/keys/" + name(host) + ".key"; }
+  std::string public_keys_dir() const { return work_dir_ + "/public_keys"; }
   std::string socket(int host) const { return dir(host) + "/ctl.sock"; }
   // Where the spawner of `host` writes worker logs (spawner.log_dir's default).
   std::string worker_log_dir(int host) const { return dir(host) + "/state/logs"; }
@@ -277,6 +283,9 @@ class DaemonCluster {
                 std::chrono::milliseconds timeout, JobView* last = nullptr) const;
 
  private:
+  // Makes `host`'s key pair and publishes its .pub, unless it exists (a restart keeps its key).
+  Status ensure_keys(int host) const;
+
   NetnsCluster& hosts_;
   std::string elasticd_, elasticctl_, work_dir_;
   Timers timers_;

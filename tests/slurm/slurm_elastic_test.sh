@@ -125,6 +125,15 @@ done
 # holds the same values, but may be ahead of or behind a binary built elsewhere).
 "$elasticd" -c '' --print-config >"$D/elasticd.toml" || fail "elasticd --print-config failed"
 printf '[node]\nnmae = "typo"\n' >"$D/broken.toml"
+# CURVE keys, made once per node as an admin would (elastic-slurm.conf): the secret keys in
+# $D/keys/<node>.key (the site conf names them with %n, the nodes share this filesystem) and
+# every node's public key in the allow-list $D/public_keys.
+mkdir -p "$D/public_keys"
+chmod 0755 "$D/public_keys"
+for i in $(seq 1 "$N"); do
+  "$elasticctl" -c '' keygen --dir "$D/keys" --name "n$i" >/dev/null || fail "elasticctl keygen n$i failed"
+  cp "$D/keys/n$i.pub" "$D/public_keys/n$i.pub"
+done
 site_conf() {  # BASE_CONFIG
   cat >"$D/elastic-slurm.conf" <<CONF
 ELASTICD=$elasticd
@@ -137,6 +146,8 @@ ELASTIC_SLURM_SOCKET=$D/nodes/%n/run/slurm-%j.sock
 ELASTIC_SLURM_LOG_DIR=$D/nodes/%n/log/job-%j
 ELASTIC_SLURM_START_TIMEOUT=30
 ELASTIC_SLURM_STOP_TIMEOUT=20
+ELASTIC_SLURM_SECRET_KEY=$D/keys/%n.key
+ELASTIC_SLURM_PUBLIC_KEYS_DIR=$D/public_keys
 CONF
 }
 site_conf "$D/elasticd.toml"

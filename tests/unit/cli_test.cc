@@ -145,13 +145,13 @@ TEST(Elasticd, PrintConfigReadsBackAsTheDefaults) {
 }
 
 TEST(Elasticd, PrintConfigShowsOverrides) {
-  const Finished r = elasticd({"-c", "", "--set", R"(membership.seeds=["n1:7946","n2:7946"])",
-                               "--set", R"(consensus.voters=["n1"])", "--set",
-                               "spawner.bind_cpus=false", "--print-config"});
+  const Finished r =
+      elasticd({"-c", "", "--set", R"(membership.seeds=["n1@h1:7946","n2@h2:7946"])", "--set",
+                R"(consensus.voters=["n1"])", "--set", "spawner.bind_cpus=false", "--print-config"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto printed = reload(r.out);
   ASSERT_TRUE(printed.ok()) << printed.error().message;
-  EXPECT_THAT(printed->membership.seeds, ElementsAre("n1:7946", "n2:7946"));
+  EXPECT_THAT(printed->membership.seeds, ElementsAre("n1@h1:7946", "n2@h2:7946"));
   EXPECT_FALSE(printed->spawner.bind_cpus);
 }
 
@@ -197,6 +197,19 @@ TEST(Elasticd, CrossFieldViolationViaSetExits78) {
   EXPECT_THAT(split_lines(r.err),
               ElementsAre("--set consensus.heartbeat_interval=2s: consensus.heartbeat_interval: "
                           "2s must be at most a third of consensus.election_timeout (1s)",
+                          "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
+}
+
+// Issue 13 item 1: without CURVE a daemon may listen on loopback only; anything else is a
+// configuration error (78) that names transport.bind and says why, before anything is bound.
+TEST(Elasticd, PlainTransportOnAWildcardBindExits78) {
+  const Finished r = elasticd({"-c", kShippedConfig, "--set", "transport.curve=false"});
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_THAT(split_lines(r.err),
+              ElementsAre("--set transport.curve=false: transport.bind: \"tcp://0.0.0.0:7946\" must "
+                          "be a loopback address (tcp://127.0.0.1:PORT or tcp://[::1]:PORT) when "
+                          "transport.curve = false: without CURVE anyone who reaches the port can "
+                          "forge daemon messages; keep transport.curve = true (the default) with keys",
                           "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
 }
 
@@ -297,7 +310,8 @@ TEST(Elasticd, PlainStartRunsTheNodeAndExits0OnSigterm) {
   const pid_t pid = spawn(ELASTICD_PATH,
                           {"-c", kShippedConfig, "--set", "node.name=cli-test", "--set",
                            "node.state_dir=" + dir.file("state"), "--set",
-                           "control.socket=" + socket, "--set", "transport.bind=tcp://127.0.0.1:0"},
+                           "control.socket=" + socket, "--set", "transport.bind=tcp://127.0.0.1:0",
+                           "--set", "transport.curve=false"},
                           err_path);
   ASSERT_GT(pid, 0);
   const bool ready = poll_until(
@@ -326,7 +340,8 @@ TEST(Elasticd, JsonLogFormatWritesOneObjectPerLine) {
       spawn(ELASTICD_PATH,
             {"-c", "", "--set", "node.name=json-node", "--set", "logging.format=json", "--set",
              "logging.file=" + log, "--set", "node.state_dir=" + dir.file("state"), "--set",
-             "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0"},
+             "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0",
+             "--set", "transport.curve=false"},
             dir.file("stderr"));
   ASSERT_GT(pid, 0);
   const bool ready =

@@ -597,14 +597,31 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set transport.tcp_max_retransmit_timeout=0s: transport.tcp_max_retransmit_timeout: must be greater than 0s"}},
     SetCase{"HeartbeatTimeout", {"transport.heartbeat_timeout=1s"},
             {"--set transport.heartbeat_timeout=1s: transport.heartbeat_timeout: 1s must be longer than transport.heartbeat_interval (1s)"}},
-    SetCase{"CurveNeedsKeys", {"transport.curve=true"},
-            {"--set transport.curve=true: transport.secret_key_file: must be set when transport.curve = true",
-             "--set transport.curve=true: transport.public_keys_dir: must be set when transport.curve = true"}},
+    SetCase{"CurveNeedsKeys", {"transport.secret_key_file=", "transport.public_keys_dir="},
+            {"--set transport.secret_key_file=: transport.secret_key_file: must be set when transport.curve = true",
+             "--set transport.public_keys_dir=: transport.public_keys_dir: must be set when transport.curve = true"}},
+    // Without CURVE anyone reaching the port could forge daemon messages (issue 13 item 1): only
+    // a loopback bind is allowed, and a name (even "localhost") is not a loopback address.
+    SetCase{"PlainNeedsLoopbackBind", {"transport.curve=false"},
+            {"--set transport.curve=false: transport.bind: \"tcp://0.0.0.0:7946\" must be a loopback address "
+             "(tcp://127.0.0.1:PORT or tcp://[::1]:PORT) when transport.curve = false: without CURVE anyone who "
+             "reaches the port can forge daemon messages; keep transport.curve = true (the default) with keys"}},
+    SetCase{"PlainBindBlamed", {"transport.curve=false", "transport.bind=tcp://localhost:7946"},
+            {"--set transport.bind=tcp://localhost:7946: transport.bind: \"tcp://localhost:7946\" must be a "
+             "loopback address (tcp://127.0.0.1:PORT or tcp://[::1]:PORT) when transport.curve = false: without "
+             "CURVE anyone who reaches the port can forge daemon messages; keep transport.curve = true (the "
+             "default) with keys"}},
+    SetCase{"PlainRoutableBind", {"transport.bind=tcp://10.0.0.1:7946", "transport.curve=false"},
+            {"--set transport.bind=tcp://10.0.0.1:7946: transport.bind: \"tcp://10.0.0.1:7946\" must be a loopback address "
+             "(tcp://127.0.0.1:PORT or tcp://[::1]:PORT) when transport.curve = false: without CURVE anyone who "
+             "reaches the port can forge daemon messages; keep transport.curve = true (the default) with keys"}},
     SetCase{"KeyFileRelative", {"transport.secret_key_file=key"},
             {"--set transport.secret_key_file=key: transport.secret_key_file: must be an absolute path or \"\" (got \"key\")"}},
 
     // membership
-    SetCase{"Seeds", {R"(consensus.voters=["v"])", R"(membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"])"},
+    // Unnamed seeds are valid only without CURVE (so on loopback).
+    SetCase{"Seeds", {"transport.curve=false", "transport.bind=tcp://127.0.0.1:7946", R"(consensus.voters=["v"])",
+                      R"(membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"])"},
             {R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n1" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "n2:0" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
              R"(--set membership.seeds=["n1", "n2:0", "[::1:7946", "n3:7946", "n3:7946"]: membership.seeds: "[::1:7946" must look like HOST:PORT with a port from 1 to 65535 (e.g. "node01:7946"))",
@@ -648,8 +665,8 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
     // consensus
     SetCase{"VotersEven", {R"(consensus.voters=["a","b"])"},
             {R"(--set consensus.voters=["a","b"]: consensus.voters: has 2 voters; use 1, 3 or 5 (an even count adds no fault tolerance), or [] for this node alone)"}},
-    SetCase{"SeedsWithoutVoters", {R"(membership.seeds=["h1:7946"])"},
-            {R"(--set membership.seeds=["h1:7946"]: consensus.voters: is [] (this node alone) but membership.seeds joins other nodes; list the cluster's 1, 3 or 5 voters by node name, the same on every node)"}},
+    SetCase{"SeedsWithoutVoters", {R"(membership.seeds=["h1@h1:7946"])"},
+            {R"(--set membership.seeds=["h1@h1:7946"]: consensus.voters: is [] (this node alone) but membership.seeds joins other nodes; list the cluster's 1, 3 or 5 voters by node name, the same on every node)"}},
     SetCase{"VotersDuplicateAndEmpty", {R"(consensus.voters=["a","","a"])"},
             {R"(--set consensus.voters=["a","","a"]: consensus.voters: voter names must not be empty)",
              R"(--set consensus.voters=["a","","a"]: consensus.voters: "a" is listed twice)"}},
@@ -701,8 +718,11 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set control.metrics_listen=9100: control.metrics_listen: \"9100\" must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free port)"}},
     SetCase{"RemoteListen", {"control.remote_listen=7947"},
             {"--set control.remote_listen=7947: control.remote_listen: \"7947\" must be \"\" (off) or tcp://HOST:PORT (e.g. tcp://0.0.0.0:7947)",
-             "--set control.remote_listen=7947: control.remote_listen: needs transport.curve = true (remote clients are authenticated with CURVE, and without it between the daemons forwarded requests could be forged)",
              "--set control.remote_listen=7947: control.client_keys_dir: must be set when control.remote_listen is set (it lists the allowed client keys)"}},
+    SetCase{"RemoteListenNeedsCurve",
+            {"transport.curve=false", "transport.bind=tcp://127.0.0.1:7946", "control.client_keys_dir=/k",
+             "control.remote_listen=tcp://127.0.0.1:7947"},
+            {"--set control.remote_listen=tcp://127.0.0.1:7947: control.remote_listen: needs transport.curve = true (remote clients are authenticated with CURVE, and without it between the daemons forwarded requests could be forged)"}},
     SetCase{"LogFile", {"logging.file=elasticd.log"},
             {"--set logging.file=elasticd.log: logging.file: must be an absolute path or \"\" (got \"elasticd.log\")"}}),
     [](const auto& test_case) { return std::string(test_case.param.name); });
@@ -721,7 +741,7 @@ TEST(Validate, ReturnsKeyAndReasonWithoutSource) {
 TEST(Validate, AcceptsValidEdgeValues) {
   auto config = with_overrides({
       "transport.bind=tcp://*:0",  // port 0: the kernel picks one (tests)
-      R"(membership.seeds=["[fe80::1]:7946", "node01:1", "10.0.0.1:65535"])",
+      R"(membership.seeds=["a@[fe80::1]:7946", "b@node01:1", "c@10.0.0.1:65535"])",
       R"(consensus.voters=["a","b","c","d","e"])",
       "consensus.heartbeat_interval=333ms",
       "consensus.election_timeout=999ms",
@@ -737,8 +757,9 @@ TEST(Validate, AcceptsValidEdgeValues) {
 
 // Names are optional without CURVE (and unused), required and accepted with it.
 TEST(Validate, AcceptsNamedSeeds) {
-  auto plain = with_overrides(
-      {R"(membership.seeds=["n1@10.0.0.1:7946", "10.0.0.2:7946"])", R"(consensus.voters=["n1"])"});
+  auto plain = with_overrides({"transport.curve=false", "transport.bind=tcp://127.0.0.1:7946",
+                               R"(membership.seeds=["n1@10.0.0.1:7946", "10.0.0.2:7946"])",
+                               R"(consensus.voters=["n1"])"});
   EXPECT_TRUE(plain.ok()) << plain.error().message;
   auto curve = with_overrides({
       "transport.curve=true",
@@ -748,6 +769,27 @@ TEST(Validate, AcceptsNamedSeeds) {
       R"(consensus.voters=["n2"])",
   });
   EXPECT_TRUE(curve.ok()) << curve.error().message;
+}
+
+// CURVE is the default, with the key paths make install fills (issue 13 item 1).
+TEST(Defaults, CurveIsOnWithKeysUnderEtc) {
+  const DaemonConfig defaults;
+  EXPECT_TRUE(defaults.transport.curve);
+  EXPECT_EQ(defaults.transport.secret_key_file, "/etc/elastic/node.key");
+  EXPECT_EQ(defaults.transport.public_keys_dir, "/etc/elastic/nodes");
+}
+
+// transport.curve = false is for a single-user test box: loopback binds only, IPv4 or IPv6.
+TEST(Validate, AcceptsPlainTransportOnLoopbackOnly) {
+  for (const char* bind : {"tcp://127.0.0.1:0", "tcp://127.0.0.2:7946", "tcp://[::1]:7946"}) {
+    auto config = with_overrides({"transport.curve=false", std::string("transport.bind=") + bind});
+    EXPECT_TRUE(config.ok()) << bind << ": " << config.error().message;
+  }
+  for (const char* bind : {"tcp://0.0.0.0:7946", "tcp://*:7946", "tcp://[::]:7946",
+                           "tcp://128.0.0.1:7946", "tcp://lo:7946", "tcp://[::ffff:127.0.0.1]:1"}) {
+    auto config = with_overrides({"transport.curve=false", std::string("transport.bind=") + bind});
+    EXPECT_FALSE(config.ok()) << bind;
+  }
 }
 
 }  // namespace
