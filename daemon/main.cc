@@ -6,7 +6,7 @@
 // Exit codes (sysexits.h, listed in --help): 0 ok (also after SIGTERM/SIGINT: a drain and a
 // graceful leave), 64 bad command line, 69 the node cannot run (bind failed, another daemon owns
 // the control socket), 73 the state directory or log file cannot be created, 74 the Raft log
-// cannot be written, 78 bad configuration (systemd: RestartPreventExitStatus=78).
+// cannot be written or is damaged, 78 bad configuration (systemd: RestartPreventExitStatus=78).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -59,7 +59,8 @@ EXIT STATUS
       topology (EX_UNAVAILABLE)
   70  internal error (EX_SOFTWARE)
   73  node.state_dir, the control socket or logging.file cannot be created (EX_CANTCREAT)
-  74  the Raft log cannot be written (EX_IOERR)
+  74  the Raft log cannot be written, or is damaged or cut short: the sentence names the
+      file, byte offset and record, and how to rebuild the voter from its peers (EX_IOERR)
   78  invalid configuration: one line per problem, naming the file:line and key, also a
       spawner.cgroup_root this host's cgroup layout does not have (EX_CONFIG; the systemd
       unit does not restart on it)
