@@ -46,6 +46,11 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is not installed (apt-get install systemd-container)"
 for b in nsenter python3 findmnt; do command -v $b >/dev/null || skip "$b is not installed"; done
 [ -x /lib/systemd/systemd ] || skip "no /lib/systemd/systemd to boot (package systemd)"
+# --volatile=yes brings only the host's /usr: /bin, /sbin and /lib must live there (merged /usr,
+# the Debian 12 default).
+for d in /bin /sbin /lib; do
+  [ -L "$d" ] || skip "$d is not a link into /usr (no merged /usr): --volatile=yes cannot boot this host's OS"
+done
 [ -x "$elasticd" ] && [ -x "$elasticctl" ] || skip "elasticd/elasticctl not built"
 [ -r "$unit" ] || skip "no unit at $unit (configure the build)"
 
