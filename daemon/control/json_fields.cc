@@ -39,7 +39,10 @@ void JsonFields::string(const char* key, bool required, std::size_t max_bytes, c
 
 void JsonFields::unsigned_number(const char* key, bool required, const char* what,
                                  std::uint64_t& out, std::uint64_t max) {
-  const std::string expected = "an integer from 0 to " + std::to_string(max) + " (" + what + ")";
+  const std::string range = max == std::numeric_limits<std::uint64_t>::max()
+                                ? "an integer >= 0"
+                                : "an integer from 0 to " + std::to_string(max);
+  const std::string expected = range + " (" + what + ")";
   const json* value = find(key, required, expected);
   if (value == nullptr) return;
   if (!value->is_number()) return wrong_type(key, expected, *value);

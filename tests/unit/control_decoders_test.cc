@@ -46,7 +46,7 @@ TEST(ControlRequests, MissingEmptyAndOutOfRangeFieldsNameTheField) {
   EXPECT_THAT(error_of(control::decode_job_request("job", "{\"job\":")),
               HasSubstr("is not a JSON object"));
   EXPECT_THAT(error_of(control::decode_events_request(R"({"limit":-1})")),
-              HasSubstr("\"limit\" must be an integer from 0 to"));
+              HasSubstr("\"limit\" must be an integer >= 0 (how many events)"));
   EXPECT_THAT(error_of(control::decode_events_request(R"({"limit":"10"})")),
               HasSubstr("not a string"));
   EXPECT_EQ(error_of(control::decode_voters_request(R"({"action":"promote","node":"n2"})")),
@@ -56,9 +56,9 @@ TEST(ControlRequests, MissingEmptyAndOutOfRangeFieldsNameTheField) {
   EXPECT_EQ(error_of(control::decode_submit_request(R"({"spec":"train"})")),
             "The submit request's \"spec\" must be an object (the job spec), not a string.");
   EXPECT_THAT(error_of(control::decode_logs_request(R"({"job":"j","rank":1.5})")),
-              HasSubstr("\"rank\" must be an integer from 0 to"));
+              HasSubstr("\"rank\" must be an integer >= 0 (a rank)"));
   EXPECT_THAT(error_of(control::decode_logs_request(R"({"job":"j","rank":0,"offset":{}})")),
-              HasSubstr("\"offset\" must be an integer from 0 to"));
+              HasSubstr("\"offset\" must be an integer >= 0 (a byte offset)"));
   EXPECT_THAT(
       error_of(control::decode_job_request("job", "{\"job\":\"" + std::string(300, 'j') + "\"}")),
       HasSubstr("is longer than 256 bytes"));
@@ -116,7 +116,7 @@ TEST(RoundReports, ForgedReportsAreErrorsNotExceptions) {
               HasSubstr("\"peer\" must be a string (a node name), not an object"));
   EXPECT_THAT(error_of(node::decode_round_report(
                   "peer_lost", R"({"job":"j","round":1,"peer":"n2","generation":-3})")),
-              HasSubstr("\"generation\" must be an integer from 0 to"));
+              HasSubstr("\"generation\" must be an integer >= 0"));
   EXPECT_THAT(
       error_of(node::decode_round_report("worker_failed", R"({"job":"j","round":1,"detail":[1]})")),
       HasSubstr("\"detail\" must be a string"));
