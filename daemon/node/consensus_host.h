@@ -146,6 +146,9 @@ class ConsensusHost {
   std::vector<Outgoing> take_sends() { return std::exchange(sends_, {}); }
   bool failed() const { return failed_; }
   bool is_leader() const { return raft_->role() == consensus::Role::kLeader; }
+  // This node applied an entry of its current term (a leader: its no-op): every entry an earlier
+  // leader left that may still commit is applied, so the state machine is all there is.
+  bool applied_own_term() const { return raft_->term_at(raft_->last_applied()) == raft_->term(); }
   std::vector<std::string> voters() const;
   consensus::Term term() const { return raft_->term(); }
   // The leader's name, "" when unknown.

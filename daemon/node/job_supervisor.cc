@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/control/credentials.h"
+#include "daemon/node/round_report.h"
+#include "daemon/rendezvous/node_ledger.h"
 #include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
@@ -210,6 +212,27 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     return;
   }
   job.started = true;
+  // The store runs in rank 0's worker: a port another process holds would fail it and cost the
+  // job a restart for someone else's socket. The leader picks another port instead.
+  if (entry->first_rank == 0 && hooks_.port_in_use) {
+    const std::uint16_t port = rendezvous::endpoint_port(start.round.store_endpoint);
+    if (port != 0 && hooks_.port_in_use(port)) {
+      const std::string detail = "another process on node " + self_ + " holds TCP port " +
+                                 std::to_string(port) + " before rank 0's store could bind it";
+      spdlog::warn("job {} round {}: {}; starting no workers", id, start.round.round, detail);
+      RoundReport conflict;
+      conflict.kind = ReportKind::kStorePortBusy;
+      conflict.job = id;
+      conflict.round = start.round.round;
+      conflict.detail = detail;
+      conflict.port = port;
+      job.failure = encode_round_report(conflict);
+      job.failure_verb = "store_port_busy";
+      hooks_.report(id, job.failure_verb, *job.failure);
+      next_report_ = std::min(next_report_, now + kReportResend);
+      return;
+    }
+  }
   for (std::uint32_t local = 0; local < entry->slots; ++local) {
     const std::uint32_t rank = entry->first_rank + local;
     const std::uint32_t slot = free[local];
@@ -373,7 +396,8 @@ void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::ui
   job.failure =
       json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}, {"at_ms", wall_ms()}}
           .dump();
-  hooks_.report(id, "worker_failed", *job.failure);
+  job.failure_verb = "worker_failed";
+  hooks_.report(id, job.failure_verb, *job.failure);
   next_report_ = std::min(next_report_, now + kReportResend);
 }
 
@@ -382,7 +406,7 @@ void JobSupervisor::send_reports(TimePoint now) {
   for (const auto& [id, job] : jobs_) {
     if (!job.current) continue;
     if (job.failure) {
-      hooks_.report(id, "worker_failed", *job.failure);
+      hooks_.report(id, job.failure_verb, *job.failure);
     } else if (job.done) {
       hooks_.report(id, "workers_done",
                     json{{"job", id}, {"round", job.current->round.round}}.dump());

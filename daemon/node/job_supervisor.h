@@ -35,7 +35,11 @@
 // "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
 // start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
 // done reports repeat every kReportResend while the round stands (reports may be lost; the
-// leader deduplicates). For the leader's incident timelines (incidents.h): "worker_failed"
+// leader deduplicates). The node of rank 0 runs the round's store: before starting workers it
+// checks the store port (Hooks::port_in_use) and, when another process holds it, starts none
+// and reports "store_port_busy" {job, round, port, detail} instead (re-sent like a failure, no
+// ack): the leader moves the round to another port. For the leader's incident timelines
+// (incidents.h): "worker_failed"
 // also carries "at_ms" (the wall time the exit was reaped), and "workers_stopped" {job, round}
 // goes out once when the last local worker of a round is gone, whatever ended it.
 //
@@ -105,6 +109,9 @@ class JobSupervisor {
     // Sends a report about `job` to the leader (RoundService knows where that is).
     std::function<void(const std::string& job, const std::string& verb, const std::string& args)>
         report;
+    // Whether a TCP port is taken on this host (port_probe.h's tcp_port_in_use in the daemon;
+    // unset: never checked). See "store_port_busy" in the header comment.
+    std::function<bool(std::uint16_t port)> port_in_use;
   };
 
   JobSupervisor(std::string self, const config::DaemonConfig& config,
@@ -175,7 +182,8 @@ class JobSupervisor {
     std::optional<RoundStart> current;   // the round to run (nullopt: stop everything)
     bool started = false;                // current's workers were spawned
     std::vector<Worker> workers;         // current round's and older rounds' (stopping) workers
-    std::optional<std::string> failure;  // worker_failed args, re-sent while the round stands
+    std::optional<std::string> failure;  // report args, re-sent while the round stands
+    std::string failure_verb;            // "worker_failed" or "store_port_busy"
     bool done = false;                   // every worker of current exited 0
     std::map<std::uint64_t, std::uint32_t> live;  // round -> its workers not reaped yet
     std::optional<CheckpointInfo> checkpoint;     // the newest one a worker reported

@@ -22,6 +22,7 @@
 #include "daemon/control/server.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
+#include "daemon/node/port_probe.h"
 #include "daemon/node/reload.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_spec.h"
@@ -307,10 +308,10 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   }
   node->supervisor_ = std::make_unique<JobSupervisor>(
       node->name_, config, std::move(spawner.value()), std::move(plan.value()),
-      JobSupervisor::Hooks{.report = [self](const std::string& job, const std::string& verb,
-                                            const std::string& args) {
-        self->rounds_->report_for(job, verb, args);
-      }});
+      JobSupervisor::Hooks{
+          .report = [self](const std::string& job, const std::string& verb,
+                           const std::string& args) { self->rounds_->report_for(job, verb, args); },
+          .port_in_use = tcp_port_in_use});
 
   node->rounds_ = std::make_unique<RoundService>(
       node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,

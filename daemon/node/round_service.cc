@@ -29,6 +29,12 @@ constexpr std::chrono::seconds kMinQuarantine{10};
 constexpr std::chrono::minutes kMaxQuarantine{10};
 // A node re-sends its slots to the leader this often (and at once when the leader changes).
 constexpr std::chrono::seconds kNodeInfoResend{10};
+// A store port a node found in use stays out of its rounds this long (its holder may let go).
+constexpr std::chrono::minutes kBusyPortMemory{10};
+// Rounds reopened on another store port, at no restart, before a conflict counts as a failure.
+constexpr std::uint32_t kMaxPortMoves = 3;
+// A new leader that has not applied an entry of its own term looks again this soon.
+constexpr std::chrono::milliseconds kCatchUpRetry{10};
 
 rendezvous::WallTime wall_now() {
   return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
@@ -97,6 +103,7 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       incidents_.abandon_open();
       round_members_.clear();
       leader_jobs_.clear();
+      proposed_.clear();
       in_rounds_.clear();
       leading_ = false;
     }
@@ -141,30 +148,41 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       return m.name == entry.first && m.generation == entry.second;
     });
   });
-  // Slots: a node's slots are shared by the jobs whose current round is on it; each job may use
-  // what the others leave.
-  std::map<std::string, std::map<std::string, std::uint32_t>> used;  // node -> job -> slots
+  // Slots and store ports: a node's are shared by the jobs whose rounds hold them; each job may
+  // use what the others leave. Held: the table's rounds, this leader's proposals in flight, and
+  // (plan_job) each round decided in this pass before the next job is planned.
+  rendezvous::NodeLedger ledger;
+  for (const auto& [name, known] : node_slots_) ledger.set_capacity(name, known.second);
+  ledger.hold_table(table);
+  for (const auto& [id, proposal] : proposed_) ledger.hold(id, proposal.first, proposal.second);
   in_rounds_.clear();
   for (const auto& [id, job] : table.jobs()) {
-    if (rendezvous::is_terminal(job.state) || job.round == 0) continue;
-    for (const auto& r : job.ranks) {
-      used[r.node][id] += r.slots;
-      if (is_active_round_state(job.state)) in_rounds_.insert(r.node);
-    }
+    if (!is_active_round_state(job.state)) continue;
+    for (const auto& r : job.ranks) in_rounds_.insert(r.node);
   }
+  for (auto& [node, ports] : busy_ports_) {
+    std::erase_if(ports, [now](const auto& entry) { return now >= entry.second; });
+  }
+  std::erase_if(busy_ports_, [](const auto& entry) { return entry.second.empty(); });
 
-  const bool plan_now = now >= next_plan_;
-  if (plan_now) next_plan_ = now + kPlanInterval;
+  // Until this leader applied an entry of its own term, its table may lack a round an earlier
+  // leader proposed that still commits: planning now could give that round's slots again.
+  const bool caught_up = consensus->applied_own_term();
+  const bool plan_now = caught_up && now >= next_plan_;
+  if (now >= next_plan_) next_plan_ = now + (caught_up ? Duration(kPlanInterval) : kCatchUpRetry);
   for (const auto& [id, job] : table.jobs()) {
     LeaderJob& state = leader_jobs_[id];
     if (state.round_seen != job.round) {
       const bool in_flight = state.in_flight;
       auto lost = std::move(state.lost);
+      const std::uint32_t port_moves = state.port_moves;
       state = LeaderJob{};
       state.round_seen = job.round;
       state.in_flight = in_flight;
       state.lost = std::move(lost);
+      state.port_moves = port_moves;
     }
+    if (job.state == JobState::kRunning) state.port_moves = 0;
     std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
     if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
       if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
@@ -231,15 +249,13 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       }
       const auto known = node_slots_.find(name);
       if (known == node_slots_.end() || known->second.first != view->generation) continue;
-      std::uint32_t free = known->second.second;
-      if (const auto u = used.find(name); u != used.end()) {
-        for (const auto& [other, n] : u->second) {
-          if (other != id) free -= std::min(free, n);
-        }
-      }
-      usable[name] = {view, free};
+      usable[name] = {view, ledger.free_slots(name, id)};
     }
-    plan_job(now, job, usable, *consensus);
+    if (state.port_busy && is_active_round_state(job.state) &&
+        on_port_conflict(now, job, state, ledger, *consensus)) {
+      continue;
+    }
+    plan_job(now, job, usable, ledger, *consensus);
   }
   observe(now, table, members);
   next_lead_ = next_plan_;
@@ -257,16 +273,79 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   }
 }
 
+std::uint16_t RoundService::store_port_for(TimePoint now, const rendezvous::JobRecord& job,
+                                           const std::string& node, std::uint64_t generation,
+                                           const rendezvous::NodeLedger& ledger,
+                                           bool strict) const {
+  const auto& r = config_.rendezvous;
+  const rendezvous::PortRange range{static_cast<std::uint16_t>(r.store_port_min),
+                                    static_cast<std::uint16_t>(r.store_port_max)};
+  std::set<std::uint16_t> busy;
+  if (const auto found = busy_ports_.find({node, generation}); found != busy_ports_.end()) {
+    for (const auto& [port, until] : found->second) {
+      if (now < until) busy.insert(port);
+    }
+  }
+  if (const std::uint16_t port = ledger.free_port(node, job.round + 1, range, busy); port != 0) {
+    return port;
+  }
+  if (strict) return 0;
+  // Every free port was reported in use: try one again (its holder may have let go; the member
+  // checks it). With every port held by rounds (a range smaller than the node's slots), the
+  // range's port for the round, as before: the member's check turns a clash into a failure.
+  if (const std::uint16_t port = ledger.free_port(node, job.round + 1, range); port != 0) {
+    return port;
+  }
+  const std::uint32_t size = std::uint32_t{range.max} - range.min + 1;
+  return static_cast<std::uint16_t>(range.min + (job.round + 1) % size);
+}
+
+bool RoundService::on_port_conflict(TimePoint now, const rendezvous::JobRecord& job,
+                                    LeaderJob& state, rendezvous::NodeLedger& ledger,
+                                    ConsensusHost& consensus) {
+  const LeaderJob::PortConflict conflict = std::move(*state.port_busy);
+  state.port_busy.reset();
+  // Only the node that runs the store can say its port is taken, and only about this round's.
+  if (job.ranks.empty() || job.ranks.front().node != conflict.node ||
+      job.ranks.front().generation != conflict.generation ||
+      rendezvous::endpoint_port(job.store_endpoint) != conflict.port || state.failure) {
+    return false;
+  }
+  busy_ports_[{conflict.node, conflict.generation}][conflict.port] = now + kBusyPortMemory;
+  const std::string what = "store port " + std::to_string(conflict.port) + " on node " +
+                           conflict.node + " is in use by another process";
+  spdlog::info("rendezvous: job {} round {}: {} ({})", job.id, job.round, what, conflict.detail);
+  const std::uint16_t port =
+      store_port_for(now, job, conflict.node, conflict.generation, ledger, /*strict=*/true);
+  if (port == 0 || state.port_moves >= kMaxPortMoves) {
+    // No other port, or moved enough: a failure of that node's workers (it costs a restart, so
+    // a job whose store can never start fails instead of moving for ever).
+    spdlog::warn("rendezvous: job {} round {}: {} (a worker failure now)", job.id, job.round, what);
+    state.failure = rendezvous::WorkerFailure{.round = job.round, .at = wall_now(), .detail = what};
+    state.failure_node = conflict.node;
+    state.failure_seen = now - config_.rendezvous.job_peer_timeout;  // no crash to wait out
+    return false;
+  }
+  ++state.port_moves;
+  rendezvous::Decision decision;
+  decision.kind = rendezvous::Decision::Kind::kOpenRound;
+  decision.ranks = job.ranks;
+  // The same members: no restart (kMemberLost counts none), the store on the new port.
+  decision.reason = rendezvous::RoundReason::kMemberLost;
+  decision.detail = what + "; the store moves to port " + std::to_string(port);
+  const std::string& endpoint = job.store_endpoint;
+  decision.store_endpoint = endpoint.substr(0, endpoint.rfind(':') + 1) + std::to_string(port);
+  propose_decision(now, job, decision, ledger, consensus);
+  return true;
+}
+
 void RoundService::plan_job(
     TimePoint now, const rendezvous::JobRecord& job,
     const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
-    ConsensusHost& consensus) {
+    rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
   const rendezvous::WallTime wall = wall_now();
   const auto& r = config_.rendezvous;
-  const int range = std::max(1, r.store_port_max - r.store_port_min + 1);
-  const auto port =
-      static_cast<std::uint16_t>(r.store_port_min + static_cast<int>((job.round + 1) % range));
 
   rendezvous::PlannerInput input;
   input.job = &job;
@@ -334,12 +413,14 @@ void RoundService::plan_job(
     const membership::MemberView* view = entry.first;
     // A member keeps the slots it has (the node's free count excludes other jobs only).
     const bool lost = state.lost.contains({name, view->generation});
-    input.candidates.push_back(rendezvous::Candidate{.name = name,
-                                                     .generation = view->generation,
-                                                     .slots = entry.second,
-                                                     .alive = !lost,
-                                                     .address = host_of(view->address),
-                                                     .store_port = port});
+    input.candidates.push_back(
+        rendezvous::Candidate{.name = name,
+                              .generation = view->generation,
+                              .slots = entry.second,
+                              .alive = !lost,
+                              .address = host_of(view->address),
+                              .store_port = store_port_for(now, job, name, view->generation, ledger,
+                                                           /*strict=*/false)});
     const bool member = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& a) {
       return a.node == name && a.generation == view->generation;
     });
@@ -351,17 +432,25 @@ void RoundService::plan_job(
   }
   rendezvous::Decision decision = rendezvous::plan(input);
   // A member left out by quarantine looks lost to the planner; the round still replaces a
-  // failed worker, so it consumes a restart like any other worker failure.
-  if (decision.kind == rendezvous::Decision::Kind::kOpenRound && failure_due &&
-      decision.reason == rendezvous::RoundReason::kMemberLost) {
+  // failed worker, so it consumes a restart like any other worker failure. So does a recovery
+  // that waits for the quarantined node (issue 13 item 12: called a lost node, a worker that
+  // can never start moved no restart and its job never failed).
+  if (failure_due && decision.reason == rendezvous::RoundReason::kMemberLost) {
     bool only_quarantine = true;
     bool any = false;
-    for (const auto& member : job.ranks) {
-      const bool kept = std::any_of(decision.ranks.begin(), decision.ranks.end(),
-                                    [&](const auto& a) { return a.node == member.node; });
-      if (kept) continue;
-      any = true;
-      only_quarantine = only_quarantine && sitting_out.contains(member.node);
+    if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
+      for (const auto& member : job.ranks) {
+        const bool kept = std::any_of(decision.ranks.begin(), decision.ranks.end(),
+                                      [&](const auto& a) { return a.node == member.node; });
+        if (kept) continue;
+        any = true;
+        only_quarantine = only_quarantine && sitting_out.contains(member.node);
+      }
+    } else if (decision.kind == rendezvous::Decision::Kind::kRecover) {
+      // Every member is alive: the ones the planner misses are the quarantined ones.
+      any = members_alive && std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& m) {
+              return sitting_out.contains(m.node);
+            });
     }
     if (any && only_quarantine) {
       decision.reason = rendezvous::RoundReason::kWorkerFailed;
@@ -392,6 +481,14 @@ void RoundService::plan_job(
       }
     }
   }
+  propose_decision(now, job, decision, ledger, consensus);
+}
+
+void RoundService::propose_decision(TimePoint now, const rendezvous::JobRecord& job,
+                                    const rendezvous::Decision& decision,
+                                    rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  LeaderJob& state = leader_jobs_[job.id];
+  const rendezvous::WallTime wall = wall_now();
   rendezvous::Command command;
   if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
     command = rendezvous::make_open_round(job, decision, wall);
@@ -407,6 +504,11 @@ void RoundService::plan_job(
                     .nodes = static_cast<std::uint32_t>(open->ranks.size()),
                     .reason = open->reason,
                     .detail = decision.detail};
+    // Its slots and store port are taken from now on: by the next job of this pass, and by
+    // later passes until the table holds them (the completion runs once it is applied).
+    const std::uint16_t port = rendezvous::endpoint_port(open->store_endpoint);
+    ledger.hold(job.id, open->ranks, port);
+    proposed_[job.id] = std::make_pair(open->ranks, port);
   }
   state.in_flight = true;
   const std::string id = job.id;
@@ -414,6 +516,7 @@ void RoundService::plan_job(
                     [this, id, opened](Result<std::string> committed) {
                       if (committed.ok() && opened) on_round_opened(*opened, *committed);
                       leader_jobs_[id].in_flight = false;
+                      proposed_.erase(id);
                       next_lead_ = TimePoint{};  // the table changed, or re-plan: act now
                       if (!committed.ok()) {
                         spdlog::info("rendezvous: job {}: proposal not committed: {}", id,
@@ -533,6 +636,16 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
           rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
       it->second.failure_node = from;
       it->second.failure_seen = now;
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  if (report.kind == ReportKind::kStorePortBusy) {
+    // Acted on by the next lead() pass, which checks it came from the round's rank-0 node.
+    if (!it->second.port_busy) {
+      it->second.port_busy = LeaderJob::PortConflict{
+          .node = from, .generation = generation, .port = report.port, .detail = report.detail};
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }

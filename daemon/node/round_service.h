@@ -6,11 +6,24 @@
 //  - for each active job, the planner (rendezvous/planner.h) decides from the applied job
 //    record, the usable nodes and the wait list; an open-round, recover or fail decision
 //    becomes a command proposed to Raft (one in flight per job). Usable nodes: members that are
-//    alive or suspect in cluster membership, not declared lost for this round by the job tier,
-//    and not in another active job's round (one job per node at a time). Slots per node are the
-//    spec's workers_per_node, or 1 until the spawner reports GPUs (issue 5). The store port of
-//    round r is store_port_min + r mod (range size), so consecutive rounds never reuse a port
-//    the previous round's store may still hold.
+//    alive or suspect in cluster membership and not declared lost for this round by the job
+//    tier. A node's slots (its node_info) are shared by the jobs whose rounds hold them, and a
+//    NodeLedger (rendezvous/node_ledger.h) counts them per pass: the table's rounds, this
+//    leader's proposals in flight, and every round decided earlier in the same pass, so no slot
+//    is given twice. A new leader plans only once it applied an entry of its own term (before,
+//    an earlier leader's round may still commit). The store port of a round is a port of
+//    [store_port_min, store_port_max] that no other round holds on its rank-0 node, not the
+//    job's current one (its store may still be bound), and not one that node reported in use.
+//  - the rank-0 member checks its port before starting workers and reports "store_port_busy"
+//    {job, round, port, detail} when another process holds it: the leader leaves that port out
+//    of that node's rounds for kBusyPortMemory and reopens the round with the same members on
+//    another port, costing no restart, at most kMaxPortMoves times until the job runs; after
+//    that, or with no port left, the conflict is a worker failure of that node (a restart; the
+//    job fails with it once its restarts are used up), so a held port range never makes a job
+//    loop.
+//  - a worker failure whose node is then quarantined (see Quarantine) is a worker failure
+//    whether the job goes on without the node or must wait for it: it costs a restart, so a
+//    worker that can never start fails its job after max_restarts with the failure as reason.
 //  - re-placing a lost member's work waits for LeaseGranter::may_replace(): its workers may
 //    still run under a lease until then (a partitioned node stops them itself when its lease
 //    runs out);
@@ -28,7 +41,8 @@
 //
 // Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
 // rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
-// on kForwardRequest with the daemon-internal verbs "round_ack" and "peer_lost", which the
+// on kForwardRequest with the daemon-internal verbs "round_ack", "store_port_busy" and
+// "peer_lost", which the
 // control socket never accepts from users. For incidents (incidents.h) the supervisor also
 // reports "workers_stopped" {job, round} (a round's local workers are all gone; sent to the
 // leader this daemon believes in even when it no longer watches the job) and forwards workers'
@@ -61,6 +75,7 @@
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/rendezvous/job_watch.h"
 #include "daemon/rendezvous/lease.h"
+#include "daemon/rendezvous/node_ledger.h"
 #include "daemon/rendezvous/planner.h"
 #include "daemon/wire/messages.h"
 
@@ -182,6 +197,16 @@ class RoundService {
     TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
     TimePoint next_start{};    // when to (re)send RoundStart to unacked members
     TimePoint ended_until{};   // keep telling members of an ended job until then
+    // A "store_port_busy" report about round_seen: who sent it, the port, what holds it.
+    struct PortConflict {
+      std::string node;
+      std::uint64_t generation = 0;
+      std::uint16_t port = 0;
+      std::string detail;
+    };
+    std::optional<PortConflict> port_busy;
+    // Rounds reopened for a store port conflict since the job last ran (kept across rounds).
+    std::uint32_t port_moves = 0;
   };
   struct Watched {
     MemberRound info;
@@ -192,11 +217,27 @@ class RoundService {
     std::string leader_address;
   };
 
-  // usable: node -> (its member view, the slots other jobs leave it).
+  // usable: node -> (its member view, the slots other jobs leave it). A round it decides to open
+  // is held in `ledger` at once.
   void plan_job(
       TimePoint now, const rendezvous::JobRecord& job,
       const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
-      ConsensusHost& consensus);
+      rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  // Proposes the command that carries out `decision` for `job` (one in flight per job).
+  void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
+                        const rendezvous::Decision& decision, rendezvous::NodeLedger& ledger,
+                        ConsensusHost& consensus);
+  // A store port for `job`'s next round on `node` (generation `generation`) as rank 0: free in
+  // `ledger` and not reported in use, else free in `ledger` (the member checks it), else the
+  // range's port for that round.
+  std::uint16_t store_port_for(TimePoint now, const rendezvous::JobRecord& job,
+                               const std::string& node, std::uint64_t generation,
+                               const rendezvous::NodeLedger& ledger, bool strict) const;
+  // Acts on a "store_port_busy" report of `job`'s rank-0 member: remembers the ports in use
+  // and proposes the round again on another port, or records the conflict as that node's
+  // worker failure. True when it proposed.
+  bool on_port_conflict(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                        rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
   void send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
                    const std::map<std::string, std::string>& addresses, std::uint64_t term);
   void on_round_start(TimePoint now, const wire::Envelope& envelope);
@@ -218,6 +259,9 @@ class RoundService {
   rendezvous::LeaseGranter granter_;
   bool leading_ = false;
   std::map<std::string, LeaderJob> leader_jobs_;
+  // job -> the OpenRound this leader proposed and has not seen applied: its ranks and store
+  // port hold their nodes (NodeLedger) until the proposal's completion.
+  std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
   // A node whose workers of one job failed repeatedly sits out that job (issue 5's quarantine):
@@ -235,6 +279,9 @@ class RoundService {
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
   // placed.
   std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
+  // Store ports a (node, generation) reported in use by another process -> until when they are
+  // left out of its rounds (kBusyPortMemory; a holder may let go).
+  std::map<std::pair<std::string, std::uint64_t>, std::map<std::uint16_t, TimePoint>> busy_ports_;
   // Draining nodes (node_leaving reports): name -> generation; and the (name, generation) of
   // members that left membership gracefully, refreshed by lead().
   std::map<std::string, std::uint64_t> leaving_;

@@ -157,6 +157,7 @@ class JobSupervisorTest : public ::testing::Test {
       EXPECT_FALSE(parsed.is_discarded()) << verb << " args are not JSON: " << args;
       reports_.push_back(Report{job, verb, parsed});
     };
+    hooks.port_in_use = port_in_use_;
     supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
                                                   std::move(plan), std::move(hooks));
   }
@@ -242,6 +243,7 @@ class JobSupervisorTest : public ::testing::Test {
   config::DaemonConfig config_;
   std::unique_ptr<JobSupervisor> supervisor_;
   std::vector<Report> reports_;
+  std::function<bool(std::uint16_t)> port_in_use_;  // the store port check, when a test sets it
 };
 
 // --- 1. The worker environment ------------------------------------------------------------
@@ -849,6 +851,48 @@ TEST_F(JobSupervisorTest, AnAbsoluteCommandThatDoesNotExistIsAWorkerFailure) {
   const std::string detail = reports("worker_failed")[0].args.value("detail", "");
   EXPECT_TRUE(contains(detail, "could not start")) << detail;
   EXPECT_EQ(running("nx-2"), 0u);
+}
+
+// Issue 13 item 11: rank 0's node finds the round's store port held by another process: it
+// starts no worker and tells the leader (re-sent while the round stands), which moves the
+// round to another port; it is no worker failure and no ack.
+TEST_F(JobSupervisorTest, RankZeroWhoseStorePortIsTakenStartsNothingAndReportsIt) {
+  std::vector<std::uint16_t> asked;
+  port_in_use_ = [&](std::uint16_t port) {
+    asked.push_back(port);
+    return true;
+  };
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_FALSE(supervisor_->on_round(now(), start("port-1", 1, 1, kDumpEnv)));
+  EXPECT_EQ(asked, std::vector<std::uint16_t>{29500});
+  EXPECT_FALSE(acked("port-1", 1));
+  EXPECT_TRUE(reports("worker_failed").empty());
+  ASSERT_EQ(reports("store_port_busy").size(), 1u);
+  const Report busy = reports("store_port_busy")[0];
+  EXPECT_EQ(busy.args.value("port", 0), 29500);
+  EXPECT_EQ(busy.args.value("round", 0), 1);
+  EXPECT_TRUE(contains(busy.args.value("detail", ""), "holds TCP port 29500"));
+  supervisor_->process(now());
+  EXPECT_TRUE(supervisor_->workers().empty());
+  supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
+  EXPECT_EQ(reports("store_port_busy").size(), 2u);
+}
+
+TEST_F(JobSupervisorTest, OnlyTheNodeOfRankZeroChecksTheStorePort) {
+  bool asked = false;
+  port_in_use_ = [&](std::uint16_t) {
+    asked = true;
+    return true;
+  };
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("port-2", 1, 1, kDumpEnv);
+  s.round.ranks = {RankAssignment{"other", 1, 1, 0}, RankAssignment{kSelf, 1, 1, 1}};
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  EXPECT_FALSE(asked);
+  EXPECT_TRUE(reports("store_port_busy").empty());
+  EXPECT_EQ(wait_env("port-2", 1, 1)["RANK"], "1");
 }
 
 TEST_F(JobSupervisorTest, ARoundAskingForMoreSlotsThanThePlanHasIsAWorkerFailure) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct SlotRow {
   std::vector<Ask> pass;
   std::map<std::string, std::uint32_t> expect_held;  // node -> slots held after the pass
 };
+
+void PrintTo(const SlotRow& row, std::ostream* os) { *os << row.name; }
 
 class SlotTable : public ::testing::TestWithParam<SlotRow> {};
 
@@ -169,6 +172,8 @@ struct PortRow {
   std::set<std::uint16_t> avoid;
   std::uint16_t expect = 0;
 };
+
+void PrintTo(const PortRow& row, std::ostream* os) { *os << row.name; }
 
 class PortTable : public ::testing::TestWithParam<PortRow> {};
 
