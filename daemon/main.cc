@@ -10,7 +10,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -82,6 +87,43 @@ std::string source_of(const std::string& key, const std::string& file,
     if (it->rfind(key + "=", 0) == 0) return "--set " + *it;
   }
   return file.empty() ? std::string("built-in defaults") : file;
+}
+
+// Every peer connection, control client and worker pipe is an fd, and outside systemd (whose
+// unit sets LimitNOFILE) the soft limit is usually 1,024: a busy leader, or a flood of
+// connects, would hit it and fail accepts. The soft limit may be raised to the hard one without
+// privileges; capped so a huge hard limit does not make fd tables of workers huge.
+constexpr rlim_t kWantedOpenFiles = rlim_t{1} << 20;
+// Below this the daemon says how to give it more.
+constexpr rlim_t kLowOpenFiles = 8192;
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("cannot read the open file limit: {}", std::strerror(errno));
+    return;
+  }
+  const rlim_t before = limit.rlim_cur;
+  const rlim_t wanted = std::min(limit.rlim_max, kWantedOpenFiles);
+  if (before < wanted) {
+    limit.rlim_cur = wanted;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      spdlog::warn("cannot raise the open file limit from {} to {}: {}", before, wanted,
+                   std::strerror(errno));
+      limit.rlim_cur = before;
+    } else {
+      spdlog::info("open file limit raised from {} to {} (hard limit {})", before, wanted,
+                   limit.rlim_max);
+    }
+  } else {
+    spdlog::info("open file limit {} (hard limit {})", before, limit.rlim_max);
+  }
+  if (limit.rlim_cur < kLowOpenFiles) {
+    spdlog::warn(
+        "the open file limit is only {}: raise the hard limit (LimitNOFILE= in the unit, or "
+        "ulimit -Hn before starting) so many peers and clients do not exhaust it",
+        limit.rlim_cur);
+  }
 }
 
 int run(int argc, char** argv) {
@@ -168,6 +210,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   spdlog::info("elasticd {} starting ({})", elastic::kVersion, loaded->source);
+  raise_open_file_limit();
   elastic::node::StartFailure failure;
   std::unique_ptr<elastic::node::Node> node = elastic::node::Node::start(loaded->config, failure);
   if (!node) {

@@ -91,6 +91,9 @@ struct TransportConfig {
   Duration heartbeat_timeout = 3s;
   // Close an outbound connection unused this long: fd count follows active peers, not N.
   Duration idle_peer_close = 60s;
+  // Inbound connections one address may hold (127.0.0.0/8 and ::1 count as one address, an IPv6
+  // /64 as one): each peer dials us once, so more is a flood that would use up the fds.
+  int max_connections_per_address = 64;
   // CURVE: daemons authenticate each other by key before any message is acted on (a node key
   // may speak for every user, so without it anyone reaching the port is root). false is
   // allowed only with a loopback bind: a single-user test box.

@@ -193,6 +193,7 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
                 " must be longer than transport.heartbeat_interval (" +
                 dur(c.transport.heartbeat_interval) + ")");
   k.positive("transport.idle_peer_close", c.transport.idle_peer_close);
+  k.at_least("transport.max_connections_per_address", c.transport.max_connections_per_address, 1);
   k.absolute_path("transport.secret_key_file", c.transport.secret_key_file, true);
   k.absolute_path("transport.public_keys_dir", c.transport.public_keys_dir, true);
   if (c.transport.curve) {

@@ -34,6 +34,7 @@ void visit_config(Config& c, Visitor& v) {
   v.field("heartbeat_interval", c.transport.heartbeat_interval);
   v.field("heartbeat_timeout", c.transport.heartbeat_timeout);
   v.field("idle_peer_close", c.transport.idle_peer_close);
+  v.field("max_connections_per_address", c.transport.max_connections_per_address);
   v.field("curve", c.transport.curve);
   v.field("secret_key_file", c.transport.secret_key_file);
   v.field("public_keys_dir", c.transport.public_keys_dir);

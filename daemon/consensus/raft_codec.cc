@@ -177,7 +177,14 @@ Result<Message> decode_as(std::string_view body, const char* name, DecodeError* 
   // A snapshot's data may be larger than one entry's.
   const std::size_t bin_limit =
       std::is_same_v<T, InstallSnapshot> ? kMaxSnapshotBytes : kMaxRaftEntryBytes;
-  if (wire::internal::parse(body, bin_limit, what, &handle, &failure)) {
+  // Values: only AppendEntries and InstallSnapshot carry arrays (entries, voters).
+  std::size_t max_values = wire::kMaxFixedValues;
+  if constexpr (std::is_same_v<T, AppendEntries>) {
+    max_values += kMaxRaftEntriesPerMessage * kValuesPerEntry;
+  } else if constexpr (std::is_same_v<T, InstallSnapshot>) {
+    max_values += kMaxVoters;
+  }
+  if (wire::internal::parse(body, {max_values, bin_limit}, what, &handle, &failure)) {
     MapReader r(handle.get(), what, &failure);
     Message message;
     r.uint("fr", &message.from);

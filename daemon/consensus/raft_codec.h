@@ -44,6 +44,9 @@ namespace elastic::consensus {
 inline constexpr std::size_t kMaxRaftEntriesPerMessage = 65'536;
 inline constexpr std::size_t kMaxRaftEntryBytes = 16 * 1024 * 1024;
 inline constexpr std::size_t kMaxRaftEntriesTotalBytes = 48 * 1024 * 1024;
+// MessagePack values one entry may take in the decode budget (wire/codec.h): a map of 4 keys is
+// 9, the rest is room for keys a newer peer adds.
+inline constexpr std::size_t kValuesPerEntry = 16;
 
 // True when `message` decodes on the receiving side: its entries are within the limits above.
 // An InstallSnapshot fits when its data is within kMaxSnapshotBytes (raft.h) and it has at most

@@ -44,7 +44,8 @@ Result<ForwardRequest> decode_forward_request(std::string_view body) {
   const std::string what = "The forwarded request";
   wire::internal::Failure failure;
   msgpack::object_handle handle;
-  if (wire::internal::parse(body, kMaxForwardArgsBytes, what, &handle, &failure)) {
+  if (wire::internal::parse(body, {wire::kMaxFixedValues, kMaxForwardArgsBytes}, what, &handle,
+                            &failure)) {
     MapReader r(handle.get(), what, &failure);
     ForwardRequest request;
     r.uint("i", &request.id);
@@ -63,7 +64,8 @@ Result<ForwardReply> decode_forward_reply(std::string_view body) {
   const std::string what = "The forwarded reply";
   wire::internal::Failure failure;
   msgpack::object_handle handle;
-  if (wire::internal::parse(body, kMaxForwardBodyBytes, what, &handle, &failure)) {
+  if (wire::internal::parse(body, {wire::kMaxFixedValues, kMaxForwardBodyBytes}, what, &handle,
+                            &failure)) {
     MapReader r(handle.get(), what, &failure);
     ForwardReply reply;
     std::uint8_t outcome = 0;

@@ -20,6 +20,7 @@
 
 #include "daemon/control/requests.h"
 #include "daemon/control/server.h"
+#include "daemon/node/body_limits.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/port_probe.h"
@@ -202,6 +203,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   transport::TransportOptions options = transport::transport_options(
       config.transport, node->name_, node->generation_, config.node.cluster_id);
   options.remote_control = transport::remote_control_options(config.control);
+  options.max_body_bytes = &max_body_bytes;  // each type's limit, checked before its body is read
   std::string bind_host, bind_port;
   if (split_endpoint(options.bind, bind_host, bind_port)) {
     if (bind_port == "0") bind_port = "*";

@@ -315,6 +315,17 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_open_peers", MetricType::kGauge,
            "Outbound peer connections open now (closed after transport.idle_peer_close).");
   m.sample(as_double(transport_->open_peers()));
+  m.family("elastic_inbound_connections", MetricType::kGauge,
+           "Inbound transport connections open now (per address at most "
+           "transport.max_connections_per_address).");
+  m.sample(as_double(t.connections_open));
+  m.family("elastic_inbound_connections_refused_total", MetricType::kCounter,
+           "Inbound transport connections shut down when accepted: their address already held "
+           "transport.max_connections_per_address.");
+  m.sample(as_double(t.connections_refused));
+  m.family("elastic_transport_accept_failures_total", MetricType::kCounter,
+           "Failed accepts on the transport port (EMFILE: the daemon is out of file descriptors).");
+  m.sample(as_double(t.accept_failures));
 
   // Control socket and this endpoint.
   m.family("elastic_control_requests_total", MetricType::kCounter,

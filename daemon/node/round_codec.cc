@@ -20,7 +20,8 @@ Result<RoundStart> decode_round_start(std::string_view body) {
   const std::string what = "The round start";
   wire::internal::Failure failure;
   msgpack::object_handle handle;
-  if (!wire::internal::parse(body, kMaxRoundStartBytes, what, &handle, &failure)) {
+  if (!wire::internal::parse(body, {wire::kMaxFixedValues, kMaxRoundStartBytes}, what, &handle,
+                             &failure)) {
     return Error{failure.message};
   }
   wire::internal::MapReader r(handle.get(), what, &failure);

@@ -136,7 +136,7 @@ Result<Variant> decode_as(std::string_view body, const char* name, DecodeError* 
                                             std::to_string(kMaxJobBodyBytes) + "."};
   } else {
     msgpack::object_handle handle;
-    if (wire::internal::parse(body, 0, what, &handle, &failure)) {
+    if (wire::internal::parse(body, {wire::kMaxFixedValues, 0}, what, &handle, &failure)) {
       MapReader r(handle.get(), what, &failure);
       T typed;
       read(r, &typed);

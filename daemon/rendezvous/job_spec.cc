@@ -580,7 +580,7 @@ Result<JobSpec> decode_job_spec(std::string_view bytes) {
   const std::string what = "The job spec";
   internal::Failure failure;
   msgpack::object_handle handle;
-  if (wire::internal::parse(bytes, 0, what, &handle, &failure)) {
+  if (wire::internal::parse(bytes, {kMaxJobSpecValues, 0}, what, &handle, &failure)) {
     JobSpec spec;
     if (internal::read_job_spec(handle.get(), what, &failure, &spec)) return spec;
   }

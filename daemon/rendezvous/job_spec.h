@@ -53,6 +53,9 @@ inline constexpr std::size_t kMaxCommandAndEnvBytes = 256 * 1024;  // argv + env
 inline constexpr std::size_t kMaxPathBytes = 4096;                 // PATH_MAX
 inline constexpr std::size_t kMaxUserBytes = 256;
 inline constexpr std::uint32_t kMaxNodesPerJob = 100'000;
+// MessagePack values a decoded spec may hold (the decode budget of daemon/wire/msgpack_map.h):
+// its fixed fields, one per argument, two per environment variable, and room for new keys.
+inline constexpr std::size_t kMaxJobSpecValues = 64 + kMaxCommandArgs + 2 * kMaxEnvVars;
 inline constexpr std::uint32_t kMaxWorkersPerNode = 1024;
 inline constexpr std::uint32_t kMaxRestartsLimit = 1'000'000;
 inline constexpr Duration kMaxRestartBackoff = std::chrono::hours(1);

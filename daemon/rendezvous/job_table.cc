@@ -425,7 +425,7 @@ Result<Command> decode_command(std::string_view bytes) {
   const std::string what = "The job table command";
   Failure failure;
   msgpack::object_handle handle;
-  if (!wire::internal::parse(bytes, 0, what, &handle, &failure)) {
+  if (!wire::internal::parse(bytes, {kMaxCommandValues, 0}, what, &handle, &failure)) {
     return Error{std::move(failure.message)};
   }
   MapReader r(handle.get(), what, &failure);
@@ -771,7 +771,7 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
   const std::string what = "The job table snapshot";
   Failure failure;
   msgpack::object_handle handle;
-  if (!wire::internal::parse(bytes, 0, what, &handle, &failure)) {
+  if (!wire::internal::parse(bytes, {kMaxSnapshotValues, 0}, what, &handle, &failure)) {
     return Error{std::move(failure.message)};
   }
   MapReader r(handle.get(), what, &failure);

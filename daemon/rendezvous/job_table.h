@@ -85,6 +85,18 @@ inline constexpr std::size_t kMaxEndpointBytes = 1024;
 inline constexpr std::size_t kMaxDrainedNodes = 100'000;
 // Node names are host names: letters, digits, '.', '_' and '-'.
 inline constexpr std::size_t kMaxDrainNodeBytes = 256;
+// MessagePack values a decoded command may hold (the decode budget of daemon/wire/msgpack_map.h):
+// the largest is a SubmitJob (a spec) or an OpenRound of kMaxNodesPerJob rank entries (a map of
+// 4 keys is 9 values; 16 leaves room for new keys), plus the fixed fields.
+inline constexpr std::size_t kValuesPerRankEntry = 16;
+inline constexpr std::size_t kMaxCommandValues =
+    64 + (kMaxJobSpecValues > kMaxNodesPerJob * kValuesPerRankEntry
+              ? kMaxJobSpecValues
+              : kMaxNodesPerJob * kValuesPerRankEntry);
+// A snapshot comes only from this node's disk or the Raft leader (which can commit any command
+// anyway), and a legitimate one of kMaxSnapshotBytes may hold ~16M values (jobs with full event
+// histories), so its budget is that: at most ~400 MB while it is decoded, never unbounded.
+inline constexpr std::size_t kMaxSnapshotValues = 16 * 1024 * 1024;
 
 // ---------------------------------------------------------------------------------------------
 // Commands

@@ -2,10 +2,12 @@
 
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <zmq.hpp>
@@ -13,6 +15,7 @@
 
 #include "daemon/control/protocol.h"
 #include "daemon/transport/curve_keys.h"
+#include "daemon/transport/inbound_connections.h"
 #include "daemon/wire/codec.h"
 
 namespace elastic::transport {
@@ -56,6 +59,31 @@ constexpr int kMaxReceiveBatch = 1024;
 // ZMTP heartbeat TTL above ~65 s overflows (libzmq#4226).
 constexpr int kMaxHeartbeatTtlMs = 65'000;
 
+// A half-open inbound connection (a TCP connect, then no ZMTP greeting) is dropped after this.
+constexpr int kHandshakeTimeoutMs = 5000;
+// Connection events the ROUTER's monitor may queue (about 100 bytes each).
+constexpr int kMonitorQueue = 100'000;
+// Log lines about refused connections and failed accepts: at most one per cause per interval,
+// so a flood cannot fill the log.
+constexpr std::chrono::seconds kConnectionLogInterval{10};
+
+// Counts occurrences and calls `log(count since the last line)` at most once per interval.
+class RateLimitedLog {
+ public:
+  template <typename Log>
+  void note(TimePoint now, Log&& log) {
+    ++count_;
+    if (logged_ != TimePoint{} && now - logged_ < kConnectionLogInterval) return;
+    log(count_);
+    logged_ = now;
+    count_ = 0;
+  }
+
+ private:
+  TimePoint logged_{};
+  std::uint64_t count_ = 0;
+};
+
 int to_ms(Duration d) {
   return static_cast<int>(std::clamp<std::int64_t>(duration_cast<milliseconds>(d).count(), 0,
                                                    std::numeric_limits<int>::max()));
@@ -79,6 +107,7 @@ TransportOptions transport_options(const config::TransportConfig& config, const 
   options.heartbeat_interval = config.heartbeat_interval;
   options.heartbeat_timeout = config.heartbeat_timeout;
   options.idle_peer_close = config.idle_peer_close;
+  options.max_connections_per_address = config.max_connections_per_address;
   if (config.curve) options.curve = CurveOptions{config.secret_key_file, config.public_keys_dir};
   return options;
 }
@@ -104,8 +133,10 @@ class ZmqTransport::Impl {
     bool handshaken = false;  // a handshake succeeded and no disconnect was reported since
   };
 
-  explicit Impl(TransportOptions options) : options_(std::move(options)) {
+  explicit Impl(TransportOptions options)
+      : options_(std::move(options)), inbound_(options_.max_connections_per_address) {
     limits_.max_bytes = static_cast<std::size_t>(options_.max_message_bytes);
+    limits_.max_body_bytes = options_.max_body_bytes;
     limits_.cluster_id = options_.cluster_id;
   }
 
@@ -145,23 +176,35 @@ class ZmqTransport::Impl {
         router_->set(zmq::sockopt::curve_server, 1);
         router_->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
         router_->set(zmq::sockopt::zap_domain, kZapDomain);
-        // Clients refused before ZAP is asked (wrong mechanism, garbage) show up only here.
-        if (zmq_socket_monitor(
-                router_->handle(), kMonitorEndpoint,
-                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
-          return Error{std::string("Cannot monitor the transport's ROUTER socket: ") +
-                       zmq_strerror(zmq_errno()) + "."};
-        }
-        monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
-        monitor_->set(zmq::sockopt::linger, 0);
-        monitor_->connect(kMonitorEndpoint);
       }
+      // Half-open connections (a connect and then nothing) hold an fd only this long.
+      router_->set(zmq::sockopt::handshake_ivl, kHandshakeTimeoutMs);
+      // One monitor (a socket has at most one): accepts and disconnects for the per-address
+      // cap and failed accepts, and with CURVE the clients refused before ZAP is asked (wrong
+      // mechanism, garbage), which show up only here.
+      const int curve_events = options_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                                    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                              : 0;
+      if (zmq_socket_monitor(router_->handle(), kMonitorEndpoint,
+                             ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED |
+                                 curve_events) != 0) {
+        return Error{std::string("Cannot monitor the transport's ROUTER socket: ") +
+                     zmq_strerror(zmq_errno()) + "."};
+      }
+      monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+      monitor_->set(zmq::sockopt::linger, 0);
+      // A connect flood queues two events per connection between two receive() calls; a lost
+      // ACCEPTED would let that connection past the cap (the default queue is 1,000).
+      monitor_->set(zmq::sockopt::rcvhwm, kMonitorQueue);
+      monitor_->connect(kMonitorEndpoint);
     } catch (const zmq::error_t& e) {
       return Error{std::string("Cannot set up the transport's ZeroMQ sockets: ") + e.what() + "."};
     }
     try {
       router_->bind(options_.bind);
       bound_ = router_->get(zmq::sockopt::last_endpoint);
+      const std::size_t colon = bound_.rfind(':');
+      if (colon != std::string::npos) bound_port_ = std::atoi(bound_.c_str() + colon + 1);
     } catch (const zmq::error_t& e) {
       return Error{"Cannot bind the transport to " + options_.bind +
                    " (transport.bind): " + e.what() + "."};
@@ -715,6 +758,8 @@ class ZmqTransport::Impl {
     }
   }
 
+  // The ROUTER's monitor: [event id (u16) + value (u32), endpoint]; the value is the
+  // connection's fd for ACCEPTED and DISCONNECTED, the errno for ACCEPT_FAILED.
   void drain_monitor() {
     for (;;) {
       std::vector<zmq::message_t> event;
@@ -725,8 +770,54 @@ class ZmqTransport::Impl {
       } catch (const zmq::error_t&) {
         return;
       }
-      ++stats_.dropped_unauthenticated;  // the monitor only reports refused handshakes
+      if (event.empty() || event[0].size() < sizeof(std::uint16_t) + sizeof(std::uint32_t)) {
+        continue;
+      }
+      std::uint16_t id = 0;
+      std::uint32_t value = 0;
+      std::memcpy(&id, event[0].data(), sizeof(id));
+      std::memcpy(&value, static_cast<const char*>(event[0].data()) + sizeof(id), sizeof(value));
+      switch (id) {
+        case ZMQ_EVENT_ACCEPTED:
+          admit(static_cast<int>(value));
+          break;
+        case ZMQ_EVENT_DISCONNECTED:
+          inbound_.disconnected(static_cast<int>(value));
+          break;
+        case ZMQ_EVENT_ACCEPT_FAILED:
+          ++stats_.accept_failures;
+          accept_log_.note(steady_now(), [&](std::uint64_t n) {
+            spdlog::error(
+                "transport: cannot accept connections on {}: {} ({} time(s) since the last "
+                "line; {} inbound connections open): raise the open file limit (LimitNOFILE) "
+                "or find who opens them",
+                bound_, std::strerror(static_cast<int>(value)), n, inbound_.open());
+          });
+          break;
+        default:  // with CURVE: a refused handshake
+          ++stats_.dropped_unauthenticated;
+          break;
+      }
+      stats_.connections_open = inbound_.open();
     }
+  }
+
+  // A connection the ROUTER accepted on `fd`: counted, or shut down when its address is over
+  // max_connections_per_address. The fd is checked to still be one of the ROUTER's connections
+  // (local port = the bound port) first: by the time the event is read it may have closed and
+  // its number gone to another socket, which must not be touched.
+  void admit(int fd) {
+    const std::string address = peer_address_key(fd);
+    if (address.empty() || local_port(fd) != bound_port_) return;
+    if (inbound_.accepted(fd, address)) return;
+    ::shutdown(fd, SHUT_RDWR);  // libzmq reads the close and reports DISCONNECTED
+    ++stats_.connections_refused;
+    refuse_log_.note(steady_now(), [&](std::uint64_t n) {
+      spdlog::warn(
+          "transport: refused {} connection(s) over transport.max_connections_per_address = {} "
+          "since the last line (last from {}, which holds {})",
+          n, options_.max_connections_per_address, address, inbound_.open_from(address));
+    });
   }
 
   // Monitor events are [event id (u16) + value (u32), endpoint]; only the id matters here.
@@ -781,7 +872,11 @@ class ZmqTransport::Impl {
   zmq::context_t context_;
   std::unique_ptr<zmq::socket_t> router_;
   std::unique_ptr<zmq::socket_t> zap_;
-  std::unique_ptr<zmq::socket_t> monitor_;
+  std::unique_ptr<zmq::socket_t> monitor_;  // the ROUTER's connection events
+  InboundConnections inbound_;
+  int bound_port_ = -1;  // of bound_; -1 for a non-TCP bind
+  RateLimitedLog refuse_log_;
+  RateLimitedLog accept_log_;
   std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
   std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
   std::string control_bound_;

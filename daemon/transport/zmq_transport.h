@@ -17,10 +17,19 @@
 // as send_failures if the peer has not connected within the connect grace (heartbeat_timeout).
 // After the first successful send a refused message (peer gone, queue at HWM) fails at once.
 //
-// Receiving: receive() decodes each inbound envelope with the cluster id, protocol version and
-// max_message_bytes; malformed, oversized, wrong-version and wrong-cluster messages are dropped
-// and counted by reason. It returns as soon as at least one envelope (or watched fd) is ready,
-// or a peer disconnect was recorded (below).
+// Receiving: receive() decodes each inbound envelope with the cluster id, protocol version,
+// max_message_bytes and the per-type body limit (options.max_body_bytes); malformed, oversized,
+// wrong-version and wrong-cluster messages are dropped and counted by reason. Decoding is
+// bounded in memory and time whatever the bytes claim (daemon/wire/codec.h), so a hostile
+// message costs about one pass over its headers, never a stall of the loop. It returns as soon
+// as at least one envelope (or watched fd) is ready, or a peer disconnect was recorded (below).
+//
+// Inbound connections (the fds a flood of connects would take): the ROUTER drops a connection
+// whose ZMTP handshake has not finished within kHandshakeTimeout, and an address may hold at
+// most options.max_connections_per_address connections (inbound_connections.h: its socket
+// monitor counts accepts and disconnects; a connection over the cap is shut down at once,
+// counted in connections_refused and logged at most once per 10 s per cause). A failed accept
+// (EMFILE: the process is out of fds) is counted in accept_failures and logged likewise.
 //
 // Peer disconnects (job-tier detection): each DEALER has a socket monitor (an inproc PAIR per
 // DEALER, polled inside receive() and closed with the DEALER). When the connection of a DEALER
@@ -114,6 +123,9 @@ struct TransportOptions {
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration heartbeat_timeout = std::chrono::seconds(3);
   Duration idle_peer_close = std::chrono::seconds(60);
+  int max_connections_per_address = 64;
+  // The largest body per message type (wire::DecodeLimits); nullptr = max_message_bytes.
+  std::size_t (*max_body_bytes)(wire::MsgType type) = nullptr;
   std::optional<CurveOptions> curve;                   // nullopt = plain TCP
   std::optional<RemoteControlOptions> remote_control;  // nullopt = off; needs curve
 };
@@ -137,6 +149,10 @@ struct TransportStats {
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
   std::uint64_t disconnects = 0;  // recorded PeerDisconnects (see the contract above)
+  // Inbound connections (see the contract above).
+  std::uint64_t connections_open = 0;     // now, as the socket monitor last reported
+  std::uint64_t connections_refused = 0;  // over max_connections_per_address, shut down
+  std::uint64_t accept_failures = 0;      // accept() failed (EMFILE, ENFILE, ENOBUFS...)
   // Remote control socket (see the contract above).
   std::uint64_t control_received = 0;         // requests returned by receive()
   std::uint64_t control_dropped = 0;          // frames not of the protocol (wrong part count)

@@ -1,5 +1,6 @@
 #include "daemon/wire/codec.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "daemon/wire/msgpack_map.h"
@@ -139,7 +140,11 @@ Result<MembershipMessage> decode_as(std::string_view body, const char* name, Dec
   const std::string what = std::string("The ") + name + " body";
   Failure failure;
   msgpack::object_handle handle;
-  if (parse(body, kMaxUnknownStringBytes, what, &handle, &failure)) {
+  // A PushPullState carries the whole member list; the probes only piggybacked updates.
+  constexpr std::size_t updates =
+      std::is_same_v<T, PushPullState> ? kMaxMembers : kMaxPiggybackUpdates;
+  if (parse(body, {kMaxFixedValues + updates * kValuesPerUpdate, kMaxUnknownStringBytes}, what,
+            &handle, &failure)) {
     MapReader r(handle.get(), what, &failure);
     T message;
     read_message(r, &message);
@@ -202,7 +207,9 @@ Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& lim
     return failed();
   }
   msgpack::object_handle handle;
-  if (!parse(bytes, limits.max_bytes, what, &handle, &failure)) return failed();
+  if (!parse(bytes, {kMaxEnvelopeValues, limits.max_bytes}, what, &handle, &failure)) {
+    return failed();
+  }
 
   MapReader r(handle.get(), what, &failure);
   Envelope e;
@@ -223,6 +230,16 @@ Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& lim
   r.str("a", &e.sender_address);
   r.uint("t", &type);
   r.uint("q", &e.seq);
+  if (limits.max_body_bytes != nullptr && r.ok()) {
+    const std::size_t max_body = limits.max_body_bytes(static_cast<MsgType>(type));
+    const msgpack::object* body = r.find("b", Need::kRequired);
+    if (body != nullptr && body->type == msgpack::type::BIN && body->via.bin.size > max_body) {
+      r.fail("of type " + std::to_string(type) + " has a " + std::to_string(body->via.bin.size) +
+                 "-byte body, more than the limit of " + std::to_string(max_body) +
+                 " for that type",
+             DecodeError::kOversized);
+    }
+  }
   r.bin("b", &e.body);
   r.str("lh", &e.leader_hint, Need::kOptional);
   r.uint("lt", &e.leader_term, Need::kOptional);

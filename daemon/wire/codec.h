@@ -15,16 +15,22 @@
 //   PushPullDigest d digest, m members (required); r reply
 //   PushPullState  m members (required); j join, r reply
 //
-// Hostile bytes: decoding never throws, never crashes and never allocates more than a bounded
-// multiple of the input size. msgpack-c parses with an unpack_limit (array, map, string, bin and
-// depth limits) and its exceptions are caught here; everything after that is type-checked
-// object walking that cannot throw. Errors come back as a Result whose sentence names the
-// problem, plus a DecodeError class so callers can count drops per reason.
+// Hostile bytes: decoding never throws, never crashes, and holds at most a fixed budget of
+// MessagePack values per message type (msgpack_map.h ParseLimits: about 24 bytes each), however
+// many the bytes declare: an envelope kMaxEnvelopeValues, a probe message (Ping, Ack, PingReq,
+// Nack, PushPullDigest) kMaxFixedValues plus kMaxPiggybackUpdates updates, a PushPullState
+// kMaxMembers updates. An allocation-free scan refuses a message over its budget, or one whose
+// declared lengths the bytes cannot hold, before msgpack-c allocates anything; msgpack-c then
+// parses with an unpack_limit and its exceptions are caught here; everything after that is
+// type-checked object walking that cannot throw. Errors come back as a Result whose sentence
+// names the problem, plus a DecodeError class so callers can count drops per reason.
 //
 // Envelope checks run in this order, so the class is meaningful: size (kOversized), MessagePack
 // structure and limits (kMalformed, or kOversized for a limit overflow), protocol version
 // (kWrongVersion, checked before anything else in the map so a future version may change the
-// rest), cluster id (kWrongCluster), then every other field (kMalformed). The envelope accepts
+// rest), cluster id (kWrongCluster), then every other field (kMalformed), then the body's size
+// against DecodeLimits::max_body_bytes for its type (kOversized; before the body is copied, so
+// a message type that is always small cannot be used to carry 64 MB). The envelope accepts
 // any 16-bit message type, so types appended by newer peers reach dispatch; decode_membership
 // rejects the types it does not know.
 // The building blocks (map packing, bounded parse, MapReader) are shared with the Raft codec
@@ -55,9 +61,19 @@ inline constexpr std::size_t kMaxMapEntries = 1024;  // keys per map, unknown on
 inline constexpr std::size_t kMaxUnknownStringBytes = 64 * 1024;
 inline constexpr std::size_t kMaxDepth = 16;  // nesting, unknown values included
 
+// Value budgets (see the top): what each message can legitimately hold, with room for keys a
+// newer peer adds. A member update is 13 values (a map of 6 keys).
+inline constexpr std::size_t kMaxEnvelopeValues = 64;      // 10 keys and their values, 21 values
+inline constexpr std::size_t kMaxFixedValues = 64;         // any body of fixed fields
+inline constexpr std::size_t kValuesPerUpdate = 16;        // one member update
+inline constexpr std::size_t kMaxPiggybackUpdates = 1024;  // on one probe (senders put <= 16)
+
 struct DecodeLimits {
   // Bigger inputs are rejected before parsing (matches transport.max_message_bytes).
   std::size_t max_bytes = 64 * 1024 * 1024;
+  // The largest body a message of `type` may carry (the daemon's table covers every type:
+  // daemon/node/body_limits.h); nullptr = max_bytes for every type.
+  std::size_t (*max_body_bytes)(MsgType type) = nullptr;
   // Envelopes of another cluster are kWrongCluster.
   std::string cluster_id;
   // Envelopes of another protocol version are kWrongVersion.

@@ -45,11 +45,25 @@ struct Failure {
   std::string message;
 };
 
-// Parses exactly one MessagePack value spanning all of `bytes`. Arrays hold at most kMaxMembers
-// elements, maps kMaxMapEntries, strings kMaxUnknownStringBytes, bins `bin_limit` bytes, nesting
-// kMaxDepth. A limit overflow or allocation failure is kOversized, anything else kMalformed.
-// `what` starts the error sentence ("The envelope").
-bool parse(std::string_view bytes, std::size_t bin_limit, std::string_view what,
+// What one parse may hold, chosen by each decoder from what its message can legitimately carry.
+// Every MessagePack value counts one toward max_values: a container, each array element, each
+// map key and each map value. msgpack-c allocates a 24-byte object for every element of an array
+// or map as soon as it reads the header, so without this budget 60 MB of one-byte elements cost
+// 1.4 GB; with it a decode never holds more than about 24 * max_values bytes, whatever the input.
+struct ParseLimits {
+  std::size_t max_values;
+  std::size_t max_bin_bytes;  // one bin value (strings and ext: kMaxUnknownStringBytes)
+};
+
+// Parses exactly one MessagePack value spanning all of `bytes`. First a scan that allocates
+// nothing walks the bytes (stopping at the first problem): more than limits.max_values values,
+// an array over kMaxMembers elements, a map over kMaxMapEntries, a string or ext over
+// kMaxUnknownStringBytes, a bin over limits.max_bin_bytes or nesting over kMaxDepth is
+// kOversized; a length or element count that the remaining bytes cannot hold, a reserved byte
+// or trailing bytes are kMalformed. Only bytes that passed it reach msgpack-c (which keeps its
+// own unpack_limit as a backstop; anything it throws is caught). `what` starts the error
+// sentence ("The envelope").
+bool parse(std::string_view bytes, const ParseLimits& limits, std::string_view what,
            msgpack::object_handle* out, Failure* failure);
 
 enum class Need { kRequired, kOptional };

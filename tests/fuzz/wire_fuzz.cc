@@ -3,6 +3,13 @@
 // crash, hang or allocate without bound, and anything that decodes must re-encode to bytes that
 // decode to the same value. Built with clang++ -fsanitize=fuzzer,address,undefined by
 // tests/fuzz/CMakeLists.txt.
+// Memory is a property too (issue 13 item 5): ASan's malloc hooks track the live heap, and a
+// decoder of a small message type (an envelope, a probe, a vote, a job-tier message) must never
+// hold more than a small fixed amount beyond its input, whatever the bytes declare; the seed
+// corpus has MessagePack bombs for it.
+#include <sanitizer/allocator_interface.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +36,39 @@ constexpr MsgType kRaftTypes[] = {
 [[noreturn]] void property_failed(const char* what) {
   std::fprintf(stderr, "round-trip property failed: %s\n", what);
   std::abort();
+}
+
+// The live heap and its peak since the last reset (ASan's hooks; libFuzzer runs one input at a
+// time on one thread, but ASan may call the hooks from any).
+std::atomic<std::int64_t> live_bytes{0};
+std::atomic<std::int64_t> peak_bytes{0};
+void on_malloc(const volatile void*, std::size_t size) {
+  const std::int64_t now = live_bytes += static_cast<std::int64_t>(size);
+  std::int64_t peak = peak_bytes.load();
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
+  }
+}
+void on_free(const volatile void* p) {
+  live_bytes -= static_cast<std::int64_t>(__sanitizer_get_allocated_size(const_cast<void*>(p)));
+}
+const bool hooks_installed = __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) != 0;
+
+// What decoding a small message type may hold beyond a copy of its input: its value budget
+// (wire::kMaxFixedValues + kMaxPiggybackUpdates * kValuesPerUpdate values of 24 bytes, under
+// 400 KB) and the decoded strings, with room. Without the budgets, a 100 KB bomb held 2.4 MB.
+constexpr std::int64_t kSmallDecodeBytes = 2 << 20;
+
+// Runs `decode` and fails if the heap grew by more than `limit` at any moment during it.
+template <typename F>
+void bounded(const char* what, std::int64_t limit, F&& decode) {
+  const std::int64_t base = live_bytes.load();
+  peak_bytes = base;
+  decode();
+  if (hooks_installed && peak_bytes.load() - base > limit) {
+    std::fprintf(stderr, "%s held %lld bytes while decoding (limit %lld)\n", what,
+                 static_cast<long long>(peak_bytes.load() - base), static_cast<long long>(limit));
+    property_failed("a decode held more memory than its budget allows");
+  }
 }
 
 void check_membership(MsgType type, std::string_view body) {
@@ -115,6 +155,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_membership(a.type, a.body);
     check_raft(a.type, a.body);
   }
+  // Memory bounds of the small types (the bulk ones may legitimately hold ~24x their input).
+  const auto input = static_cast<std::int64_t>(size);
+  bounded("the envelope", input + kSmallDecodeBytes, [&] { (void)decode_envelope(bytes, limits); });
+  for (MsgType type : {MsgType::kPing, MsgType::kAck, MsgType::kPingReq, MsgType::kNack}) {
+    bounded("a probe", input + kSmallDecodeBytes, [&] { (void)decode_membership(type, bytes); });
+  }
+  bounded("a vote", input + kSmallDecodeBytes,
+          [&] { (void)elastic::consensus::decode_raft(MsgType::kRaftVoteRequest, bytes); });
+  bounded("a forwarded request", input + kSmallDecodeBytes,
+          [&] { (void)elastic::node::decode_forward_request(bytes); });
+
   for (MsgType type : kTypes) check_membership(type, bytes);
   for (MsgType type : kRaftTypes) check_raft(type, bytes);
   check_daemon_bodies(bytes);

@@ -99,5 +99,22 @@ int main(int argc, char** argv) {
   write(MsgType::kControlRequest,
         rdv::encode_command(rdv::DrainNode{"n1/1/8", 2, "gpu-07", true, "bad DIMM", 0, true,
                                            rdv::WallTime(std::chrono::milliseconds(5))}));
+  // MessagePack bombs (issue 13 item 5), small enough for the fuzzer's 1 MB envelope limit:
+  // a map {"x": [an array of 100,000 one-byte integers]} (100 KB; 2.4 MB of msgpack objects
+  // without a decode budget), as a body and as an unknown key of a valid envelope; and 16 nested
+  // arrays that each declare 100,000 elements in 80 bytes.
+  const std::string bomb =
+      std::string("\x81\xa1x\x91\xdd\x00\x01\x86\xa0", 9) + std::string(100'000, '\x01');
+  std::ofstream(dir + "/bomb-body", std::ios::binary) << bomb;
+  Envelope e;
+  e.cluster_id = "fuzz";
+  e.sender = "a";
+  e.sender_address = "tcp://10.0.0.1:7946";
+  std::string with_key = encode_envelope(e);
+  with_key[0] = static_cast<char>(0x89);  // a fixmap of 8 keys becomes one of 9
+  std::ofstream(dir + "/bomb-envelope", std::ios::binary) << with_key << bomb.substr(1);
+  std::string nested;
+  for (int i = 0; i < 16; ++i) nested += std::string("\xdd\x00\x01\x86\xa0", 5);
+  std::ofstream(dir + "/bomb-declared", std::ios::binary) << nested;
   return 0;
 }
