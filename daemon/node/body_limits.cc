@@ -26,8 +26,8 @@ std::size_t max_body_bytes(wire::MsgType type) {
       return kMaxForwardArgsBytes + kEnvelopeOfBulk;
     case MsgType::kForwardReply:
       return kMaxForwardBodyBytes + kEnvelopeOfBulk;
-    case MsgType::kRoundStart:
-      return kMaxRoundStartBytes;
+    case MsgType::kRoundStart:  // its command and its spec may each be kMaxRoundStartBytes
+      return 2 * kMaxRoundStartBytes + kEnvelopeOfBulk;
     case MsgType::kJobKeepalive:
     case MsgType::kJobKeepaliveAck:
     case MsgType::kJobProbeRequest:
