@@ -66,7 +66,7 @@ TEST(Reload, RestartKeysKeepTheRunningValue) {
       {"node.cluster_id", [](config::DaemonConfig& c) { c.node.cluster_id = "b"; }},
       {"node.state_dir", [](config::DaemonConfig& c) { c.node.state_dir = "/tmp/x"; }},
       {"transport.bind", [](config::DaemonConfig& c) { c.transport.bind = "tcp://0.0.0.0:1"; }},
-      {"transport.curve", [](config::DaemonConfig& c) { c.transport.curve = true; }},
+      {"transport.curve", [](config::DaemonConfig& c) { c.transport.curve = false; }},
       {"transport.secret_key_file",
        [](config::DaemonConfig& c) { c.transport.secret_key_file = "/k"; }},
       {"control.socket", [](config::DaemonConfig& c) { c.control.socket = "/tmp/s"; }},
