@@ -52,11 +52,12 @@ deps-check:
 	    for p in $(DEB_PACKAGES); do grep -qx "$$p" .deps-have.tmp || echo $$p; done; rm -f .deps-have.tmp); \
 	if [ -n "$$missing" ]; then echo "make: missing packages:" $$missing; $(MAKE) --no-print-directory deps; fi
 
-# Services only the Slurm test tier uses, and it starts private copies of them itself (its own
-# key, sockets, ports and config: tests/slurm/cluster-up.sh). Debian enables and starts a
+# Units only the test tiers use: the Slurm tier starts private copies of munge, slurmctld and
+# slurmd itself (its own key, sockets, ports and config: tests/slurm/cluster-up.sh), and
+# systemd-container's machines.target is for the systemd tier's nspawn. Debian enables and starts a
 # service when its package is installed, so deps turns off again each one that the install
 # enabled or started; one the machine had enabled or running before is left as it was.
-TEST_ONLY_SERVICES := munge slurmctld slurmd
+TEST_ONLY_SERVICES := munge slurmctld slurmd machines.target
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -71,7 +72,7 @@ deps:
 	  for s in $(TEST_ONLY_SERVICES); do \
 	    case " $$enabled_before " in *" $$s "*) ;; *) \
 	      if systemctl is-enabled --quiet $$s 2>/dev/null; then \
-	        echo "make deps: disabling $$s again (only the Slurm tests use it; they start their own)"; \
+	        echo "make deps: disabling $$s again (only a test tier uses it, and it starts its own)"; \
 	        $$SUDO systemctl disable --quiet $$s || exit 1; \
 	      fi;; \
 	    esac; \
