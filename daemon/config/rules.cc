@@ -213,7 +213,6 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
                   "forge daemon messages; keep transport.curve = true (the default) with keys");
   }
 
-
   // membership: each seed is [NAME@]HOST:PORT. The name is the seed's node name, which CURVE
   // needs to pick the seed's public key (a bare address cannot be authenticated).
   for (const auto& seed : c.membership.seeds) {

@@ -302,8 +302,8 @@ std::string Node::render_metrics(TimePoint now) const {
       {"wrong_cluster", t.dropped_wrong_cluster},
       {"unauthenticated", t.dropped_unauthenticated},
       {"undecodable", undecodable_bodies_},
-      {"forward_without_curve", forwards_refused_},
       {"malformed_report", rounds_->malformed_reports()},
+      {"forward_without_curve", forwards_refused_},
   };
   for (const auto& [reason, count] : drops) m.sample(as_double(count), {{"reason", reason}});
   m.family("elastic_send_failures_total", MetricType::kCounter,
