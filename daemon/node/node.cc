@@ -654,6 +654,21 @@ TimePoint Node::next_deadline(TimePoint now) const {
 void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
                    membership::Effects& effects) {
   for (wire::Envelope& envelope : envelopes) {
+    // Without CURVE the sender is whoever reached the port (any local user on a loopback bind):
+    // only membership gossip and forwarded requests (answered with a refusal below) are taken.
+    // Raft could commit a forged job and a round start names a spec to run, as any user.
+    if (!config_.transport.curve && !wire::is_membership_type(envelope.type) &&
+        envelope.type != wire::MsgType::kForwardRequest &&
+        envelope.type != wire::MsgType::kForwardReply) {
+      if (++unauthenticated_peer_drops_ % 100 == 1) {
+        spdlog::warn(
+            "dropped a message of type {} from {}: with transport.curve = false this daemon acts "
+            "on no message but membership from other daemons (nobody vouches for the sender); "
+            "{} dropped so far",
+            static_cast<int>(envelope.type), envelope.sender, unauthenticated_peer_drops_);
+      }
+      continue;
+    }
     observe_hint(envelope);
     if (wire::is_raft_type(envelope.type)) {
       if (consensus_) {

@@ -250,6 +250,10 @@ class Node {
   std::uint64_t undecodable_bodies_ = 0;  // envelopes whose membership body did not decode
   // Forwarded client requests refused because transport.curve = false (nobody vouches for them).
   std::uint64_t forwards_refused_ = 0;
+  // Raft, round start, job-tier and lease messages from other daemons dropped because
+  // transport.curve = false: any local user could send them (a forged round start names a spec,
+  // and so the user its workers run as).
+  std::uint64_t unauthenticated_peer_drops_ = 0;
   // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
   std::map<std::string, std::string> seed_names_;
   // Raft (voters only) and the job table it replicates.

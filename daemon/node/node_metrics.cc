@@ -304,6 +304,7 @@ std::string Node::render_metrics(TimePoint now) const {
       {"undecodable", undecodable_bodies_},
       {"malformed_report", rounds_->malformed_reports()},
       {"forward_without_curve", forwards_refused_},
+      {"peer_without_curve", unauthenticated_peer_drops_},
   };
   for (const auto& [reason, count] : drops) m.sample(as_double(count), {{"reason", reason}});
   m.family("elastic_send_failures_total", MetricType::kCounter,

@@ -7,7 +7,8 @@
 //  - a node key may speak only as its own node: an envelope claiming another sender is dropped,
 //    while the same key speaking as itself is answered (so the forgery above is what failed);
 //  - a daemon with transport.curve = false (loopback only) answers a forwarded identity with a
-//    permission refusal and acts on nothing.
+//    permission refusal and acts on nothing, and acts on no other daemon's Raft, round start,
+//    job-tier or lease message (a forged round start naming it once started a worker as root).
 // No fixed sleeps: every wait polls a counter or a reply with a deadline.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <zmq_addon.hpp>
 
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/round_codec.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/wire/codec.h"
 #include "tests/integ/daemon_under_test.h"
@@ -32,6 +34,7 @@ namespace elastic::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 // The request of the attack: submit a job that records its uid in `marker`, as root and admin.
@@ -251,6 +254,51 @@ TEST(ForgedForward, PlainLoopbackDaemonRefusesForwardedIdentities) {
   const RunResult submitted =
       ctl(n1, {"submit", "--name", "local", "--nodes", "1", "--", "/bin/true"});
   EXPECT_TRUE(submitted.status.exited_with(0)) << submitted.err;
+}
+
+// A round start is the leader telling a member to start workers, with the job's spec and so its
+// user. Without CURVE nobody vouches for the sender, so a forged one (a newer term than any the
+// daemon knows, a spec of uid 0) once started a worker as root on a plain loopback daemon.
+TEST(ForgedForward, PlainLoopbackDaemonActsOnNoRoundStartFromAnotherDaemon) {
+  TempDir dir;
+  Daemon n1(dir, "n1", {});
+  n1.set("transport.curve=false");
+  n1.start();
+  wait_serving(n1);
+  const std::uint64_t generation = n1.generation();
+  const std::string marker = dir.file("ran-as-root");
+
+  node::RoundStart start;
+  start.term = 1000;
+  start.state = rendezvous::JobState::kRendezvous;
+  start.round.job_id = "forged-1";
+  start.round.round = 1;
+  start.round.ranks = {rendezvous::RankAssignment{
+      .node = "n1", .generation = generation, .slots = 1, .first_rank = 0}};
+  start.round.store_endpoint = "127.0.0.1:29999";
+  start.spec.name = "forged";
+  start.spec.command = {"/bin/sh", "-c", "id -u > " + marker};
+  start.spec.user = "root";
+  start.spec.working_dir = dir.path();
+  FakePeer attacker(n1.address());
+  wire::Envelope envelope;
+  envelope.cluster_id = "elastic";
+  envelope.sender = "n2";
+  envelope.generation = 1;
+  envelope.sender_address = attacker.address();
+  envelope.type = wire::MsgType::kRoundStart;
+  envelope.seq = 1;
+  envelope.body = node::encode_round_start(start);
+  attacker.send(envelope);
+
+  // The daemon logs the drop; no worker ever starts.
+  EXPECT_TRUE(wait_until(
+      [&] { return n1.process().err().find("acts on no message but membership") !=
+                   std::string::npos; },
+      10s))
+      << n1.process().err();
+  EXPECT_THAT(n1.process().err(), Not(HasSubstr("job forged-1 round 1")));
+  EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
 }  // namespace
