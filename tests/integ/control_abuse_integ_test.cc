@@ -64,14 +64,7 @@ struct Node {
 
   // elasticctl on the local socket, as root (uid < 0) or as uid/gid through setpriv.
   RunResult ctl(std::vector<std::string> args, int uid = -1) const {
-    std::vector<std::string> argv;
-    if (uid >= 0) {
-      argv = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid),
-              "--regid=" + std::to_string(uid), "--clear-groups"};
-    }
-    argv.insert(argv.end(), {ELASTICCTL_PATH, "-c", "", "--set", "control.socket=" + n1.socket()});
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, {}, std::chrono::seconds(30));
+    return elasticctl_on(n1, args, uid);
   }
 
   std::string submit(const std::string& name, int uid, std::vector<std::string> extra = {}) const {

@@ -79,9 +79,9 @@ class Daemon {
         "node.state_dir=" + dir_ + "/state", "--set", "control.socket=" + socket(), "--set",
         // A restart keeps its port, so seeds naming it stay valid.
         "transport.bind=" + (address_.empty() ? std::string("tcp://127.0.0.1:0") : address_),
-        "--set", seeds, "--set", "logging.level=debug", "--set", voters_setting(),
-        "--set", "transport.curve=true", "--set", "transport.secret_key_file=" + secret_key_file(),
-        "--set", "transport.public_keys_dir=" + public_keys_dir_};
+        "--set", seeds, "--set", "logging.level=debug", "--set", voters_setting(), "--set",
+        "transport.curve=true", "--set", "transport.secret_key_file=" + secret_key_file(), "--set",
+        "transport.public_keys_dir=" + public_keys_dir_};
     for (const auto& setting : kFastMembership) {
       argv.push_back("--set");
       argv.push_back(setting);
@@ -166,6 +166,22 @@ inline RunResult elasticctl(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {ELASTICCTL_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv, {}, std::chrono::seconds(10));
+}
+
+// elasticctl on `daemon`'s control socket with no config file, as root (uid < 0) or, through
+// setpriv, as uid/gid with no supplementary groups (gid < 0: the uid's number).
+inline RunResult elasticctl_on(const Daemon& daemon, const std::vector<std::string>& args,
+                               int uid = -1, int gid = -1,
+                               std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  std::vector<std::string> argv;
+  if (uid >= 0) {
+    argv = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid),
+            "--regid=" + std::to_string(gid >= 0 ? gid : uid), "--clear-groups"};
+  }
+  argv.insert(argv.end(),
+              {ELASTICCTL_PATH, "-c", "", "--set", "control.socket=" + daemon.socket()});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {}, timeout);
 }
 
 struct MemberSeen {

@@ -107,14 +107,7 @@ struct SecureNode {
 
   // elasticctl on the local socket, as root or (setpriv) as uid/gid.
   RunResult local(std::vector<std::string> args, int uid = -1, int gid = -1) const {
-    std::vector<std::string> argv;
-    if (uid >= 0) {
-      argv = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid),
-              "--regid=" + std::to_string(gid), "--clear-groups"};
-    }
-    argv.insert(argv.end(), {ELASTICCTL_PATH, "-c", "", "--set", "control.socket=" + n1.socket()});
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run(argv, {}, std::chrono::seconds(30));
+    return elasticctl_on(n1, args, uid, gid);
   }
 
   std::uint64_t counter(const std::string& key) const {

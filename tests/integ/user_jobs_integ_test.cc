@@ -66,17 +66,7 @@ std::vector<pid_t> children_of(pid_t parent, uid_t uid) {
 
 // elasticctl as uid 65534 (no supplementary groups) against `daemon`.
 RunResult as_user(const Daemon& daemon, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/setpriv",
-                                   "--reuid=" + std::to_string(kUser),
-                                   "--regid=" + std::to_string(kUser),
-                                   "--clear-groups",
-                                   ELASTICCTL_PATH,
-                                   "-c",
-                                   "",
-                                   "--set",
-                                   "control.socket=" + daemon.socket()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, {}, std::chrono::seconds(20));
+  return elasticctl_on(daemon, args, kUser, kUser, std::chrono::seconds(20));
 }
 
 // Submits a sleeping job as the user, SIGKILLs the daemon, and expects the worker to be gone.
