@@ -86,6 +86,9 @@ struct TransportCounters {
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
   std::uint64_t open_peers = 0;
+  // Inbound connections: failed accepts (out of fds) and the listening pauses they caused.
+  std::uint64_t accept_failures = 0;
+  std::uint64_t accept_pauses = 0;
 };
 
 // Reply to "nodes": every member this node knows, self included, by name, and the counters.

@@ -959,7 +959,9 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
         .control_unauthenticated = t.control_unauthenticated,
         .peers_opened = t.peers_opened,
         .peers_closed = t.peers_closed,
-        .open_peers = transport_->open_peers()};
+        .open_peers = transport_->open_peers(),
+        .accept_failures = t.accept_failures,
+        .accept_pauses = t.accept_pauses};
     // What this daemon's copy of the job table says about drains (voters; a non-voter's table
     // is empty), and the slots each node offered (known to the leader).
     nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);

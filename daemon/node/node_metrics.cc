@@ -327,6 +327,10 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_transport_accept_failures_total", MetricType::kCounter,
            "Failed accepts on the transport port (EMFILE: the daemon is out of file descriptors).");
   m.sample(as_double(t.accept_failures));
+  m.family("elastic_transport_accept_pauses_total", MetricType::kCounter,
+           "Times the transport port stopped listening for a while after a failed accept, "
+           "dropping its inbound connections (peers reconnect).");
+  m.sample(as_double(t.accept_pauses));
 
   // Control socket and this endpoint.
   m.family("elastic_control_requests_total", MetricType::kCounter,

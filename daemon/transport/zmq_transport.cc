@@ -56,6 +56,11 @@ constexpr std::size_t kMaxPendingPerPeer = 64;
 constexpr milliseconds kPendingRetry(5);
 // Inbound messages handled per wake-up, so one flood cannot starve the caller's other fds.
 constexpr int kMaxReceiveBatch = 1024;
+// After a failed accept (out of fds) the ROUTER stops listening this long, doubling while
+// accepts keep failing within kAcceptCalm of listening again (see the header).
+constexpr milliseconds kAcceptPauseFirst(250);
+constexpr milliseconds kAcceptPauseMax(5000);
+constexpr std::chrono::seconds kAcceptCalm{30};
 // ZMTP heartbeat TTL above ~65 s overflows (libzmq#4226).
 constexpr int kMaxHeartbeatTtlMs = 65'000;
 
@@ -362,7 +367,9 @@ class ZmqTransport::Impl {
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
     socket.set(zmq::sockopt::rcvhwm, options_.send_hwm);
-    socket.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    // Per frame (see frame_bytes()).
+    socket.set(zmq::sockopt::maxmsgsize,
+               static_cast<std::int64_t>(options_.curve ? kMaxFrameBytes : frame_bytes()));
     socket.set(zmq::sockopt::tcp_maxrt, to_ms(options_.tcp_max_retransmit_timeout));
     socket.set(zmq::sockopt::heartbeat_ivl, to_ms(options_.heartbeat_interval));
     socket.set(zmq::sockopt::heartbeat_timeout, to_ms(options_.heartbeat_timeout));
@@ -438,13 +445,34 @@ class ZmqTransport::Impl {
     ++stats_.peers_closed;
   }
 
+  // With CURVE, a peer that has not finished its handshake can make a socket read at most one
+  // frame of kMaxFrameBytes, and longer envelopes travel as several frames, which ZeroMQ
+  // delivers only from authenticated peers. Without CURVE (a loopback-only daemon) nobody is
+  // authenticated, so an envelope is one frame of up to max_message_bytes and a stranger cannot
+  // make the socket hold an unending multi-frame message.
+  std::size_t frame_bytes() const {
+    return options_.curve ? kMaxFramePayloadBytes
+                          : static_cast<std::size_t>(options_.max_message_bytes);
+  }
+
+  // One envelope as frames of at most frame_bytes(). Once ZeroMQ took the first frame it takes
+  // the rest (its high-water mark counts whole messages), so a send is all or nothing.
   bool try_send(Peer& peer, const std::string& bytes) {
     try {
-      if (peer.socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
-        peer.connected = true;
-        ++stats_.sent;
-        return true;
-      }
+      std::size_t offset = 0;
+      do {
+        const std::size_t n = std::min(frame_bytes(), bytes.size() - offset);
+        const bool last = offset + n == bytes.size();
+        const zmq::send_flags flags =
+            last ? zmq::send_flags::dontwait : zmq::send_flags::dontwait | zmq::send_flags::sndmore;
+        if (!peer.socket->send(zmq::buffer(bytes.data() + offset, n), flags)) {
+          return false;  // only the first frame can be refused (a full queue)
+        }
+        offset += n;
+      } while (offset < bytes.size());
+      peer.connected = true;
+      ++stats_.sent;
+      return true;
     } catch (const zmq::error_t&) {
       // Any other send error is a failure of this message alone.
     }
@@ -535,8 +563,10 @@ class ZmqTransport::Impl {
       for (int fd : extra_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
 
       TimePoint now = steady_now();
+      resume_listening(now);
       Duration wait = std::max(deadline - now, Duration::zero());
       if (any_pending()) wait = std::min<Duration>(wait, kPendingRetry);
+      if (!listening_) wait = std::min<Duration>(wait, std::max(resume_at_ - now, Duration{}));
       // Round up, so a short wait does not become a busy loop of zero-timeout polls.
       const long timeout_ms =
           duration_cast<milliseconds>(wait + milliseconds(1) - Duration(1)).count();
@@ -582,15 +612,33 @@ class ZmqTransport::Impl {
       } catch (const zmq::error_t&) {
         return;
       }
-      if (parts.size() != 2) {  // [routing id, envelope]; anything else is not our protocol
+      // [routing id, envelope in one or more frames]; anything else is not our protocol.
+      if (parts.size() < 2) {
         ++stats_.dropped_malformed;
         continue;
       }
       const zmq::message_t& payload = parts[1];
+      std::string joined;  // the frames of a multi-frame envelope, in order
+      std::string_view bytes(static_cast<const char*>(payload.data()), payload.size());
+      if (parts.size() > 2) {
+        if (!options_.curve) {  // only authenticated peers send several frames
+          ++stats_.dropped_malformed;
+          continue;
+        }
+        std::size_t total = 0;
+        for (std::size_t i = 1; i < parts.size(); ++i) total += parts[i].size();
+        if (total > static_cast<std::size_t>(options_.max_message_bytes)) {
+          ++stats_.dropped_oversized;
+          continue;
+        }
+        joined.reserve(total);
+        for (std::size_t i = 1; i < parts.size(); ++i) {
+          joined.append(static_cast<const char*>(parts[i].data()), parts[i].size());
+        }
+        bytes = joined;
+      }
       wire::DecodeError reason = wire::DecodeError::kMalformed;
-      Result<wire::Envelope> envelope = wire::decode_envelope(
-          std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits_,
-          &reason);
+      Result<wire::Envelope> envelope = wire::decode_envelope(bytes, limits_, &reason);
       if (!envelope.ok()) {
         count_drop(reason);
         continue;
@@ -789,16 +837,55 @@ class ZmqTransport::Impl {
           accept_log_.note(steady_now(), [&](std::uint64_t n) {
             spdlog::error(
                 "transport: cannot accept connections on {}: {} ({} time(s) since the last "
-                "line; {} inbound connections open): raise the open file limit (LimitNOFILE) "
-                "or find who opens them",
+                "line; {} inbound connections open): stopped listening for a while (the "
+                "inbound connections are dropped; peers reconnect); raise the open file limit "
+                "(LimitNOFILE) or find who opens them",
                 bound_, std::strerror(static_cast<int>(value)), n, inbound_.open());
           });
+          pause_listening(steady_now());
           break;
         default:  // with CURVE: a refused handshake
           ++stats_.dropped_unauthenticated;
           break;
       }
       stats_.connections_open = inbound_.open();
+    }
+  }
+
+  // ZeroMQ retries a failed accept at once for as long as the listening socket is readable, so
+  // out of fds (EMFILE) it would spin. Instead the ROUTER stops listening: unbinding closes the
+  // listening socket and every connection accepted through it (peers' DEALERs reconnect on
+  // their own), which gives the fds back; resume_listening() binds the same endpoint again
+  // after the pause. Pauses double while accepts keep failing soon after each resume.
+  void pause_listening(TimePoint now) {
+    if (!listening_) return;
+    accept_pause_ = (accept_pause_ > Duration::zero() && now - listened_at_ < kAcceptCalm)
+                        ? std::min<Duration>(2 * accept_pause_, kAcceptPauseMax)
+                        : Duration(kAcceptPauseFirst);
+    try {
+      router_->unbind(bound_);
+    } catch (const zmq::error_t& e) {
+      spdlog::error("transport: cannot stop listening on {} after a failed accept: {}", bound_,
+                    e.what());
+      return;
+    }
+    listening_ = false;
+    resume_at_ = now + accept_pause_;
+    ++stats_.accept_pauses;
+  }
+
+  void resume_listening(TimePoint now) {
+    if (listening_ || now < resume_at_) return;
+    try {
+      router_->bind(bound_);
+      listening_ = true;
+      listened_at_ = now;
+    } catch (const zmq::error_t& e) {
+      resume_at_ = now + accept_pause_;
+      accept_log_.note(now, [&](std::uint64_t) {
+        spdlog::error("transport: cannot listen on {} again: {}; retrying every {} ms", bound_,
+                      e.what(), duration_cast<milliseconds>(accept_pause_).count());
+      });
     }
   }
 
@@ -877,6 +964,10 @@ class ZmqTransport::Impl {
   int bound_port_ = -1;  // of bound_; -1 for a non-TCP bind
   RateLimitedLog refuse_log_;
   RateLimitedLog accept_log_;
+  bool listening_ = true;    // false while paused after a failed accept
+  TimePoint listened_at_{};  // the last resume
+  TimePoint resume_at_{};
+  Duration accept_pause_{};                         // the last pause
   std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
   std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
   std::string control_bound_;
@@ -891,12 +982,12 @@ class ZmqTransport::Impl {
   std::optional<timespec> node_keys_mtime_;  // at the last read
   bool node_keys_racy_ = false;              // that mtime was too recent to trust (above)
   std::uint64_t node_keys_refused_ = 0;      // handshakes the node domain refused
-  std::string node_keys_error_;  // the last failed re-read, logged once
-  TimePoint spoof_logged_{};     // the last spoofed-sender log line
+  std::string node_keys_error_;              // the last failed re-read, logged once
+  TimePoint spoof_logged_{};                 // the last spoofed-sender log line
   std::uint64_t spoofed_since_log_ = 0;
-  std::map<std::string, Peer> peers_;                   // by address
-  std::uint64_t monitors_ = 0;                          // peer monitors created so far
-  std::vector<PeerDisconnect> disconnects_;             // recorded, not yet taken
+  std::map<std::string, Peer> peers_;        // by address
+  std::uint64_t monitors_ = 0;               // peer monitors created so far
+  std::vector<PeerDisconnect> disconnects_;  // recorded, not yet taken
   std::uint64_t seq_ = 0;
   std::string leader_hint_;  // stamped on every envelope (gossip hint)
   std::uint64_t leader_term_ = 0;

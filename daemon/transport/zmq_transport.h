@@ -9,6 +9,10 @@
 //    (ROUTER_HANDOVER is the backstop for a reused id). Replies go to the sender's own ROUTER
 //    (Envelope::sender_address), never back over the DEALER.
 //  - every socket: LINGER 0, bounded SNDHWM/RCVHWM, MAXMSGSIZE, TCP_MAXRT and ZMTP heartbeats;
+//    with CURVE, MAXMSGSIZE is kMaxFrameBytes per frame and an envelope longer than that
+//    travels as several frames (up to max_message_bytes in all), so a peer that has not passed
+//    its handshake cannot make a daemon read more than one such frame; without CURVE an
+//    envelope is one frame of up to max_message_bytes;
 //    ROUTER_MANDATORY on the ROUTER; DEALERs: IMMEDIATE, reconnect 100 ms backing off to 5 s.
 //
 // Sends never block. With IMMEDIATE a DEALER only queues to a finished connection, so a fresh
@@ -29,7 +33,11 @@
 // most options.max_connections_per_address connections (inbound_connections.h: its socket
 // monitor counts accepts and disconnects; a connection over the cap is shut down at once,
 // counted in connections_refused and logged at most once per 10 s per cause). A failed accept
-// (EMFILE: the process is out of fds) is counted in accept_failures and logged likewise.
+// (EMFILE: the process is out of fds, e.g. a flood from many addresses) is counted in
+// accept_failures and logged likewise, and the ROUTER stops listening for 250 ms (doubling up
+// to 5 s while it recurs within 30 s), which also drops its inbound connections and so frees
+// their fds (peers reconnect), instead of ZeroMQ retrying the accept in a busy loop; counted in
+// accept_pauses.
 //
 // Peer disconnects (job-tier detection): each DEALER has a socket monitor (an inproc PAIR per
 // DEALER, polled inside receive() and closed with the DEALER). When the connection of a DEALER
@@ -100,6 +108,12 @@
 
 namespace elastic::transport {
 
+// The largest frame a CURVE transport reads (ZMQ_MAXMSGSIZE, checked on the encrypted frame);
+// longer envelopes are sent as frames of kMaxFramePayloadBytes, which leaves room for CURVE's
+// MESSAGE header, nonce and MAC.
+inline constexpr std::size_t kMaxFrameBytes = 256 * 1024;
+inline constexpr std::size_t kMaxFramePayloadBytes = kMaxFrameBytes - 256;
+
 struct CurveOptions {
   std::string secret_key_file;  // this node's <name>.key (mode 0600)
   std::string public_keys_dir;  // allow-list: <node name>.pub for every node of the cluster
@@ -153,6 +167,7 @@ struct TransportStats {
   std::uint64_t connections_open = 0;     // now, as the socket monitor last reported
   std::uint64_t connections_refused = 0;  // over max_connections_per_address, shut down
   std::uint64_t accept_failures = 0;      // accept() failed (EMFILE, ENFILE, ENOBUFS...)
+  std::uint64_t accept_pauses = 0;        // times the ROUTER stopped listening after one
   // Remote control socket (see the contract above).
   std::uint64_t control_received = 0;         // requests returned by receive()
   std::uint64_t control_dropped = 0;          // frames not of the protocol (wrong part count)
