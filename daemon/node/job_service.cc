@@ -92,12 +92,6 @@ std::string who(std::uint32_t uid) {
 
 }  // namespace
 
-bool is_leader_verb(std::string_view verb) {
-  return verb == "submit" || verb == "cancel" || verb == "jobs" || verb == "job" ||
-         verb == "voters" || verb == "events" || verb == "drain" || verb == "undrain" ||
-         verb == "drained";
-}
-
 JobService::JobService() : table_(std::make_unique<rendezvous::JobTable>()) {}
 JobService::~JobService() = default;
 

@@ -73,8 +73,6 @@ SubmitLimits submit_limits(const config::ControlConfig& control);
 // this node is not (or no longer) the leader, `body` says why and the caller tries elsewhere.
 using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
 
-bool is_leader_verb(std::string_view verb);
-
 class JobService : public StateMachine {
  public:
   JobService();

@@ -20,6 +20,7 @@
 
 #include "daemon/control/requests.h"
 #include "daemon/control/server.h"
+#include "daemon/control/verbs.h"
 #include "daemon/node/body_limits.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
@@ -848,227 +849,251 @@ bool Node::is_admin(const control::PeerCredentials& peer) const {
   return control::is_admin(peer, config_.control.admin_group);
 }
 
+// Each verb of control::verbs() and its handler; handle_control() checks the table's caller
+// rule first. A verb without an entry would be answered as unknown: control_abuse_integ sends
+// every verb of the table to a daemon and checks that none is.
+const Node::ControlEntry Node::kControlHandlers[] = {
+    {"submit", &Node::control_to_leader},  {"status", &Node::control_status},
+    {"jobs", &Node::control_to_leader},    {"job", &Node::control_to_leader},
+    {"nodes", &Node::control_nodes},       {"logs", &Node::control_logs},
+    {"cancel", &Node::control_to_leader},  {"events", &Node::control_to_leader},
+    {"drain", &Node::control_to_leader},   {"undrain", &Node::control_to_leader},
+    {"drained", &Node::control_to_leader}, {"voters", &Node::control_to_leader},
+    {"topology", &Node::control_topology}, {"reload", &Node::control_reload},
+    {"progress", &Node::control_progress},
+};
+
 std::optional<std::string> Node::handle_control(const control::Request& request,
                                                 const control::PeerCredentials& peer,
                                                 control::ReplyHandle handle) {
   spdlog::debug("control request \"{}\" from pid {} uid {} gid {}", request.verb, peer.pid,
                 peer.uid, peer.gid);
   count_control_request(request.verb);
-  const TimePoint now = clock_now();
-  if (is_leader_verb(request.verb)) {
-    const std::uint64_t id = next_call_id_++;
-    Call call;
-    call.request = ClientRequest{
-        .verb = request.verb,
-        .args = request.text,
-        .uid = static_cast<std::uint32_t>(peer.uid),
-        .gid = static_cast<std::uint32_t>(peer.gid),
-        .admin = is_admin(peer),
-        .client_id = name_ + "/" + std::to_string(generation_) + "/" + std::to_string(id),
-        .client_seq = 1};
-    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
-    call.handle_serial = handle.serial;
-    call.deadline = now + kClientRequestTimeout;
-    calls_.emplace(id, std::move(call));
-    dispatch(now, id);
-    return std::nullopt;
+  const control::Verb* verb = control::find_verb(request.verb);
+  const auto entry = std::find_if(std::begin(kControlHandlers), std::end(kControlHandlers),
+                                  [&](const ControlEntry& e) { return e.verb == request.verb; });
+  if (verb == nullptr || entry == std::end(kControlHandlers)) {
+    return control::encode_error_reply(control::unknown_verb_message(request.verb));
   }
-  if (request.verb == "progress") {
-    // A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
-    // Rate-limited there; the worker is answered at once either way.
-    Status accepted =
-        supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
-    if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
-    return std::string(R"({"ok":true})");
+  if (verb->caller == control::Caller::kAdmin && !is_admin(peer)) {
+    return control::encode_error_reply(control::admin_only_message(*verb),
+                                       control::ErrorCode::kPermission);
   }
-  if (request.verb == "topology") {
-    nlohmann::json reply = {{"ok", true}, {"node", name_}};
-    reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
-                                              /*allow_exceptions=*/false);
-    return reply.dump();
+  return (this->*(entry->handler))(ControlCall{request, peer, handle, clock_now()});
+}
+
+void Node::start_call(const ControlCall& call, std::string client_id, std::string target,
+                      Duration timeout) {
+  const std::uint64_t id = next_call_id_++;
+  Call waiting;
+  waiting.request = ClientRequest{
+      .verb = call.request.verb,
+      .args = call.request.text,
+      .uid = static_cast<std::uint32_t>(call.peer.uid),
+      .gid = static_cast<std::uint32_t>(call.peer.gid),
+      .admin = is_admin(call.peer),
+      .client_id = client_id.empty() ? std::string() : client_id + "/" + std::to_string(id),
+      .client_seq = 1};
+  waiting.target = std::move(target);
+  waiting.handle_fd = static_cast<std::uint64_t>(call.handle.fd);
+  waiting.handle_serial = call.handle.serial;
+  waiting.deadline = call.now + timeout;
+  calls_.emplace(id, std::move(waiting));
+  dispatch(call.now, id);
+}
+
+// The job table's verbs: served by the Raft leader, wherever it is.
+std::optional<std::string> Node::control_to_leader(const ControlCall& call) {
+  start_call(call, name_ + "/" + std::to_string(generation_), "", kClientRequestTimeout);
+  return std::nullopt;
+}
+
+// A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
+// Rate-limited there; the worker is answered at once either way.
+std::optional<std::string> Node::control_progress(const ControlCall& call) {
+  const auto& request = call.request;
+  const auto& peer = call.peer;
+  const TimePoint now = call.now;
+  Status accepted =
+      supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
+  if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
+  return std::string(R"({"ok":true})");
+}
+
+std::optional<std::string> Node::control_topology(const ControlCall&) {
+  nlohmann::json reply = {{"ok", true}, {"node", name_}};
+  reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
+                                            /*allow_exceptions=*/false);
+  return reply.dump();
+}
+
+// A worker log: served here when the request names this node (or none), else by the named one.
+std::optional<std::string> Node::control_logs(const ControlCall& call) {
+  const auto& request = call.request;
+  const auto& peer = call.peer;
+  auto args = control::decode_logs_request(request.text);
+  if (!args.ok()) return control::encode_error_reply(args.error().message);
+  const std::string target = args->node;
+  if (target.empty() || target == name_) {
+    bool denied = false;
+    auto served = serve_node_verb(request.verb, request.text, static_cast<std::uint32_t>(peer.uid),
+                                  is_admin(peer), &denied);
+    if (served.ok()) return *served;
+    return control::encode_error_reply(served.error().message, denied
+                                                                   ? control::ErrorCode::kPermission
+                                                                   : control::ErrorCode::kNone);
   }
-  if (request.verb == "logs") {
-    auto args = control::decode_logs_request(request.text);
-    if (!args.ok()) return control::encode_error_reply(args.error().message);
-    const std::string target = args->node;
-    if (target.empty() || target == name_) {
-      bool denied = false;
-      auto served = serve_node_verb(request.verb, request.text,
-                                    static_cast<std::uint32_t>(peer.uid), is_admin(peer), &denied);
-      if (served.ok()) return *served;
-      return control::encode_error_reply(
-          served.error().message,
-          denied ? control::ErrorCode::kPermission : control::ErrorCode::kNone);
-    }
-    const std::uint64_t id = next_call_id_++;
-    Call call;
-    call.request = ClientRequest{.verb = request.verb,
-                                 .args = request.text,
-                                 .uid = static_cast<std::uint32_t>(peer.uid),
-                                 .gid = static_cast<std::uint32_t>(peer.gid),
-                                 .admin = is_admin(peer),
-                                 .client_id = "",
-                                 .client_seq = 1};
-    call.target = target;
-    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
-    call.handle_serial = handle.serial;
-    call.deadline = now + std::chrono::seconds(5);
-    calls_.emplace(id, std::move(call));
-    dispatch(now, id);
-    return std::nullopt;
+  start_call(call, "", target, std::chrono::seconds(5));
+  return std::nullopt;
+}
+
+std::optional<std::string> Node::control_nodes(const ControlCall& call) {
+  const TimePoint now = call.now;
+  control::NodesReply reply;
+  reply.self = self_info(now);
+  for (const membership::MemberView& member : membership_->members()) {
+    reply.members.push_back(control::MemberRow{
+        .name = member.name,
+        .state = state_name(member.state),
+        .incarnation = member.incarnation,
+        .generation = member.generation,
+        .address = member.address,
+        .last_heard_ms_ago =
+            member.last_heard == TimePoint{} ? -1.0 : to_ms(now - member.last_heard),
+        .state_since_ms_ago = to_ms(now - member.state_since)});
   }
-  if (request.verb == "nodes") {
-    control::NodesReply reply;
-    reply.self = self_info(now);
-    for (const membership::MemberView& member : membership_->members()) {
-      reply.members.push_back(control::MemberRow{
-          .name = member.name,
-          .state = state_name(member.state),
-          .incarnation = member.incarnation,
-          .generation = member.generation,
-          .address = member.address,
-          .last_heard_ms_ago =
-              member.last_heard == TimePoint{} ? -1.0 : to_ms(now - member.last_heard),
-          .state_since_ms_ago = to_ms(now - member.state_since)});
+  const membership::Stats& s = membership_->stats();
+  reply.stats = control::MembershipCounters{.probes = s.probes,
+                                            .probe_timeouts = s.probe_timeouts,
+                                            .indirect_probes = s.indirect_probes,
+                                            .nacks_received = s.nacks_received,
+                                            .suspicions = s.suspicions,
+                                            .deaths = s.deaths,
+                                            .refutations = s.refutations,
+                                            .messages_sent = s.messages_sent,
+                                            .messages_received = s.messages_received,
+                                            .local_health = s.local_health};
+  const transport::TransportStats t = transport_->stats();
+  reply.transport = control::TransportCounters{
+      .sent = t.sent,
+      .received = t.received,
+      .send_failures = t.send_failures,
+      .dropped_malformed = t.dropped_malformed,
+      .dropped_oversized = t.dropped_oversized,
+      .dropped_wrong_version = t.dropped_wrong_version,
+      .dropped_wrong_cluster = t.dropped_wrong_cluster,
+      .dropped_unauthenticated = t.dropped_unauthenticated,
+      // Round reports whose args do not decode count too.
+      .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
+      .control_received = t.control_received,
+      .control_dropped = t.control_dropped,
+      .control_unauthenticated = t.control_unauthenticated,
+      .peers_opened = t.peers_opened,
+      .peers_closed = t.peers_closed,
+      .open_peers = transport_->open_peers(),
+      .accept_failures = t.accept_failures,
+      .accept_pauses = t.accept_pauses};
+  // What this daemon's copy of the job table says about drains (voters; a non-voter's table
+  // is empty), and the slots each node offered (known to the leader).
+  nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+  const auto& drained = jobs_.table().drained();
+  const auto& slots = rounds_->node_slots();
+  for (auto& row : body["members"]) {
+    const std::string name = row.value("name", "");
+    const auto d = drained.find(name);
+    row["drained"] = d != drained.end();
+    if (d != drained.end()) row["drain_reason"] = d->second.reason;
+    if (name == name_) {
+      row["slots"] = supervisor_->slots();
+    } else if (const auto offered = slots.find(name); offered != slots.end()) {
+      row["slots"] = offered->second.second;
     }
-    const membership::Stats& s = membership_->stats();
-    reply.stats = control::MembershipCounters{.probes = s.probes,
-                                              .probe_timeouts = s.probe_timeouts,
-                                              .indirect_probes = s.indirect_probes,
-                                              .nacks_received = s.nacks_received,
-                                              .suspicions = s.suspicions,
-                                              .deaths = s.deaths,
-                                              .refutations = s.refutations,
-                                              .messages_sent = s.messages_sent,
-                                              .messages_received = s.messages_received,
-                                              .local_health = s.local_health};
-    const transport::TransportStats t = transport_->stats();
-    reply.transport = control::TransportCounters{
-        .sent = t.sent,
-        .received = t.received,
-        .send_failures = t.send_failures,
-        .dropped_malformed = t.dropped_malformed,
-        .dropped_oversized = t.dropped_oversized,
-        .dropped_wrong_version = t.dropped_wrong_version,
-        .dropped_wrong_cluster = t.dropped_wrong_cluster,
-        .dropped_unauthenticated = t.dropped_unauthenticated,
-        // Round reports whose args do not decode count too.
-        .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
-        .control_received = t.control_received,
-        .control_dropped = t.control_dropped,
-        .control_unauthenticated = t.control_unauthenticated,
-        .peers_opened = t.peers_opened,
-        .peers_closed = t.peers_closed,
-        .open_peers = transport_->open_peers(),
-        .accept_failures = t.accept_failures,
-        .accept_pauses = t.accept_pauses};
-    // What this daemon's copy of the job table says about drains (voters; a non-voter's table
-    // is empty), and the slots each node offered (known to the leader).
-    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
-    const auto& drained = jobs_.table().drained();
-    const auto& slots = rounds_->node_slots();
-    for (auto& row : body["members"]) {
-      const std::string name = row.value("name", "");
-      const auto d = drained.find(name);
-      row["drained"] = d != drained.end();
-      if (d != drained.end()) row["drain_reason"] = d->second.reason;
-      if (name == name_) {
-        row["slots"] = supervisor_->slots();
-      } else if (const auto offered = slots.find(name); offered != slots.end()) {
-        row["slots"] = offered->second.second;
-      }
-    }
-    body["table_known"] = consensus_ && consensus_->status().voter;
-    return body.dump();
   }
-  if (request.verb == "reload") {
-    // `elasticctl reload`, the unit's ExecReload: the SIGHUP reload, answered with its outcome,
-    // so that `systemctl reload` fails when the file is refused (a signal cannot say so).
-    if (!is_admin(peer)) {
-      return control::encode_error_reply(
-          "Only root and members of control.admin_group may reload the configuration.",
-          control::ErrorCode::kPermission);
-    }
-    if (!life_.reload) {
-      return control::encode_error_reply("This daemon has no configuration file to reload.");
-    }
-    reload(now);
-    if (!life_.reload_ok) {
-      return control::encode_error_reply("reload refused: " + life_.reload_message +
-                                             "; still running with the previous configuration",
-                                         control::ErrorCode::kConfig);
-    }
-    return nlohmann::json{{"ok", true}, {"source", life_.source}, {"message", life_.reload_message}}
-        .dump();
+  body["table_known"] = consensus_ && consensus_->status().voter;
+  return body.dump();
+}
+
+// `elasticctl reload`, the unit's ExecReload: the SIGHUP reload, answered with its outcome, so
+// that `systemctl reload` fails when the file is refused (a signal cannot say so). Admins only
+// (control/verbs.h).
+std::optional<std::string> Node::control_reload(const ControlCall& call) {
+  const TimePoint now = call.now;
+  if (!life_.reload) {
+    return control::encode_error_reply("This daemon has no configuration file to reload.");
   }
-  if (request.verb == "status") {
-    control::StatusReply reply;
-    reply.self = self_info(now);
-    for (const membership::MemberView& member : membership_->members()) {
-      switch (member.state) {
-        case membership::MemberState::kAlive:
-          ++reply.alive;
-          break;
-        case membership::MemberState::kSuspect:
-          ++reply.suspect;
-          break;
-        case membership::MemberState::kDead:
-          ++reply.dead;
-          break;
-        case membership::MemberState::kLeft:
-          ++reply.left;
-          break;
-      }
-    }
-    control::ConsensusInfo& raft = reply.consensus;
-    const RaftStatus status = consensus_->status();
-    raft.voters = status.voters;
-    raft.voter = status.voter;
-    raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
-    if (status.voter) {
-      raft.role = status.role;
-      raft.term = status.term;
-      raft.commit_index = status.commit_index;
-      raft.last_index = status.last_index;
-      raft.jobs = jobs_.job_count();
-    }
-    for (const MemberRound& r : rounds_->member_rounds()) {
-      reply.rounds.push_back(control::RoundRow{.job = r.job,
-                                               .term = r.term,
-                                               .round = r.round,
-                                               .first_rank = r.first_rank,
-                                               .slots = r.slots,
-                                               .world = r.world,
-                                               .store_endpoint = r.store_endpoint,
-                                               .fenced = r.fenced,
-                                               .suspicions = r.watch.suspicions,
-                                               .suspicions_cleared = r.watch.suspicions_cleared,
-                                               .declared = r.watch.declared});
-    }
-    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
-    nlohmann::json workers = nlohmann::json::array();
-    for (const WorkerRow& w : supervisor_->workers()) {
-      workers.push_back({{"job", w.job},
-                         {"round", w.round},
-                         {"rank", w.rank},
-                         {"slot", w.slot},
-                         {"pid", w.pid},
-                         {"state", w.state},
-                         {"detail", w.detail}});
-    }
-    body["workers"] = std::move(workers);
-    body["slots"] = supervisor_->slots();
-    body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
-    body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
-    body["lifecycle"] = {
-        {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
-    return body.dump();
+  reload(now);
+  if (!life_.reload_ok) {
+    return control::encode_error_reply("reload refused: " + life_.reload_message +
+                                           "; still running with the previous configuration",
+                                       control::ErrorCode::kConfig);
   }
-  return control::encode_error_reply(
-      "Unknown request \"" + request.verb +
-      "\"; this daemon answers \"nodes\", \"status\", \"topology\", \"logs\", \"submit\", "
-      "\"cancel\", \"jobs\", \"job\", \"events\", \"drain\", \"undrain\", \"voters\" and "
-      "\"reload\".");
+  return nlohmann::json{{"ok", true}, {"source", life_.source}, {"message", life_.reload_message}}
+      .dump();
+}
+
+std::optional<std::string> Node::control_status(const ControlCall& call) {
+  const TimePoint now = call.now;
+  control::StatusReply reply;
+  reply.self = self_info(now);
+  for (const membership::MemberView& member : membership_->members()) {
+    switch (member.state) {
+      case membership::MemberState::kAlive:
+        ++reply.alive;
+        break;
+      case membership::MemberState::kSuspect:
+        ++reply.suspect;
+        break;
+      case membership::MemberState::kDead:
+        ++reply.dead;
+        break;
+      case membership::MemberState::kLeft:
+        ++reply.left;
+        break;
+    }
+  }
+  control::ConsensusInfo& raft = reply.consensus;
+  const RaftStatus status = consensus_->status();
+  raft.voters = status.voters;
+  raft.voter = status.voter;
+  raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
+  if (status.voter) {
+    raft.role = status.role;
+    raft.term = status.term;
+    raft.commit_index = status.commit_index;
+    raft.last_index = status.last_index;
+    raft.jobs = jobs_.job_count();
+  }
+  for (const MemberRound& r : rounds_->member_rounds()) {
+    reply.rounds.push_back(control::RoundRow{.job = r.job,
+                                             .term = r.term,
+                                             .round = r.round,
+                                             .first_rank = r.first_rank,
+                                             .slots = r.slots,
+                                             .world = r.world,
+                                             .store_endpoint = r.store_endpoint,
+                                             .fenced = r.fenced,
+                                             .suspicions = r.watch.suspicions,
+                                             .suspicions_cleared = r.watch.suspicions_cleared,
+                                             .declared = r.watch.declared});
+  }
+  nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerRow& w : supervisor_->workers()) {
+    workers.push_back({{"job", w.job},
+                       {"round", w.round},
+                       {"rank", w.rank},
+                       {"slot", w.slot},
+                       {"pid", w.pid},
+                       {"state", w.state},
+                       {"detail", w.detail}});
+  }
+  body["workers"] = std::move(workers);
+  body["slots"] = supervisor_->slots();
+  body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
+  body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
+  body["lifecycle"] = {
+      {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
+  return body.dump();
 }
 
 Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
@@ -1294,8 +1319,8 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
     }
     return;
   }
-  if (!consensus_ || !consensus_->is_leader() || !is_leader_verb(request->verb)) {
-    answer(ForwardOutcome::kRedirect, is_leader_verb(request->verb)
+  if (!consensus_ || !consensus_->is_leader() || !control::is_leader_verb(request->verb)) {
+    answer(ForwardOutcome::kRedirect, control::is_leader_verb(request->verb)
                                           ? name_ + " is not the leader"
                                           : "unknown verb " + request->verb);
     return;

@@ -179,9 +179,34 @@ class Node {
   void carry_out(TimePoint now, membership::Effects effects);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void leave_gracefully();
+  // Control requests: one handler per verb of control::verbs() (control/verbs.h), chosen from
+  // kControlHandlers after the table's caller rule is checked. A handler returns the reply, or
+  // nullopt when the reply comes later through the handle (a call to the leader or a node).
+  struct ControlCall {
+    const control::Request& request;
+    const control::PeerCredentials& peer;
+    const control::ReplyHandle& handle;
+    TimePoint now;
+  };
+  using ControlHandler = std::optional<std::string> (Node::*)(const ControlCall& call);
+  struct ControlEntry {
+    std::string_view verb;
+    ControlHandler handler;
+  };
+  static const ControlEntry kControlHandlers[];
   std::optional<std::string> handle_control(const control::Request& request,
                                             const control::PeerCredentials& peer,
                                             control::ReplyHandle handle);
+  std::optional<std::string> control_to_leader(const ControlCall& call);
+  std::optional<std::string> control_logs(const ControlCall& call);
+  std::optional<std::string> control_progress(const ControlCall& call);
+  std::optional<std::string> control_topology(const ControlCall& call);
+  std::optional<std::string> control_nodes(const ControlCall& call);
+  std::optional<std::string> control_reload(const ControlCall& call);
+  std::optional<std::string> control_status(const ControlCall& call);
+  // Queues `call` for the leader (target "") or for the named node; answered by finish_call.
+  void start_call(const ControlCall& call, std::string client_id, std::string target,
+                  Duration timeout);
   bool is_admin(const control::PeerCredentials& peer) const;
   // Client requests: try the leader (local or remote) until one answers or the deadline.
   void dispatch(TimePoint now, std::uint64_t id);

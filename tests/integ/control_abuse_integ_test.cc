@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/control/protocol.h"
+#include "daemon/control/verbs.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/messages.h"
@@ -101,14 +102,17 @@ TEST(ControlAbuseInteg, MalformedRequestsFromAUserGetOneErrorEachAndTheDaemonSta
   const std::vector<Case> cases = {
       {{{"verb", "events"}, {"job", 1}}, "The events request's \"job\" must be a string"},
       {{{"verb", "voters"}, {"action", 1}}, "The voters request's \"action\" must be a string"},
+      // Admin verbs: a user is refused before the arguments are read.
       {{{"verb", "drain"}, {"node", "n1"}, {"reason", 1}},
-       "The drain request's \"reason\" must be a string"},
+       "Only root or members of control.admin_group may drain nodes."},
       {{{"verb", "voters"}, {"action", "add"}, {"node", json::array({1})}},
        "The voters request's \"node\" must be a string (a node name), not an array"},
       {{{"verb", "events"}, {"limit", "all"}}, "The events request's \"limit\" must be"},
       {{{"verb", "job"}, {"job", json::object()}}, "The job request's \"job\" must be a string"},
       {{{"verb", "cancel"}, {"job", true}}, "The cancel request's \"job\" must be a string"},
-      {{{"verb", "undrain"}, {"node", nullptr}}, "The undrain request needs \"node\""},
+      {{{"verb", "undrain"}, {"node", nullptr}},
+       "Only root or members of control.admin_group may undrain nodes."},
+      {{{"verb", "reload"}}, "Only root or members of control.admin_group may reload"},
       {{{"verb", "submit"}, {"spec", "x"}}, "The submit request's \"spec\" must be an object"},
       {{{"verb", "logs"}, {"job", job}, {"rank", -1}}, "The logs request's \"rank\" must be"},
       {{{"verb", "logs"}, {"job", job}, {"rank", 0}, {"node", 7}},
@@ -127,6 +131,47 @@ TEST(ControlAbuseInteg, MalformedRequestsFromAUserGetOneErrorEachAndTheDaemonSta
   }
   EXPECT_TRUE(node.answers());
   EXPECT_TRUE(node.ctl({"status", job}, kAlice).status.exited_with(0));
+
+  // From an admin (root), the admin verbs' arguments are checked like the others'.
+  const std::vector<Case> admin_cases = {
+      {{{"verb", "drain"}, {"node", "n1"}, {"reason", 1}},
+       "The drain request's \"reason\" must be a string"},
+      {{{"verb", "undrain"}, {"node", nullptr}}, "The undrain request needs \"node\""},
+  };
+  for (const Case& c : admin_cases) {
+    const json parsed = json::parse(
+        framed_request_as(0, 0, node.n1.socket(), c.request.dump(), 20s), nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << c.request.dump() << "\n" << node.n1.process().err();
+    EXPECT_THAT(parsed.value("error", ""), HasSubstr(c.error)) << c.request.dump();
+  }
+}
+
+// Every verb of the protocol's table (control/verbs.h) has a handler: none is answered as
+// unknown, from a user or from root, and an unknown verb's answer names all of them.
+TEST(ControlAbuseInteg, EveryVerbOfTheTableIsServedAndAnUnknownOneListsThemAll) {
+  if (!is_root()) GTEST_SKIP() << "needs root: the requests also come from another uid";
+  Node node;
+  for (const control::Verb& verb : control::verbs()) {
+    for (const int uid : {0, kAlice}) {
+      SCOPED_TRACE(std::string(verb.name) + " as uid " + std::to_string(uid));
+      const std::string reply =
+          framed_request_as(uid, uid, node.n1.socket(), json{{"verb", verb.name}}.dump(), 20s);
+      const json parsed = json::parse(reply, nullptr, false);
+      ASSERT_TRUE(parsed.is_object()) << reply << "\n" << node.n1.process().err();
+      EXPECT_THAT(parsed.value("error", ""), Not(HasSubstr("Unknown request"))) << reply;
+      if (verb.caller == control::Caller::kAdmin && uid != 0) {
+        EXPECT_EQ(parsed.value("error", ""), control::admin_only_message(verb));
+      }
+    }
+  }
+  const json unknown = json::parse(
+      framed_request_as(kAlice, kAlice, node.n1.socket(), R"({"verb":"frobnicate"})", 20s), nullptr,
+      false);
+  ASSERT_TRUE(unknown.is_object());
+  for (const control::Verb& verb : control::verbs()) {
+    EXPECT_THAT(unknown.value("error", ""), HasSubstr("\"" + std::string(verb.name) + "\""));
+  }
+  EXPECT_TRUE(node.n1.process().running()) << node.n1.process().err();
 }
 
 TEST(ControlAbuseInteg, ForgedRoundReportsAreDroppedAndCounted) {
