@@ -7,7 +7,7 @@
 // credentials portably; JSON because the replies are what `elasticctl ... --json` prints, so
 // scripts and the namespace harness read exactly what the daemon sent.
 //
-// Request:  {"verb": "nodes" | "status"}
+// Request:  {"verb": "<one of control/verbs.h>", ...verb-specific fields (requests.h)...}
 // Reply:    {"ok": true, ...verb-specific fields...} or {"ok": false, "error": "<sentence>"}
 // Field names are only ever added; decoders ignore unknown fields.
 //

@@ -1,7 +1,8 @@
-// Node: the elasticd runtime. It owns the transport, the Membership state machine, the control
-// socket and the signal fd, and runs the event loop that connects them. It stays thin: every
-// protocol decision is Membership's; the Node feeds it time and messages and carries out its
-// Effects.
+// Node: the elasticd runtime. It owns the transport, the control and metrics sockets, the signal
+// fd and the parts that decide (Membership, ConsensusHost with the JobService it replicates,
+// RoundService, JobSupervisor), and runs the event loop that feeds them time, messages and
+// requests and carries out what they return. Control requests are dispatched by verb from one
+// table (control/verbs.h, kControlHandlers); verbs of the job table go to the Raft leader.
 //
 // Identity (start()):
 //  - name: node.name, or the hostname when "";

@@ -433,8 +433,8 @@ void RoundService::plan_job(
   rendezvous::Decision decision = rendezvous::plan(input);
   // A member left out by quarantine looks lost to the planner; the round still replaces a
   // failed worker, so it consumes a restart like any other worker failure. So does a recovery
-  // that waits for the quarantined node (issue 13 item 12: called a lost node, a worker that
-  // can never start moved no restart and its job never failed).
+  // that waits for the quarantined node (were it counted as a lost node, a worker that can
+  // never start would consume no restart and its job would never fail).
   if (failure_due && decision.reason == rendezvous::RoundReason::kMemberLost) {
     bool only_quarantine = true;
     bool any = false;

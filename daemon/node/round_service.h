@@ -37,7 +37,8 @@
 //    a member of the round watches its peers with JobWatch (keepalives, indirect probes) and
 //    reports a declared loss to the leader (repeated each second while the round stands);
 //  - while in an active round it holds a lease (LeaseHolder) renewed from the leader; when the
-//    lease runs out it logs and marks its rounds fenced (issue 5's spawner stops the workers).
+//    lease runs out it logs and marks its rounds fenced (the supervisor's spawner stops the
+//    workers).
 //
 // Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
 // rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
@@ -264,7 +265,7 @@ class RoundService {
   std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
-  // A node whose workers of one job failed repeatedly sits out that job (issue 5's quarantine):
+  // A node whose workers of one job failed repeatedly sits out that job (quarantine):
   // the first failure is forgiven (it may be a peer's fault); from the second on the node is
   // left out of the job's rounds for as long as the job reaches min_nodes without it, and when
   // the job does need it, only after a time out that doubles with each failure, from

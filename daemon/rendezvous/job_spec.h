@@ -1,4 +1,4 @@
-// JobSpec: what a user submits (issue 5's job fields), its validation, and its two encodings:
+// JobSpec: what a user submits, its validation, and its two encodings:
 // JSON for the control API (elasticctl <-> elasticd) and MessagePack inside Raft commands.
 //
 // Validation (validate()) runs on the daemon that receives the submission and again when the
