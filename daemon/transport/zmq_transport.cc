@@ -3,8 +3,6 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "daemon/control/protocol.h"
+#include "daemon/transport/allow_lists.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/transport/inbound_connections.h"
 #include "daemon/wire/codec.h"
@@ -32,15 +31,6 @@ constexpr const char* kControlZapDomain = "elastic.control";
 constexpr const char* kControlMonitorEndpoint = "inproc://elastic.control.monitor";
 // A handshake that has not finished by then is dropped (slow-loris clients).
 constexpr int kControlHandshakeMs = 5000;
-// The client allow-list is re-read at most this often (on handshakes only).
-constexpr std::chrono::seconds kClientKeysReload{1};
-// The node allow-list is re-read on a handshake when the directory's mtime changed (a key file
-// added, removed or renamed into place), and at most this often for an unknown key or name; so a
-// node added to public_keys_dir joins without restarting the others, and a removed one is
-// refused from its next handshake. An mtime younger than kNodeKeysReload at the last read may
-// hide a change made in the same clock tick (timestamps are coarse), so until the directory is
-// that old every handshake re-reads it (git's "racily clean" index entries, the same problem).
-constexpr std::chrono::seconds kNodeKeysReload{1};
 // At most one log line per interval about envelopes whose claimed sender is not their key's.
 constexpr std::chrono::seconds kSpoofLogInterval{10};
 // Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
@@ -226,11 +216,8 @@ class ZmqTransport::Impl {
           "Remote control (control.remote_listen) needs transport.curve = true: it "
           "serves this node's CURVE keypair to clients."};
     }
-    Result<std::map<std::string, std::string>> clients =
-        load_curve_allow_list(remote.client_keys_dir);
-    if (!clients.ok()) return Error{clients.error().message + " (control.client_keys_dir)"};
-    set_control_clients(*clients);
-    control_keys_loaded_ = steady_now();
+    control_clients_.emplace(remote.client_keys_dir);
+    if (Status s = control_clients_->load(steady_now()); !s.ok()) return s;
     std::string bind = remote.bind;
     if (bind.size() > 2 && bind.ends_with(":0")) bind.replace(bind.size() - 1, 1, "*");
     try {
@@ -263,104 +250,16 @@ class ZmqTransport::Impl {
                    " (control.remote_listen)."};
     }
     spdlog::info("remote control listening on {} ({} client key(s) in {})", control_bound_,
-                 control_clients_.size(), remote.client_keys_dir);
+                 control_clients_->size(), remote.client_keys_dir);
     return ok_status();
-  }
-
-  void set_control_clients(const std::map<std::string, std::string>& keys) {
-    control_clients_.clear();
-    for (const auto& [user, z85] : keys) {
-      std::string raw(32, '\0');
-      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) != nullptr) {
-        control_clients_[raw] = user;
-      }
-    }
-  }
-
-  // The user of a client key, re-reading client_keys_dir when the last read is old enough.
-  std::string control_user(const std::string& raw_key) {
-    const TimePoint now = steady_now();
-    if (now - control_keys_loaded_ >= kClientKeysReload) {
-      control_keys_loaded_ = now;
-      Result<std::map<std::string, std::string>> clients =
-          load_curve_allow_list(options_.remote_control->client_keys_dir);
-      if (clients.ok()) {
-        set_control_clients(*clients);
-        control_keys_error_.clear();
-      } else {
-        // Refuse everyone until the directory is safe again: it may have been tampered with.
-        control_clients_.clear();
-        if (clients.error().message != control_keys_error_) {
-          control_keys_error_ = clients.error().message;
-          spdlog::error("remote control refuses every client: {} (control.client_keys_dir)",
-                        control_keys_error_);
-        }
-      }
-    }
-    const auto it = control_clients_.find(raw_key);
-    return it == control_clients_.end() ? std::string() : it->second;
   }
 
   Status load_keys() {
     Result<CurveKeyPair> own = load_curve_secret_key(options_.curve->secret_key_file);
     if (!own.ok()) return Error{own.error().message + " (transport.secret_key_file)"};
     own_keys_ = *own;
-    return load_node_keys();
-  }
-
-  // public_keys_dir's modification time ({} when it cannot be read).
-  std::optional<timespec> node_keys_mtime() const {
-    struct stat st {};
-    if (::stat(options_.curve->public_keys_dir.c_str(), &st) != 0) return std::nullopt;
-    return st.st_mtim;
-  }
-
-  static bool same_time(const std::optional<timespec>& a, const std::optional<timespec>& b) {
-    if (!a || !b) return !a && !b;
-    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-  }
-
-  // (Re)reads public_keys_dir; on failure the lists stay as they were.
-  Status load_node_keys() {
-    node_keys_loaded_ = steady_now();
-    node_keys_mtime_ = node_keys_mtime();
-    timespec wall{};
-    ::clock_gettime(CLOCK_REALTIME, &wall);
-    node_keys_racy_ = !node_keys_mtime_ || wall.tv_sec - node_keys_mtime_->tv_sec <=
-                                               static_cast<time_t>(kNodeKeysReload.count());
-    Result<std::map<std::string, std::string>> allowed =
-        load_curve_allow_list(options_.curve->public_keys_dir);
-    if (!allowed.ok()) return Error{allowed.error().message + " (transport.public_keys_dir)"};
-    std::map<std::string, std::string> clients;
-    for (const auto& [name, z85] : *allowed) {
-      std::string raw(32, '\0');
-      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
-        return Error{"The public key of node " + name + " in " + options_.curve->public_keys_dir +
-                     " is not valid Z85."};
-      }
-      clients[raw] = name;
-    }
-    public_keys_ = std::move(*allowed);
-    allowed_clients_ = std::move(clients);
-    return ok_status();
-  }
-
-  // Re-reads the node allow-list (see kNodeKeysReload) when the directory changed or was racily
-  // recent at the last read, or for an `unknown` key or name when the last read is at least
-  // kNodeKeysReload old (anyone can present an unknown key; only the directory's writers can
-  // change it). A failed re-read keeps the last good list (the cluster keeps running; a
-  // tampered directory adds no one) and is logged once per distinct error.
-  void refresh_node_keys(bool unknown) {
-    const bool changed = node_keys_racy_ || !same_time(node_keys_mtime(), node_keys_mtime_);
-    if (!changed && (!unknown || steady_now() - node_keys_loaded_ < kNodeKeysReload)) return;
-    if (Status s = load_node_keys(); !s.ok()) {
-      if (s.error().message != node_keys_error_) {
-        node_keys_error_ = s.error().message;
-        spdlog::error("keeping the previous node allow-list: {}", node_keys_error_);
-      }
-    } else {
-      node_keys_error_.clear();
-    }
+    node_keys_.emplace(options_.curve->public_keys_dir);
+    return node_keys_->load(steady_now());
   }
 
   void apply_common_options(zmq::socket_t& socket) const {
@@ -393,17 +292,13 @@ class ZmqTransport::Impl {
                      " with CURVE on without the peer's node name (configure seeds as "
                      "name@host:port)."};
       }
-      auto key = public_keys_.find(address.name);
-      if (key == public_keys_.end()) {
-        refresh_node_keys(/*unknown=*/true);
-        key = public_keys_.find(address.name);
-      }
-      if (key == public_keys_.end()) {
+      std::optional<std::string> key = node_keys_->public_key_of(address.name, now);
+      if (!key) {
         return Error{"Cannot send to node " + address.name + " at " + address.address +
                      ": its public key " + address.name + ".pub is not in " +
                      options_.curve->public_keys_dir + "."};
       }
-      server_key = key->second;
+      server_key = *key;
     }
     Peer peer;
     peer.name = address.name;
@@ -765,13 +660,10 @@ class ZmqTransport::Impl {
       const bool control_domain =
           request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
       if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
-        if (request[2].to_string_view() == kZapDomain) {
-          const std::string key = request[6].to_string();
-          refresh_node_keys(/*unknown=*/allowed_clients_.count(key) == 0);
-          auto it = allowed_clients_.find(key);
-          if (it != allowed_clients_.end()) user = it->second;
-        } else if (control_domain && control_) {
-          user = control_user(request[6].to_string());
+        if (request[2].to_string_view() == kZapDomain && node_keys_) {
+          user = node_keys_->node_of(request[6].to_string(), steady_now());
+        } else if (control_domain && control_clients_) {
+          user = control_clients_->user_of(request[6].to_string(), steady_now());
         }
       }
       const bool allowed = !user.empty();
@@ -971,19 +863,12 @@ class ZmqTransport::Impl {
   std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
   std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
   std::string control_bound_;
-  std::map<std::string, std::string> control_clients_;  // raw 32-byte key -> user name
-  TimePoint control_keys_loaded_{};
-  std::string control_keys_error_;  // the last failed re-read, logged once
+  std::optional<ClientAllowList> control_clients_;  // set when remote control is on
   std::string bound_;
   CurveKeyPair own_keys_;
-  std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
-  std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
-  TimePoint node_keys_loaded_{};
-  std::optional<timespec> node_keys_mtime_;  // at the last read
-  bool node_keys_racy_ = false;              // that mtime was too recent to trust (above)
-  std::uint64_t node_keys_refused_ = 0;      // handshakes the node domain refused
-  std::string node_keys_error_;              // the last failed re-read, logged once
-  TimePoint spoof_logged_{};                 // the last spoofed-sender log line
+  std::optional<NodeAllowList> node_keys_;  // set with CURVE
+  std::uint64_t node_keys_refused_ = 0;     // handshakes the node domain refused
+  TimePoint spoof_logged_{};                // the last spoofed-sender log line
   std::uint64_t spoofed_since_log_ = 0;
   std::map<std::string, Peer> peers_;        // by address
   std::uint64_t monitors_ = 0;               // peer monitors created so far

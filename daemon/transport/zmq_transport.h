@@ -63,9 +63,8 @@
 // dropped_unauthenticated; spoofed senders are also logged, at most one line per 10 s. Nothing
 // an unauthenticated peer sends reaches the envelope decoder: a client without CURVE is refused
 // at the ZMTP greeting, one with an unknown key at its HELLO. The allow-list
-// (public_keys_dir) is re-read on a handshake when the directory's mtime changed, and at most
-// once a second for an unknown key or peer name, so nodes are added and removed without
-// restarting the others; a re-read that fails keeps the last good list and logs why.
+// (public_keys_dir, a NodeAllowList: allow_lists.h says when it is re-read) lets nodes be added
+// and removed without restarting the others.
 // A DEALER is a CURVE client with the peer's server key, found by the
 // peer's node name in public_keys_dir: send() therefore needs the peer's name when CURVE is on
 // (seeds must be configured as name@host:port then); without CURVE the name is optional.
@@ -75,9 +74,9 @@
 // Remote control (options.remote_control, control.remote_listen): a second ROUTER, a CURVE
 // server with this node's keypair (so it needs options.curve), bound to its own endpoint for
 // elasticctl on login nodes. The same ZAP handler serves its domain ("elastic.control") from a
-// second allow-list, control.client_keys_dir: <user>.pub per client key, re-read at most once
-// a second on a handshake (so adding a user needs no restart) with the same ownership and mode
-// checks as at open (a failed re-read refuses every client and logs why). It names the client
+// second allow-list, control.client_keys_dir: <user>.pub per client key (a ClientAllowList,
+// allow_lists.h: adding a user needs no restart; a failed re-read refuses every client). It
+// names the client
 // by the key file's stem, which arrives as ControlRequest::user. Frames: a DEALER sends one
 // frame, the JSON request of the local control protocol; anything else is dropped and counted
 // (control_dropped). Bounded: MAXMSGSIZE control::kMaxRequestBytes, HWM kControlHwm each way,
