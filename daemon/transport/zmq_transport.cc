@@ -15,6 +15,8 @@
 #include "daemon/transport/allow_lists.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/transport/inbound_connections.h"
+#include "daemon/transport/receive_now.h"
+#include "daemon/transport/remote_control.h"
 #include "daemon/wire/codec.h"
 
 namespace elastic::transport {
@@ -26,11 +28,6 @@ using std::chrono::milliseconds;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "elastic";
 constexpr const char* kMonitorEndpoint = "inproc://elastic.router.monitor";
-// The remote control socket's ZAP domain (client_keys_dir) and handshake-failure monitor.
-constexpr const char* kControlZapDomain = "elastic.control";
-constexpr const char* kControlMonitorEndpoint = "inproc://elastic.control.monitor";
-// A handshake that has not finished by then is dropped (slow-loris clients).
-constexpr int kControlHandshakeMs = 5000;
 // At most one log line per interval about envelopes whose claimed sender is not their key's.
 constexpr std::chrono::seconds kSpoofLogInterval{10};
 // Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
@@ -140,7 +137,6 @@ class ZmqTransport::Impl {
     peers_.clear();
     monitor_.reset();
     router_.reset();
-    control_monitor_.reset();
     control_.reset();
     zap_.reset();
     context_.close();
@@ -208,49 +204,17 @@ class ZmqTransport::Impl {
     return ok_status();
   }
 
-  // The remote control ROUTER (see the header); called after the CURVE keys are loaded.
+  // The remote control ROUTER (remote_control.h); called after the CURVE keys are loaded.
   Status open_control() {
-    const RemoteControlOptions& remote = *options_.remote_control;
     if (!options_.curve) {
       return Error{
           "Remote control (control.remote_listen) needs transport.curve = true: it "
           "serves this node's CURVE keypair to clients."};
     }
-    control_clients_.emplace(remote.client_keys_dir);
-    if (Status s = control_clients_->load(steady_now()); !s.ok()) return s;
-    std::string bind = remote.bind;
-    if (bind.size() > 2 && bind.ends_with(":0")) bind.replace(bind.size() - 1, 1, "*");
-    try {
-      control_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
-      control_->set(zmq::sockopt::linger, 0);
-      control_->set(zmq::sockopt::sndhwm, kControlHwm);
-      control_->set(zmq::sockopt::rcvhwm, kControlHwm);
-      control_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(control::kMaxRequestBytes));
-      control_->set(zmq::sockopt::handshake_ivl, kControlHandshakeMs);
-      control_->set(zmq::sockopt::curve_server, 1);
-      control_->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
-      control_->set(zmq::sockopt::zap_domain, kControlZapDomain);
-      if (zmq_socket_monitor(
-              control_->handle(), kControlMonitorEndpoint,
-              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
-        return Error{std::string("Cannot monitor the remote control socket: ") +
-                     zmq_strerror(zmq_errno()) + "."};
-      }
-      control_monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
-      control_monitor_->set(zmq::sockopt::linger, 0);
-      control_monitor_->connect(kControlMonitorEndpoint);
-    } catch (const zmq::error_t& e) {
-      return Error{std::string("Cannot set up the remote control socket: ") + e.what() + "."};
-    }
-    try {
-      control_->bind(bind);
-      control_bound_ = control_->get(zmq::sockopt::last_endpoint);
-    } catch (const zmq::error_t& e) {
-      return Error{"Cannot bind the remote control socket to " + remote.bind + ": " + e.what() +
-                   " (control.remote_listen)."};
-    }
-    spdlog::info("remote control listening on {} ({} client key(s) in {})", control_bound_,
-                 control_clients_->size(), remote.client_keys_dir);
+    Result<std::unique_ptr<RemoteControlSocket>> opened = RemoteControlSocket::open(
+        context_, *options_.remote_control, own_keys_.secret_key, stats_, steady_now());
+    if (!opened.ok()) return opened.error();
+    control_ = std::move(opened).value();
     return ok_status();
   }
 
@@ -445,10 +409,7 @@ class ZmqTransport::Impl {
       const std::size_t monitor_item = items.size();
       if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
       const std::size_t control_item = items.size();
-      if (control_) {
-        items.push_back({control_->handle(), 0, ZMQ_POLLIN, 0});
-        items.push_back({control_monitor_->handle(), 0, ZMQ_POLLIN, 0});
-      }
+      if (control_) control_->add_poll_items(items);
       const std::size_t first_peer_monitor = items.size();
       for (auto& [address, peer] : peers_) {
         items.push_back({peer.monitor->handle(), 0, ZMQ_POLLIN, 0});
@@ -469,10 +430,7 @@ class ZmqTransport::Impl {
       if (rc > 0) {
         if (zap_ && (items[zap_item].revents & ZMQ_POLLIN)) serve_zap();
         if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) drain_monitor();
-        if (control_ && (items[control_item + 1].revents & ZMQ_POLLIN)) drain_control_monitor();
-        if (control_ && (items[control_item].revents & ZMQ_POLLIN)) {
-          drain_control(&result.control_requests);
-        }
+        if (control_) control_->on_ready(&items[control_item], &result.control_requests);
         for (std::size_t i = 0; i < monitored.size(); ++i) {
           if (items[first_peer_monitor + i].revents & ZMQ_POLLIN) {
             drain_peer_monitor(*monitored[i].first, *monitored[i].second);
@@ -500,13 +458,7 @@ class ZmqTransport::Impl {
   void drain_router(std::vector<wire::Envelope>* out) {
     for (int n = 0; n < kMaxReceiveBatch; ++n) {
       std::vector<zmq::message_t> parts;
-      try {
-        if (!zmq::recv_multipart(*router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*router_, parts)) return;
       // [routing id, envelope in one or more frames]; anything else is not our protocol.
       if (parts.size() < 2) {
         ++stats_.dropped_malformed;
@@ -551,60 +503,9 @@ class ZmqTransport::Impl {
     }
   }
 
-  // Remote control frames: [routing id, JSON request] from an authenticated client.
-  void drain_control(std::vector<ControlRequest>* out) {
-    for (int n = 0; n < kMaxReceiveBatch; ++n) {
-      std::vector<zmq::message_t> parts;
-      try {
-        if (!zmq::recv_multipart(*control_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      if (parts.size() != 2) {
-        ++stats_.control_dropped;
-        continue;
-      }
-      std::string user = authenticated_name(parts[1]);
-      if (user.empty()) {  // cannot happen past ZAP; never act without a user
-        ++stats_.control_unauthenticated;
-        continue;
-      }
-      ++stats_.control_received;
-      out->push_back(ControlRequest{
-          .route = parts[0].to_string(), .user = std::move(user), .body = parts[1].to_string()});
-    }
-  }
-
-  void drain_control_monitor() {
-    for (;;) {
-      std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*control_monitor_, std::back_inserter(event),
-                                 zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      ++stats_.control_unauthenticated;  // only refused handshakes are monitored
-    }
-  }
-
   Status send_control_reply(const std::string& route, const std::string& body) {
     if (!control_) return Error{"There is no remote control socket (control.remote_listen)."};
-    try {
-      if (control_->send(zmq::buffer(route),
-                         zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-          control_->send(zmq::buffer(body), zmq::send_flags::dontwait)) {
-        return ok_status();
-      }
-    } catch (const zmq::error_t&) {
-      // Counted below like a full queue.
-    }
-    ++stats_.control_replies_failed;
-    return Error{"Cannot queue a remote control reply: the client is gone or its queue is full."};
+    return control_->reply(route, body);
   }
 
   // Counts (dropped_unauthenticated) and logs, at most once per kSpoofLogInterval, an envelope
@@ -649,31 +550,20 @@ class ZmqTransport::Impl {
   void serve_zap() {
     for (;;) {
       std::vector<zmq::message_t> request;
-      try {
-        if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*zap_, request)) return;
       std::string user;
       const bool control_domain =
           request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
       if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
         if (request[2].to_string_view() == kZapDomain && node_keys_) {
           user = node_keys_->node_of(request[6].to_string(), steady_now());
-        } else if (control_domain && control_clients_) {
-          user = control_clients_->user_of(request[6].to_string(), steady_now());
+        } else if (control_domain && control_) {
+          user = control_->authenticate(request[6].to_string(), steady_now());
         }
       }
       const bool allowed = !user.empty();
       if (!allowed && control_domain) {
-        ++stats_.control_unauthenticated;
-        // One line per refusal would let a flood fill the log: the first, then every 100th.
-        if (stats_.control_unauthenticated % 100 == 1) {
-          spdlog::warn("remote control: refused a client key not in {} ({} refused so far)",
-                       options_.remote_control->client_keys_dir, stats_.control_unauthenticated);
-        }
+        if (!control_) ++stats_.control_unauthenticated;  // else counted by authenticate()
       } else if (!allowed) {
         ++stats_.dropped_unauthenticated;
         // The first refusal, then every 100th (a flood must not fill the log).
@@ -703,13 +593,7 @@ class ZmqTransport::Impl {
   void drain_monitor() {
     for (;;) {
       std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*monitor_, event)) return;
       if (event.empty() || event[0].size() < sizeof(std::uint16_t) + sizeof(std::uint32_t)) {
         continue;
       }
@@ -803,14 +687,7 @@ class ZmqTransport::Impl {
   void drain_peer_monitor(const std::string& address, Peer& peer) {
     for (;;) {
       std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*peer.monitor, std::back_inserter(event),
-                                 zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*peer.monitor, event)) return;
       if (event.empty() || event[0].size() < sizeof(std::uint16_t)) continue;
       std::uint16_t id = 0;
       std::memcpy(&id, event[0].data(), sizeof(id));
@@ -859,11 +736,8 @@ class ZmqTransport::Impl {
   bool listening_ = true;    // false while paused after a failed accept
   TimePoint listened_at_{};  // the last resume
   TimePoint resume_at_{};
-  Duration accept_pause_{};                         // the last pause
-  std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
-  std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
-  std::string control_bound_;
-  std::optional<ClientAllowList> control_clients_;  // set when remote control is on
+  Duration accept_pause_{};                       // the last pause
+  std::unique_ptr<RemoteControlSocket> control_;  // null when off
   std::string bound_;
   CurveKeyPair own_keys_;
   std::optional<NodeAllowList> node_keys_;  // set with CURVE
@@ -902,7 +776,9 @@ void ZmqTransport::set_leader_hint(std::string leader, std::uint64_t term) {
   impl_->leader_term_ = term;
 }
 std::string ZmqTransport::bound_endpoint() const { return impl_->bound_; }
-std::string ZmqTransport::control_endpoint() const { return impl_->control_bound_; }
+std::string ZmqTransport::control_endpoint() const {
+  return impl_->control_ ? impl_->control_->endpoint() : std::string();
+}
 Status ZmqTransport::send_control_reply(const std::string& route, const std::string& body) {
   return impl_->send_control_reply(route, body);
 }

@@ -71,20 +71,9 @@
 // Because the ZAP handler runs inside receive(), an owner that stops calling receive() stalls
 // inbound CURVE handshakes (peers retry); the daemon's loop calls it continuously.
 //
-// Remote control (options.remote_control, control.remote_listen): a second ROUTER, a CURVE
-// server with this node's keypair (so it needs options.curve), bound to its own endpoint for
-// elasticctl on login nodes. The same ZAP handler serves its domain ("elastic.control") from a
-// second allow-list, control.client_keys_dir: <user>.pub per client key (a ClientAllowList,
-// allow_lists.h: adding a user needs no restart; a failed re-read refuses every client). It
-// names the client
-// by the key file's stem, which arrives as ControlRequest::user. Frames: a DEALER sends one
-// frame, the JSON request of the local control protocol; anything else is dropped and counted
-// (control_dropped). Bounded: MAXMSGSIZE control::kMaxRequestBytes, HWM kControlHwm each way,
-// a 5 s handshake limit; refused handshakes count in control_unauthenticated (the client gets a
-// ZMTP ERROR, or nothing if it does not speak CURVE). Replies go back with
-// send_control_reply(route, body) without blocking; a client that went away loses its reply
-// silently (no ROUTER_MANDATORY). User -> uid mapping and every rule are the control Server's
-// (daemon/control/server.h handle_remote).
+// Remote control (options.remote_control, control.remote_listen): a second ROUTER for
+// elasticctl on login nodes (remote_control.h), needing options.curve; its requests come out of
+// receive() as ControlRequests and its replies go back with send_control_reply(route, body).
 //
 // Thread safety: none. One thread (the node's loop) owns the transport and calls everything;
 // ZeroMQ sockets must not be shared between threads.
