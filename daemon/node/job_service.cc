@@ -53,8 +53,8 @@ ApplyResult decode_result(const std::string& bytes) {
 
 double seconds_of(Duration d) { return to_ms(d) / 1000.0; }
 
-rendezvous::WallTime wall_now() {
-  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+rendezvous::WallTime wall_time(const Clock& clock) {
+  return rendezvous::WallTime(std::chrono::milliseconds(clock.wall_ms()));
 }
 
 std::string user_name(std::uint32_t uid) {
@@ -92,7 +92,8 @@ std::string who(std::uint32_t uid) {
 
 }  // namespace
 
-JobService::JobService() : table_(std::make_unique<rendezvous::JobTable>()) {}
+JobService::JobService(const Clock& clock)
+    : clock_(&clock), table_(std::make_unique<rendezvous::JobTable>()) {}
 JobService::~JobService() = default;
 
 std::size_t JobService::job_count() const { return table_->jobs().size(); }
@@ -334,7 +335,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     command = rendezvous::SubmitJob{.client_id = request.client_id,
                                     .client_seq = request.client_seq,
                                     .spec = std::move(*spec),
-                                    .submitted_at = wall_now()};
+                                    .submitted_at = wall_time(*clock_)};
   } else if (request.verb == "cancel") {
     auto args = control::decode_job_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
@@ -343,7 +344,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                     .job_id = args->job,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
-                                    .at = wall_now()};
+                                    .at = wall_time(*clock_)};
   } else if (request.verb == "drain" || request.verb == "undrain") {
     auto args = control::decode_drain_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
@@ -359,7 +360,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                     .reason = args->reason,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
-                                    .at = wall_now()};
+                                    .at = wall_time(*clock_)};
   } else {
     return done(ForwardOutcome::kError, "Unknown verb \"" + request.verb + "\".");
   }

@@ -38,6 +38,7 @@
 #include <string_view>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/time.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
@@ -75,7 +76,8 @@ using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
 
 class JobService : public StateMachine {
  public:
-  JobService();
+  // Submit times and job events are stamped with `clock`'s wall time (core/clock.h).
+  explicit JobService(const Clock& clock = system_clock());
   ~JobService() override;
   std::string apply(consensus::Index index, std::string_view command) override;
   std::string snapshot() const override;
@@ -98,6 +100,7 @@ class JobService : public StateMachine {
   }
 
  private:
+  const Clock* clock_;
   void serve_request(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
                      const ServeDone& done);
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,

@@ -78,12 +78,6 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
   return nullptr;
 }
 
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The step and mtime of <dir>/LATEST ("step-000001200"), if it names one. The directory is the
 // user's: it is read as the job's user (any symlink on the way, or a directory the user may not
 // enter, gets the user's answer, not root's), the last component is not followed and a FIFO
@@ -109,8 +103,9 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 
 JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
                              std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan,
-                             Hooks hooks)
-    : self_(std::move(self)),
+                             Hooks hooks, const Clock& clock)
+    : clock_(&clock),
+      self_(std::move(self)),
       config_(config),
       spawner_(std::move(spawner)),
       plan_(std::move(plan)),
@@ -393,9 +388,12 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
 
 void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round,
                          std::uint32_t rank, const std::string& detail) {
-  job.failure =
-      json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}, {"at_ms", wall_ms()}}
-          .dump();
+  job.failure = json{{"job", id},
+                     {"round", round},
+                     {"rank", rank},
+                     {"detail", detail},
+                     {"at_ms", clock_->wall_ms()}}
+                    .dump();
   job.failure_verb = "worker_failed";
   hooks_.report(id, job.failure_verb, *job.failure);
   next_report_ = std::min(next_report_, now + kReportResend);
@@ -523,7 +521,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   }
   if (event == "checkpoint") {
     job.checkpoint =
-        CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = wall_ms()};
+        CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = clock_->wall_ms()};
   }
   std::string report =
       json{{"job", id},    {"round", current.round.round}, {"rank", rank}, {"event", event},

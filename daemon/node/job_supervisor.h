@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
@@ -114,8 +115,10 @@ class JobSupervisor {
     std::function<bool(std::uint16_t port)> port_in_use;
   };
 
+  // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
   JobSupervisor(std::string self, const config::DaemonConfig& config,
-                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks);
+                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks,
+                const Clock& clock = system_clock());
 
   // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
   // the same round are no-ops). Returns true when this round's workers are running, so the
@@ -169,6 +172,7 @@ class JobSupervisor {
   std::map<std::string, int> worker_state_counts() const;
 
  private:
+  const Clock* clock_;
   struct Worker {
     spawner::WorkerId id = 0;
     std::uint64_t round = 0;

@@ -38,16 +38,6 @@ namespace elastic::node {
 
 namespace {
 
-TimePoint clock_now() {
-  return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
-}
-
-std::int64_t wall_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -163,14 +153,17 @@ std::string derive_advertise_host(const std::vector<std::string>& seeds) {
   return address.empty() ? "127.0.0.1" : address;
 }
 
-std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure) {
-  std::unique_ptr<Node> node(new Node());
+Node::Node(Clock& clock) : clock_(&clock), jobs_(clock) {}
+
+std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure,
+                                  Clock& clock) {
+  std::unique_ptr<Node> node(new Node(clock));
   node->config_ = config;
-  node->started_ = clock_now();
+  node->started_ = clock.now();
   // Before ZeroMQ's threads exist: from_environment() unsets NOTIFY_SOCKET (setenv and getenv
   // race with other threads).
   node->life_.notifier = Notifier::from_environment();
-  node->life_.loaded_at_ms = wall_ms_now();
+  node->life_.loaded_at_ms = clock.wall_ms();
 
   // Before ZeroMQ creates its I/O threads: they inherit the mask, so these signals can only be
   // read from the signal fd, never delivered to a random thread.
@@ -246,8 +239,9 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     (void)self->transport_->send_control_reply(route, reply);
   });
   if (!config.control.metrics_listen.empty()) {
-    auto metrics = MetricsEndpoint::open(config.control.metrics_listen,
-                                         [self] { return self->render_metrics(clock_now()); });
+    auto metrics = MetricsEndpoint::open(config.control.metrics_listen, [self] {
+      return self->render_metrics(self->clock_->now());
+    });
     if (!metrics.ok()) {
       failure = {config::kExitUnavailable, metrics.error().message + " (control.metrics_listen)"};
       return nullptr;
@@ -255,11 +249,10 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     node->metrics_ = std::move(metrics.value());
   }
 
-  std::random_device entropy;
-  const std::uint64_t seed = (std::uint64_t{entropy()} << 32) ^ entropy() ^ node->generation_;
+  const std::uint64_t seed = clock.seed() ^ node->generation_;
   node->membership_ = std::make_unique<membership::Membership>(
       membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
-      clock_now());
+      clock.now());
 
   node->jobs_.set_submit_limits(submit_limits(config.control));
   node->jobs_.set_events_source([self](const std::string& job, std::size_t limit) {
@@ -274,8 +267,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
   node->voters_ = effective_voters(config, node->name_);
   OpenFailure raft_failure;
-  node->consensus_ = ConsensusHost::open(config, node->name_, node->generation_, node->jobs_,
-                                         clock_now(), raft_failure);
+  node->consensus_ =
+      ConsensusHost::open(config, node->name_, node->generation_, node->jobs_, clock, raft_failure);
   if (!node->consensus_) {
     failure = {raft_failure.exit_code, raft_failure.message};
     return nullptr;
@@ -314,7 +307,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
       JobSupervisor::Hooks{
           .report = [self](const std::string& job, const std::string& verb,
                            const std::string& args) { self->rounds_->report_for(job, verb, args); },
-          .port_in_use = tcp_port_in_use});
+          .port_in_use = tcp_port_in_use},
+      *node->clock_);
 
   node->rounds_ = std::make_unique<RoundService>(
       node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,
@@ -338,7 +332,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
               [self](TimePoint now, const std::string& job, bool graceful, const std::string& why) {
                 self->supervisor_->stop_job(now, job,
                                             graceful ? StopMode::kGraceful : StopMode::kKill, why);
-              }});
+              }},
+      *node->clock_);
   node->rounds_->set_slots(node->supervisor_->slots());
   // Only now is the generation used up: a start that failed above never ran, so its retry is
   // still this node's first (a new voter bootstraps Raft only at generation 1).
@@ -416,7 +411,7 @@ void Node::reload(TimePoint now) {
   } catch (...) {
     loaded = Error{"internal error while reading the configuration"};
   }
-  life_.reload_at_ms = wall_ms_now();
+  life_.reload_at_ms = clock_->wall_ms();
   if (!loaded.ok()) {
     // load_config reports one problem per line; STATUS and the status verb want one line.
     std::string message = loaded.error().message;
@@ -561,21 +556,21 @@ int Node::run() {
     if (!seed.name.empty()) seed_names_.emplace(seed.endpoint, seed.name);
   }
   membership::Effects effects;
-  membership_->join(clock_now(), seeds, effects);
-  carry_out(clock_now(), std::move(effects));
+  membership_->join(clock_->now(), seeds, effects);
+  carry_out(clock_->now(), std::move(effects));
   spdlog::info("elasticd ready: name={} generation={} address={} control={}{}", name_, generation_,
                address_, control_->path(),
                metrics_ ? " metrics=" + metrics_->bound_address() : std::string());
   life_.seeds = seeds.size();
-  update_lifecycle(clock_now());
+  update_lifecycle(clock_->now());
 
   while (!stop_) {
-    TimePoint now = clock_now();
+    TimePoint now = clock_->now();
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
     std::vector<int> watched = {control_->fd(), signal_fd_, supervisor_->fd()};
     if (metrics_) watched.push_back(metrics_->fd());
     transport::Received received = transport_->receive(wait, watched);
-    now = clock_now();
+    now = clock_->now();
     effects = {};
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
         received.readable_fds.end()) {
@@ -797,9 +792,7 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
     if (rounds_) {
       const bool joined = inserted && event.state == membership::MemberState::kAlive;
       rounds_->record_event(
-          ClusterEvent{.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count(),
+          ClusterEvent{.at_ms = clock_->wall_ms(),
                        .kind = joined ? std::string("member_joined")
                                       : std::string("member_") + state_name(event.state),
                        .node = event.name,
@@ -812,7 +805,7 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
 
 void Node::leave_gracefully() {
   membership::Effects effects;
-  TimePoint now = clock_now();
+  TimePoint now = clock_->now();
   membership_->leave(now, effects);
   carry_out(now, std::move(effects));
   // Keep serving (peers may probe us and learn we left) until every queued send has gone to
@@ -821,7 +814,7 @@ void Node::leave_gracefully() {
   while (true) {
     const transport::TransportStats stats = transport_->stats();
     if (stats.sent + stats.send_failures >= sends_attempted_) break;
-    now = clock_now();
+    now = clock_->now();
     if (now >= deadline) {
       spdlog::warn("leaving: {} messages still queued after {} ms; dropping them",
                    sends_attempted_ - stats.sent - stats.send_failures, kLeaveFlush.count());
@@ -829,7 +822,7 @@ void Node::leave_gracefully() {
     }
     transport::Received received =
         transport_->receive(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
-    now = clock_now();
+    now = clock_->now();
     effects = {};
     deliver(now, received.envelopes, effects);
     carry_out(now, std::move(effects));
@@ -879,7 +872,7 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
     return control::encode_error_reply(control::admin_only_message(*verb),
                                        control::ErrorCode::kPermission);
   }
-  return (this->*(entry->handler))(ControlCall{request, peer, handle, clock_now()});
+  return (this->*(entry->handler))(ControlCall{request, peer, handle, clock_->now()});
 }
 
 void Node::start_call(const ControlCall& call, std::string client_id, std::string target,
@@ -1182,7 +1175,7 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
                     // moved.
                     found->second.in_flight = false;
                     found->second.last_error = body;
-                    found->second.attempt_deadline = clock_now() + std::chrono::milliseconds(50);
+                    found->second.attempt_deadline = clock_->now() + std::chrono::milliseconds(50);
                     return;
                   }
                   finish_call(id, outcome, body);

@@ -87,6 +87,7 @@
 
 #include "daemon/config/config.h"
 #include "daemon/control/protocol.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
@@ -141,8 +142,9 @@ std::string derive_advertise_host(const std::vector<std::string>& seeds);
 class Node {
  public:
   // Sets up identity, transport, control socket and signal fd. On failure returns nullptr and
-  // fills `failure`.
-  static std::unique_ptr<Node> start(const config::DaemonConfig& config, StartFailure& failure);
+  // fills `failure`. Time, wall time and seeds come from `clock` (core/clock.h) and nowhere else.
+  static std::unique_ptr<Node> start(const config::DaemonConfig& config, StartFailure& failure,
+                                     Clock& clock = system_clock());
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -172,7 +174,7 @@ class Node {
     std::string target;
   };
 
-  Node() = default;
+  explicit Node(Clock& clock);
   // Decodes membership bodies and feeds them to Membership; undecodable ones are counted.
   void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes, membership::Effects& effects);
   void handle_signals(TimePoint now, membership::Effects& effects);
@@ -258,6 +260,7 @@ class Node {
   std::string status_line() const;
   std::string config_json() const;
 
+  Clock* clock_;  // time, wall time and seeds (start())
   Lifecycle life_;
   config::DaemonConfig config_;
   std::string name_;
@@ -283,7 +286,7 @@ class Node {
   // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
   std::map<std::string, std::string> seed_names_;
   // Raft (voters only) and the job table it replicates.
-  JobService jobs_;
+  JobService jobs_;  // after clock_ (constructed with it)
   std::unique_ptr<ConsensusHost> consensus_;
   std::unique_ptr<RoundService> rounds_;
   std::unique_ptr<JobSupervisor> supervisor_;

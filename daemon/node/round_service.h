@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
@@ -112,8 +113,9 @@ class RoundService {
         stop_job;
   };
 
+  // Wall times it stamps on events and failures come from `clock` (core/clock.h).
   RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
-               std::uint64_t seed, Hooks hooks);
+               std::uint64_t seed, Hooks hooks, const Clock& clock = system_clock());
 
   // Leader half. `leading` false makes it forget leader state. Call it when lead_due(): the
   // caller builds the member list only then, since the loop runs on every received message.
@@ -183,6 +185,7 @@ class RoundService {
   }
 
  private:
+  const Clock* clock_;
   struct LeaderJob {
     std::uint64_t round_seen = 0;  // the round the fields below are about
     bool in_flight = false;        // a proposal for this job awaits its commit

@@ -159,7 +159,7 @@ class JobSupervisorTest : public ::testing::Test {
     };
     hooks.port_in_use = port_in_use_;
     supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
-                                                  std::move(plan), std::move(hooks));
+                                                  std::move(plan), std::move(hooks), wall_clock_);
   }
 
   // Round `round` of `job` with this node alone holding `slots` ranks from 0.
@@ -241,6 +241,9 @@ class JobSupervisorTest : public ::testing::Test {
   TempDir dir_;
   std::string out_;
   config::DaemonConfig config_;
+  // Wall time for the supervisor's reports: fixed, so a test can expect it exactly.
+  static constexpr std::int64_t kWallMs = 1'790'000'000'000;
+  ManualClock wall_clock_{TimePoint{}, kWallMs, 1};
   std::unique_ptr<JobSupervisor> supervisor_;
   std::vector<Report> reports_;
   std::function<bool(std::uint16_t)> port_in_use_;  // the store port check, when a test sets it
@@ -974,17 +977,15 @@ TEST_F(JobSupervisorTest, TheLastWorkerOfAStoppedRoundReportsWorkersStoppedOnce)
   EXPECT_EQ(reports("workers_stopped").size(), 2u);
 }
 
+// The exit time is the injected clock's wall time (core/clock.h), not the system's.
 TEST_F(JobSupervisorTest, AFailedWorkerReportCarriesItsExitTime) {
   open(cpu_plan(1));
   ASSERT_TRUE(supervisor_);
-  const std::int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
   supervisor_->on_round(now(), start("f-1", 1, 1, "exit 3"));
   ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
   const json args = reports("worker_failed")[0].args;
   ASSERT_TRUE(args.contains("at_ms")) << args;
-  EXPECT_GE(args["at_ms"].get<std::int64_t>(), before);
+  EXPECT_EQ(args["at_ms"].get<std::int64_t>(), kWallMs);
   // The round's only worker is gone: the stop is reported too (the leader matches it later).
   ASSERT_TRUE(pump_until([&] { return !reports("workers_stopped").empty(); }));
 }
