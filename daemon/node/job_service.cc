@@ -62,14 +62,16 @@ std::string user_name(std::uint32_t uid) {
   return account ? account->name : std::to_string(uid);
 }
 
-// A job's env often carries secrets (tokens, passwords): only its owner, root and
-// control.admin_group see it; everyone else sees the job without it and "env_hidden": true.
+// A job's env and exported environment often carry secrets (tokens, passwords): only its
+// owner, root and control.admin_group see them; everyone else sees the job without them and
+// "env_hidden": true.
 json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uint32_t uid,
               bool admin) {
   json value = json::parse(rendezvous::to_json(job, max_events), nullptr, false);
   const bool may_see_env = admin || uid == 0 || uid == job.spec.uid;
   if (!may_see_env && value.is_object() && value.contains("spec") && value["spec"].is_object()) {
     value["spec"].erase("env");
+    value["spec"].erase("exported_env");
     value["spec"]["env_hidden"] = true;
   }
   return value;

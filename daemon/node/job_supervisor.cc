@@ -21,6 +21,7 @@
 #include "daemon/control/credentials.h"
 #include "daemon/node/round_report.h"
 #include "daemon/rendezvous/node_ledger.h"
+#include "daemon/rendezvous/placeholders.h"
 #include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
@@ -310,7 +311,19 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   // never create or chown paths under a root the user chose (a planted symlink named after the
   // next job id would hand the user whatever it points at).
   if (!checkpoint_root.empty()) w.env["ELASTIC_CHECKPOINT_DIR"] = checkpoint_root + "/" + id;
-  for (const auto& [name, value] : spec.env) w.env[name] = value;
+  // The submitter's exported environment (its PATH, PYTHONPATH, NCCL_*...) beats the daemon's
+  // defaults (PATH, LANG, OMP_NUM_THREADS) but not the variables validate() keeps for the
+  // daemon; the job's own env beats both.
+  for (const auto& [name, value] : spec.exported_env) w.env[name] = value;
+  const rendezvous::PlaceholderValues placeholders{
+      .job_id = id,
+      .checkpoint_dir =
+          checkpoint_root.empty() ? std::nullopt : std::optional(checkpoint_root + "/" + id),
+      .round = start.round.round};
+  Result<rendezvous::JobText> expanded = rendezvous::expand_job_text(spec, placeholders);
+  if (!expanded.ok()) return expanded.error();
+  w.argv = std::move(expanded->command);
+  for (auto& [name, value] : expanded->env) w.env[name] = std::move(value);
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {
     struct stat st {};

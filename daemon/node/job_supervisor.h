@@ -20,8 +20,12 @@
 // Worker environment: the torchrun-compatible variables and ELASTIC_* of ARCHITECTURE.md
 // ("The worker contract"), CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots
 // (the plan numbers GPUs in PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/
-// SHELL of the user and the daemon's PATH; then the job's env (which cannot override the
-// daemon's own variables: validate() refuses them).
+// SHELL of the user and the daemon's PATH and LANG; then the submitter's exported_env (its
+// PATH, PYTHONPATH, NCCL_*, OMP_NUM_THREADS... beat the daemon's defaults); then the job's env
+// with its placeholders expanded (rendezvous/placeholders.h: {job_id}, {checkpoint_dir},
+// {round}), as are the command's arguments. Neither may override the daemon's own variables
+// (validate() refuses them). A placeholder that cannot be expanded ({checkpoint_dir} without a
+// checkpoint root) fails the start like a command that cannot be run.
 // Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
 // peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
 // for its own uid (the spawner refuses any other, and that failure is reported like a crash).

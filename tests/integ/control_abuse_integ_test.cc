@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -327,11 +328,15 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   if (!is_root()) GTEST_SKIP() << "needs root: the job and its readers are different uids";
   if (!have_setpriv()) GTEST_SKIP() << "no /usr/bin/setpriv";
   Node node;
+  // The submitter's environment goes with the job (--export ALL) and is hidden the same way.
+  ::setenv("EXPORTED_TOKEN", "hunter3", 1);
   const std::string job = node.submit("secret", kAlice, {"--env", "API_TOKEN=hunter2"});
+  ::unsetenv("EXPORTED_TOKEN");
   ASSERT_FALSE(job.empty());
   const RunResult owner = node.ctl({"status", job, "--json"}, kAlice);
   ASSERT_TRUE(owner.status.exited_with(0)) << owner.err;
   EXPECT_THAT(owner.out, HasSubstr("hunter2"));
+  EXPECT_THAT(owner.out, HasSubstr("hunter3"));
   const RunResult by_root = node.ctl({"status", job, "--json"});
   EXPECT_THAT(by_root.out, HasSubstr("hunter2"));
 
@@ -339,6 +344,7 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   ASSERT_TRUE(other.status.exited_with(0)) << other.err;
   EXPECT_THAT(other.out, Not(HasSubstr("hunter2")));
   EXPECT_THAT(other.out, Not(HasSubstr("API_TOKEN")));
+  EXPECT_THAT(other.out, Not(HasSubstr("hunter3")));
   const json seen = json::parse(other.out, nullptr, false);
   ASSERT_TRUE(seen.is_object()) << other.out;
   EXPECT_EQ(seen["spec"].value("env_hidden", false), true) << other.out;
@@ -348,6 +354,7 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   ASSERT_TRUE(list.status.exited_with(0)) << list.err;
   EXPECT_THAT(list.out, HasSubstr(job));
   EXPECT_THAT(list.out, Not(HasSubstr("hunter2")));
+  EXPECT_THAT(list.out, Not(HasSubstr("hunter3")));
 }
 
 }  // namespace

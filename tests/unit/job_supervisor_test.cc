@@ -322,6 +322,56 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
   EXPECT_EQ(running("fm-1"), 2u);
 }
 
+// Issue 16: the submitter's exported environment beats the daemon's defaults (PATH, LANG,
+// OMP_NUM_THREADS) and the job's env beats it; placeholders in env values and arguments are
+// expanded per round; exported values are passed verbatim.
+TEST_F(JobSupervisorTest, ExportedEnvironmentAndPlaceholdersReachTheWorker) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("px-1", 5, 1, "export ARG0=\"$0\"; " + kDumpEnv + "; exec sleep 1000");
+  s.spec.command.push_back("{job_id}/r{round}");  // $0 of sh -c
+  s.spec.exported_env = {{"PATH", dir_ / "venv/bin" + ":/usr/bin:/bin"},
+                         {"PYTHONPATH", "/home/alice/lib"},
+                         {"NCCL_DEBUG", "INFO"},
+                         {"OMP_NUM_THREADS", "7"},
+                         {"VERBATIM", "{job_id}}"}};
+  s.spec.env["NCCL_DEBUG"] = "WARN";
+  s.spec.env["CKPT"] = "{checkpoint_dir}/mine";
+  s.spec.env["TAG"] = "{job_id}-r{round}";
+  s.spec.env["LITERAL"] = "{{job_id}} }}";
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  auto env = wait_env("px-1", 5, 0);
+  EXPECT_EQ(env["PATH"], dir_ / "venv/bin" + ":/usr/bin:/bin");
+  EXPECT_EQ(env["PYTHONPATH"], "/home/alice/lib");
+  EXPECT_EQ(env["NCCL_DEBUG"], "WARN");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "7");
+  EXPECT_EQ(env["VERBATIM"], "{job_id}}");
+  EXPECT_EQ(env["CKPT"], config_.checkpoint.root + "/px-1/mine");
+  EXPECT_EQ(env["TAG"], "px-1-r5");
+  EXPECT_EQ(env["LITERAL"], "{job_id} }");
+  EXPECT_EQ(env["ARG0"], "px-1/r5");
+  EXPECT_EQ(env["RANK"], "0");  // the daemon's own variables stand
+  EXPECT_EQ(env["ELASTIC_ROUND"], "5");
+}
+
+// {checkpoint_dir} without any checkpoint root fails the start with a sentence saying so,
+// instead of expanding to "" (a script would then write to "/mine").
+TEST_F(JobSupervisorTest, ACheckpointDirPlaceholderWithoutARootFailsTheStart) {
+  config_.checkpoint.root = "";
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("pc-1", 1, 1, "exit 0");
+  s.spec.env["CKPT"] = "{checkpoint_dir}/mine";
+  EXPECT_FALSE(supervisor_->on_round(now(), s));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  EXPECT_EQ(detail,
+            "rank 0 on node " + std::string(kSelf) +
+                " could not start: the value of CKPT uses {checkpoint_dir}, but neither the "
+                "job's checkpoint_root nor this node's checkpoint.root is set");
+  EXPECT_EQ(running("pc-1"), 0u);
+}
+
 TEST_F(JobSupervisorTest, AnIpv6StoreEndpointGivesABareMasterAddr) {
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
