@@ -78,6 +78,37 @@ Result<std::string> expand_placeholders(std::string_view text, const Placeholder
   return out;
 }
 
+Result<std::string> expand_argument(std::string_view text, const PlaceholderValues& values) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const bool after_dollar = i > 0 && text[i - 1] == '$';
+    std::string_view name;
+    for (std::string_view known : {"job_id", "checkpoint_dir", "round"}) {
+      if (!after_dollar && text.substr(i, known.size() + 2) == "{" + std::string(known) + "}") {
+        name = known;
+      }
+    }
+    if (name.empty()) {
+      out += text[i++];
+      continue;
+    }
+    i += name.size() + 2;
+    if (name == "job_id") {
+      out += values.job_id;
+    } else if (name == "round") {
+      out += std::to_string(values.round);
+    } else if (values.checkpoint_dir) {
+      out += *values.checkpoint_dir;
+    } else {
+      return Error{
+          "uses {checkpoint_dir}, but neither the job's checkpoint_root nor this node's "
+          "checkpoint.root is set"};
+    }
+  }
+  return out;
+}
+
 Result<JobText> expand_job_text(const JobSpec& spec, const PlaceholderValues& values) {
   JobText text;
   for (std::size_t i = 0; i < spec.command.size(); ++i) {
@@ -85,7 +116,7 @@ Result<JobText> expand_job_text(const JobSpec& spec, const PlaceholderValues& va
       text.command.push_back(spec.command[0]);
       continue;
     }
-    Result<std::string> arg = expand_placeholders(spec.command[i], values);
+    Result<std::string> arg = expand_argument(spec.command[i], values);
     if (!arg.ok()) return Error{"argument " + std::to_string(i) + " " + arg.error().message};
     text.command.push_back(std::move(*arg));
   }

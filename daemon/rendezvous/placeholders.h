@@ -3,11 +3,14 @@
 // script that keeps its own checkpoint path needs no shell wrapper:
 //   command = ["python3", "train.py", "--save", "{checkpoint_dir}"]
 //   env = { RUN_NAME = "{job_id}-r{round}" }
-// The syntax is Python's str.format without format specs: `{name}` is replaced, `{{` is a
-// literal `{` and `}}` a literal `}`. Every other brace is an error, found when the job is
-// submitted (rendezvous::validate() runs placeholder_problem() on every env value and every
-// argument after the program), so a text is never silently taken for something else: a JSON
-// argument is written with doubled braces, e.g. "{{\"lr\": 0.1}}".
+// In env values the syntax is Python's str.format without format specs: `{name}` is replaced,
+// `{{` is a literal `{` and `}}` a literal `}`, and every other brace is an error found when the
+// job is submitted (rendezvous::validate() runs placeholder_problem() on every env value), so
+// a typo such as {jobid} is named at once.
+// In the command's arguments only the three placeholders themselves are replaced, and not
+// right after a `$`; every other character, braces included, is left as it is, so arguments
+// written for a shell or holding JSON (`sh -c 'echo ${HOME}'`, '{"lr": 0.1}') run unchanged,
+// as they did before placeholders existed. (There, a literal "{round}" cannot be written.)
 // The program (command[0]) and the submitter's exported environment are never expanded: the
 // program is resolved at submit, and an exported value is passed on exactly as it was.
 //
@@ -47,6 +50,10 @@ std::string placeholder_problem(std::string_view text);
 // problem of placeholder_problem(), or when {checkpoint_dir} is used without a checkpoint
 // directory.
 Result<std::string> expand_placeholders(std::string_view text, const PlaceholderValues& values);
+
+// One command argument with {job_id}, {checkpoint_dir} and {round} replaced (not after a `$`)
+// and nothing else touched; fails only when {checkpoint_dir} has no checkpoint directory.
+Result<std::string> expand_argument(std::string_view text, const PlaceholderValues& values);
 
 // A job's command and env as one worker gets them.
 struct JobText {

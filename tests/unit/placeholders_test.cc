@@ -87,5 +87,15 @@ TEST(Placeholders, AJobsTextLeavesTheProgramAndNamesWhereItFailed) {
             "this node's checkpoint.root is set");
 }
 
+// Arguments: only the placeholders are replaced (not after a `$`); shell text and JSON stay.
+TEST(Placeholders, ArgumentsKeepEveryOtherBraceAsItIs) {
+  EXPECT_EQ(*expand_argument("--save={checkpoint_dir}/r{round}", kValues),
+            "--save=/nfs/ck/train-7/r3");
+  EXPECT_EQ(*expand_argument("{\"lr\": 0.1}", kValues), "{\"lr\": 0.1}");
+  EXPECT_EQ(*expand_argument("echo ${round} ${HOME} {{x}} a}b {", kValues),
+            "echo ${round} ${HOME} {{x}} a}b {");
+  EXPECT_EQ(*expand_argument("{job_id}{round}", kValues), "train-73");
+}
+
 }  // namespace
 }  // namespace elastic::rendezvous
