@@ -315,6 +315,10 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   // never create or chown paths under a root the user chose (a planted symlink named after the
   // next job id would hand the user whatever it points at).
   if (!checkpoint_root.empty()) w.env["ELASTIC_CHECKPOINT_DIR"] = checkpoint_root + "/" + id;
+  // Python block-buffers a stdout that is a pipe: print() output would reach the log only 8 KiB
+  // at a time or at exit. torchrun and srun users see lines as they come; the job's own value
+  // (set below from its env) wins.
+  w.env["PYTHONUNBUFFERED"] = "1";
   for (const auto& [name, value] : spec.env) w.env[name] = value;
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {

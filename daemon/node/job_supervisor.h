@@ -18,10 +18,12 @@
 // lowest free ones, so two jobs on one node never share a slot.
 //
 // Worker environment: the torchrun-compatible variables and ELASTIC_* of ARCHITECTURE.md
-// ("The worker contract"), CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots
-// (the plan numbers GPUs in PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/
-// SHELL of the user and the daemon's PATH; then the job's env (which cannot override the
-// daemon's own variables: validate() refuses them).
+// ("The worker contract"),
+// CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots (the plan numbers GPUs in
+// PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/SHELL of the user, the
+// daemon's PATH and PYTHONUNBUFFERED=1 (Python output reaches the log line by line); then the
+// job's env (which cannot override the daemon's own variables: validate() refuses them; it
+// may set PYTHONUNBUFFERED).
 // Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
 // peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
 // for its own uid (the spawner refuses any other, and that failure is reported like a crash).

@@ -319,6 +319,19 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
   EXPECT_EQ(running("fm-1"), 2u);
 }
 
+TEST_F(JobSupervisorTest, PythonWorkersAreUnbufferedUnlessTheJobSaysOtherwise) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("py-1", 1, 1, kDumpEnv)));
+  EXPECT_EQ(wait_env("py-1", 1, 0)["PYTHONUNBUFFERED"], "1");
+  RoundStart own = start("py-2", 1, 1, kDumpEnv);
+  own.spec.env["PYTHONUNBUFFERED"] = "";
+  EXPECT_TRUE(supervisor_->on_round(now(), own));
+  auto env = wait_env("py-2", 1, 0);
+  ASSERT_TRUE(env.contains("PYTHONUNBUFFERED"));
+  EXPECT_EQ(env["PYTHONUNBUFFERED"], "");
+}
+
 TEST_F(JobSupervisorTest, AnIpv6StoreEndpointGivesABareMasterAddr) {
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
