@@ -544,12 +544,14 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
             << world_of(job) << ", store " << cell(job, "store_endpoint") << "\n"
             << "restarts: " << cell(job, "restarts") << " of " << cell(spec, "max_restarts") << "\n"
             << "user:     " << cell(spec, "user") << "\n";
-  std::vector<std::vector<std::string>> rows = {{"NODE", "GENERATION", "SLOTS", "FIRST-RANK"}};
+  // RESTARTS: the node's TORCHELASTIC_RESTART_COUNT (counted per node, as torchrun's agents).
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "GENERATION", "SLOTS", "FIRST-RANK", "RESTARTS"}};
   const json& ranks = member(job, "ranks");
   if (ranks.is_array()) {
     for (const json& r : ranks) {
-      rows.push_back(
-          {cell(r, "node"), cell(r, "generation"), cell(r, "slots"), cell(r, "first_rank")});
+      rows.push_back({cell(r, "node"), cell(r, "generation"), cell(r, "slots"),
+                      cell(r, "first_rank"), cell(r, "restarts")});
     }
   }
   if (rows.size() > 1) print_table(rows);

@@ -296,7 +296,8 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   w.env["ROLE_NAME"] = "default";
   w.env["MASTER_ADDR"] = master_addr;
   w.env["MASTER_PORT"] = master_port;
-  w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(start.restarts);
+  // Per node, as torchrun counts per agent (rendezvous/planner.h, make_open_round).
+  w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(entry->restarts);
   w.env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
   w.env["TORCHELASTIC_RUN_ID"] = id;
   w.env["ELASTIC_JOB_ID"] = id;

@@ -18,7 +18,7 @@
 // lowest free ones, so two jobs on one node never share a slot.
 //
 // Worker environment: the torchrun-compatible variables and ELASTIC_* of ARCHITECTURE.md
-// ("The worker contract"),
+// ("The worker contract"; TORCHELASTIC_RESTART_COUNT is this node's count in the rank map),
 // CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots (the plan numbers GPUs in
 // PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/SHELL of the user, the
 // daemon's PATH and PYTHONUNBUFFERED=1 (Python output reaches the log line by line); then the

@@ -321,7 +321,8 @@ bool RoundService::on_port_conflict(TimePoint now, const rendezvous::JobRecord& 
     // No other port, or moved enough: a failure of that node's workers (it costs a restart, so
     // a job whose store can never start fails instead of moving for ever).
     spdlog::warn("rendezvous: job {} round {}: {} (a worker failure now)", job.id, job.round, what);
-    state.failure = rendezvous::WorkerFailure{.round = job.round, .at = wall_now(), .detail = what};
+    state.failure = rendezvous::WorkerFailure{
+        .round = job.round, .at = wall_now(), .detail = what, .node = conflict.node};
     state.failure_node = conflict.node;
     state.failure_seen = now - config_.rendezvous.job_peer_timeout;  // no crash to wait out
     return false;
@@ -454,6 +455,7 @@ void RoundService::plan_job(
     }
     if (any && only_quarantine) {
       decision.reason = rendezvous::RoundReason::kWorkerFailed;
+      decision.failed_node = state.failure_node;
       decision.detail =
           state.failure->detail + "; node " + state.failure_node + " is quarantined for this job";
     }
@@ -632,8 +634,8 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
       const std::string detail =
           report.detail.empty() ? "a worker of " + from + " failed" : report.detail;
       spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
-      it->second.failure =
-          rendezvous::WorkerFailure{.round = round, .at = wall_now(), .detail = detail};
+      it->second.failure = rendezvous::WorkerFailure{
+          .round = round, .at = wall_now(), .detail = detail, .node = from};
       it->second.failure_node = from;
       it->second.failure_seen = now;
       next_plan_ = now;
