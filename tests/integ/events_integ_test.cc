@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -119,6 +121,68 @@ TEST(EventsInteg, AWorkerCrashHasACompleteIncidentTimeline) {
   EXPECT_TRUE(kinds.contains("round_opened")) << all.dump();
   EXPECT_TRUE(kinds.contains("incident")) << all.dump();
   EXPECT_TRUE(elasticctl(ctl_args(p.n1, {"cancel", id})).status.exited_with(0));
+}
+
+// A script that reports no progress (sleep) on three daemons; n3 is killed, the job recovers on
+// n1 and n2 (round 2), n3 comes back and the job grows (round 3). The node loss's timeline ends
+// at round 2's rendezvous with "no progress reports" (issue 16 item 6: it stayed "(in
+// progress)" and its rendezvous named the grow round, "+54.65 s (round 3)", where round 2 had
+// opened at +2.7 s).
+TEST(EventsInteg, AHostLossOfAJobWithoutProgressEndsAtTheRecoveryRound) {
+  TempDir dir;
+  Daemon n1{dir, "n1", {}};
+  n1.start();
+  std::vector<std::unique_ptr<Daemon>> others;
+  for (const char* name : {"n2", "n3"}) {
+    others.push_back(std::make_unique<Daemon>(dir, name, std::vector<std::string>{n1.seed()}));
+    others.back()->start();
+  }
+  Daemon& n3 = *others[1];
+  ASSERT_TRUE(wait_until([&] { return all_alive({&n1, others[0].get(), &n3}); }, kConverge));
+  const RunResult submitted = elasticctl(
+      ctl_args(n1, {"submit", "--name", "quiet", "--nodes", "2:3", "--", "/bin/sleep", "600"}));
+  ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
+  const std::string id = "quiet-1";
+  json job;
+  const auto running_on = [&](std::size_t nodes, std::uint64_t round) {
+    job = ctl_json(n1, {"status", id, "--json"});
+    return !job.is_null() && job["state"] == "running" && job["ranks"].size() == nodes &&
+           job["round"] == round;
+  };
+  ASSERT_TRUE(wait_until([&] { return running_on(3, 1); }, kRecover)) << job.dump();
+  n3.process().signal(SIGKILL);
+  n3.process().wait(std::chrono::seconds(10));
+  ASSERT_TRUE(wait_until([&] { return running_on(2, 2); }, kRecover)) << job.dump();
+  n3.start();
+  ASSERT_TRUE(wait_until([&] { return running_on(3, 3); }, kRecover)) << job.dump();
+  json incidents;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json reply = ctl_json(n1, {"events", id, "--json"});
+        if (reply.is_null()) return false;
+        incidents = reply["incidents"];
+        return incidents.size() == 2 && incidents[1]["rendezvous_s"].is_number();
+      },
+      kRecover))
+      << incidents.dump(1);
+  const json& loss = incidents[0];
+  EXPECT_EQ(loss["cause"], "node_lost") << loss.dump();
+  EXPECT_EQ(loss["node"], "n3") << loss.dump();
+  EXPECT_EQ(loss["from_round"], 1);
+  EXPECT_EQ(loss["to_round"], 2) << loss.dump();
+  EXPECT_EQ(loss["to_nodes"], 2) << loss.dump();
+  EXPECT_TRUE(loss["rendezvous_s"].is_number()) << loss.dump();
+  EXPECT_EQ(loss["complete"], true) << loss.dump();
+  EXPECT_EQ(loss["progress_reports"], false) << loss.dump();
+  EXPECT_EQ(incidents[1]["cause"], "grow") << incidents[1].dump();
+  EXPECT_EQ(incidents[1]["to_round"], 3) << incidents[1].dump();
+  const RunResult human = elasticctl(ctl_args(n1, {"events", id}));
+  ASSERT_TRUE(human.status.exited_with(0)) << human.err;
+  EXPECT_THAT(human.out, HasSubstr("(round 2, 2 nodes)")) << human.out;
+  EXPECT_THAT(human.out, HasSubstr("(no progress reports: the workers started at the rendezvous)"))
+      << human.out;
+  EXPECT_THAT(human.out, ::testing::Not(HasSubstr("(in progress)"))) << human.out;
+  EXPECT_TRUE(elasticctl(ctl_args(n1, {"cancel", id})).status.exited_with(0));
 }
 
 TEST(EventsInteg, ProgressFromAUserWhoDoesNotOwnTheJobIsRefused) {
