@@ -74,6 +74,21 @@ bool is_active_round_state(JobState state) {
   return state == JobState::kRendezvous || state == JobState::kRunning;
 }
 
+// Whether a member of `job`'s round is alive in membership (the same daemon instance) but has
+// not told this leader its slots yet: a new leader hears them only once each node learns of it
+// (node_info), and until then the planner would count that member as lost.
+bool member_slots_unknown(
+    const rendezvous::JobRecord& job,
+    const std::map<std::string, const membership::MemberView*>& alive,
+    const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots) {
+  return std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+    const auto view = alive.find(member.node);
+    if (view == alive.end() || view->second->generation != member.generation) return false;
+    const auto known = node_slots.find(member.node);
+    return known == node_slots.end() || known->second.first != member.generation;
+  });
+}
+
 }  // namespace
 
 bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
@@ -112,6 +127,7 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   if (!leading_) {
     granter_.become_leader(consensus->term(), now);
     leading_ = true;
+    leading_since_ = now;
     next_plan_ = now;
     drains_seen_ = table.drained();
     incidents_.record(ClusterEvent{.at_ms = wall_now().time_since_epoch().count(),
@@ -250,6 +266,12 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       const auto known = node_slots_.find(name);
       if (known == node_slots_.end() || known->second.first != view->generation) continue;
       usable[name] = {view, ledger.free_slots(name, id)};
+    }
+    // A new leader waits for the slots of the job's live members (every node sends them when
+    // it learns of the leader) rather than re-plan the job without them, but not beyond
+    // kNodeInfoResend: a member that never reports is then treated as gone.
+    if (now < leading_since_ + kNodeInfoResend && member_slots_unknown(job, alive, node_slots_)) {
+      continue;
     }
     if (state.port_busy && is_active_round_state(job.state) &&
         on_port_conflict(now, job, state, ledger, *consensus)) {
