@@ -74,16 +74,22 @@ bool is_active_round_state(JobState state) {
   return state == JobState::kRendezvous || state == JobState::kRunning;
 }
 
-// Whether a member of `job`'s round is alive in membership (the same daemon instance) but has
-// not told this leader its slots yet: a new leader hears them only once each node learns of it
-// (node_info), and until then the planner would count that member as lost.
+// Whether a member of `job`'s round is alive in membership (the same daemon instance, not
+// suspect, not declared lost by the job tier: `lost`) but has not told this leader its slots
+// yet: a new leader hears them only once each node learns of it (node_info), and until then the
+// planner would count that member as lost. A dead member (say the old leader) is not waited for.
 bool member_slots_unknown(
     const rendezvous::JobRecord& job,
     const std::map<std::string, const membership::MemberView*>& alive,
-    const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots) {
+    const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots,
+    const std::map<std::pair<std::string, std::uint64_t>, TimePoint>& lost) {
   return std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
     const auto view = alive.find(member.node);
-    if (view == alive.end() || view->second->generation != member.generation) return false;
+    if (view == alive.end() || view->second->generation != member.generation ||
+        view->second->state != membership::MemberState::kAlive ||
+        lost.contains({member.node, member.generation})) {
+      return false;
+    }
     const auto known = node_slots.find(member.node);
     return known == node_slots.end() || known->second.first != member.generation;
   });
@@ -270,7 +276,8 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     // A new leader waits for the slots of the job's live members (every node sends them when
     // it learns of the leader) rather than re-plan the job without them, but not beyond
     // kNodeInfoResend: a member that never reports is then treated as gone.
-    if (now < leading_since_ + kNodeInfoResend && member_slots_unknown(job, alive, node_slots_)) {
+    if (now < leading_since_ + kNodeInfoResend &&
+        member_slots_unknown(job, alive, node_slots_, state.lost)) {
       continue;
     }
     if (state.port_busy && is_active_round_state(job.state) &&
