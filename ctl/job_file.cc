@@ -1,6 +1,8 @@
 #include "ctl/job_file.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,8 @@
 #include "daemon/config/rules.h"
 #include "daemon/config/toml_text.h"
 #include "daemon/core/duration.h"
+
+extern char** environ;
 
 namespace elastic::ctl {
 namespace {
@@ -105,6 +109,141 @@ std::string resolve_path(const std::string& path, const std::string& cwd) {
   return (std::filesystem::path(cwd) / path).lexically_normal().string();
 }
 
+// What `export` (or --export) selects: everything, nothing, or the listed names.
+struct ExportChoice {
+  bool all = false;
+  std::vector<std::string> names;  // when !all; empty = NONE
+};
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// "ALL", "NONE" (any case) or "NAME,NAME,..."; the error is the problem without a key.
+Result<ExportChoice> parse_export(std::string_view text) {
+  const auto trimmed = [](std::string_view s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    return s;
+  };
+  const std::string_view whole = trimmed(text);
+  if (equals_ignoring_case(whole, "ALL")) return ExportChoice{.all = true, .names = {}};
+  if (equals_ignoring_case(whole, "NONE")) return ExportChoice{};
+  const std::string expected =
+      "expected ALL, NONE or a comma-separated list of variable names, got " + quote(text);
+  if (whole.empty()) return Error{expected};
+  ExportChoice choice;
+  std::size_t start = 0;
+  while (start <= whole.size()) {
+    const std::size_t comma = std::min(whole.find(',', start), whole.size());
+    const std::string_view name = trimmed(whole.substr(start, comma - start));
+    if (equals_ignoring_case(name, "ALL") || equals_ignoring_case(name, "NONE")) {
+      return Error{expected + " (ALL and NONE stand alone)"};
+    }
+    if (!rendezvous::is_env_name(name)) {
+      return Error{expected + " (" + quote(name) + " is not a variable name)"};
+    }
+    if (rendezvous::is_daemon_owned_env(name)) {
+      return Error{std::string(name) +
+                   " is set by the daemon for every worker and is never exported"};
+    }
+    if (rendezvous::is_unexported_env(name)) {
+      return Error{std::string(name) +
+                   " describes the submitting host or session and is never exported (pass it "
+                   "with --env " +
+                   std::string(name) + "=VALUE if the workers need it)"};
+    }
+    choice.names.emplace_back(name);
+    start = comma + 1;
+  }
+  return choice;
+}
+
+// The bytes an exec of `spec` (command, env, exported_env) takes, as validate() counts them.
+std::size_t exec_bytes(const JobSpec& spec) {
+  std::size_t bytes = 0;
+  for (const std::string& arg : spec.command) bytes += arg.size() + 1;
+  for (const auto& [name, value] : spec.env) bytes += name.size() + value.size() + 2;
+  for (const auto& [name, value] : spec.exported_env) {
+    if (!spec.env.contains(name)) bytes += name.size() + value.size() + 2;
+  }
+  return bytes;
+}
+
+// "A (20001 bytes), B (9000 bytes) and C (512 bytes)": the largest of `vars`.
+std::string largest(const std::map<std::string, std::string>& vars) {
+  std::vector<std::pair<std::size_t, std::string>> sizes;
+  for (const auto& [name, value] : vars) sizes.emplace_back(name.size() + value.size() + 2, name);
+  // Largest first; equal sizes by name, so the message does not depend on the sort.
+  std::sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  sizes.resize(std::min<std::size_t>(sizes.size(), 3));
+  std::string text;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0                  ? ""
+             : i + 1 == sizes.size() ? " and "
+                                     : ", ") +
+            sizes[i].second + " (" + std::to_string(sizes[i].first) + " bytes)";
+  }
+  return text;
+}
+
+constexpr const char* kSendLess =
+    "; unset what the workers do not need before submitting, or name what to pass with "
+    "--export NAME,... (or NONE)";
+
+// Fills spec->exported_env from `environment` as `choice` says, or returns the problem ("" =
+// none; then the spec keeps no exported environment). Runs after command and env are final:
+// the limits count them too.
+std::string export_environment(const ExportChoice& choice,
+                               const std::map<std::string, std::string>& environment,
+                               JobSpec* spec) {
+  std::map<std::string, std::string> exported;
+  if (choice.all) {
+    for (const auto& [name, value] : environment) {
+      if (rendezvous::is_env_name(name) && !rendezvous::is_unexported_env(name)) {
+        exported.emplace(name, value);
+      }
+    }
+  } else {
+    for (const std::string& name : choice.names) {
+      if (const auto it = environment.find(name); it != environment.end()) {
+        exported.emplace(name, it->second);
+      }
+    }
+  }
+  std::map<std::string, std::string> too_long;
+  for (const auto& [name, value] : exported) {
+    if (value.size() > rendezvous::kMaxEnvValueBytes) too_long.emplace(name, value);
+  }
+  if (!too_long.empty()) {
+    return "the limit for one variable is " + std::to_string(rendezvous::kMaxEnvValueBytes) +
+           " bytes, and the environment to export has " + std::to_string(too_long.size()) +
+           " longer: " + largest(too_long) + kSendLess;
+  }
+  std::size_t variables = spec->env.size();
+  for (const auto& entry : exported) variables += spec->env.contains(entry.first) ? 0 : 1;
+  if (variables > rendezvous::kMaxEnvVars) {
+    return "the environment to export has " + std::to_string(exported.size()) +
+           " variables; with env that is more than the limit of " +
+           std::to_string(rendezvous::kMaxEnvVars) + kSendLess;
+  }
+  JobSpec with = *spec;
+  with.exported_env = exported;
+  if (const std::size_t bytes = exec_bytes(with); bytes > rendezvous::kMaxCommandAndEnvBytes) {
+    return "the environment to export takes " + std::to_string(bytes - exec_bytes(*spec)) +
+           " bytes; with the command and env that is " + std::to_string(bytes) +
+           " bytes, more than the limit of " + std::to_string(rendezvous::kMaxCommandAndEnvBytes) +
+           "; the largest: " + largest(exported) + kSendLess;
+  }
+  spec->exported_env = std::move(exported);
+  return "";
+}
+
 // Where each field of the merged spec came from, by validate()'s field names, and which fields
 // kept a default because the value given for them was wrong: their rules would only repeat
 // that problem.
@@ -154,7 +293,8 @@ const std::vector<std::string>& job_file_keys() {
                                                 "restart_backoff",
                                                 "last_call",
                                                 "working_dir",
-                                                "user"};
+                                                "user",
+                                                "export"};
   return keys;
 }
 
@@ -289,6 +429,28 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
       const std::string why = read_string(v, &user);
       problem(v, key, why);
       if (why.empty()) file.user = user;
+    } else if (key == "export") {
+      // A string as --export takes it, or an array of names (joined as --export writes them).
+      std::optional<std::string> setting;
+      if (v.is_string()) setting = v.as_string().str;
+      if (v.is_array() && !v.as_array().empty() &&
+          std::all_of(v.as_array().begin(), v.as_array().end(),
+                      [](const toml::value& name) { return name.is_string(); })) {
+        setting = "";
+        for (const toml::value& name : v.as_array()) {
+          *setting += (setting->empty() ? "" : ",") + name.as_string().str;
+        }
+      }
+      if (!setting) {
+        problem(v, key,
+                "expected \"ALL\", \"NONE\" or the variables to pass on (\"A,B\" or [\"A\", "
+                "\"B\"]), got " +
+                    describe(v));
+        continue;
+      }
+      const auto choice = parse_export(*setting);
+      problem(v, key, choice ? "" : choice.error().message);
+      if (choice) file.export_setting = setting;
     } else if (key == "uid" || key == "gid") {
       problem(v, key,
               "is taken from the submitting process's credentials and cannot be set in a job file");
@@ -354,6 +516,12 @@ Result<Caller> current_caller() {
   } else {
     caller.user = std::to_string(caller.uid);
   }
+  for (char** variable = environ; variable != nullptr && *variable != nullptr; ++variable) {
+    const std::string_view text = *variable;
+    const auto eq = text.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    caller.environment.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
   std::error_code ec;
   caller.cwd = std::filesystem::current_path(ec).string();
   if (ec) {
@@ -361,6 +529,56 @@ Result<Caller> current_caller() {
                  "); cd into an existing directory or give working_dir."};
   }
   return caller;
+}
+
+std::string oversized_request_problem(const JobSpec& spec, std::size_t request_bytes,
+                                      std::size_t limit) {
+  if (request_bytes <= limit) return "";
+  const bool exported = !spec.exported_env.empty();
+  return std::string(exported ? "export: " : "env: ") + "the submit request takes " +
+         std::to_string(request_bytes) + " bytes, more than the control socket's limit of " +
+         std::to_string(limit) + "; the largest " +
+         (exported ? "exported variables: " + largest(spec.exported_env)
+                   : "variables of env: " + largest(spec.env)) +
+         (exported ? kSendLess : "");
+}
+
+Status resolve_command(JobSpec* spec, const Caller& caller) {
+  if (spec->command.empty() || spec->command.front().empty()) return ok_status();
+  std::string& program = spec->command.front();
+  if (program.find('/') != std::string::npos) {
+    program = resolve_path(program, caller.cwd);
+    return ok_status();
+  }
+  const auto path_it = caller.environment.find("PATH");
+  const std::string path = path_it != caller.environment.end() ? path_it->second : "/bin:/usr/bin";
+  std::string not_executable;
+  for (std::size_t start = 0; start <= path.size();) {
+    const std::size_t colon = std::min(path.find(':', start), path.size());
+    const std::string entry = path.substr(start, colon - start);
+    start = colon + 1;
+    // As execvp: an empty entry is the current directory.
+    const std::string dir = entry.empty() ? caller.cwd : resolve_path(entry, caller.cwd);
+    const std::string candidate = dir + (dir.ends_with('/') ? "" : "/") + program;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::faccessat(AT_FDCWD, candidate.c_str(), X_OK, AT_EACCESS) == 0) {
+      program = candidate;
+      return ok_status();
+    }
+    if (not_executable.empty()) not_executable = candidate;
+  }
+  if (!not_executable.empty()) {
+    return Error{"command: " + quote(program) + " was found in PATH only as " + not_executable +
+                 ", which you may not execute; make it executable or give the full path of "
+                 "another"};
+  }
+  constexpr std::size_t kShownPath = 512;
+  const std::string shown_path =
+      path.size() > kShownPath ? path.substr(0, kShownPath) + "..." : path;
+  return Error{"command: " + quote(program) + " was not found in PATH (" + shown_path +
+               "); give its full path, or submit from the environment (venv, conda, module) that "
+               "provides it"};
 }
 
 Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
@@ -478,6 +696,31 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
     spec.working_dir = *flags.working_dir;
     has_working_dir = true;
     sources.set("working_dir", "--workdir");
+  }
+
+  // The exported environment last: its limits count the final command and env.
+  {
+    std::string setting = "ALL";
+    std::string where = "export (the default, ALL)";
+    if (file != nullptr && file->export_setting) {
+      setting = *file->export_setting;
+      const int line = file->lines.count("export") ? file->lines.at("export") : 0;
+      where = (line > 0 ? file->path + ":" + std::to_string(line) : file->path) + ": export";
+    }
+    if (flags.export_setting) {
+      setting = *flags.export_setting;
+      where = "--export";
+    }
+    const Result<ExportChoice> choice = parse_export(setting);
+    // A bad file value was reported with the file's problems; a flag's is reported here.
+    if (!choice.ok() && flags.export_setting) {
+      errors.push_back(where + ": " + choice.error().message);
+    }
+    const std::string problem =
+        choice.ok() ? export_environment(*choice, caller.environment, &spec) : "";
+    if (!problem.empty()) errors.push_back(where + ": " + problem);
+    sources.set("exported_env", where.starts_with("-") ? where : where.substr(0, where.rfind(':')));
+    if (!choice.ok() || !problem.empty()) sources.quiet.insert("exported_env");
   }
 
   if (spec.name.empty() && !sources.label.count("name")) {

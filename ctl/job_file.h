@@ -5,7 +5,11 @@
 // file or the flags must give):
 //   name = "fmnist"                      job name; ids are "<name>-<n>"
 //   command = ["elastic-trainer", "--model", "fmnist"]   argv, an array of strings
-//   env = { OMP_PROC_BIND = "close" }    extra worker environment ([env] table works too)
+//   env = { OMP_PROC_BIND = "close" }    extra worker environment ([env] table works too);
+//                                        values may hold placeholders (rendezvous/placeholders.h)
+//   export = "ALL"                       the submitter's environment to pass on, as sbatch's
+//                                        --export: "ALL" (the default), "NONE", or the names
+//                                        to pass ("PYTHONPATH,NCCL_DEBUG" or an array of them)
 //   nodes = "2:3"                        MIN:MAX, or N (or an integer) for exactly N; or
 //   min_nodes = 2 / max_nodes = 3        (max defaults to min, min to 1; not with nodes)
 //   workers_per_node = 0                 0 = one per GPU (CPU slot on GPU-less hosts);
@@ -18,7 +22,21 @@
 //   user = "alice"                       only the submitting user (documentation/safety net)
 // Relative checkpoint_root and working_dir are resolved against the caller's cwd, because the
 // daemon (another process, maybe another node) cannot know it. Precedence: JobSpec defaults <
-// the file < flags (`-- CMD ARGS` replaces command; --env adds to or overrides env).
+// the file < flags (`-- CMD ARGS` replaces command; --env adds to or overrides env; --export
+// replaces export).
+//
+// Export: the caller's environment (Caller::environment) becomes the spec's exported_env, less
+// what rendezvous::is_unexported_env() names and names that are not variable names (bash's
+// exported functions, "BASH_FUNC_f%%"), both left out without a word under ALL; under a list,
+// naming one of them is an error, and a listed variable that is not set is left out. A value
+// over rendezvous::kMaxEnvValueBytes, more than kMaxEnvVars variables, or an environment that
+// brings the command and env past kMaxCommandAndEnvBytes is an error naming the limit and the
+// largest variables, blamed on "--export", "<file>:<line>: export" or "export (the default,
+// ALL)": "export (the default, ALL): the environment to export takes 300012 bytes; with the
+// command and env that is 300100 bytes, more than the limit of 262144; the largest: BIG0
+// (16006 bytes), ...; unset what the workers do not need before submitting, or name what to
+// pass with --export NAME,... (or NONE)". In practice the control socket's request frame
+// (oversized_request_problem() below) is met first.
 //
 // Errors: every problem at once, one line each (joined by '\n'), so one run shows them all.
 // Reading stops only when the file cannot be read as TOML at all (one line, JobFileError says
@@ -35,8 +53,9 @@
 // A rule is not reported again for a key whose value the file already got wrong (it kept its
 // default, so the rule would only add noise).
 //
-// Ownership: plain values. Thread safety: pure apart from reading the one file (and cwd,
-// which the caller passes in).
+// Ownership: plain values. Thread safety: pure apart from reading the one file and
+// resolve_command()'s look into the PATH directories (cwd and environment are read once, by
+// current_caller(), and passed in).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +84,8 @@ struct JobFile {
   std::map<std::string, int> lines;
   bool has_working_dir = false;
   std::optional<std::string> user;
+  // export as written: a string as is, an array of names joined with ','.
+  std::optional<std::string> export_setting;
   // The file's own problems, "<file>:<line>: <key>: <problem>" in file order (see above), and
   // the keys they concern as written ("name", "command[1]", "env.FOO"); those keep defaults.
   std::vector<std::string> problems;
@@ -94,6 +115,7 @@ struct JobOverrides {
   std::optional<std::string> restart_backoff;
   std::optional<std::string> last_call;
   std::optional<std::string> working_dir;
+  std::optional<std::string> export_setting;  // --export
 };
 
 // Who submits: jobs always run as this user (the daemon takes it from the socket's peer
@@ -103,9 +125,11 @@ struct Caller {
   std::uint32_t uid = 0;
   std::uint32_t gid = 0;
   std::string cwd;  // absolute
+  // The caller's environment (what export selects from, and PATH for resolve_command()).
+  std::map<std::string, std::string> environment;
 };
 
-// The calling process's identity and cwd.
+// The calling process's identity, cwd and environment.
 Result<Caller> current_caller();
 
 // file (optional) + flags -> a spec that passed rendezvous::validate(). Errors as above: the
@@ -113,6 +137,29 @@ Result<Caller> current_caller();
 // kExitDataError problem.
 Result<rendezvous::JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
                                            const Caller& caller);
+
+// Resolves spec->command[0] as the caller's shell would, so the job runs the program the
+// submitter means (a venv's or conda's python3) and not whatever the daemon's PATH finds:
+//  - a name without '/' is looked up in the caller's PATH (environment["PATH"]; without one,
+//    execvp's default /bin:/usr/bin; an empty entry is the cwd) and becomes the first entry's
+//    path whose file is executable by the caller (access(X_OK): elasticctl runs as the
+//    submitting user). Symlinks are kept, not followed (a venv's python3 is a link, and Python
+//    finds its venv through the link's path);
+//  - a relative path is made absolute against the caller's cwd; an absolute one is kept.
+// Only the submitting host's files are consulted: the resolved path must exist on every host
+// that runs the job (as with sbatch and srun on a shared filesystem). Error (exit 65):
+//   "command: 'python3' was not found in PATH (/venv/bin:/usr/bin); give its full path, or
+//    submit from the environment (venv, conda, module) that provides it"
+Status resolve_command(rendezvous::JobSpec* spec, const Caller& caller);
+
+// The problem when `spec`, sent as a submit request of `request_bytes`, is over the control
+// socket's frame limit `limit` (control::kMaxRequestBytes; "" = it fits): the bound an
+// exported environment meets first. Names the limit and the largest exported variables (env's
+// when nothing is exported) and how to send less:
+//   "export: the submit request takes 80123 bytes, more than the control socket's limit of
+//    65536; the largest exported variables: A (15006 bytes), ...; unset what ..."
+std::string oversized_request_problem(const rendezvous::JobSpec& spec, std::size_t request_bytes,
+                                      std::size_t limit);
 
 // "MIN:MAX" or "N" -> (min, max); the error is the problem without a key ("expected ...").
 Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_view text);

@@ -527,6 +527,23 @@ void print_event_line(const json& event, const std::string& job) {
             << cell(event, "to") << "  " << str(event, "reason") << "\n";
 }
 
+// A job's command as one shell-like line: arguments with spaces, quotes or nothing in them are
+// single-quoted, so what `status` shows can be read back and run.
+std::string command_line(const json& command) {
+  if (!command.is_array()) return "-";
+  std::string line;
+  for (const json& arg : command) {
+    std::string text = arg.is_string() ? arg.get<std::string>() : arg.dump();
+    if (text.empty() || text.find_first_of(" \t\n'\"\\$`*?;&|<>()[]{}#~") != std::string::npos) {
+      std::string quoted = "'";
+      for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      text = quoted + "'";
+    }
+    line += (line.empty() ? "" : " ") + text;
+  }
+  return line;
+}
+
 int job_status_command(const std::string& socket, const std::string& id, bool as_json) {
   json reply;
   if (int code = ask_or_report(socket, {{"verb", "job"}, {"job", id}}, kLeaderTimeout, reply)) {
@@ -543,7 +560,8 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
             << "round:    " << cell(job, "round") << ", " << nodes_of(job) << " nodes, world "
             << world_of(job) << ", store " << cell(job, "store_endpoint") << "\n"
             << "restarts: " << cell(job, "restarts") << " of " << cell(spec, "max_restarts") << "\n"
-            << "user:     " << cell(spec, "user") << "\n";
+            << "user:     " << cell(spec, "user") << "\n"
+            << "command:  " << command_line(member(spec, "command")) << "\n";
   // RESTARTS: the node's TORCHELASTIC_RESTART_COUNT (counted per node, as torchrun's agents).
   std::vector<std::vector<std::string>> rows = {
       {"NODE", "GENERATION", "SLOTS", "FIRST-RANK", "RESTARTS"}};
@@ -1022,6 +1040,11 @@ int run(int argc, char** argv) {
       "Workers' working directory; relative to the cwd (default: the cwd; '' = the user's home)");
   submit_cmd->add_option("--env", env_pairs, "NAME=VALUE for the workers (repeatable)")
       ->allow_extra_args(false);
+  std::string export_setting;
+  CLI::Option* export_opt = submit_cmd->add_option(
+      "--export", export_setting,
+      "Your environment to pass to the workers, as sbatch: ALL (default), NONE or VAR,VAR,... "
+      "(never host-specific ones such as HOSTNAME, SSH_*, DISPLAY, SLURM_*); --env beats it");
   submit_cmd->add_flag("--wait", wait,
                        "Follow the job until it ends: exit 0 succeeded, 3 failed, 4 cancelled");
   submit_cmd->add_flag("--dry-run", dry_run,
@@ -1282,25 +1305,41 @@ int run(int argc, char** argv) {
     if (last_call_opt->count() > 0) flags.last_call = last_call;
     if (ckpt_opt->count() > 0) flags.checkpoint_root = checkpoint_root;
     if (workdir_opt->count() > 0) flags.working_dir = working_dir;
+    if (export_opt->count() > 0) flags.export_setting = export_setting;
     auto caller = elastic::ctl::current_caller();
     if (!caller.ok()) {
       std::cerr << "elasticctl: " << caller.error().message << "\n";
       return elastic::ctl::kExitDataError;
     }
     auto spec = elastic::ctl::build_job_spec(file ? &*file : nullptr, flags, *caller);
+    // The program as the submitter's shell would find it (a venv's python3, not the daemon's).
+    if (spec.ok()) {
+      if (elastic::Status resolved = elastic::ctl::resolve_command(&*spec, *caller);
+          !resolved.ok()) {
+        spec = resolved.error();
+      }
+    }
     if (!spec.ok()) {
       std::cerr << spec.error().message << "\n"
                 << "elasticctl: the job spec is invalid; nothing was submitted\n";
       return elastic::ctl::kExitDataError;
     }
     const json spec_json = json::parse(elastic::rendezvous::to_json(*spec), nullptr, false);
+    const json submit_request{{"verb", "submit"}, {"spec", spec_json}};
+    // The daemon closes a connection whose request is over the frame limit: say why here.
+    if (const std::string too_big = elastic::ctl::oversized_request_problem(
+            *spec, submit_request.dump().size(), elastic::control::kMaxRequestBytes);
+        !too_big.empty()) {
+      std::cerr << too_big << "\n"
+                << "elasticctl: the job spec is invalid; nothing was submitted\n";
+      return elastic::ctl::kExitDataError;
+    }
     if (dry_run) {
       std::cout << dump(spec_json) << "\n";
       return 0;
     }
     json reply;
-    const int code =
-        ask_or_report(socket, {{"verb", "submit"}, {"spec", spec_json}}, kLeaderTimeout, reply);
+    const int code = ask_or_report(socket, submit_request, kLeaderTimeout, reply);
     if (code != 0) return code;
     const std::string id = str(member(reply, "job"), "id");
     if (as_json && !wait) {

@@ -82,7 +82,8 @@ struct TransportConfig {
   std::string advertise = "";
   // Per-peer queue bound (ZMQ_SNDHWM); a full queue fails a send instead of blocking the node.
   int send_hwm = 1000;
-  // ZMQ_MAXMSGSIZE: a full-state push-pull of thousands of members fits; garbage does not.
+  // The largest envelope: a full-state push-pull of thousands of members fits; garbage does not.
+  // With CURVE it travels as frames of transport::kMaxFrameBytes (ZMQ_MAXMSGSIZE).
   std::int64_t max_message_bytes = 64 * 1024 * 1024;
   // ZMQ_TCP_MAXRT: a powered-off peer fails in seconds instead of the kernel's ~15 minutes.
   Duration tcp_max_retransmit_timeout = 15s;

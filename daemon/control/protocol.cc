@@ -59,7 +59,9 @@ json to_json(const TransportCounters& c) {
               {"control_unauthenticated", c.control_unauthenticated},
               {"peers_opened", c.peers_opened},
               {"peers_closed", c.peers_closed},
-              {"open_peers", c.open_peers}};
+              {"open_peers", c.open_peers},
+              {"accept_failures", c.accept_failures},
+              {"accept_pauses", c.accept_pauses}};
 }
 
 // Reads an optional field of the expected type; a present field of another type is an error.
@@ -236,7 +238,9 @@ Result<NodesReply> decode_nodes_reply(const std::string& text) {
           read_field(*counters, "control_unauthenticated", c.control_unauthenticated, error) &&
           read_field(*counters, "peers_opened", c.peers_opened, error) &&
           read_field(*counters, "peers_closed", c.peers_closed, error) &&
-          read_field(*counters, "open_peers", c.open_peers, error))) {
+          read_field(*counters, "open_peers", c.open_peers, error) &&
+          read_field(*counters, "accept_failures", c.accept_failures, error) &&
+          read_field(*counters, "accept_pauses", c.accept_pauses, error))) {
       return Error{"Bad nodes reply: " + error + "."};
     }
   }

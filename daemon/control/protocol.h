@@ -7,7 +7,7 @@
 // credentials portably; JSON because the replies are what `elasticctl ... --json` prints, so
 // scripts and the namespace harness read exactly what the daemon sent.
 //
-// Request:  {"verb": "nodes" | "status"}
+// Request:  {"verb": "<one of control/verbs.h>", ...verb-specific fields (requests.h)...}
 // Reply:    {"ok": true, ...verb-specific fields...} or {"ok": false, "error": "<sentence>"}
 // Field names are only ever added; decoders ignore unknown fields.
 //
@@ -86,6 +86,9 @@ struct TransportCounters {
   std::uint64_t peers_opened = 0;
   std::uint64_t peers_closed = 0;
   std::uint64_t open_peers = 0;
+  // Inbound connections: failed accepts (out of fds) and the listening pauses they caused.
+  std::uint64_t accept_failures = 0;
+  std::uint64_t accept_pauses = 0;
 };
 
 // Reply to "nodes": every member this node knows, self included, by name, and the counters.

@@ -95,7 +95,8 @@ std::vector<std::string> effective_voters(const config::DaemonConfig& config,
 std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& config,
                                                    const std::string& self,
                                                    std::uint64_t generation, StateMachine& machine,
-                                                   TimePoint now, OpenFailure& failure) {
+                                                   Clock& clock, OpenFailure& failure) {
+  const TimePoint now = clock.now();
   std::unique_ptr<ConsensusHost> host(new ConsensusHost());
   host->self_ = self;
   host->self_id_ = voter_id(self);
@@ -214,8 +215,7 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
   consensus::RaftConfig raft_config;
   raft_config.election_timeout = config.consensus.election_timeout;
   raft_config.heartbeat_interval = config.consensus.heartbeat_interval;
-  std::random_device entropy;
-  const std::uint64_t seed = (std::uint64_t{entropy()} << 32) ^ entropy() ^ generation;
+  const std::uint64_t seed = clock.seed() ^ generation;
   host->snapshot_every_ =
       static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries));
   consensus::Recovered recovered = host->log_->recovered();

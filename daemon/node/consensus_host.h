@@ -64,6 +64,7 @@
 #include "daemon/config/config.h"
 #include "daemon/consensus/raft.h"
 #include "daemon/consensus/raft_log.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/wire/messages.h"
@@ -128,7 +129,7 @@ class ConsensusHost {
   // `generation` is this node's restart counter (1 = the state directory is new).
   static std::unique_ptr<ConsensusHost> open(const config::DaemonConfig& config,
                                              const std::string& self, std::uint64_t generation,
-                                             StateMachine& machine, TimePoint now,
+                                             StateMachine& machine, Clock& clock,
                                              OpenFailure& failure);
 
   void tick(TimePoint now);

@@ -53,8 +53,8 @@ ApplyResult decode_result(const std::string& bytes) {
 
 double seconds_of(Duration d) { return to_ms(d) / 1000.0; }
 
-rendezvous::WallTime wall_now() {
-  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+rendezvous::WallTime wall_time(const Clock& clock) {
+  return rendezvous::WallTime(std::chrono::milliseconds(clock.wall_ms()));
 }
 
 std::string user_name(std::uint32_t uid) {
@@ -62,14 +62,16 @@ std::string user_name(std::uint32_t uid) {
   return account ? account->name : std::to_string(uid);
 }
 
-// A job's env often carries secrets (tokens, passwords): only its owner, root and
-// control.admin_group see it; everyone else sees the job without it and "env_hidden": true.
+// A job's env and exported environment often carry secrets (tokens, passwords): only its
+// owner, root and control.admin_group see them; everyone else sees the job without them and
+// "env_hidden": true.
 json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uint32_t uid,
               bool admin) {
   json value = json::parse(rendezvous::to_json(job, max_events), nullptr, false);
   const bool may_see_env = admin || uid == 0 || uid == job.spec.uid;
   if (!may_see_env && value.is_object() && value.contains("spec") && value["spec"].is_object()) {
     value["spec"].erase("env");
+    value["spec"].erase("exported_env");
     value["spec"]["env_hidden"] = true;
   }
   return value;
@@ -92,13 +94,8 @@ std::string who(std::uint32_t uid) {
 
 }  // namespace
 
-bool is_leader_verb(std::string_view verb) {
-  return verb == "submit" || verb == "cancel" || verb == "jobs" || verb == "job" ||
-         verb == "voters" || verb == "events" || verb == "drain" || verb == "undrain" ||
-         verb == "drained";
-}
-
-JobService::JobService() : table_(std::make_unique<rendezvous::JobTable>()) {}
+JobService::JobService(const Clock& clock)
+    : clock_(&clock), table_(std::make_unique<rendezvous::JobTable>()) {}
 JobService::~JobService() = default;
 
 std::size_t JobService::job_count() const { return table_->jobs().size(); }
@@ -340,7 +337,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     command = rendezvous::SubmitJob{.client_id = request.client_id,
                                     .client_seq = request.client_seq,
                                     .spec = std::move(*spec),
-                                    .submitted_at = wall_now()};
+                                    .submitted_at = wall_time(*clock_)};
   } else if (request.verb == "cancel") {
     auto args = control::decode_job_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
@@ -349,7 +346,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                     .job_id = args->job,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
-                                    .at = wall_now()};
+                                    .at = wall_time(*clock_)};
   } else if (request.verb == "drain" || request.verb == "undrain") {
     auto args = control::decode_drain_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
@@ -365,7 +362,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                     .reason = args->reason,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
-                                    .at = wall_now()};
+                                    .at = wall_time(*clock_)};
   } else {
     return done(ForwardOutcome::kError, "Unknown verb \"" + request.verb + "\".");
   }

@@ -38,6 +38,7 @@
 #include <string_view>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/time.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
@@ -73,11 +74,10 @@ SubmitLimits submit_limits(const config::ControlConfig& control);
 // this node is not (or no longer) the leader, `body` says why and the caller tries elsewhere.
 using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
 
-bool is_leader_verb(std::string_view verb);
-
 class JobService : public StateMachine {
  public:
-  JobService();
+  // Submit times and job events are stamped with `clock`'s wall time (core/clock.h).
+  explicit JobService(const Clock& clock = system_clock());
   ~JobService() override;
   std::string apply(consensus::Index index, std::string_view command) override;
   std::string snapshot() const override;
@@ -100,6 +100,7 @@ class JobService : public StateMachine {
   }
 
  private:
+  const Clock* clock_;
   void serve_request(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
                      const ServeDone& done);
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,

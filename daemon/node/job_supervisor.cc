@@ -21,6 +21,7 @@
 #include "daemon/control/credentials.h"
 #include "daemon/node/round_report.h"
 #include "daemon/rendezvous/node_ledger.h"
+#include "daemon/rendezvous/placeholders.h"
 #include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
@@ -78,12 +79,6 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
   return nullptr;
 }
 
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The step and mtime of <dir>/LATEST ("step-000001200"), if it names one. The directory is the
 // user's: it is read as the job's user (any symlink on the way, or a directory the user may not
 // enter, gets the user's answer, not root's), the last component is not followed and a FIFO
@@ -109,8 +104,9 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 
 JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
                              std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan,
-                             Hooks hooks)
-    : self_(std::move(self)),
+                             Hooks hooks, const Clock& clock)
+    : clock_(&clock),
+      self_(std::move(self)),
       config_(config),
       spawner_(std::move(spawner)),
       plan_(std::move(plan)),
@@ -317,10 +313,22 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   // next job id would hand the user whatever it points at).
   if (!checkpoint_root.empty()) w.env["ELASTIC_CHECKPOINT_DIR"] = checkpoint_root + "/" + id;
   // Python block-buffers a stdout that is a pipe: print() output would reach the log only 8 KiB
-  // at a time or at exit. torchrun and srun users see lines as they come; the job's own value
-  // (set below from its env) wins.
+  // at a time or at exit. torchrun and srun users see lines as they come; a value the submitter
+  // exported or the job's env sets wins (set below).
   w.env["PYTHONUNBUFFERED"] = "1";
-  for (const auto& [name, value] : spec.env) w.env[name] = value;
+  // The submitter's exported environment (its PATH, PYTHONPATH, NCCL_*...) beats the daemon's
+  // defaults (PATH, LANG, OMP_NUM_THREADS) but not the variables validate() keeps for the
+  // daemon; the job's own env beats both.
+  for (const auto& [name, value] : spec.exported_env) w.env[name] = value;
+  const rendezvous::PlaceholderValues placeholders{
+      .job_id = id,
+      .checkpoint_dir =
+          checkpoint_root.empty() ? std::nullopt : std::optional(checkpoint_root + "/" + id),
+      .round = start.round.round};
+  Result<rendezvous::JobText> expanded = rendezvous::expand_job_text(spec, placeholders);
+  if (!expanded.ok()) return expanded.error();
+  w.argv = std::move(expanded->command);
+  for (auto& [name, value] : expanded->env) w.env[name] = std::move(value);
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {
     struct stat st {};
@@ -398,9 +406,12 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
 
 void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round,
                          std::uint32_t rank, const std::string& detail) {
-  job.failure =
-      json{{"job", id}, {"round", round}, {"rank", rank}, {"detail", detail}, {"at_ms", wall_ms()}}
-          .dump();
+  job.failure = json{{"job", id},
+                     {"round", round},
+                     {"rank", rank},
+                     {"detail", detail},
+                     {"at_ms", clock_->wall_ms()}}
+                    .dump();
   job.failure_verb = "worker_failed";
   hooks_.report(id, job.failure_verb, *job.failure);
   next_report_ = std::min(next_report_, now + kReportResend);
@@ -528,7 +539,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   }
   if (event == "checkpoint") {
     job.checkpoint =
-        CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = wall_ms()};
+        CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = clock_->wall_ms()};
   }
   std::string report =
       json{{"job", id},    {"round", current.round.round}, {"rank", rank}, {"event", event},

@@ -21,9 +21,13 @@
 // ("The worker contract"; TORCHELASTIC_RESTART_COUNT is this node's count in the rank map),
 // CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots (the plan numbers GPUs in
 // PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/SHELL of the user, the
-// daemon's PATH and PYTHONUNBUFFERED=1 (Python output reaches the log line by line); then the
-// job's env (which cannot override the daemon's own variables: validate() refuses them; it
-// may set PYTHONUNBUFFERED).
+// daemon's PATH and LANG, PYTHONUNBUFFERED=1 (Python output reaches the log line by line);
+// then the submitter's exported_env (its PATH, PYTHONPATH, NCCL_*, OMP_NUM_THREADS,
+// PYTHONUNBUFFERED... beat the daemon's defaults); then the job's env with its placeholders
+// expanded (rendezvous/placeholders.h: {job_id}, {checkpoint_dir}, {round}), as are the
+// command's arguments. Neither may override the daemon's own variables
+// (validate() refuses them). A placeholder that cannot be expanded ({checkpoint_dir} without a
+// checkpoint root) fails the start like a command that cannot be run.
 // Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
 // peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
 // for its own uid (the spawner refuses any other, and that failure is reported like a crash).
@@ -72,6 +76,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
@@ -116,8 +121,10 @@ class JobSupervisor {
     std::function<bool(std::uint16_t port)> port_in_use;
   };
 
+  // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
   JobSupervisor(std::string self, const config::DaemonConfig& config,
-                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks);
+                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks,
+                const Clock& clock = system_clock());
 
   // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
   // the same round are no-ops). Returns true when this round's workers are running, so the
@@ -171,6 +178,7 @@ class JobSupervisor {
   std::map<std::string, int> worker_state_counts() const;
 
  private:
+  const Clock* clock_;
   struct Worker {
     spawner::WorkerId id = 0;
     std::uint64_t round = 0;

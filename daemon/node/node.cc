@@ -20,6 +20,7 @@
 
 #include "daemon/control/requests.h"
 #include "daemon/control/server.h"
+#include "daemon/control/verbs.h"
 #include "daemon/node/body_limits.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
@@ -36,16 +37,6 @@
 namespace elastic::node {
 
 namespace {
-
-TimePoint clock_now() {
-  return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
-}
-
-std::int64_t wall_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -162,14 +153,17 @@ std::string derive_advertise_host(const std::vector<std::string>& seeds) {
   return address.empty() ? "127.0.0.1" : address;
 }
 
-std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure) {
-  std::unique_ptr<Node> node(new Node());
+Node::Node(Clock& clock) : clock_(&clock), jobs_(clock) {}
+
+std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure,
+                                  Clock& clock) {
+  std::unique_ptr<Node> node(new Node(clock));
   node->config_ = config;
-  node->started_ = clock_now();
+  node->started_ = clock.now();
   // Before ZeroMQ's threads exist: from_environment() unsets NOTIFY_SOCKET (setenv and getenv
   // race with other threads).
   node->life_.notifier = Notifier::from_environment();
-  node->life_.loaded_at_ms = wall_ms_now();
+  node->life_.loaded_at_ms = clock.wall_ms();
 
   // Before ZeroMQ creates its I/O threads: they inherit the mask, so these signals can only be
   // read from the signal fd, never delivered to a random thread.
@@ -245,8 +239,9 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     (void)self->transport_->send_control_reply(route, reply);
   });
   if (!config.control.metrics_listen.empty()) {
-    auto metrics = MetricsEndpoint::open(config.control.metrics_listen,
-                                         [self] { return self->render_metrics(clock_now()); });
+    auto metrics = MetricsEndpoint::open(config.control.metrics_listen, [self] {
+      return self->render_metrics(self->clock_->now());
+    });
     if (!metrics.ok()) {
       failure = {config::kExitUnavailable, metrics.error().message + " (control.metrics_listen)"};
       return nullptr;
@@ -254,11 +249,10 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     node->metrics_ = std::move(metrics.value());
   }
 
-  std::random_device entropy;
-  const std::uint64_t seed = (std::uint64_t{entropy()} << 32) ^ entropy() ^ node->generation_;
+  const std::uint64_t seed = clock.seed() ^ node->generation_;
   node->membership_ = std::make_unique<membership::Membership>(
       membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
-      clock_now());
+      clock.now());
 
   node->jobs_.set_submit_limits(submit_limits(config.control));
   node->jobs_.set_events_source([self](const std::string& job, std::size_t limit) {
@@ -273,8 +267,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
   node->voters_ = effective_voters(config, node->name_);
   OpenFailure raft_failure;
-  node->consensus_ = ConsensusHost::open(config, node->name_, node->generation_, node->jobs_,
-                                         clock_now(), raft_failure);
+  node->consensus_ =
+      ConsensusHost::open(config, node->name_, node->generation_, node->jobs_, clock, raft_failure);
   if (!node->consensus_) {
     failure = {raft_failure.exit_code, raft_failure.message};
     return nullptr;
@@ -314,7 +308,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
       JobSupervisor::Hooks{
           .report = [self](const std::string& job, const std::string& verb,
                            const std::string& args) { self->rounds_->report_for(job, verb, args); },
-          .port_in_use = tcp_port_in_use});
+          .port_in_use = tcp_port_in_use},
+      *node->clock_);
 
   node->rounds_ = std::make_unique<RoundService>(
       node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,
@@ -338,7 +333,8 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
               [self](TimePoint now, const std::string& job, bool graceful, const std::string& why) {
                 self->supervisor_->stop_job(now, job,
                                             graceful ? StopMode::kGraceful : StopMode::kKill, why);
-              }});
+              }},
+      *node->clock_);
   node->rounds_->set_slots(node->supervisor_->slots());
   // Only now is the generation used up: a start that failed above never ran, so its retry is
   // still this node's first (a new voter bootstraps Raft only at generation 1).
@@ -416,7 +412,7 @@ void Node::reload(TimePoint now) {
   } catch (...) {
     loaded = Error{"internal error while reading the configuration"};
   }
-  life_.reload_at_ms = wall_ms_now();
+  life_.reload_at_ms = clock_->wall_ms();
   if (!loaded.ok()) {
     // load_config reports one problem per line; STATUS and the status verb want one line.
     std::string message = loaded.error().message;
@@ -561,21 +557,21 @@ int Node::run() {
     if (!seed.name.empty()) seed_names_.emplace(seed.endpoint, seed.name);
   }
   membership::Effects effects;
-  membership_->join(clock_now(), seeds, effects);
-  carry_out(clock_now(), std::move(effects));
+  membership_->join(clock_->now(), seeds, effects);
+  carry_out(clock_->now(), std::move(effects));
   spdlog::info("elasticd ready: name={} generation={} address={} control={}{}", name_, generation_,
                address_, control_->path(),
                metrics_ ? " metrics=" + metrics_->bound_address() : std::string());
   life_.seeds = seeds.size();
-  update_lifecycle(clock_now());
+  update_lifecycle(clock_->now());
 
   while (!stop_) {
-    TimePoint now = clock_now();
+    TimePoint now = clock_->now();
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
     std::vector<int> watched = {control_->fd(), signal_fd_, supervisor_->fd()};
     if (metrics_) watched.push_back(metrics_->fd());
     transport::Received received = transport_->receive(wait, watched);
-    now = clock_now();
+    now = clock_->now();
     effects = {};
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
         received.readable_fds.end()) {
@@ -797,9 +793,7 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
     if (rounds_) {
       const bool joined = inserted && event.state == membership::MemberState::kAlive;
       rounds_->record_event(
-          ClusterEvent{.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count(),
+          ClusterEvent{.at_ms = clock_->wall_ms(),
                        .kind = joined ? std::string("member_joined")
                                       : std::string("member_") + state_name(event.state),
                        .node = event.name,
@@ -812,7 +806,7 @@ void Node::log_events(const std::vector<membership::MemberEvent>& events) {
 
 void Node::leave_gracefully() {
   membership::Effects effects;
-  TimePoint now = clock_now();
+  TimePoint now = clock_->now();
   membership_->leave(now, effects);
   carry_out(now, std::move(effects));
   // Keep serving (peers may probe us and learn we left) until every queued send has gone to
@@ -821,7 +815,7 @@ void Node::leave_gracefully() {
   while (true) {
     const transport::TransportStats stats = transport_->stats();
     if (stats.sent + stats.send_failures >= sends_attempted_) break;
-    now = clock_now();
+    now = clock_->now();
     if (now >= deadline) {
       spdlog::warn("leaving: {} messages still queued after {} ms; dropping them",
                    sends_attempted_ - stats.sent - stats.send_failures, kLeaveFlush.count());
@@ -829,7 +823,7 @@ void Node::leave_gracefully() {
     }
     transport::Received received =
         transport_->receive(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
-    now = clock_now();
+    now = clock_->now();
     effects = {};
     deliver(now, received.envelopes, effects);
     carry_out(now, std::move(effects));
@@ -849,225 +843,251 @@ bool Node::is_admin(const control::PeerCredentials& peer) const {
   return control::is_admin(peer, config_.control.admin_group);
 }
 
+// Each verb of control::verbs() and its handler; handle_control() checks the table's caller
+// rule first. A verb without an entry would be answered as unknown: control_abuse_integ sends
+// every verb of the table to a daemon and checks that none is.
+const Node::ControlEntry Node::kControlHandlers[] = {
+    {"submit", &Node::control_to_leader},  {"status", &Node::control_status},
+    {"jobs", &Node::control_to_leader},    {"job", &Node::control_to_leader},
+    {"nodes", &Node::control_nodes},       {"logs", &Node::control_logs},
+    {"cancel", &Node::control_to_leader},  {"events", &Node::control_to_leader},
+    {"drain", &Node::control_to_leader},   {"undrain", &Node::control_to_leader},
+    {"drained", &Node::control_to_leader}, {"voters", &Node::control_to_leader},
+    {"topology", &Node::control_topology}, {"reload", &Node::control_reload},
+    {"progress", &Node::control_progress},
+};
+
 std::optional<std::string> Node::handle_control(const control::Request& request,
                                                 const control::PeerCredentials& peer,
                                                 control::ReplyHandle handle) {
   spdlog::debug("control request \"{}\" from pid {} uid {} gid {}", request.verb, peer.pid,
                 peer.uid, peer.gid);
   count_control_request(request.verb);
-  const TimePoint now = clock_now();
-  if (is_leader_verb(request.verb)) {
-    const std::uint64_t id = next_call_id_++;
-    Call call;
-    call.request = ClientRequest{
-        .verb = request.verb,
-        .args = request.text,
-        .uid = static_cast<std::uint32_t>(peer.uid),
-        .gid = static_cast<std::uint32_t>(peer.gid),
-        .admin = is_admin(peer),
-        .client_id = name_ + "/" + std::to_string(generation_) + "/" + std::to_string(id),
-        .client_seq = 1};
-    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
-    call.handle_serial = handle.serial;
-    call.deadline = now + kClientRequestTimeout;
-    calls_.emplace(id, std::move(call));
-    dispatch(now, id);
-    return std::nullopt;
+  const control::Verb* verb = control::find_verb(request.verb);
+  const auto entry = std::find_if(std::begin(kControlHandlers), std::end(kControlHandlers),
+                                  [&](const ControlEntry& e) { return e.verb == request.verb; });
+  if (verb == nullptr || entry == std::end(kControlHandlers)) {
+    return control::encode_error_reply(control::unknown_verb_message(request.verb));
   }
-  if (request.verb == "progress") {
-    // A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
-    // Rate-limited there; the worker is answered at once either way.
-    Status accepted =
-        supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
-    if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
-    return std::string(R"({"ok":true})");
+  if (verb->caller == control::Caller::kAdmin && !is_admin(peer)) {
+    return control::encode_error_reply(control::admin_only_message(*verb),
+                                       control::ErrorCode::kPermission);
   }
-  if (request.verb == "topology") {
-    nlohmann::json reply = {{"ok", true}, {"node", name_}};
-    reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
-                                              /*allow_exceptions=*/false);
-    return reply.dump();
+  return (this->*(entry->handler))(ControlCall{request, peer, handle, clock_->now()});
+}
+
+void Node::start_call(const ControlCall& call, std::string client_id, std::string target,
+                      Duration timeout) {
+  const std::uint64_t id = next_call_id_++;
+  Call waiting;
+  waiting.request = ClientRequest{
+      .verb = call.request.verb,
+      .args = call.request.text,
+      .uid = static_cast<std::uint32_t>(call.peer.uid),
+      .gid = static_cast<std::uint32_t>(call.peer.gid),
+      .admin = is_admin(call.peer),
+      .client_id = client_id.empty() ? std::string() : client_id + "/" + std::to_string(id),
+      .client_seq = 1};
+  waiting.target = std::move(target);
+  waiting.handle_fd = static_cast<std::uint64_t>(call.handle.fd);
+  waiting.handle_serial = call.handle.serial;
+  waiting.deadline = call.now + timeout;
+  calls_.emplace(id, std::move(waiting));
+  dispatch(call.now, id);
+}
+
+// The job table's verbs: served by the Raft leader, wherever it is.
+std::optional<std::string> Node::control_to_leader(const ControlCall& call) {
+  start_call(call, name_ + "/" + std::to_string(generation_), "", kClientRequestTimeout);
+  return std::nullopt;
+}
+
+// A worker's progress (trainer/progress.h): checked by the supervisor, then to the leader.
+// Rate-limited there; the worker is answered at once either way.
+std::optional<std::string> Node::control_progress(const ControlCall& call) {
+  const auto& request = call.request;
+  const auto& peer = call.peer;
+  const TimePoint now = call.now;
+  Status accepted =
+      supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
+  if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
+  return std::string(R"({"ok":true})");
+}
+
+std::optional<std::string> Node::control_topology(const ControlCall&) {
+  nlohmann::json reply = {{"ok", true}, {"node", name_}};
+  reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
+                                            /*allow_exceptions=*/false);
+  return reply.dump();
+}
+
+// A worker log: served here when the request names this node (or none), else by the named one.
+std::optional<std::string> Node::control_logs(const ControlCall& call) {
+  const auto& request = call.request;
+  const auto& peer = call.peer;
+  auto args = control::decode_logs_request(request.text);
+  if (!args.ok()) return control::encode_error_reply(args.error().message);
+  const std::string target = args->node;
+  if (target.empty() || target == name_) {
+    bool denied = false;
+    auto served = serve_node_verb(request.verb, request.text, static_cast<std::uint32_t>(peer.uid),
+                                  is_admin(peer), &denied);
+    if (served.ok()) return *served;
+    return control::encode_error_reply(served.error().message, denied
+                                                                   ? control::ErrorCode::kPermission
+                                                                   : control::ErrorCode::kNone);
   }
-  if (request.verb == "logs") {
-    auto args = control::decode_logs_request(request.text);
-    if (!args.ok()) return control::encode_error_reply(args.error().message);
-    const std::string target = args->node;
-    if (target.empty() || target == name_) {
-      bool denied = false;
-      auto served = serve_node_verb(request.verb, request.text,
-                                    static_cast<std::uint32_t>(peer.uid), is_admin(peer), &denied);
-      if (served.ok()) return *served;
-      return control::encode_error_reply(
-          served.error().message,
-          denied ? control::ErrorCode::kPermission : control::ErrorCode::kNone);
-    }
-    const std::uint64_t id = next_call_id_++;
-    Call call;
-    call.request = ClientRequest{.verb = request.verb,
-                                 .args = request.text,
-                                 .uid = static_cast<std::uint32_t>(peer.uid),
-                                 .gid = static_cast<std::uint32_t>(peer.gid),
-                                 .admin = is_admin(peer),
-                                 .client_id = "",
-                                 .client_seq = 1};
-    call.target = target;
-    call.handle_fd = static_cast<std::uint64_t>(handle.fd);
-    call.handle_serial = handle.serial;
-    call.deadline = now + std::chrono::seconds(5);
-    calls_.emplace(id, std::move(call));
-    dispatch(now, id);
-    return std::nullopt;
+  start_call(call, "", target, std::chrono::seconds(5));
+  return std::nullopt;
+}
+
+std::optional<std::string> Node::control_nodes(const ControlCall& call) {
+  const TimePoint now = call.now;
+  control::NodesReply reply;
+  reply.self = self_info(now);
+  for (const membership::MemberView& member : membership_->members()) {
+    reply.members.push_back(control::MemberRow{
+        .name = member.name,
+        .state = state_name(member.state),
+        .incarnation = member.incarnation,
+        .generation = member.generation,
+        .address = member.address,
+        .last_heard_ms_ago =
+            member.last_heard == TimePoint{} ? -1.0 : to_ms(now - member.last_heard),
+        .state_since_ms_ago = to_ms(now - member.state_since)});
   }
-  if (request.verb == "nodes") {
-    control::NodesReply reply;
-    reply.self = self_info(now);
-    for (const membership::MemberView& member : membership_->members()) {
-      reply.members.push_back(control::MemberRow{
-          .name = member.name,
-          .state = state_name(member.state),
-          .incarnation = member.incarnation,
-          .generation = member.generation,
-          .address = member.address,
-          .last_heard_ms_ago =
-              member.last_heard == TimePoint{} ? -1.0 : to_ms(now - member.last_heard),
-          .state_since_ms_ago = to_ms(now - member.state_since)});
+  const membership::Stats& s = membership_->stats();
+  reply.stats = control::MembershipCounters{.probes = s.probes,
+                                            .probe_timeouts = s.probe_timeouts,
+                                            .indirect_probes = s.indirect_probes,
+                                            .nacks_received = s.nacks_received,
+                                            .suspicions = s.suspicions,
+                                            .deaths = s.deaths,
+                                            .refutations = s.refutations,
+                                            .messages_sent = s.messages_sent,
+                                            .messages_received = s.messages_received,
+                                            .local_health = s.local_health};
+  const transport::TransportStats t = transport_->stats();
+  reply.transport = control::TransportCounters{
+      .sent = t.sent,
+      .received = t.received,
+      .send_failures = t.send_failures,
+      .dropped_malformed = t.dropped_malformed,
+      .dropped_oversized = t.dropped_oversized,
+      .dropped_wrong_version = t.dropped_wrong_version,
+      .dropped_wrong_cluster = t.dropped_wrong_cluster,
+      .dropped_unauthenticated = t.dropped_unauthenticated,
+      // Round reports whose args do not decode count too.
+      .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
+      .control_received = t.control_received,
+      .control_dropped = t.control_dropped,
+      .control_unauthenticated = t.control_unauthenticated,
+      .peers_opened = t.peers_opened,
+      .peers_closed = t.peers_closed,
+      .open_peers = transport_->open_peers(),
+      .accept_failures = t.accept_failures,
+      .accept_pauses = t.accept_pauses};
+  // What this daemon's copy of the job table says about drains (voters; a non-voter's table
+  // is empty), and the slots each node offered (known to the leader).
+  nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+  const auto& drained = jobs_.table().drained();
+  const auto& slots = rounds_->node_slots();
+  for (auto& row : body["members"]) {
+    const std::string name = row.value("name", "");
+    const auto d = drained.find(name);
+    row["drained"] = d != drained.end();
+    if (d != drained.end()) row["drain_reason"] = d->second.reason;
+    if (name == name_) {
+      row["slots"] = supervisor_->slots();
+    } else if (const auto offered = slots.find(name); offered != slots.end()) {
+      row["slots"] = offered->second.second;
     }
-    const membership::Stats& s = membership_->stats();
-    reply.stats = control::MembershipCounters{.probes = s.probes,
-                                              .probe_timeouts = s.probe_timeouts,
-                                              .indirect_probes = s.indirect_probes,
-                                              .nacks_received = s.nacks_received,
-                                              .suspicions = s.suspicions,
-                                              .deaths = s.deaths,
-                                              .refutations = s.refutations,
-                                              .messages_sent = s.messages_sent,
-                                              .messages_received = s.messages_received,
-                                              .local_health = s.local_health};
-    const transport::TransportStats t = transport_->stats();
-    reply.transport = control::TransportCounters{
-        .sent = t.sent,
-        .received = t.received,
-        .send_failures = t.send_failures,
-        .dropped_malformed = t.dropped_malformed,
-        .dropped_oversized = t.dropped_oversized,
-        .dropped_wrong_version = t.dropped_wrong_version,
-        .dropped_wrong_cluster = t.dropped_wrong_cluster,
-        .dropped_unauthenticated = t.dropped_unauthenticated,
-        // Round reports whose args do not decode count too.
-        .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
-        .control_received = t.control_received,
-        .control_dropped = t.control_dropped,
-        .control_unauthenticated = t.control_unauthenticated,
-        .peers_opened = t.peers_opened,
-        .peers_closed = t.peers_closed,
-        .open_peers = transport_->open_peers()};
-    // What this daemon's copy of the job table says about drains (voters; a non-voter's table
-    // is empty), and the slots each node offered (known to the leader).
-    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
-    const auto& drained = jobs_.table().drained();
-    const auto& slots = rounds_->node_slots();
-    for (auto& row : body["members"]) {
-      const std::string name = row.value("name", "");
-      const auto d = drained.find(name);
-      row["drained"] = d != drained.end();
-      if (d != drained.end()) row["drain_reason"] = d->second.reason;
-      if (name == name_) {
-        row["slots"] = supervisor_->slots();
-      } else if (const auto offered = slots.find(name); offered != slots.end()) {
-        row["slots"] = offered->second.second;
-      }
-    }
-    body["table_known"] = consensus_ && consensus_->status().voter;
-    return body.dump();
   }
-  if (request.verb == "reload") {
-    // `elasticctl reload`, the unit's ExecReload: the SIGHUP reload, answered with its outcome,
-    // so that `systemctl reload` fails when the file is refused (a signal cannot say so).
-    if (!is_admin(peer)) {
-      return control::encode_error_reply(
-          "Only root and members of control.admin_group may reload the configuration.",
-          control::ErrorCode::kPermission);
-    }
-    if (!life_.reload) {
-      return control::encode_error_reply("This daemon has no configuration file to reload.");
-    }
-    reload(now);
-    if (!life_.reload_ok) {
-      return control::encode_error_reply("reload refused: " + life_.reload_message +
-                                             "; still running with the previous configuration",
-                                         control::ErrorCode::kConfig);
-    }
-    return nlohmann::json{{"ok", true}, {"source", life_.source}, {"message", life_.reload_message}}
-        .dump();
+  body["table_known"] = consensus_ && consensus_->status().voter;
+  return body.dump();
+}
+
+// `elasticctl reload`, the unit's ExecReload: the SIGHUP reload, answered with its outcome, so
+// that `systemctl reload` fails when the file is refused (a signal cannot say so). Admins only
+// (control/verbs.h).
+std::optional<std::string> Node::control_reload(const ControlCall& call) {
+  const TimePoint now = call.now;
+  if (!life_.reload) {
+    return control::encode_error_reply("This daemon has no configuration file to reload.");
   }
-  if (request.verb == "status") {
-    control::StatusReply reply;
-    reply.self = self_info(now);
-    for (const membership::MemberView& member : membership_->members()) {
-      switch (member.state) {
-        case membership::MemberState::kAlive:
-          ++reply.alive;
-          break;
-        case membership::MemberState::kSuspect:
-          ++reply.suspect;
-          break;
-        case membership::MemberState::kDead:
-          ++reply.dead;
-          break;
-        case membership::MemberState::kLeft:
-          ++reply.left;
-          break;
-      }
-    }
-    control::ConsensusInfo& raft = reply.consensus;
-    const RaftStatus status = consensus_->status();
-    raft.voters = status.voters;
-    raft.voter = status.voter;
-    raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
-    if (status.voter) {
-      raft.role = status.role;
-      raft.term = status.term;
-      raft.commit_index = status.commit_index;
-      raft.last_index = status.last_index;
-      raft.jobs = jobs_.job_count();
-    }
-    for (const MemberRound& r : rounds_->member_rounds()) {
-      reply.rounds.push_back(control::RoundRow{.job = r.job,
-                                               .term = r.term,
-                                               .round = r.round,
-                                               .first_rank = r.first_rank,
-                                               .slots = r.slots,
-                                               .world = r.world,
-                                               .store_endpoint = r.store_endpoint,
-                                               .fenced = r.fenced,
-                                               .suspicions = r.watch.suspicions,
-                                               .suspicions_cleared = r.watch.suspicions_cleared,
-                                               .declared = r.watch.declared});
-    }
-    nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
-    nlohmann::json workers = nlohmann::json::array();
-    for (const WorkerRow& w : supervisor_->workers()) {
-      workers.push_back({{"job", w.job},
-                         {"round", w.round},
-                         {"rank", w.rank},
-                         {"slot", w.slot},
-                         {"pid", w.pid},
-                         {"state", w.state},
-                         {"detail", w.detail}});
-    }
-    body["workers"] = std::move(workers);
-    body["slots"] = supervisor_->slots();
-    body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
-    body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
-    body["lifecycle"] = {
-        {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
-    return body.dump();
+  reload(now);
+  if (!life_.reload_ok) {
+    return control::encode_error_reply("reload refused: " + life_.reload_message +
+                                           "; still running with the previous configuration",
+                                       control::ErrorCode::kConfig);
   }
-  return control::encode_error_reply(
-      "Unknown request \"" + request.verb +
-      "\"; this daemon answers \"nodes\", \"status\", \"topology\", \"logs\", \"submit\", "
-      "\"cancel\", \"jobs\", \"job\", \"events\", \"drain\", \"undrain\", \"voters\" and "
-      "\"reload\".");
+  return nlohmann::json{{"ok", true}, {"source", life_.source}, {"message", life_.reload_message}}
+      .dump();
+}
+
+std::optional<std::string> Node::control_status(const ControlCall& call) {
+  const TimePoint now = call.now;
+  control::StatusReply reply;
+  reply.self = self_info(now);
+  for (const membership::MemberView& member : membership_->members()) {
+    switch (member.state) {
+      case membership::MemberState::kAlive:
+        ++reply.alive;
+        break;
+      case membership::MemberState::kSuspect:
+        ++reply.suspect;
+        break;
+      case membership::MemberState::kDead:
+        ++reply.dead;
+        break;
+      case membership::MemberState::kLeft:
+        ++reply.left;
+        break;
+    }
+  }
+  control::ConsensusInfo& raft = reply.consensus;
+  const RaftStatus status = consensus_->status();
+  raft.voters = status.voters;
+  raft.voter = status.voter;
+  raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
+  if (status.voter) {
+    raft.role = status.role;
+    raft.term = status.term;
+    raft.commit_index = status.commit_index;
+    raft.last_index = status.last_index;
+    raft.jobs = jobs_.job_count();
+  }
+  for (const MemberRound& r : rounds_->member_rounds()) {
+    reply.rounds.push_back(control::RoundRow{.job = r.job,
+                                             .term = r.term,
+                                             .round = r.round,
+                                             .first_rank = r.first_rank,
+                                             .slots = r.slots,
+                                             .world = r.world,
+                                             .store_endpoint = r.store_endpoint,
+                                             .fenced = r.fenced,
+                                             .suspicions = r.watch.suspicions,
+                                             .suspicions_cleared = r.watch.suspicions_cleared,
+                                             .declared = r.watch.declared});
+  }
+  nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerRow& w : supervisor_->workers()) {
+    workers.push_back({{"job", w.job},
+                       {"round", w.round},
+                       {"rank", w.rank},
+                       {"slot", w.slot},
+                       {"pid", w.pid},
+                       {"state", w.state},
+                       {"detail", w.detail}});
+  }
+  body["workers"] = std::move(workers);
+  body["slots"] = supervisor_->slots();
+  body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
+  body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
+  body["lifecycle"] = {
+      {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
+  return body.dump();
 }
 
 Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
@@ -1156,7 +1176,7 @@ void Node::dispatch(TimePoint now, std::uint64_t id) {
                     // moved.
                     found->second.in_flight = false;
                     found->second.last_error = body;
-                    found->second.attempt_deadline = clock_now() + std::chrono::milliseconds(50);
+                    found->second.attempt_deadline = clock_->now() + std::chrono::milliseconds(50);
                     return;
                   }
                   finish_call(id, outcome, body);
@@ -1293,8 +1313,8 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
     }
     return;
   }
-  if (!consensus_ || !consensus_->is_leader() || !is_leader_verb(request->verb)) {
-    answer(ForwardOutcome::kRedirect, is_leader_verb(request->verb)
+  if (!consensus_ || !consensus_->is_leader() || !control::is_leader_verb(request->verb)) {
+    answer(ForwardOutcome::kRedirect, control::is_leader_verb(request->verb)
                                           ? name_ + " is not the leader"
                                           : "unknown verb " + request->verb);
     return;

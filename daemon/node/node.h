@@ -1,7 +1,8 @@
-// Node: the elasticd runtime. It owns the transport, the Membership state machine, the control
-// socket and the signal fd, and runs the event loop that connects them. It stays thin: every
-// protocol decision is Membership's; the Node feeds it time and messages and carries out its
-// Effects.
+// Node: the elasticd runtime. It owns the transport, the control and metrics sockets, the signal
+// fd and the parts that decide (Membership, ConsensusHost with the JobService it replicates,
+// RoundService, JobSupervisor), and runs the event loop that feeds them time, messages and
+// requests and carries out what they return. Control requests are dispatched by verb from one
+// table (control/verbs.h, kControlHandlers); verbs of the job table go to the Raft leader.
 //
 // Identity (start()):
 //  - name: node.name, or the hostname when "";
@@ -86,6 +87,7 @@
 
 #include "daemon/config/config.h"
 #include "daemon/control/protocol.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
@@ -140,8 +142,9 @@ std::string derive_advertise_host(const std::vector<std::string>& seeds);
 class Node {
  public:
   // Sets up identity, transport, control socket and signal fd. On failure returns nullptr and
-  // fills `failure`.
-  static std::unique_ptr<Node> start(const config::DaemonConfig& config, StartFailure& failure);
+  // fills `failure`. Time, wall time and seeds come from `clock` (core/clock.h) and nowhere else.
+  static std::unique_ptr<Node> start(const config::DaemonConfig& config, StartFailure& failure,
+                                     Clock& clock = system_clock());
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -171,7 +174,7 @@ class Node {
     std::string target;
   };
 
-  Node() = default;
+  explicit Node(Clock& clock);
   // Decodes membership bodies and feeds them to Membership; undecodable ones are counted.
   void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes, membership::Effects& effects);
   void handle_signals(TimePoint now, membership::Effects& effects);
@@ -179,9 +182,34 @@ class Node {
   void carry_out(TimePoint now, membership::Effects effects);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void leave_gracefully();
+  // Control requests: one handler per verb of control::verbs() (control/verbs.h), chosen from
+  // kControlHandlers after the table's caller rule is checked. A handler returns the reply, or
+  // nullopt when the reply comes later through the handle (a call to the leader or a node).
+  struct ControlCall {
+    const control::Request& request;
+    const control::PeerCredentials& peer;
+    const control::ReplyHandle& handle;
+    TimePoint now;
+  };
+  using ControlHandler = std::optional<std::string> (Node::*)(const ControlCall& call);
+  struct ControlEntry {
+    std::string_view verb;
+    ControlHandler handler;
+  };
+  static const ControlEntry kControlHandlers[];
   std::optional<std::string> handle_control(const control::Request& request,
                                             const control::PeerCredentials& peer,
                                             control::ReplyHandle handle);
+  std::optional<std::string> control_to_leader(const ControlCall& call);
+  std::optional<std::string> control_logs(const ControlCall& call);
+  std::optional<std::string> control_progress(const ControlCall& call);
+  std::optional<std::string> control_topology(const ControlCall& call);
+  std::optional<std::string> control_nodes(const ControlCall& call);
+  std::optional<std::string> control_reload(const ControlCall& call);
+  std::optional<std::string> control_status(const ControlCall& call);
+  // Queues `call` for the leader (target "") or for the named node; answered by finish_call.
+  void start_call(const ControlCall& call, std::string client_id, std::string target,
+                  Duration timeout);
   bool is_admin(const control::PeerCredentials& peer) const;
   // Client requests: try the leader (local or remote) until one answers or the deadline.
   void dispatch(TimePoint now, std::uint64_t id);
@@ -232,6 +260,7 @@ class Node {
   std::string status_line() const;
   std::string config_json() const;
 
+  Clock* clock_;  // time, wall time and seeds (start())
   Lifecycle life_;
   config::DaemonConfig config_;
   std::string name_;
@@ -257,7 +286,7 @@ class Node {
   // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
   std::map<std::string, std::string> seed_names_;
   // Raft (voters only) and the job table it replicates.
-  JobService jobs_;
+  JobService jobs_;  // after clock_ (constructed with it)
   std::unique_ptr<ConsensusHost> consensus_;
   std::unique_ptr<RoundService> rounds_;
   std::unique_ptr<JobSupervisor> supervisor_;

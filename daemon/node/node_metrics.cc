@@ -126,11 +126,8 @@ void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
   }
 }
 
-void checkpoint_families(MetricsText& m, const JobSupervisor& supervisor) {
+void checkpoint_families(MetricsText& m, const JobSupervisor& supervisor, std::int64_t now_ms) {
   const std::vector<CheckpointInfo> checkpoints = supervisor.checkpoints();
-  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
   m.family("elastic_checkpoint_age_seconds", MetricType::kGauge,
            "Seconds since the newest complete checkpoint of each job with workers on this node "
            "(absent until the job has one).");
@@ -278,7 +275,7 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_worker_slots", MetricType::kGauge,
            "Worker slots (GPUs, or CPU slots) this node offers.");
   m.sample(supervisor_->slots());
-  checkpoint_families(m, *supervisor_);
+  checkpoint_families(m, *supervisor_, clock_->wall_ms());
   m.family("elastic_progress_reports_total", MetricType::kCounter,
            "Progress reports of this node's workers: forwarded to the leader, or coalesced "
            "(replaced by a newer one of the same job and kind within 100 ms, never sent).");
@@ -327,6 +324,10 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_transport_accept_failures_total", MetricType::kCounter,
            "Failed accepts on the transport port (EMFILE: the daemon is out of file descriptors).");
   m.sample(as_double(t.accept_failures));
+  m.family("elastic_transport_accept_pauses_total", MetricType::kCounter,
+           "Times the transport port stopped listening for a while after a failed accept, "
+           "dropping its inbound connections (peers reconnect).");
+  m.sample(as_double(t.accept_pauses));
 
   // Control socket and this endpoint.
   m.family("elastic_control_requests_total", MetricType::kCounter,

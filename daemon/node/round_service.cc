@@ -36,8 +36,8 @@ constexpr std::uint32_t kMaxPortMoves = 3;
 // A new leader that has not applied an entry of its own term looks again this soon.
 constexpr std::chrono::milliseconds kCatchUpRetry{10};
 
-rendezvous::WallTime wall_now() {
-  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+rendezvous::WallTime wall_time(const Clock& clock) {
+  return rendezvous::WallTime(std::chrono::milliseconds(clock.wall_ms()));
 }
 
 // "tcp://10.0.0.2:7946" -> "10.0.0.2" ("[::1]" keeps its brackets off: the planner adds them).
@@ -65,8 +65,8 @@ std::string lost_report(const rendezvous::PeerLost& lost, std::int64_t last_hear
 }
 
 // The wall time (ms) at which steady time `then` was, seen from steady `now`.
-std::int64_t wall_ms_at(TimePoint now, TimePoint then) {
-  return wall_now().time_since_epoch().count() -
+std::int64_t wall_ms_at(const Clock& clock, TimePoint now, TimePoint then) {
+  return clock.wall_ms() -
          std::chrono::duration_cast<std::chrono::milliseconds>(now - then).count();
 }
 
@@ -100,8 +100,10 @@ bool member_slots_unknown(
 bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
-                           const config::DaemonConfig& config, std::uint64_t seed, Hooks hooks)
-    : self_(std::move(self)),
+                           const config::DaemonConfig& config, std::uint64_t seed, Hooks hooks,
+                           const Clock& clock)
+    : clock_(&clock),
+      self_(std::move(self)),
       generation_(generation),
       config_(config),
       hooks_(std::move(hooks)),
@@ -136,13 +138,13 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
     leading_since_ = now;
     next_plan_ = now;
     drains_seen_ = table.drained();
-    incidents_.record(ClusterEvent{.at_ms = wall_now().time_since_epoch().count(),
+    incidents_.record(ClusterEvent{.at_ms = wall_time(*clock_).time_since_epoch().count(),
                                    .kind = "leader_elected",
                                    .node = self_,
                                    .job = "",
                                    .detail = "term " + std::to_string(consensus->term())});
   }
-  const rendezvous::WallTime wall = wall_now();
+  const rendezvous::WallTime wall = wall_time(*clock_);
 
   std::map<std::string, const membership::MemberView*> alive;
   std::map<std::string, std::string> addresses;
@@ -351,7 +353,7 @@ bool RoundService::on_port_conflict(TimePoint now, const rendezvous::JobRecord& 
     // a job whose store can never start fails instead of moving for ever).
     spdlog::warn("rendezvous: job {} round {}: {} (a worker failure now)", job.id, job.round, what);
     state.failure = rendezvous::WorkerFailure{
-        .round = job.round, .at = wall_now(), .detail = what, .node = conflict.node};
+        .round = job.round, .at = wall_time(*clock_), .detail = what, .node = conflict.node};
     state.failure_node = conflict.node;
     state.failure_seen = now - config_.rendezvous.job_peer_timeout;  // no crash to wait out
     return false;
@@ -374,7 +376,7 @@ void RoundService::plan_job(
     const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
     rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
-  const rendezvous::WallTime wall = wall_now();
+  const rendezvous::WallTime wall = wall_time(*clock_);
   const auto& r = config_.rendezvous;
 
   rendezvous::PlannerInput input;
@@ -463,8 +465,8 @@ void RoundService::plan_job(
   rendezvous::Decision decision = rendezvous::plan(input);
   // A member left out by quarantine looks lost to the planner; the round still replaces a
   // failed worker, so it consumes a restart like any other worker failure. So does a recovery
-  // that waits for the quarantined node (issue 13 item 12: called a lost node, a worker that
-  // can never start moved no restart and its job never failed).
+  // that waits for the quarantined node (were it counted as a lost node, a worker that can
+  // never start would consume no restart and its job would never fail).
   if (failure_due && decision.reason == rendezvous::RoundReason::kMemberLost) {
     bool only_quarantine = true;
     bool any = false;
@@ -519,7 +521,7 @@ void RoundService::propose_decision(TimePoint now, const rendezvous::JobRecord& 
                                     const rendezvous::Decision& decision,
                                     rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
-  const rendezvous::WallTime wall = wall_now();
+  const rendezvous::WallTime wall = wall_time(*clock_);
   rendezvous::Command command;
   if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
     command = rendezvous::make_open_round(job, decision, wall);
@@ -653,7 +655,7 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
     const bool lost = report.kind == ReportKind::kPeerLost;
     const std::optional<std::int64_t> evidence = lost ? report.last_heard_ms : report.at_ms;
     if (members != round_members_.end() && members->second.first == round) {
-      incidents_.on_loss(now, wall_now().time_since_epoch().count(), job, round,
+      incidents_.on_loss(now, wall_time(*clock_).time_since_epoch().count(), job, round,
                          members->second.second, lost ? "node_lost" : "worker_failed",
                          lost ? report.peer : from, evidence);
     }
@@ -664,7 +666,7 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
           report.detail.empty() ? "a worker of " + from + " failed" : report.detail;
       spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
       it->second.failure = rendezvous::WorkerFailure{
-          .round = round, .at = wall_now(), .detail = detail, .node = from};
+          .round = round, .at = wall_time(*clock_), .detail = detail, .node = from};
       it->second.failure_node = from;
       it->second.failure_seen = now;
       next_plan_ = now;
@@ -713,7 +715,7 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
 
 void RoundService::observe(TimePoint now, const rendezvous::JobTable& table,
                            const std::vector<membership::MemberView>& members) {
-  const std::int64_t wall = wall_now().time_since_epoch().count();
+  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
   // Drains are replicated in the table; the leader logs them as it sees them change.
   const auto& drained = table.drained();
   if (drained != drains_seen_) {
@@ -774,10 +776,11 @@ void RoundService::observe(TimePoint now, const rendezvous::JobTable& table,
       std::string cause = "node_lost";
       if (view != nullptr && view->generation == r.generation) {
         if (view->state == membership::MemberState::kDead) {
-          if (view->last_heard != TimePoint{}) evidence = wall_ms_at(now, view->last_heard);
+          if (view->last_heard != TimePoint{})
+            evidence = wall_ms_at(*clock_, now, view->last_heard);
         } else if (view->state == membership::MemberState::kLeft) {
           cause = "node_left";
-          evidence = wall_ms_at(now, view->state_since);
+          evidence = wall_ms_at(*clock_, now, view->state_since);
         } else {
           continue;
         }
@@ -791,7 +794,7 @@ void RoundService::on_round_opened(const Opened& opened, const std::string& appl
   const json result = json::parse(applied, nullptr, /*allow_exceptions=*/false);
   if (!result.is_object() || result.value("code", -1) != 0) return;  // refused by the table
   ++rounds_opened_;
-  const std::int64_t wall = wall_now().time_since_epoch().count();
+  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
   incidents_.record(ClusterEvent{
       .at_ms = wall,
       .kind = "round_opened",
@@ -1018,8 +1021,10 @@ void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
     const auto heard = it->second.heard.find(lost.peer);
-    report(it->second, "peer_lost",
-           lost_report(lost, heard == it->second.heard.end() ? 0 : wall_ms_at(now, heard->second)));
+    report(
+        it->second, "peer_lost",
+        lost_report(lost,
+                    heard == it->second.heard.end() ? 0 : wall_ms_at(*clock_, now, heard->second)));
     next_report_ = now + kReportResend;
   }
 }
@@ -1039,7 +1044,8 @@ void RoundService::tick(TimePoint now) {
         const auto heard = watched.heard.find(lost.peer);
         report(
             watched, "peer_lost",
-            lost_report(lost, heard == watched.heard.end() ? 0 : wall_ms_at(now, heard->second)));
+            lost_report(
+                lost, heard == watched.heard.end() ? 0 : wall_ms_at(*clock_, now, heard->second)));
         next_report_ = now + kReportResend;
       }
     }

@@ -40,7 +40,8 @@
 //    a member of the round watches its peers with JobWatch (keepalives, indirect probes) and
 //    reports a declared loss to the leader (repeated each second while the round stands);
 //  - while in an active round it holds a lease (LeaseHolder) renewed from the leader; when the
-//    lease runs out it logs and marks its rounds fenced (issue 5's spawner stops the workers).
+//    lease runs out it logs and marks its rounds fenced (the supervisor's spawner stops the
+//    workers).
 //
 // Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
 // rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
@@ -68,6 +69,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/time.h"
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
@@ -114,8 +116,9 @@ class RoundService {
         stop_job;
   };
 
+  // Wall times it stamps on events and failures come from `clock` (core/clock.h).
   RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
-               std::uint64_t seed, Hooks hooks);
+               std::uint64_t seed, Hooks hooks, const Clock& clock = system_clock());
 
   // Leader half. `leading` false makes it forget leader state. Call it when lead_due(): the
   // caller builds the member list only then, since the loop runs on every received message.
@@ -185,6 +188,7 @@ class RoundService {
   }
 
  private:
+  const Clock* clock_;
   struct LeaderJob {
     std::uint64_t round_seen = 0;  // the round the fields below are about
     bool in_flight = false;        // a proposal for this job awaits its commit
@@ -267,7 +271,7 @@ class RoundService {
   std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
-  // A node whose workers of one job failed repeatedly sits out that job (issue 5's quarantine):
+  // A node whose workers of one job failed repeatedly sits out that job (quarantine):
   // the first failure is forgiven (it may be a peer's fault); from the second on the node is
   // left out of the job's rounds for as long as the job reaches min_nodes without it, and when
   // the job does need it, only after a time out that doubles with each failure, from

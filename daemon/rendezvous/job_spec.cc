@@ -9,6 +9,7 @@
 
 #include "daemon/core/duration.h"
 #include "daemon/rendezvous/msgpack_fields.h"
+#include "daemon/rendezvous/placeholders.h"
 
 namespace elastic::rendezvous {
 namespace {
@@ -20,17 +21,6 @@ Status field_error(std::string_view field, const std::string& problem) {
 bool is_name_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
          c == '_' || c == '-';
-}
-
-bool is_env_name(std::string_view name) {
-  if (name.empty()) return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
-    const bool digit = c >= '0' && c <= '9';
-    if (!alpha && !(digit && i > 0)) return false;
-  }
-  return true;
 }
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
@@ -63,8 +53,9 @@ std::string duration_problem(Duration value, Duration max) {
   return "";
 }
 
-// The first problem of one environment variable ("" = none).
-std::string env_problem(const std::string& name, const std::string& value) {
+// The first problem of one environment variable ("" = none): of env, or of exported_env (which
+// may not carry is_unexported_env() names and is never expanded).
+std::string env_problem(const std::string& name, const std::string& value, bool exported) {
   if (name.size() > kMaxEnvNameBytes) {
     return "a variable name is longer than " + std::to_string(kMaxEnvNameBytes) + " bytes";
   }
@@ -76,11 +67,20 @@ std::string env_problem(const std::string& name, const std::string& value) {
   if (is_daemon_owned_env(name)) {
     return name + " is set by the daemon for every worker and cannot be overridden";
   }
+  if (exported && is_unexported_env(name)) {
+    return name +
+           " describes the submitting host or session and is never exported (set it in env to "
+           "pass it on)";
+  }
   if (value.size() > kMaxEnvValueBytes) {
     return "the value of " + name + " is longer than " + std::to_string(kMaxEnvValueBytes) +
            " bytes";
   }
   if (has_nul(value)) return "the value of " + name + " contains a NUL byte";
+  if (exported) return "";
+  if (std::string problem = placeholder_problem(value); !problem.empty()) {
+    return "the value of " + name + " " + problem;
+  }
   return "";
 }
 
@@ -130,6 +130,17 @@ std::string joined(const std::vector<SpecProblem>& problems) {
 
 }  // namespace
 
+bool is_env_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
 bool is_daemon_owned_env(std::string_view name) {
   static constexpr std::string_view kOwned[] = {
       "RANK",
@@ -150,6 +161,51 @@ bool is_daemon_owned_env(std::string_view name) {
     if (name == owned) return true;
   }
   return name.starts_with("TORCHELASTIC_") || name.starts_with("ELASTIC_");
+}
+
+bool is_unexported_env(std::string_view name) {
+  static constexpr std::string_view kHostOrSession[] = {
+      "HOME",
+      "USER",
+      "LOGNAME",
+      "SHELL",
+      "HOSTNAME",
+      "HOST",
+      "PWD",
+      "OLDPWD",
+      "SHLVL",
+      "_",
+      "DISPLAY",
+      "XAUTHORITY",
+      "XDG_RUNTIME_DIR",
+      "XDG_SEAT",
+      "XDG_VTNR",
+      "DBUS_SESSION_BUS_ADDRESS",
+      "TMUX",
+      "TMUX_PANE",
+      "STY",
+      "WINDOW",
+      "NOTIFY_SOCKET",
+      "LISTEN_FDS",
+      "LISTEN_PID",
+      "LISTEN_FDNAMES",
+      "INVOCATION_ID",
+      "JOURNAL_STREAM",
+      "MANAGERPID",
+      "SYSTEMD_EXEC_PID",
+      "NODE_RANK",
+      "GPU_DEVICE_ORDINAL",
+  };
+  static constexpr std::string_view kPrefixes[] = {"SSH_", "XDG_SESSION_", "SLURM_",
+                                                   "PMI_", "PMIX_",        "OMPI_COMM_WORLD_"};
+  if (is_daemon_owned_env(name)) return true;
+  for (std::string_view listed : kHostOrSession) {
+    if (name == listed) return true;
+  }
+  for (std::string_view prefix : kPrefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  return name.ends_with("_VISIBLE_DEVICES");
 }
 
 std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
@@ -185,6 +241,8 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
                                     std::to_string(kMaxArgBytes) + " bytes");
       } else if (has_nul(arg)) {
         problems.add("command", "argument " + std::to_string(i) + " contains a NUL byte");
+      } else if (std::string problem = i > 0 ? placeholder_problem(arg) : ""; !problem.empty()) {
+        problems.add("command", "argument " + std::to_string(i) + " " + problem);
       }
       exec_bytes += arg.size() + 1;
     }
@@ -195,14 +253,28 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
     counted = false;
   } else {
     for (const auto& [name, value] : spec.env) {
-      problems.add("env", env_problem(name, value));
+      problems.add("env", env_problem(name, value, /*exported=*/false));
       exec_bytes += name.size() + value.size() + 2;
     }
   }
+  // exported_env shares env's limits: both end up in one exec's environment.
+  if (spec.env.size() + spec.exported_env.size() > kMaxEnvVars) {
+    problems.add("exported_env", "has " + std::to_string(spec.exported_env.size()) +
+                                     " variables, with env's " + std::to_string(spec.env.size()) +
+                                     " more than the limit of " + std::to_string(kMaxEnvVars));
+    counted = false;
+  } else {
+    for (const auto& [name, value] : spec.exported_env) {
+      problems.add("exported_env", env_problem(name, value, /*exported=*/true));
+      if (!spec.env.contains(name)) exec_bytes += name.size() + value.size() + 2;
+    }
+  }
   if (counted && exec_bytes > kMaxCommandAndEnvBytes) {
-    problems.add("command", "and env together take " + std::to_string(exec_bytes) +
-                                " bytes, more than the limit of " +
-                                std::to_string(kMaxCommandAndEnvBytes));
+    problems.add("command",
+                 std::string(spec.exported_env.empty() ? "and env together take "
+                                                       : "with env and exported_env takes ") +
+                     std::to_string(exec_bytes) + " bytes, more than the limit of " +
+                     std::to_string(kMaxCommandAndEnvBytes));
   }
 
   // nodes and workers
@@ -266,6 +338,7 @@ json to_json_value(const JobSpec& spec) {
   json env = json::object();
   for (const auto& [name, value] : spec.env) env[name] = value;
   j["env"] = std::move(env);
+  if (!spec.exported_env.empty()) j["exported_env"] = spec.exported_env;
   j["min_nodes"] = spec.min_nodes;
   j["max_nodes"] = spec.max_nodes;
   j["workers_per_node"] = spec.workers_per_node;
@@ -325,6 +398,24 @@ Status expect_duration(const json& v, std::string_view field, Duration* out) {
   return ok_status();
 }
 
+// An object of strings (env, exported_env).
+Status expect_env(const json& v, const std::string& field,
+                  std::map<std::string, std::string>* out) {
+  if (!v.is_object()) {
+    return field_error(field, std::string("expected an object of strings, got ") + type_name(v));
+  }
+  if (v.size() > kMaxEnvVars) {
+    return field_error(field, "has more than " + std::to_string(kMaxEnvVars) + " variables");
+  }
+  out->clear();
+  for (const auto& [name, value] : v.items()) {
+    std::string text;
+    if (Status s = expect_string(value, field + "." + name, &text); !s) return s;
+    (*out)[name] = std::move(text);
+  }
+  return ok_status();
+}
+
 Status from_json_value(const json& j, JobSpec* spec) {
   if (!j.is_object()) {
     return field_error("spec", std::string("expected a JSON object, got ") + type_name(j));
@@ -351,19 +442,9 @@ Status from_json_value(const json& j, JobSpec* spec) {
         }
       }
     } else if (key == "env") {
-      if (!v.is_object()) {
-        s = field_error(key, std::string("expected an object of strings, got ") + type_name(v));
-      } else if (v.size() > kMaxEnvVars) {
-        s = field_error(key, "has more than " + std::to_string(kMaxEnvVars) + " variables");
-      } else {
-        spec->env.clear();
-        for (const auto& [name, value] : v.items()) {
-          std::string text;
-          s = expect_string(value, "env." + name, &text);
-          if (!s) break;
-          spec->env[name] = std::move(text);
-        }
-      }
+      s = expect_env(v, key, &spec->env);
+    } else if (key == "exported_env") {
+      s = expect_env(v, key, &spec->exported_env);
     } else if (key == "min_nodes") {
       s = expect_u32(v, key, &spec->min_nodes);
     } else if (key == "max_nodes") {
@@ -484,22 +565,32 @@ void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
   *out = WallTime(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
 }
 
-// Keys: n name, c command, e env (map), mn min_nodes, mx max_nodes, w workers_per_node,
-// cr checkpoint_root, mr max_restarts, rb restart_backoff (ns), lc last_call (ns, optional),
-// wd working_dir, u user, ui uid, gi gid. All but lc are required: a defaulted field would
-// silently change a job.
+// Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn min_nodes,
+// mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb restart_backoff (ns),
+// lc last_call (ns, optional), wd working_dir, u user, ui uid, gi gid. All but lc and xe are
+// required: a defaulted field would silently change a job (xe is optional so that entries written
+// before it existed, and an export of nothing, read back as no exported environment).
+namespace {
+
+void put_env(Packer& p, std::string_view key, const std::map<std::string, std::string>& env) {
+  put_key(p, key);
+  p.pack_map(static_cast<std::uint32_t>(env.size()));
+  for (const auto& [name, value] : env) {
+    p.pack(name);
+    p.pack(value);
+  }
+}
+
+}  // namespace
+
 void pack_job_spec(Packer& p, const JobSpec& spec) {
-  p.pack_map(spec.last_call ? 14 : 13);
+  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1));
   put_str(p, "n", spec.name);
   put_key(p, "c");
   p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
   for (const std::string& arg : spec.command) p.pack(arg);
-  put_key(p, "e");
-  p.pack_map(static_cast<std::uint32_t>(spec.env.size()));
-  for (const auto& [name, value] : spec.env) {
-    p.pack(name);
-    p.pack(value);
-  }
+  put_env(p, "e", spec.env);
+  if (!spec.exported_env.empty()) put_env(p, "xe", spec.exported_env);
   put_uint(p, "mn", spec.min_nodes);
   put_uint(p, "mx", spec.max_nodes);
   put_uint(p, "w", spec.workers_per_node);
@@ -512,6 +603,34 @@ void pack_job_spec(Packer& p, const JobSpec& spec) {
   put_uint(p, "ui", spec.uid);
   put_uint(p, "gi", spec.gid);
 }
+
+namespace {
+
+void read_env(MapReader& r, std::string_view key, std::map<std::string, std::string>* out,
+              Need need) {
+  const msgpack::object* env = r.find(key, need);
+  if (env == nullptr) return;
+  if (env->type != msgpack::type::MAP || env->via.map.size > kMaxEnvVars) {
+    r.fail("has key '" + std::string(key) + "' that is not a map of at most " +
+           std::to_string(kMaxEnvVars) + " entries");
+    return;
+  }
+  for (std::uint32_t i = 0; i < env->via.map.size && r.ok(); ++i) {
+    const msgpack::object& k = env->via.map.ptr[i].key;
+    const msgpack::object& v = env->via.map.ptr[i].val;
+    if (k.type != msgpack::type::STR || k.via.str.size > kMaxEnvNameBytes ||
+        v.type != msgpack::type::STR || v.via.str.size > kMaxEnvValueBytes) {
+      r.fail("has environment entry " + std::to_string(i) + " that is not a bounded string");
+      break;
+    }
+    const bool inserted = out->emplace(std::string(k.via.str.ptr, k.via.str.size),
+                                       std::string(v.via.str.ptr, v.via.str.size))
+                              .second;
+    if (!inserted) r.fail("has environment variable " + std::to_string(i) + " twice");
+  }
+}
+
+}  // namespace
 
 bool read_job_spec(const msgpack::object& object, const std::string& what, Failure* failure,
                    JobSpec* spec) {
@@ -528,27 +647,8 @@ bool read_job_spec(const msgpack::object& object, const std::string& what, Failu
       spec->command.emplace_back(a.via.str.ptr, a.via.str.size);
     }
   }
-  if (const msgpack::object* env = r.find("e", Need::kRequired)) {
-    if (env->type != msgpack::type::MAP || env->via.map.size > kMaxEnvVars) {
-      r.fail("has key 'e' that is not a map of at most " + std::to_string(kMaxEnvVars) +
-             " entries");
-    } else {
-      for (std::uint32_t i = 0; i < env->via.map.size && r.ok(); ++i) {
-        const msgpack::object& k = env->via.map.ptr[i].key;
-        const msgpack::object& v = env->via.map.ptr[i].val;
-        if (k.type != msgpack::type::STR || k.via.str.size > kMaxEnvNameBytes ||
-            v.type != msgpack::type::STR || v.via.str.size > kMaxEnvValueBytes) {
-          r.fail("has environment entry " + std::to_string(i) + " that is not a bounded string");
-          break;
-        }
-        const bool inserted = spec->env
-                                  .emplace(std::string(k.via.str.ptr, k.via.str.size),
-                                           std::string(v.via.str.ptr, v.via.str.size))
-                                  .second;
-        if (!inserted) r.fail("has environment variable " + std::to_string(i) + " twice");
-      }
-    }
-  }
+  read_env(r, "e", &spec->env, Need::kRequired);
+  if (r.ok()) read_env(r, "xe", &spec->exported_env, Need::kOptional);
   r.uint("mn", &spec->min_nodes);
   r.uint("mx", &spec->max_nodes);
   r.uint("w", &spec->workers_per_node);

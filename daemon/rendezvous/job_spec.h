@@ -1,4 +1,4 @@
-// JobSpec: what a user submits (issue 5's job fields), its validation, and its two encodings:
+// JobSpec: what a user submits, its validation, and its two encodings:
 // JSON for the control API (elasticctl <-> elasticd) and MessagePack inside Raft commands.
 //
 // Validation (validate()) runs on the daemon that receives the submission and again when the
@@ -12,6 +12,7 @@
 // JSON (an object; every key optional except name and command; unknown keys are errors so a
 // typo is never silently ignored):
 //   name "fmnist", command ["elastic-trainer", "--model", "fmnist"], env {"NAME": "value"},
+//   exported_env {"NAME": "value"} (only when not empty),
 //   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
 //   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
 //   working_dir "/home/alice", user "alice", uid 1000, gid 1000
@@ -64,10 +65,18 @@ inline constexpr Duration kMaxLastCall = std::chrono::hours(1);
 struct JobSpec {
   // Job ids are "<name>-<n>"; [A-Za-z0-9._-]{1,64}.
   std::string name;
-  // argv; argv[0] is looked up in PATH by the spawner like execvp.
+  // argv; argv[0] is looked up in PATH by the spawner like execvp (elasticctl sends it
+  // resolved: an absolute path found in the submitter's PATH). The arguments after it may hold
+  // placeholders (placeholders.h).
   std::vector<std::string> command;
-  // Added to the workers' environment; sorted by name so encodings are deterministic.
+  // Added to the workers' environment (--env, the job file's env); sorted by name so encodings
+  // are deterministic. Values may hold placeholders (placeholders.h).
   std::map<std::string, std::string> env;
+  // The submitter's environment as elasticctl exported it (--export, the job file's export),
+  // without the variables is_unexported_env() names. Passed on verbatim (no placeholders);
+  // `env` overrides it. Counts against the same limits as `env` (kMaxEnvVars variables and
+  // kMaxCommandAndEnvBytes with the command, the two together).
+  std::map<std::string, std::string> exported_env;
   std::uint32_t min_nodes = 1;
   std::uint32_t max_nodes = 1;
   // 0 = one worker per local GPU, or per CPU slot on hosts without GPUs.
@@ -105,10 +114,26 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec);
 // spec_problems() as one Status: every problem, one "<field>: <problem>" line each.
 Status validate(const JobSpec& spec);
 
+// Letters, digits and '_', not starting with a digit (what env and exported_env accept).
+bool is_env_name(std::string_view name);
+
 // True for the variables the daemon sets for every worker (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, TORCHELASTIC_*,
 // ELASTIC_*): a job cannot override them.
 bool is_daemon_owned_env(std::string_view name);
+
+// True for the variables an exported environment never carries (elasticctl leaves them out;
+// validate() refuses them in exported_env): the daemon-owned ones above; the ones the daemon
+// sets from each host's passwd entry (HOME, USER, LOGNAME, SHELL); and the ones that describe
+// the submitting host, session or launcher rather than the job: HOSTNAME, HOST, PWD, OLDPWD,
+// SHLVL, _, DISPLAY, XAUTHORITY, XDG_RUNTIME_DIR, XDG_SESSION_*, XDG_SEAT, XDG_VTNR,
+// DBUS_SESSION_BUS_ADDRESS, SSH_*, TMUX, TMUX_PANE, STY, WINDOW, the systemd service variables
+// (NOTIFY_SOCKET, LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES, INVOCATION_ID, JOURNAL_STREAM,
+// MANAGERPID, SYSTEMD_EXEC_PID), another launcher's rank and device variables (SLURM_*,
+// PMI_*, PMIX_*, OMPI_COMM_WORLD_*, NODE_RANK, *_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL: a
+// library that reads them would take a wrong rank or device). `env` may still set any of the
+// non-daemon-owned ones explicitly.
+bool is_unexported_env(std::string_view name);
 
 // JSON text of one object (keys as in the header comment; last_call only when set).
 std::string to_json(const JobSpec& spec);

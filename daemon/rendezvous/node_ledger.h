@@ -1,5 +1,5 @@
 // NodeLedger: which job holds each node's worker slots and store ports, so the leader never
-// gives a slot or a store port twice (issue 13 items 3 and 11). The leader (RoundService::lead,
+// gives a slot or a store port twice. The leader (RoundService::lead,
 // and the control-plane simulator's leader, which checks this code) builds one per planning
 // pass and feeds it everything that may hold a node:
 //   1. hold_table(): every job of the applied table that is not terminal and has a round

@@ -22,7 +22,7 @@ using Index = std::uint64_t;  // a Raft log index (the consensus library's Index
 using Term = std::uint64_t;   // a Raft term (the consensus library's Term)
 using WallTime = std::chrono::sys_time<std::chrono::milliseconds>;
 
-// Lifecycle of a job (issue 5). Numbers are stored in snapshots and commands: append only.
+// Lifecycle of a job. Numbers are stored in snapshots and commands: append only.
 //   pending     submitted, no round yet; waiting for min_nodes
 //   rendezvous  a round is open; its daemons stop older rounds' workers and start this one's
 //   running     every daemon of the round reported its workers started
@@ -47,7 +47,7 @@ const char* to_string(JobState state);
 bool is_terminal(JobState state);
 
 // Why a round was opened (or, on SetJobState recovering, why the round broke). Only
-// kWorkerFailed consumes a restart (issue 5: membership changes do not count).
+// kWorkerFailed consumes a restart (membership changes do not count).
 enum class RoundReason : std::uint8_t {
   kSubmitted = 0,     // first round of a job
   kMemberLost = 1,    // a node of the round died or restarted (new generation)

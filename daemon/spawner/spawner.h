@@ -2,7 +2,7 @@
 // decisions of its own: the job supervisor (daemon/node) says what to start and what to stop,
 // the Spawner does it and reports exits.
 //
-// What it guarantees (issue 5, "Spawner" and "No orphans"):
+// What it guarantees:
 //  - One process group per worker (setpgid in child and parent). stop() sends SIGTERM to the
 //    group and SIGKILL at now + stop_grace; when the worker (the group leader) exits, the rest
 //    of its group is SIGKILLed before the leader is reaped, so a worker's children never

@@ -3,8 +3,6 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,8 +12,11 @@
 #include <zmq_addon.hpp>
 
 #include "daemon/control/protocol.h"
+#include "daemon/transport/allow_lists.h"
 #include "daemon/transport/curve_keys.h"
 #include "daemon/transport/inbound_connections.h"
+#include "daemon/transport/receive_now.h"
+#include "daemon/transport/remote_control.h"
 #include "daemon/wire/codec.h"
 
 namespace elastic::transport {
@@ -27,20 +28,6 @@ using std::chrono::milliseconds;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "elastic";
 constexpr const char* kMonitorEndpoint = "inproc://elastic.router.monitor";
-// The remote control socket's ZAP domain (client_keys_dir) and handshake-failure monitor.
-constexpr const char* kControlZapDomain = "elastic.control";
-constexpr const char* kControlMonitorEndpoint = "inproc://elastic.control.monitor";
-// A handshake that has not finished by then is dropped (slow-loris clients).
-constexpr int kControlHandshakeMs = 5000;
-// The client allow-list is re-read at most this often (on handshakes only).
-constexpr std::chrono::seconds kClientKeysReload{1};
-// The node allow-list is re-read on a handshake when the directory's mtime changed (a key file
-// added, removed or renamed into place), and at most this often for an unknown key or name; so a
-// node added to public_keys_dir joins without restarting the others, and a removed one is
-// refused from its next handshake. An mtime younger than kNodeKeysReload at the last read may
-// hide a change made in the same clock tick (timestamps are coarse), so until the directory is
-// that old every handshake re-reads it (git's "racily clean" index entries, the same problem).
-constexpr std::chrono::seconds kNodeKeysReload{1};
 // At most one log line per interval about envelopes whose claimed sender is not their key's.
 constexpr std::chrono::seconds kSpoofLogInterval{10};
 // Each DEALER's monitor gets its own inproc name: prefix + a counter that never repeats.
@@ -56,6 +43,11 @@ constexpr std::size_t kMaxPendingPerPeer = 64;
 constexpr milliseconds kPendingRetry(5);
 // Inbound messages handled per wake-up, so one flood cannot starve the caller's other fds.
 constexpr int kMaxReceiveBatch = 1024;
+// After a failed accept (out of fds) the ROUTER stops listening this long, doubling while
+// accepts keep failing within kAcceptCalm of listening again (see the header).
+constexpr milliseconds kAcceptPauseFirst(250);
+constexpr milliseconds kAcceptPauseMax(5000);
+constexpr std::chrono::seconds kAcceptCalm{30};
 // ZMTP heartbeat TTL above ~65 s overflows (libzmq#4226).
 constexpr int kMaxHeartbeatTtlMs = 65'000;
 
@@ -145,7 +137,6 @@ class ZmqTransport::Impl {
     peers_.clear();
     monitor_.reset();
     router_.reset();
-    control_monitor_.reset();
     control_.reset();
     zap_.reset();
     context_.close();
@@ -213,156 +204,35 @@ class ZmqTransport::Impl {
     return ok_status();
   }
 
-  // The remote control ROUTER (see the header); called after the CURVE keys are loaded.
+  // The remote control ROUTER (remote_control.h); called after the CURVE keys are loaded.
   Status open_control() {
-    const RemoteControlOptions& remote = *options_.remote_control;
     if (!options_.curve) {
       return Error{
           "Remote control (control.remote_listen) needs transport.curve = true: it "
           "serves this node's CURVE keypair to clients."};
     }
-    Result<std::map<std::string, std::string>> clients =
-        load_curve_allow_list(remote.client_keys_dir);
-    if (!clients.ok()) return Error{clients.error().message + " (control.client_keys_dir)"};
-    set_control_clients(*clients);
-    control_keys_loaded_ = steady_now();
-    std::string bind = remote.bind;
-    if (bind.size() > 2 && bind.ends_with(":0")) bind.replace(bind.size() - 1, 1, "*");
-    try {
-      control_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
-      control_->set(zmq::sockopt::linger, 0);
-      control_->set(zmq::sockopt::sndhwm, kControlHwm);
-      control_->set(zmq::sockopt::rcvhwm, kControlHwm);
-      control_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(control::kMaxRequestBytes));
-      control_->set(zmq::sockopt::handshake_ivl, kControlHandshakeMs);
-      control_->set(zmq::sockopt::curve_server, 1);
-      control_->set(zmq::sockopt::curve_secretkey, own_keys_.secret_key);
-      control_->set(zmq::sockopt::zap_domain, kControlZapDomain);
-      if (zmq_socket_monitor(
-              control_->handle(), kControlMonitorEndpoint,
-              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
-        return Error{std::string("Cannot monitor the remote control socket: ") +
-                     zmq_strerror(zmq_errno()) + "."};
-      }
-      control_monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
-      control_monitor_->set(zmq::sockopt::linger, 0);
-      control_monitor_->connect(kControlMonitorEndpoint);
-    } catch (const zmq::error_t& e) {
-      return Error{std::string("Cannot set up the remote control socket: ") + e.what() + "."};
-    }
-    try {
-      control_->bind(bind);
-      control_bound_ = control_->get(zmq::sockopt::last_endpoint);
-    } catch (const zmq::error_t& e) {
-      return Error{"Cannot bind the remote control socket to " + remote.bind + ": " + e.what() +
-                   " (control.remote_listen)."};
-    }
-    spdlog::info("remote control listening on {} ({} client key(s) in {})", control_bound_,
-                 control_clients_.size(), remote.client_keys_dir);
+    Result<std::unique_ptr<RemoteControlSocket>> opened = RemoteControlSocket::open(
+        context_, *options_.remote_control, own_keys_.secret_key, stats_, steady_now());
+    if (!opened.ok()) return opened.error();
+    control_ = std::move(opened).value();
     return ok_status();
-  }
-
-  void set_control_clients(const std::map<std::string, std::string>& keys) {
-    control_clients_.clear();
-    for (const auto& [user, z85] : keys) {
-      std::string raw(32, '\0');
-      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) != nullptr) {
-        control_clients_[raw] = user;
-      }
-    }
-  }
-
-  // The user of a client key, re-reading client_keys_dir when the last read is old enough.
-  std::string control_user(const std::string& raw_key) {
-    const TimePoint now = steady_now();
-    if (now - control_keys_loaded_ >= kClientKeysReload) {
-      control_keys_loaded_ = now;
-      Result<std::map<std::string, std::string>> clients =
-          load_curve_allow_list(options_.remote_control->client_keys_dir);
-      if (clients.ok()) {
-        set_control_clients(*clients);
-        control_keys_error_.clear();
-      } else {
-        // Refuse everyone until the directory is safe again: it may have been tampered with.
-        control_clients_.clear();
-        if (clients.error().message != control_keys_error_) {
-          control_keys_error_ = clients.error().message;
-          spdlog::error("remote control refuses every client: {} (control.client_keys_dir)",
-                        control_keys_error_);
-        }
-      }
-    }
-    const auto it = control_clients_.find(raw_key);
-    return it == control_clients_.end() ? std::string() : it->second;
   }
 
   Status load_keys() {
     Result<CurveKeyPair> own = load_curve_secret_key(options_.curve->secret_key_file);
     if (!own.ok()) return Error{own.error().message + " (transport.secret_key_file)"};
     own_keys_ = *own;
-    return load_node_keys();
-  }
-
-  // public_keys_dir's modification time ({} when it cannot be read).
-  std::optional<timespec> node_keys_mtime() const {
-    struct stat st {};
-    if (::stat(options_.curve->public_keys_dir.c_str(), &st) != 0) return std::nullopt;
-    return st.st_mtim;
-  }
-
-  static bool same_time(const std::optional<timespec>& a, const std::optional<timespec>& b) {
-    if (!a || !b) return !a && !b;
-    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-  }
-
-  // (Re)reads public_keys_dir; on failure the lists stay as they were.
-  Status load_node_keys() {
-    node_keys_loaded_ = steady_now();
-    node_keys_mtime_ = node_keys_mtime();
-    timespec wall{};
-    ::clock_gettime(CLOCK_REALTIME, &wall);
-    node_keys_racy_ = !node_keys_mtime_ || wall.tv_sec - node_keys_mtime_->tv_sec <=
-                                               static_cast<time_t>(kNodeKeysReload.count());
-    Result<std::map<std::string, std::string>> allowed =
-        load_curve_allow_list(options_.curve->public_keys_dir);
-    if (!allowed.ok()) return Error{allowed.error().message + " (transport.public_keys_dir)"};
-    std::map<std::string, std::string> clients;
-    for (const auto& [name, z85] : *allowed) {
-      std::string raw(32, '\0');
-      if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
-        return Error{"The public key of node " + name + " in " + options_.curve->public_keys_dir +
-                     " is not valid Z85."};
-      }
-      clients[raw] = name;
-    }
-    public_keys_ = std::move(*allowed);
-    allowed_clients_ = std::move(clients);
-    return ok_status();
-  }
-
-  // Re-reads the node allow-list (see kNodeKeysReload) when the directory changed or was racily
-  // recent at the last read, or for an `unknown` key or name when the last read is at least
-  // kNodeKeysReload old (anyone can present an unknown key; only the directory's writers can
-  // change it). A failed re-read keeps the last good list (the cluster keeps running; a
-  // tampered directory adds no one) and is logged once per distinct error.
-  void refresh_node_keys(bool unknown) {
-    const bool changed = node_keys_racy_ || !same_time(node_keys_mtime(), node_keys_mtime_);
-    if (!changed && (!unknown || steady_now() - node_keys_loaded_ < kNodeKeysReload)) return;
-    if (Status s = load_node_keys(); !s.ok()) {
-      if (s.error().message != node_keys_error_) {
-        node_keys_error_ = s.error().message;
-        spdlog::error("keeping the previous node allow-list: {}", node_keys_error_);
-      }
-    } else {
-      node_keys_error_.clear();
-    }
+    node_keys_.emplace(options_.curve->public_keys_dir);
+    return node_keys_->load(steady_now());
   }
 
   void apply_common_options(zmq::socket_t& socket) const {
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
     socket.set(zmq::sockopt::rcvhwm, options_.send_hwm);
-    socket.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    // Per frame (see frame_bytes()).
+    socket.set(zmq::sockopt::maxmsgsize,
+               static_cast<std::int64_t>(options_.curve ? kMaxFrameBytes : frame_bytes()));
     socket.set(zmq::sockopt::tcp_maxrt, to_ms(options_.tcp_max_retransmit_timeout));
     socket.set(zmq::sockopt::heartbeat_ivl, to_ms(options_.heartbeat_interval));
     socket.set(zmq::sockopt::heartbeat_timeout, to_ms(options_.heartbeat_timeout));
@@ -386,17 +256,13 @@ class ZmqTransport::Impl {
                      " with CURVE on without the peer's node name (configure seeds as "
                      "name@host:port)."};
       }
-      auto key = public_keys_.find(address.name);
-      if (key == public_keys_.end()) {
-        refresh_node_keys(/*unknown=*/true);
-        key = public_keys_.find(address.name);
-      }
-      if (key == public_keys_.end()) {
+      std::optional<std::string> key = node_keys_->public_key_of(address.name, now);
+      if (!key) {
         return Error{"Cannot send to node " + address.name + " at " + address.address +
                      ": its public key " + address.name + ".pub is not in " +
                      options_.curve->public_keys_dir + "."};
       }
-      server_key = key->second;
+      server_key = *key;
     }
     Peer peer;
     peer.name = address.name;
@@ -438,13 +304,34 @@ class ZmqTransport::Impl {
     ++stats_.peers_closed;
   }
 
+  // With CURVE, a peer that has not finished its handshake can make a socket read at most one
+  // frame of kMaxFrameBytes, and longer envelopes travel as several frames, which ZeroMQ
+  // delivers only from authenticated peers. Without CURVE (a loopback-only daemon) nobody is
+  // authenticated, so an envelope is one frame of up to max_message_bytes and a stranger cannot
+  // make the socket hold an unending multi-frame message.
+  std::size_t frame_bytes() const {
+    return options_.curve ? kMaxFramePayloadBytes
+                          : static_cast<std::size_t>(options_.max_message_bytes);
+  }
+
+  // One envelope as frames of at most frame_bytes(). Once ZeroMQ took the first frame it takes
+  // the rest (its high-water mark counts whole messages), so a send is all or nothing.
   bool try_send(Peer& peer, const std::string& bytes) {
     try {
-      if (peer.socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
-        peer.connected = true;
-        ++stats_.sent;
-        return true;
-      }
+      std::size_t offset = 0;
+      do {
+        const std::size_t n = std::min(frame_bytes(), bytes.size() - offset);
+        const bool last = offset + n == bytes.size();
+        const zmq::send_flags flags =
+            last ? zmq::send_flags::dontwait : zmq::send_flags::dontwait | zmq::send_flags::sndmore;
+        if (!peer.socket->send(zmq::buffer(bytes.data() + offset, n), flags)) {
+          return false;  // only the first frame can be refused (a full queue)
+        }
+        offset += n;
+      } while (offset < bytes.size());
+      peer.connected = true;
+      ++stats_.sent;
+      return true;
     } catch (const zmq::error_t&) {
       // Any other send error is a failure of this message alone.
     }
@@ -522,10 +409,7 @@ class ZmqTransport::Impl {
       const std::size_t monitor_item = items.size();
       if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
       const std::size_t control_item = items.size();
-      if (control_) {
-        items.push_back({control_->handle(), 0, ZMQ_POLLIN, 0});
-        items.push_back({control_monitor_->handle(), 0, ZMQ_POLLIN, 0});
-      }
+      if (control_) control_->add_poll_items(items);
       const std::size_t first_peer_monitor = items.size();
       for (auto& [address, peer] : peers_) {
         items.push_back({peer.monitor->handle(), 0, ZMQ_POLLIN, 0});
@@ -535,8 +419,10 @@ class ZmqTransport::Impl {
       for (int fd : extra_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
 
       TimePoint now = steady_now();
+      resume_listening(now);
       Duration wait = std::max(deadline - now, Duration::zero());
       if (any_pending()) wait = std::min<Duration>(wait, kPendingRetry);
+      if (!listening_) wait = std::min<Duration>(wait, std::max(resume_at_ - now, Duration{}));
       // Round up, so a short wait does not become a busy loop of zero-timeout polls.
       const long timeout_ms =
           duration_cast<milliseconds>(wait + milliseconds(1) - Duration(1)).count();
@@ -544,10 +430,7 @@ class ZmqTransport::Impl {
       if (rc > 0) {
         if (zap_ && (items[zap_item].revents & ZMQ_POLLIN)) serve_zap();
         if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) drain_monitor();
-        if (control_ && (items[control_item + 1].revents & ZMQ_POLLIN)) drain_control_monitor();
-        if (control_ && (items[control_item].revents & ZMQ_POLLIN)) {
-          drain_control(&result.control_requests);
-        }
+        if (control_) control_->on_ready(&items[control_item], &result.control_requests);
         for (std::size_t i = 0; i < monitored.size(); ++i) {
           if (items[first_peer_monitor + i].revents & ZMQ_POLLIN) {
             drain_peer_monitor(*monitored[i].first, *monitored[i].second);
@@ -575,22 +458,34 @@ class ZmqTransport::Impl {
   void drain_router(std::vector<wire::Envelope>* out) {
     for (int n = 0; n < kMaxReceiveBatch; ++n) {
       std::vector<zmq::message_t> parts;
-      try {
-        if (!zmq::recv_multipart(*router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      if (parts.size() != 2) {  // [routing id, envelope]; anything else is not our protocol
+      if (!receive_now(*router_, parts)) return;
+      // [routing id, envelope in one or more frames]; anything else is not our protocol.
+      if (parts.size() < 2) {
         ++stats_.dropped_malformed;
         continue;
       }
       const zmq::message_t& payload = parts[1];
+      std::string joined;  // the frames of a multi-frame envelope, in order
+      std::string_view bytes(static_cast<const char*>(payload.data()), payload.size());
+      if (parts.size() > 2) {
+        if (!options_.curve) {  // only authenticated peers send several frames
+          ++stats_.dropped_malformed;
+          continue;
+        }
+        std::size_t total = 0;
+        for (std::size_t i = 1; i < parts.size(); ++i) total += parts[i].size();
+        if (total > static_cast<std::size_t>(options_.max_message_bytes)) {
+          ++stats_.dropped_oversized;
+          continue;
+        }
+        joined.reserve(total);
+        for (std::size_t i = 1; i < parts.size(); ++i) {
+          joined.append(static_cast<const char*>(parts[i].data()), parts[i].size());
+        }
+        bytes = joined;
+      }
       wire::DecodeError reason = wire::DecodeError::kMalformed;
-      Result<wire::Envelope> envelope = wire::decode_envelope(
-          std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits_,
-          &reason);
+      Result<wire::Envelope> envelope = wire::decode_envelope(bytes, limits_, &reason);
       if (!envelope.ok()) {
         count_drop(reason);
         continue;
@@ -608,60 +503,9 @@ class ZmqTransport::Impl {
     }
   }
 
-  // Remote control frames: [routing id, JSON request] from an authenticated client.
-  void drain_control(std::vector<ControlRequest>* out) {
-    for (int n = 0; n < kMaxReceiveBatch; ++n) {
-      std::vector<zmq::message_t> parts;
-      try {
-        if (!zmq::recv_multipart(*control_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      if (parts.size() != 2) {
-        ++stats_.control_dropped;
-        continue;
-      }
-      std::string user = authenticated_name(parts[1]);
-      if (user.empty()) {  // cannot happen past ZAP; never act without a user
-        ++stats_.control_unauthenticated;
-        continue;
-      }
-      ++stats_.control_received;
-      out->push_back(ControlRequest{
-          .route = parts[0].to_string(), .user = std::move(user), .body = parts[1].to_string()});
-    }
-  }
-
-  void drain_control_monitor() {
-    for (;;) {
-      std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*control_monitor_, std::back_inserter(event),
-                                 zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      ++stats_.control_unauthenticated;  // only refused handshakes are monitored
-    }
-  }
-
   Status send_control_reply(const std::string& route, const std::string& body) {
     if (!control_) return Error{"There is no remote control socket (control.remote_listen)."};
-    try {
-      if (control_->send(zmq::buffer(route),
-                         zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-          control_->send(zmq::buffer(body), zmq::send_flags::dontwait)) {
-        return ok_status();
-      }
-    } catch (const zmq::error_t&) {
-      // Counted below like a full queue.
-    }
-    ++stats_.control_replies_failed;
-    return Error{"Cannot queue a remote control reply: the client is gone or its queue is full."};
+    return control_->reply(route, body);
   }
 
   // Counts (dropped_unauthenticated) and logs, at most once per kSpoofLogInterval, an envelope
@@ -706,34 +550,20 @@ class ZmqTransport::Impl {
   void serve_zap() {
     for (;;) {
       std::vector<zmq::message_t> request;
-      try {
-        if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*zap_, request)) return;
       std::string user;
       const bool control_domain =
           request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
       if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
-        if (request[2].to_string_view() == kZapDomain) {
-          const std::string key = request[6].to_string();
-          refresh_node_keys(/*unknown=*/allowed_clients_.count(key) == 0);
-          auto it = allowed_clients_.find(key);
-          if (it != allowed_clients_.end()) user = it->second;
+        if (request[2].to_string_view() == kZapDomain && node_keys_) {
+          user = node_keys_->node_of(request[6].to_string(), steady_now());
         } else if (control_domain && control_) {
-          user = control_user(request[6].to_string());
+          user = control_->authenticate(request[6].to_string(), steady_now());
         }
       }
       const bool allowed = !user.empty();
       if (!allowed && control_domain) {
-        ++stats_.control_unauthenticated;
-        // One line per refusal would let a flood fill the log: the first, then every 100th.
-        if (stats_.control_unauthenticated % 100 == 1) {
-          spdlog::warn("remote control: refused a client key not in {} ({} refused so far)",
-                       options_.remote_control->client_keys_dir, stats_.control_unauthenticated);
-        }
+        if (!control_) ++stats_.control_unauthenticated;  // else counted by authenticate()
       } else if (!allowed) {
         ++stats_.dropped_unauthenticated;
         // The first refusal, then every 100th (a flood must not fill the log).
@@ -763,13 +593,7 @@ class ZmqTransport::Impl {
   void drain_monitor() {
     for (;;) {
       std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*monitor_, event)) return;
       if (event.empty() || event[0].size() < sizeof(std::uint16_t) + sizeof(std::uint32_t)) {
         continue;
       }
@@ -789,16 +613,55 @@ class ZmqTransport::Impl {
           accept_log_.note(steady_now(), [&](std::uint64_t n) {
             spdlog::error(
                 "transport: cannot accept connections on {}: {} ({} time(s) since the last "
-                "line; {} inbound connections open): raise the open file limit (LimitNOFILE) "
-                "or find who opens them",
+                "line; {} inbound connections open): stopped listening for a while (the "
+                "inbound connections are dropped; peers reconnect); raise the open file limit "
+                "(LimitNOFILE) or find who opens them",
                 bound_, std::strerror(static_cast<int>(value)), n, inbound_.open());
           });
+          pause_listening(steady_now());
           break;
         default:  // with CURVE: a refused handshake
           ++stats_.dropped_unauthenticated;
           break;
       }
       stats_.connections_open = inbound_.open();
+    }
+  }
+
+  // ZeroMQ retries a failed accept at once for as long as the listening socket is readable, so
+  // out of fds (EMFILE) it would spin. Instead the ROUTER stops listening: unbinding closes the
+  // listening socket and every connection accepted through it (peers' DEALERs reconnect on
+  // their own), which gives the fds back; resume_listening() binds the same endpoint again
+  // after the pause. Pauses double while accepts keep failing soon after each resume.
+  void pause_listening(TimePoint now) {
+    if (!listening_) return;
+    accept_pause_ = (accept_pause_ > Duration::zero() && now - listened_at_ < kAcceptCalm)
+                        ? std::min<Duration>(2 * accept_pause_, kAcceptPauseMax)
+                        : Duration(kAcceptPauseFirst);
+    try {
+      router_->unbind(bound_);
+    } catch (const zmq::error_t& e) {
+      spdlog::error("transport: cannot stop listening on {} after a failed accept: {}", bound_,
+                    e.what());
+      return;
+    }
+    listening_ = false;
+    resume_at_ = now + accept_pause_;
+    ++stats_.accept_pauses;
+  }
+
+  void resume_listening(TimePoint now) {
+    if (listening_ || now < resume_at_) return;
+    try {
+      router_->bind(bound_);
+      listening_ = true;
+      listened_at_ = now;
+    } catch (const zmq::error_t& e) {
+      resume_at_ = now + accept_pause_;
+      accept_log_.note(now, [&](std::uint64_t) {
+        spdlog::error("transport: cannot listen on {} again: {}; retrying every {} ms", bound_,
+                      e.what(), duration_cast<milliseconds>(accept_pause_).count());
+      });
     }
   }
 
@@ -824,14 +687,7 @@ class ZmqTransport::Impl {
   void drain_peer_monitor(const std::string& address, Peer& peer) {
     for (;;) {
       std::vector<zmq::message_t> event;
-      try {
-        if (!zmq::recv_multipart(*peer.monitor, std::back_inserter(event),
-                                 zmq::recv_flags::dontwait)) {
-          return;
-        }
-      } catch (const zmq::error_t&) {
-        return;
-      }
+      if (!receive_now(*peer.monitor, event)) return;
       if (event.empty() || event[0].size() < sizeof(std::uint16_t)) continue;
       std::uint16_t id = 0;
       std::memcpy(&id, event[0].data(), sizeof(id));
@@ -877,26 +733,20 @@ class ZmqTransport::Impl {
   int bound_port_ = -1;  // of bound_; -1 for a non-TCP bind
   RateLimitedLog refuse_log_;
   RateLimitedLog accept_log_;
-  std::unique_ptr<zmq::socket_t> control_;          // remote control ROUTER; null when off
-  std::unique_ptr<zmq::socket_t> control_monitor_;  // its refused handshakes
-  std::string control_bound_;
-  std::map<std::string, std::string> control_clients_;  // raw 32-byte key -> user name
-  TimePoint control_keys_loaded_{};
-  std::string control_keys_error_;  // the last failed re-read, logged once
+  bool listening_ = true;    // false while paused after a failed accept
+  TimePoint listened_at_{};  // the last resume
+  TimePoint resume_at_{};
+  Duration accept_pause_{};                       // the last pause
+  std::unique_ptr<RemoteControlSocket> control_;  // null when off
   std::string bound_;
   CurveKeyPair own_keys_;
-  std::map<std::string, std::string> public_keys_;      // node name -> Z85 public key
-  std::map<std::string, std::string> allowed_clients_;  // raw 32-byte key -> node name
-  TimePoint node_keys_loaded_{};
-  std::optional<timespec> node_keys_mtime_;  // at the last read
-  bool node_keys_racy_ = false;              // that mtime was too recent to trust (above)
-  std::uint64_t node_keys_refused_ = 0;      // handshakes the node domain refused
-  std::string node_keys_error_;  // the last failed re-read, logged once
-  TimePoint spoof_logged_{};     // the last spoofed-sender log line
+  std::optional<NodeAllowList> node_keys_;  // set with CURVE
+  std::uint64_t node_keys_refused_ = 0;     // handshakes the node domain refused
+  TimePoint spoof_logged_{};                // the last spoofed-sender log line
   std::uint64_t spoofed_since_log_ = 0;
-  std::map<std::string, Peer> peers_;                   // by address
-  std::uint64_t monitors_ = 0;                          // peer monitors created so far
-  std::vector<PeerDisconnect> disconnects_;             // recorded, not yet taken
+  std::map<std::string, Peer> peers_;        // by address
+  std::uint64_t monitors_ = 0;               // peer monitors created so far
+  std::vector<PeerDisconnect> disconnects_;  // recorded, not yet taken
   std::uint64_t seq_ = 0;
   std::string leader_hint_;  // stamped on every envelope (gossip hint)
   std::uint64_t leader_term_ = 0;
@@ -926,7 +776,9 @@ void ZmqTransport::set_leader_hint(std::string leader, std::uint64_t term) {
   impl_->leader_term_ = term;
 }
 std::string ZmqTransport::bound_endpoint() const { return impl_->bound_; }
-std::string ZmqTransport::control_endpoint() const { return impl_->control_bound_; }
+std::string ZmqTransport::control_endpoint() const {
+  return impl_->control_ ? impl_->control_->endpoint() : std::string();
+}
 Status ZmqTransport::send_control_reply(const std::string& route, const std::string& body) {
   return impl_->send_control_reply(route, body);
 }

@@ -9,6 +9,10 @@
 //    (ROUTER_HANDOVER is the backstop for a reused id). Replies go to the sender's own ROUTER
 //    (Envelope::sender_address), never back over the DEALER.
 //  - every socket: LINGER 0, bounded SNDHWM/RCVHWM, MAXMSGSIZE, TCP_MAXRT and ZMTP heartbeats;
+//    with CURVE, MAXMSGSIZE is kMaxFrameBytes per frame and an envelope longer than that
+//    travels as several frames (up to max_message_bytes in all), so a peer that has not passed
+//    its handshake cannot make a daemon read more than one such frame; without CURVE an
+//    envelope is one frame of up to max_message_bytes;
 //    ROUTER_MANDATORY on the ROUTER; DEALERs: IMMEDIATE, reconnect 100 ms backing off to 5 s.
 //
 // Sends never block. With IMMEDIATE a DEALER only queues to a finished connection, so a fresh
@@ -29,7 +33,11 @@
 // most options.max_connections_per_address connections (inbound_connections.h: its socket
 // monitor counts accepts and disconnects; a connection over the cap is shut down at once,
 // counted in connections_refused and logged at most once per 10 s per cause). A failed accept
-// (EMFILE: the process is out of fds) is counted in accept_failures and logged likewise.
+// (EMFILE: the process is out of fds, e.g. a flood from many addresses) is counted in
+// accept_failures and logged likewise, and the ROUTER stops listening for 250 ms (doubling up
+// to 5 s while it recurs within 30 s), which also drops its inbound connections and so frees
+// their fds (peers reconnect), instead of ZeroMQ retrying the accept in a busy loop; counted in
+// accept_pauses.
 //
 // Peer disconnects (job-tier detection): each DEALER has a socket monitor (an inproc PAIR per
 // DEALER, polled inside receive() and closed with the DEALER). When the connection of a DEALER
@@ -55,29 +63,17 @@
 // dropped_unauthenticated; spoofed senders are also logged, at most one line per 10 s. Nothing
 // an unauthenticated peer sends reaches the envelope decoder: a client without CURVE is refused
 // at the ZMTP greeting, one with an unknown key at its HELLO. The allow-list
-// (public_keys_dir) is re-read on a handshake when the directory's mtime changed, and at most
-// once a second for an unknown key or peer name, so nodes are added and removed without
-// restarting the others; a re-read that fails keeps the last good list and logs why.
+// (public_keys_dir, a NodeAllowList: allow_lists.h says when it is re-read) lets nodes be added
+// and removed without restarting the others.
 // A DEALER is a CURVE client with the peer's server key, found by the
 // peer's node name in public_keys_dir: send() therefore needs the peer's name when CURVE is on
 // (seeds must be configured as name@host:port then); without CURVE the name is optional.
 // Because the ZAP handler runs inside receive(), an owner that stops calling receive() stalls
 // inbound CURVE handshakes (peers retry); the daemon's loop calls it continuously.
 //
-// Remote control (options.remote_control, control.remote_listen): a second ROUTER, a CURVE
-// server with this node's keypair (so it needs options.curve), bound to its own endpoint for
-// elasticctl on login nodes. The same ZAP handler serves its domain ("elastic.control") from a
-// second allow-list, control.client_keys_dir: <user>.pub per client key, re-read at most once
-// a second on a handshake (so adding a user needs no restart) with the same ownership and mode
-// checks as at open (a failed re-read refuses every client and logs why). It names the client
-// by the key file's stem, which arrives as ControlRequest::user. Frames: a DEALER sends one
-// frame, the JSON request of the local control protocol; anything else is dropped and counted
-// (control_dropped). Bounded: MAXMSGSIZE control::kMaxRequestBytes, HWM kControlHwm each way,
-// a 5 s handshake limit; refused handshakes count in control_unauthenticated (the client gets a
-// ZMTP ERROR, or nothing if it does not speak CURVE). Replies go back with
-// send_control_reply(route, body) without blocking; a client that went away loses its reply
-// silently (no ROUTER_MANDATORY). User -> uid mapping and every rule are the control Server's
-// (daemon/control/server.h handle_remote).
+// Remote control (options.remote_control, control.remote_listen): a second ROUTER for
+// elasticctl on login nodes (remote_control.h), needing options.curve; its requests come out of
+// receive() as ControlRequests and its replies go back with send_control_reply(route, body).
 //
 // Thread safety: none. One thread (the node's loop) owns the transport and calls everything;
 // ZeroMQ sockets must not be shared between threads.
@@ -99,6 +95,12 @@
 #include "daemon/wire/messages.h"
 
 namespace elastic::transport {
+
+// The largest frame a CURVE transport reads (ZMQ_MAXMSGSIZE, checked on the encrypted frame);
+// longer envelopes are sent as frames of kMaxFramePayloadBytes, which leaves room for CURVE's
+// MESSAGE header, nonce and MAC.
+inline constexpr std::size_t kMaxFrameBytes = 256 * 1024;
+inline constexpr std::size_t kMaxFramePayloadBytes = kMaxFrameBytes - 256;
 
 struct CurveOptions {
   std::string secret_key_file;  // this node's <name>.key (mode 0600)
@@ -153,6 +155,7 @@ struct TransportStats {
   std::uint64_t connections_open = 0;     // now, as the socket monitor last reported
   std::uint64_t connections_refused = 0;  // over max_connections_per_address, shut down
   std::uint64_t accept_failures = 0;      // accept() failed (EMFILE, ENFILE, ENOBUFS...)
+  std::uint64_t accept_pauses = 0;        // times the ROUTER stopped listening after one
   // Remote control socket (see the contract above).
   std::uint64_t control_received = 0;         // requests returned by receive()
   std::uint64_t control_dropped = 0;          // frames not of the protocol (wrong part count)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "daemon/control/protocol.h"
+#include "daemon/control/verbs.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/messages.h"
@@ -101,14 +103,17 @@ TEST(ControlAbuseInteg, MalformedRequestsFromAUserGetOneErrorEachAndTheDaemonSta
   const std::vector<Case> cases = {
       {{{"verb", "events"}, {"job", 1}}, "The events request's \"job\" must be a string"},
       {{{"verb", "voters"}, {"action", 1}}, "The voters request's \"action\" must be a string"},
+      // Admin verbs: a user is refused before the arguments are read.
       {{{"verb", "drain"}, {"node", "n1"}, {"reason", 1}},
-       "The drain request's \"reason\" must be a string"},
+       "Only root or members of control.admin_group may drain nodes."},
       {{{"verb", "voters"}, {"action", "add"}, {"node", json::array({1})}},
        "The voters request's \"node\" must be a string (a node name), not an array"},
       {{{"verb", "events"}, {"limit", "all"}}, "The events request's \"limit\" must be"},
       {{{"verb", "job"}, {"job", json::object()}}, "The job request's \"job\" must be a string"},
       {{{"verb", "cancel"}, {"job", true}}, "The cancel request's \"job\" must be a string"},
-      {{{"verb", "undrain"}, {"node", nullptr}}, "The undrain request needs \"node\""},
+      {{{"verb", "undrain"}, {"node", nullptr}},
+       "Only root or members of control.admin_group may undrain nodes."},
+      {{{"verb", "reload"}}, "Only root or members of control.admin_group may reload"},
       {{{"verb", "submit"}, {"spec", "x"}}, "The submit request's \"spec\" must be an object"},
       {{{"verb", "logs"}, {"job", job}, {"rank", -1}}, "The logs request's \"rank\" must be"},
       {{{"verb", "logs"}, {"job", job}, {"rank", 0}, {"node", 7}},
@@ -127,6 +132,47 @@ TEST(ControlAbuseInteg, MalformedRequestsFromAUserGetOneErrorEachAndTheDaemonSta
   }
   EXPECT_TRUE(node.answers());
   EXPECT_TRUE(node.ctl({"status", job}, kAlice).status.exited_with(0));
+
+  // From an admin (root), the admin verbs' arguments are checked like the others'.
+  const std::vector<Case> admin_cases = {
+      {{{"verb", "drain"}, {"node", "n1"}, {"reason", 1}},
+       "The drain request's \"reason\" must be a string"},
+      {{{"verb", "undrain"}, {"node", nullptr}}, "The undrain request needs \"node\""},
+  };
+  for (const Case& c : admin_cases) {
+    const json parsed = json::parse(
+        framed_request_as(0, 0, node.n1.socket(), c.request.dump(), 20s), nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << c.request.dump() << "\n" << node.n1.process().err();
+    EXPECT_THAT(parsed.value("error", ""), HasSubstr(c.error)) << c.request.dump();
+  }
+}
+
+// Every verb of the protocol's table (control/verbs.h) has a handler: none is answered as
+// unknown, from a user or from root, and an unknown verb's answer names all of them.
+TEST(ControlAbuseInteg, EveryVerbOfTheTableIsServedAndAnUnknownOneListsThemAll) {
+  if (!is_root()) GTEST_SKIP() << "needs root: the requests also come from another uid";
+  Node node;
+  for (const control::Verb& verb : control::verbs()) {
+    for (const int uid : {0, kAlice}) {
+      SCOPED_TRACE(std::string(verb.name) + " as uid " + std::to_string(uid));
+      const std::string reply =
+          framed_request_as(uid, uid, node.n1.socket(), json{{"verb", verb.name}}.dump(), 20s);
+      const json parsed = json::parse(reply, nullptr, false);
+      ASSERT_TRUE(parsed.is_object()) << reply << "\n" << node.n1.process().err();
+      EXPECT_THAT(parsed.value("error", ""), Not(HasSubstr("Unknown request"))) << reply;
+      if (verb.caller == control::Caller::kAdmin && uid != 0) {
+        EXPECT_EQ(parsed.value("error", ""), control::admin_only_message(verb));
+      }
+    }
+  }
+  const json unknown = json::parse(
+      framed_request_as(kAlice, kAlice, node.n1.socket(), R"({"verb":"frobnicate"})", 20s), nullptr,
+      false);
+  ASSERT_TRUE(unknown.is_object());
+  for (const control::Verb& verb : control::verbs()) {
+    EXPECT_THAT(unknown.value("error", ""), HasSubstr("\"" + std::string(verb.name) + "\""));
+  }
+  EXPECT_TRUE(node.n1.process().running()) << node.n1.process().err();
 }
 
 TEST(ControlAbuseInteg, ForgedRoundReportsAreDroppedAndCounted) {
@@ -282,11 +328,15 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   if (!is_root()) GTEST_SKIP() << "needs root: the job and its readers are different uids";
   if (!have_setpriv()) GTEST_SKIP() << "no /usr/bin/setpriv";
   Node node;
+  // The submitter's environment goes with the job (--export ALL) and is hidden the same way.
+  ::setenv("EXPORTED_TOKEN", "hunter3", 1);
   const std::string job = node.submit("secret", kAlice, {"--env", "API_TOKEN=hunter2"});
+  ::unsetenv("EXPORTED_TOKEN");
   ASSERT_FALSE(job.empty());
   const RunResult owner = node.ctl({"status", job, "--json"}, kAlice);
   ASSERT_TRUE(owner.status.exited_with(0)) << owner.err;
   EXPECT_THAT(owner.out, HasSubstr("hunter2"));
+  EXPECT_THAT(owner.out, HasSubstr("hunter3"));
   const RunResult by_root = node.ctl({"status", job, "--json"});
   EXPECT_THAT(by_root.out, HasSubstr("hunter2"));
 
@@ -294,6 +344,7 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   ASSERT_TRUE(other.status.exited_with(0)) << other.err;
   EXPECT_THAT(other.out, Not(HasSubstr("hunter2")));
   EXPECT_THAT(other.out, Not(HasSubstr("API_TOKEN")));
+  EXPECT_THAT(other.out, Not(HasSubstr("hunter3")));
   const json seen = json::parse(other.out, nullptr, false);
   ASSERT_TRUE(seen.is_object()) << other.out;
   EXPECT_EQ(seen["spec"].value("env_hidden", false), true) << other.out;
@@ -303,6 +354,7 @@ TEST(ControlAbuseInteg, AJobsEnvIsShownToItsOwnerAndRootOnly) {
   ASSERT_TRUE(list.status.exited_with(0)) << list.err;
   EXPECT_THAT(list.out, HasSubstr(job));
   EXPECT_THAT(list.out, Not(HasSubstr("hunter2")));
+  EXPECT_THAT(list.out, Not(HasSubstr("hunter3")));
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ TEST(CtlNoDaemon, MissingSocketExits69WithWhatToDo) {
                                              {"logs", "j-1"},
                                              {"drain", "n1"},
                                              {"cancel", "j-1"},
-                                             {"submit", "--name", "a", "--", "x"}}) {
+                                             {"submit", "--name", "a", "--", "/bin/true"}}) {
     const RunResult r = ctl(socket, args);
     EXPECT_TRUE(r.status.exited_with(69)) << args[0] << ": " << r.err;
     EXPECT_EQ(r.err, "elasticctl: no daemon answers at " + socket +
@@ -627,7 +627,7 @@ TEST_F(ScriptedWait, FailedExits3WithTheReason) {
 
 TEST_F(ScriptedWait, JsonKeepsStdoutOneDocument) {
   auto daemon = serve({job_object("running", 1), job_object("succeeded", 1)});
-  const RunResult r = ctl(socket_, {"submit", "--name", "j", "--wait", "--json", "--", "x"});
+  const RunResult r = ctl(socket_, {"submit", "--name", "j", "--wait", "--json", "--", "/bin/true"});
   EXPECT_TRUE(r.status.exited_with(0)) << r.err;
   const json job = json::parse(r.out, nullptr, false);
   ASSERT_FALSE(job.is_discarded()) << r.out;
@@ -638,7 +638,7 @@ TEST_F(ScriptedWait, JsonKeepsStdoutOneDocument) {
 TEST_F(ScriptedWait, SurvivesADaemonRestart) {
   auto daemon = serve({job_object("running", 1)});
   auto waiting =
-      ctl_background(dir_, socket_, {"submit", "--name", "j", "--wait", "--", "x"}, "wait");
+      ctl_background(dir_, socket_, {"submit", "--name", "j", "--wait", "--", "/bin/true"}, "wait");
   ASSERT_TRUE(
       wait_until([&] { return waiting->out().find("j-1: running") != std::string::npos; }, kSlow))
       << waiting->out() << waiting->err();

@@ -5,18 +5,27 @@
 //    several are sent (in the envelope and in the bodies of the bulk types); the daemon's peak
 //    memory stays small, its control socket keeps answering quickly, and its peer never
 //    declares it dead.
+//    Such a message travels as frames of at most 256 KiB (transport::kMaxFrameBytes), as a
+//    daemon sends it; a peer without an allowed key cannot make the daemon read even one large
+//    frame: its handshake is cut at the frame's header.
 //  - Connection flood: ~1,800 TCP connections from one address took a daemon to its fd limit,
 //    after which every accept failed in a loop. Here the daemon runs with a low fd limit and
 //    one address opens many times that: the daemon sheds them (per-address cap), drops the
 //    half-open ones it kept after the handshake timeout, keeps serving its control socket, and
-//    logs only a few lines about it. It also raises its own soft fd limit at start.
+//    logs only a few lines about it. It also raises its own soft fd limit at start. From many
+//    addresses (under the cap each) the daemon runs out of fds: it stops listening for a while,
+//    which drops the flood's connections, instead of failing accepts in a busy loop, and then
+//    listens again.
 // No fixed sleeps: every wait polls with a deadline.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <msgpack.hpp>
@@ -27,6 +36,7 @@
 #include <zmq.hpp>
 
 #include "daemon/transport/curve_keys.h"
+#include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/codec.h"
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
@@ -115,6 +125,38 @@ std::string envelope(const std::string& sender, wire::MsgType type, const std::s
   return bytes + std::string("\xa1x", 2) + extra;
 }
 
+// `bytes` as a daemon sends an envelope: frames of transport::kMaxFramePayloadBytes.
+bool send_frames(zmq::socket_t& dealer, const std::string& bytes) {
+  using transport::kMaxFramePayloadBytes;
+  for (std::size_t offset = 0; offset < bytes.size(); offset += kMaxFramePayloadBytes) {
+    const std::size_t n = std::min(kMaxFramePayloadBytes, bytes.size() - offset);
+    const bool last = offset + n == bytes.size();
+    if (!dealer.send(zmq::buffer(bytes.data() + offset, n),
+                     last ? zmq::send_flags::none : zmq::send_flags::sndmore)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Connects `dealer` to `to`'s transport as a CURVE client with `as`'s node key (published in
+// the allow-list, never started: the attacker holds a node key, or is a compromised node).
+bool connect_as(zmq::socket_t& dealer, const Daemon& as, const Daemon& to) {
+  auto keys = transport::load_curve_secret_key(as.secret_key_file());
+  EXPECT_TRUE(keys.ok()) << keys.error().message;
+  auto server_key =
+      transport::load_curve_public_key(to.public_keys_dir() + "/" + to.name() + ".pub");
+  EXPECT_TRUE(server_key.ok()) << server_key.error().message;
+  if (!keys.ok() || !server_key.ok()) return false;
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::routing_id, as.name() + "/1");
+  dealer.set(zmq::sockopt::curve_serverkey, *server_key);
+  dealer.set(zmq::sockopt::curve_publickey, keys->public_key);
+  dealer.set(zmq::sockopt::curve_secretkey, keys->secret_key);
+  dealer.connect(to.address());
+  return true;
+}
+
 std::uint64_t drops(const Daemon& daemon) {
   return transport_counter(daemon, "dropped_oversized").value_or(0) +
          transport_counter(daemon, "dropped_malformed").value_or(0) +
@@ -135,19 +177,9 @@ TEST(TransportFlood, DecodeBombsFromAnAllowedKeyLeaveTheDaemonHealthy) {
   n2.set("membership.seeds=[\"" + n1.seed() + "\"]");  // the last --set wins
   n2.start();
   ASSERT_TRUE(wait_until([&] { return all_alive({&n1, &n2}); }, kConverge)) << describe({&n1, &n2});
-  auto keys = transport::load_curve_secret_key(mallory.secret_key_file());
-  ASSERT_TRUE(keys.ok()) << keys.error().message;
-  auto server_key = transport::load_curve_public_key(n1.public_keys_dir() + "/n1.pub");
-  ASSERT_TRUE(server_key.ok()) << server_key.error().message;
-
   zmq::context_t context;
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
-  dealer.set(zmq::sockopt::linger, 0);
-  dealer.set(zmq::sockopt::routing_id, "mallory/1");
-  dealer.set(zmq::sockopt::curve_serverkey, *server_key);
-  dealer.set(zmq::sockopt::curve_publickey, keys->public_key);
-  dealer.set(zmq::sockopt::curve_secretkey, keys->secret_key);
-  dealer.connect(n1.address());
+  ASSERT_TRUE(connect_as(dealer, mallory, n1));
 
   // The channel works: a small valid message from mallory is received.
   const std::uint64_t received = transport_counter(n1, "received").value_or(0);
@@ -176,7 +208,7 @@ TEST(TransportFlood, DecodeBombsFromAnAllowedKeyLeaveTheDaemonHealthy) {
     SCOPED_TRACE("bomb " + std::to_string(i));
     const std::uint64_t dropped = drops(n1);
     const std::size_t err_before = n1.process().err().size();
-    ASSERT_TRUE(dealer.send(zmq::buffer(messages[i]), zmq::send_flags::none).has_value());
+    ASSERT_TRUE(send_frames(dealer, messages[i]));
     // Each is refused (counted as a drop), and the daemon answers its control socket quickly
     // meanwhile.
     EXPECT_TRUE(wait_until(
@@ -263,6 +295,131 @@ TEST(TransportFlood, ConnectionsFromOneAddressCannotExhaustTheDaemonsFds) {
                                           "files|EMFILE")),
             10u)
       << tail;
+  for (int fd : flood) ::close(fd);
+}
+
+// A ZMTP 3.0 greeting from a client that asks for CURVE (64 bytes: signature, version 3.0,
+// the mechanism's name padded to 20 bytes, as-server 0, filler).
+std::string zmtp_curve_greeting() {
+  std::string g(64, '\0');
+  g[0] = '\xff';
+  g[9] = '\x7f';
+  g[10] = 3;
+  g[11] = 0;
+  std::memcpy(&g[12], "CURVE", 5);
+  return g;
+}
+
+TEST(TransportFlood, APeerWithoutAnAllowedKeyCannotMakeTheDaemonReadALargeFrame) {
+  TempDir dir;
+  Daemon n1(dir, "n1", {});
+  n1.start();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return ctl(n1, {"nodes", "--json"}).status.exited_with(0);
+      },
+      kReady));
+  // Its greeting, then a command frame (its HELLO) whose header claims 48 MiB, then the bytes.
+  // Before the frame limit the daemon read all of it (MAXMSGSIZE was 64 MiB) before CURVE
+  // could refuse it; now the header alone ends the connection.
+  const int fd = connect_loopback(n1.port(), 5s);
+  ASSERT_GE(fd, 0);
+  constexpr std::uint64_t kClaimed = 48ull << 20;
+  std::string header = zmtp_curve_greeting();
+  header += '\x06';  // a command frame with an 8-byte size
+  for (int shift = 56; shift >= 0; shift -= 8) header += static_cast<char>(kClaimed >> shift);
+  const long rss_before_kb = status_kb(n1.process().pid(), "VmRSS");
+  std::uint64_t sent = 0;
+  bool closed = false;
+  const std::string chunk(64 * 1024, '\0');
+  const std::string* next = &header;
+  while (sent < kClaimed) {
+    const ssize_t n = ::send(fd, next->data(), next->size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      closed = errno == EPIPE || errno == ECONNRESET;
+      break;
+    }
+    sent += static_cast<std::uint64_t>(n);
+    next = &chunk;
+  }
+  ::close(fd);
+  RecordProperty("bytes_sent_before_close", std::to_string(sent));
+  EXPECT_TRUE(closed) << "sent " << sent << " bytes without the daemon closing the connection";
+  // What the kernel's socket buffers hold on loopback, far below the 48 MiB claimed.
+  EXPECT_LT(sent, 16ull << 20);
+  EXPECT_LT(status_kb(n1.process().pid(), "VmHWM") - rss_before_kb, 16L * 1024);
+  EXPECT_TRUE(answers_within(n1, 2s));
+  EXPECT_TRUE(n1.process().running()) << n1.process().err();
+}
+
+TEST(TransportFlood, ConnectionsFromManyAddressesMakeTheDaemonPauseNotSpin) {
+  TempDir dir;
+  Daemon n1(dir, "n1", {});
+  Daemon mallory(dir, "mallory", {});  // an allowed key, to check the port listens again
+  n1.start();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return ctl(n1, {"nodes", "--json"}).status.exited_with(0);
+      },
+      kReady));
+  rlimit mine{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max < 2048) GTEST_SKIP() << "needs a hard fd limit of 2048, have " << mine.rlim_max;
+  rlimit enough = mine;
+  enough.rlim_cur = std::max<rlim_t>(mine.rlim_cur, 2048);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &enough), 0);
+  // 160 fds for the daemon, and 40 addresses with 24 connections each (under the per-address
+  // cap of 64): it runs out of fds.
+  const std::size_t fds_before = open_fds(n1.process().pid());
+  const rlimit tight{160, 160};
+  ASSERT_EQ(::prlimit(n1.process().pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  const std::size_t log_before = n1.process().err().size();
+  std::vector<int> flood;
+  for (int host = 2; host < 42; ++host) {
+    const std::string source = "127.0.0." + std::to_string(host);
+    for (int i = 0; i < 24; ++i) {
+      const int fd = connect_loopback_from(n1.port(), source.c_str(), 2s);
+      if (fd >= 0) flood.push_back(fd);
+    }
+  }
+  ASSERT_TRUE(
+      wait_until([&] { return transport_counter(n1, "accept_pauses").value_or(0) > 0; }, 10s))
+      << "accept failures: " << transport_counter(n1, "accept_failures").value_or(0);
+  // With the flood's connections still open on the attacker's side, failed accepts stop
+  // growing (ZeroMQ alone would retry the accept in a busy loop, thousands a second).
+  std::uint64_t last = transport_counter(n1, "accept_failures").value_or(0);
+  int unchanged = 0;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const std::uint64_t now = transport_counter(n1, "accept_failures").value_or(0);
+        unchanged = now == last ? unchanged + 1 : 0;
+        last = now;
+        return unchanged >= 5;
+      },
+      15s))
+      << "accept failures still growing: " << last;
+  RecordProperty("accept_failures", std::to_string(last));
+  RecordProperty("accept_pauses",
+                 std::to_string(transport_counter(n1, "accept_pauses").value_or(0)));
+
+  EXPECT_TRUE(answers_within(n1, 2s));
+  // The pause dropped the inbound connections, the flood's among them.
+  EXPECT_TRUE(wait_until([&] { return open_fds(n1.process().pid()) <= fds_before + 8; }, 15s))
+      << open_fds(n1.process().pid()) << " fds open, " << fds_before << " before";
+
+  // It listens again: an allowed peer's message arrives.
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  ASSERT_TRUE(connect_as(dealer, mallory, n1));
+  const std::uint64_t received = transport_counter(n1, "received").value_or(0);
+  ASSERT_TRUE(send_frames(
+      dealer, envelope("mallory", wire::MsgType::kNack, wire::encode_body(wire::Nack{1}))));
+  EXPECT_TRUE(
+      wait_until([&] { return transport_counter(n1, "received").value_or(0) > received; }, 15s));
+  EXPECT_TRUE(n1.process().running()) << n1.process().err();
+  const std::string log = n1.process().err().substr(log_before);
+  EXPECT_LE(count_matches(log, std::regex("cannot accept|cannot listen")), 10u)
+      << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
   for (int fd : flood) ::close(fd);
 }
 

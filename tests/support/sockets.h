@@ -35,23 +35,34 @@ inline int connect_unix(const std::string& path) {
   return fd;
 }
 
-// A TCP connection to 127.0.0.1:port whose blocking sends and receives give up after
-// `timeout`, or -1 when it cannot be made.
-inline int connect_loopback(int port, std::chrono::seconds timeout = std::chrono::seconds(5)) {
+// A TCP connection to 127.0.0.1:port from `source` (any of 127.0.0.0/8 is local, so a test
+// can play many hosts) whose blocking sends and receives give up after `timeout`, or -1 when
+// it cannot be made.
+inline int connect_loopback_from(int port, const char* source,
+                                 std::chrono::seconds timeout = std::chrono::seconds(5)) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   timeval limit{.tv_sec = static_cast<time_t>(timeout.count()), .tv_usec = 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+  if (::inet_pton(AF_INET, source, &from.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+// The same from 127.0.0.1.
+inline int connect_loopback(int port, std::chrono::seconds timeout = std::chrono::seconds(5)) {
+  return connect_loopback_from(port, "127.0.0.1", timeout);
 }
 
 // Reads (and drops) whatever the peer sends until it closes the connection (true: end of

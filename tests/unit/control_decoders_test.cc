@@ -5,10 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "daemon/control/requests.h"
+#include "daemon/control/verbs.h"
 #include "daemon/node/round_report.h"
 
 namespace elastic {
@@ -196,6 +198,34 @@ TEST(RoundReports, EveryKindRoundTrips) {
     ASSERT_TRUE(decoded.ok()) << verb << ": " << decoded.error().message;
     EXPECT_EQ(*decoded, report) << verb;
   }
+}
+
+// The verb table (control/verbs.h): one entry per verb, the leader's verbs marked, and the
+// answer to an unknown verb built from it.
+TEST(VerbTable, NamesAreUniqueAndTheUnknownVerbAnswerListsEveryOne) {
+  std::vector<std::string> names;
+  for (const control::Verb& verb : control::verbs()) names.emplace_back(verb.name);
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  EXPECT_EQ(names.size(), 15u);
+  const std::string unknown = control::unknown_verb_message("x");
+  EXPECT_THAT(unknown,
+              ::testing::StartsWith("Unknown request \"x\"; this daemon answers \"submit\", "));
+  EXPECT_THAT(unknown, ::testing::EndsWith(" and \"progress\"."));
+  for (const std::string& name : names)
+    EXPECT_THAT(unknown, ::testing::HasSubstr("\"" + name + "\""));
+  for (const char* leader :
+       {"submit", "cancel", "jobs", "job", "events", "drain", "undrain", "drained", "voters"}) {
+    EXPECT_TRUE(control::is_leader_verb(leader)) << leader;
+  }
+  for (const char* local : {"status", "nodes", "topology", "logs", "reload", "progress", "x"}) {
+    EXPECT_FALSE(control::is_leader_verb(local)) << local;
+  }
+  ASSERT_NE(control::find_verb("reload"), nullptr);
+  EXPECT_EQ(control::admin_only_message(*control::find_verb("reload")),
+            "Only root or members of control.admin_group may reload the configuration.");
+  EXPECT_EQ(control::find_verb("frobnicate"), nullptr);
 }
 
 }  // namespace

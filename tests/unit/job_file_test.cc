@@ -7,11 +7,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
 #include "daemon/core/duration.h"
+#include "tests/support/result_assertions.h"
 #include "tests/support/temp_dir.h"
 
 namespace elastic::ctl {
@@ -21,7 +24,8 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const Caller kAlice{.user = "alice", .uid = 1000, .gid = 1000, .cwd = "/home/alice/run"};
+const Caller kAlice{
+    .user = "alice", .uid = 1000, .gid = 1000, .cwd = "/home/alice/run", .environment = {}};
 
 // Flags with only what `set` sets (designated initializers would have to name every field).
 template <typename Set>
@@ -123,7 +127,7 @@ TEST(JobFile, UnknownKeysSuggestTheClosestKey) {
   EXPECT_EQ(parse_error("banana = 1\n"),
             "job.toml:1: banana: unknown key (job file keys are name, command, env, nodes, "
             "min_nodes, max_nodes, workers_per_node, gpus_per_node, checkpoint_root, "
-            "max_restarts, restart_backoff, last_call, working_dir, user)");
+            "max_restarts, restart_backoff, last_call, working_dir, user, export)");
   EXPECT_EQ(parse_error("uid = 0\n"),
             "job.toml:1: uid: is taken from the submitting process's credentials and cannot be "
             "set in a job file");
@@ -309,7 +313,8 @@ checkpoint_root = "/file-ck"
                                .max_restarts = 7,
                                .restart_backoff = "2s",
                                .last_call = "3s",
-                               .working_dir = "sub"});
+                               .working_dir = "sub",
+                               .export_setting = {}});
   EXPECT_EQ(json::parse(rendezvous::to_json(spec)), json::parse(R"({
     "name": "b", "command": ["y", "--from-flags"],
     "env": {"A": "file", "B": "flag", "C": "flag=with=equals"}, "min_nodes": 4, "max_nodes": 4,
@@ -412,6 +417,235 @@ TEST(JobFile, HostileBytesNeverThrow) {
       (void)build_job_spec(&*file, {}, kAlice);
     }
   }
+}
+
+// ---- issue 16: the submitter's environment and PATH --------------------------------------
+
+// alice submitting from a shell with a venv, PYTHONPATH and NCCL settings, inside a Slurm
+// allocation, over ssh, with a bash function exported.
+Caller alice_in_a_shell() {
+  Caller caller = kAlice;
+  caller.environment = {{"PATH", "/home/alice/venv/bin:/usr/bin:/bin"},
+                        {"VIRTUAL_ENV", "/home/alice/venv"},
+                        {"PYTHONPATH", "/home/alice/lib"},
+                        {"NCCL_DEBUG", "INFO"},
+                        {"NCCL_SOCKET_IFNAME", "eth0"},
+                        {"LANG", "C.UTF-8"},
+                        {"OMP_NUM_THREADS", "4"},
+                        {"HOME", "/home/alice"},
+                        {"USER", "alice"},
+                        {"HOSTNAME", "login1"},
+                        {"PWD", "/home/alice/run"},
+                        {"SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1"},
+                        {"SSH_CONNECTION", "10.0.0.1 5 10.0.0.2 22"},
+                        {"DISPLAY", ":0"},
+                        {"XDG_RUNTIME_DIR", "/run/user/1000"},
+                        {"DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/1000/bus"},
+                        {"SLURM_PROCID", "3"},
+                        {"SLURM_JOB_ID", "77"},
+                        {"CUDA_VISIBLE_DEVICES", "1"},
+                        {"ROCR_VISIBLE_DEVICES", "1"},
+                        {"LOCAL_RANK", "1"},
+                        {"MASTER_PORT", "1234"},
+                        {"TORCHELASTIC_RUN_ID", "other"},
+                        {"ELASTIC_CONTROL_SOCKET", "/run/elastic/elasticd.sock"},
+                        {"BASH_FUNC_module%%", "() { eval x; }"},
+                        {"_", "/usr/bin/elasticctl"}};
+  return caller;
+}
+
+Result<rendezvous::JobSpec> build_as(const Caller& caller, const std::string& text,
+                                     const JobOverrides& flags = {}) {
+  auto file = parse_job_toml(text, "job.toml");
+  if (!file) return file.error();
+  return build_job_spec(&*file, flags, caller);
+}
+
+const std::string kPython = "name = \"a\"\ncommand = [\"python3\", \"train.py\"]\n";
+
+TEST(JobFileExport, AllIsTheDefaultLessWhatMustNotCrossHosts) {
+  auto spec = build_as(alice_in_a_shell(), kPython);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->exported_env, (std::map<std::string, std::string>{
+                                    {"LANG", "C.UTF-8"},
+                                    {"NCCL_DEBUG", "INFO"},
+                                    {"NCCL_SOCKET_IFNAME", "eth0"},
+                                    {"OMP_NUM_THREADS", "4"},
+                                    {"PATH", "/home/alice/venv/bin:/usr/bin:/bin"},
+                                    {"PYTHONPATH", "/home/alice/lib"},
+                                    {"VIRTUAL_ENV", "/home/alice/venv"},
+                                }));
+  EXPECT_OK(rendezvous::validate(*spec));
+  // The spec's JSON carries it (status --json shows it to the owner).
+  EXPECT_EQ(json::parse(rendezvous::to_json(*spec))["exported_env"]["NCCL_DEBUG"], "INFO");
+}
+
+TEST(JobFileExport, NoneAndAListAndTheFlagBeatsTheFile) {
+  const Caller caller = alice_in_a_shell();
+  auto none = build_as(caller, kPython, flags([](JobOverrides& f) { f.export_setting = "NONE"; }));
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_TRUE(none->exported_env.empty());
+  EXPECT_FALSE(json::parse(rendezvous::to_json(*none)).contains("exported_env"));
+
+  // A listed variable that is not set is left out, as with sbatch.
+  auto listed =
+      build_as(caller, kPython,
+               flags([](JobOverrides& f) { f.export_setting = "PYTHONPATH, NCCL_DEBUG,NOT_SET"; }));
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->exported_env, (std::map<std::string, std::string>{
+                                      {"NCCL_DEBUG", "INFO"}, {"PYTHONPATH", "/home/alice/lib"}}));
+
+  auto from_file = build_as(caller, kPython + "export = [\"PYTHONPATH\"]\n");
+  ASSERT_TRUE(from_file.ok()) << from_file.error().message;
+  EXPECT_EQ(from_file->exported_env,
+            (std::map<std::string, std::string>{{"PYTHONPATH", "/home/alice/lib"}}));
+  auto file_none = build_as(caller, kPython + "export = \"none\"\n");
+  ASSERT_TRUE(file_none.ok()) << file_none.error().message;
+  EXPECT_TRUE(file_none->exported_env.empty());
+  auto flag_wins = build_as(caller, kPython + "export = \"NONE\"\n",
+                            flags([](JobOverrides& f) { f.export_setting = "ALL"; }));
+  ASSERT_TRUE(flag_wins.ok()) << flag_wins.error().message;
+  EXPECT_EQ(flag_wins->exported_env.at("NCCL_DEBUG"), "INFO");
+}
+
+TEST(JobFileExport, EnvStillOverridesAndMaySetAHostVariableExplicitly) {
+  auto spec = build_as(alice_in_a_shell(), kPython, flags([](JobOverrides& f) {
+                         f.env = {"NCCL_DEBUG=WARN", "DISPLAY=:1"};
+                       }));
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->exported_env.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(spec->env.at("NCCL_DEBUG"), "WARN");  // the worker gets env's (job_supervisor)
+  EXPECT_EQ(spec->env.at("DISPLAY"), ":1");
+  EXPECT_FALSE(spec->exported_env.contains("DISPLAY"));
+}
+
+TEST(JobFileExport, BadSettingsNameWhatIsWrongAndWhere) {
+  const Caller caller = alice_in_a_shell();
+  const auto error = [&](const std::string& text, const JobOverrides& f = {}) {
+    auto spec = build_as(caller, text, f);
+    return spec.ok() ? std::string() : spec.error().message;
+  };
+  EXPECT_EQ(
+      error(kPython, flags([](JobOverrides& f) { f.export_setting = "PYTHONPATH,HOSTNAME"; })),
+      "--export: HOSTNAME describes the submitting host or session and is never exported "
+      "(pass it with --env HOSTNAME=VALUE if the workers need it)");
+  EXPECT_EQ(error(kPython, flags([](JobOverrides& f) { f.export_setting = "RANK"; })),
+            "--export: RANK is set by the daemon for every worker and is never exported");
+  EXPECT_EQ(error(kPython, flags([](JobOverrides& f) { f.export_setting = "A B"; })),
+            "--export: expected ALL, NONE or a comma-separated list of variable names, got "
+            "\"A B\" (\"A B\" is not a variable name)");
+  EXPECT_EQ(error(kPython, flags([](JobOverrides& f) { f.export_setting = "ALL,PATH"; })),
+            "--export: expected ALL, NONE or a comma-separated list of variable names, got "
+            "\"ALL,PATH\" (ALL and NONE stand alone)");
+  EXPECT_EQ(error(kPython + "export = \"SSH_AUTH_SOCK\"\n"),
+            "job.toml:3: export: SSH_AUTH_SOCK describes the submitting host or session and is "
+            "never exported (pass it with --env SSH_AUTH_SOCK=VALUE if the workers need it)");
+  EXPECT_EQ(error(kPython + "export = true\n"),
+            "job.toml:3: export: expected \"ALL\", \"NONE\" or the variables to pass on (\"A,B\" "
+            "or [\"A\", \"B\"]), got a boolean (true)");
+  EXPECT_EQ(error(kPython + "export = [\"A\", 1]\n"),
+            "job.toml:3: export: expected \"ALL\", \"NONE\" or the variables to pass on (\"A,B\" "
+            "or [\"A\", \"B\"]), got an array");
+}
+
+TEST(JobFileExport, ATooLargeEnvironmentNamesTheLimitAndTheLargestVariables) {
+  Caller caller = alice_in_a_shell();
+  caller.environment["HUGE"] = std::string(rendezvous::kMaxEnvValueBytes + 1, 'x');
+  auto spec = build_as(caller, kPython);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message,
+            "export (the default, ALL): the limit for one variable is 16384 bytes, and the "
+            "environment to export has 1 longer: HUGE (16391 bytes); unset what the workers do "
+            "not need before submitting, or name what to pass with --export NAME,... (or NONE)");
+
+  caller = alice_in_a_shell();
+  for (int i = 0; i < 20; ++i) {
+    caller.environment["BIG" + std::to_string(i)] = std::string(16000 - i, 'x');
+  }
+  spec = build_as(caller, kPython, flags([](JobOverrides& f) { f.env = {"A=1"}; }));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.error().message,
+              StartsWith("export (the default, ALL): the environment to export takes "));
+  EXPECT_THAT(spec.error().message,
+              HasSubstr("bytes, more than the limit of 262144; the largest: BIG0 (16006 bytes), "
+                        "BIG1 (16005 bytes) and BIG2 (16004 bytes); unset what the workers do not "
+                        "need"));
+  // Exporting less is the way out.
+  spec = build_as(caller, kPython, flags([](JobOverrides& f) { f.export_setting = "PYTHONPATH"; }));
+  EXPECT_TRUE(spec.ok()) << spec.error().message;
+
+  caller = kAlice;
+  for (int i = 0; i < 1100; ++i) caller.environment["V" + std::to_string(i)] = "1";
+  spec = build_as(caller, kPython);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.error().message,
+              StartsWith("export (the default, ALL): the environment to export has 1100 "
+                         "variables; with env that is more than the limit of 1024"));
+}
+
+// The control socket's frame (64 KiB) is what a big exported environment meets first.
+TEST(JobFileExport, AnOversizedRequestNamesTheSocketsLimitAndTheLargestVariables) {
+  rendezvous::JobSpec spec;
+  spec.exported_env = {{"SMALL", "1"}, {"BIG", std::string(30000, 'x')}, {"MID", "12345"}};
+  EXPECT_EQ(oversized_request_problem(spec, 65536, 65536), "");
+  EXPECT_EQ(oversized_request_problem(spec, 70000, 65536),
+            "export: the submit request takes 70000 bytes, more than the control socket's limit "
+            "of 65536; the largest exported variables: BIG (30005 bytes), MID (10 bytes) and "
+            "SMALL (8 bytes); unset what the workers do not need before submitting, or name what "
+            "to pass with --export NAME,... (or NONE)");
+  spec.exported_env.clear();
+  spec.env = {{"E", "v"}};
+  EXPECT_EQ(oversized_request_problem(spec, 70000, 65536),
+            "env: the submit request takes 70000 bytes, more than the control socket's limit of "
+            "65536; the largest variables of env: E (4 bytes)");
+}
+
+// A venv-like directory first in PATH: its python3 (a link, kept as a link) is the one chosen.
+TEST(ResolveCommand, UsesTheCallersPathAndCwd) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir / "venv/bin");
+  std::filesystem::create_directories(dir / "usr/bin");
+  const std::string system_python = dir.write("usr/bin/python3", "#!/bin/sh\n");
+  std::filesystem::permissions(system_python, std::filesystem::perms(0755));
+  std::filesystem::create_symlink(system_python, dir / "venv/bin/python3");
+  const std::string plain = dir.write("usr/bin/notes", "text\n");  // not executable
+
+  Caller caller = kAlice;
+  caller.cwd = dir.path();
+  caller.environment["PATH"] = dir / "venv/bin" + ":" + dir / "usr/bin";
+  rendezvous::JobSpec spec;
+  spec.command = {"python3", "train.py"};
+  ASSERT_OK(resolve_command(&spec, caller));
+  EXPECT_EQ(spec.command, (std::vector<std::string>{dir / "venv/bin/python3", "train.py"}));
+
+  // A relative PATH entry and an empty one (the cwd) as execvp reads them.
+  caller.environment["PATH"] = "usr/bin";
+  spec.command = {"python3"};
+  ASSERT_OK(resolve_command(&spec, caller));
+  EXPECT_EQ(spec.command[0], dir / "usr/bin/python3");
+  caller.environment["PATH"] = "/nonexistent::/bin";
+  spec.command = {"usr/bin/python3"};  // has a '/': relative to the cwd, not searched
+  ASSERT_OK(resolve_command(&spec, caller));
+  EXPECT_EQ(spec.command[0], dir / "usr/bin/python3");
+  spec.command = {"/already/absolute"};
+  ASSERT_OK(resolve_command(&spec, caller));
+  EXPECT_EQ(spec.command[0], "/already/absolute");
+
+  caller.environment["PATH"] = dir / "venv/bin";
+  spec.command = {"no-such-program"};
+  Status missing = resolve_command(&spec, caller);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message,
+            "command: \"no-such-program\" was not found in PATH (" + dir / "venv/bin" +
+                "); give its full path, or submit from the environment (venv, conda, module) "
+                "that provides it");
+  caller.environment["PATH"] = dir / "usr/bin";
+  spec.command = {"notes"};
+  Status refused = resolve_command(&spec, caller);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "command: \"notes\" was found in PATH only as " + plain +
+                                         ", which you may not execute; make it executable or "
+                                         "give the full path of another");
 }
 
 }  // namespace

@@ -291,6 +291,122 @@ TEST(JobSpecTest, MsgpackRoundTrip) {
   }
 }
 
+// Issue 16: the exported environment round-trips in both encodings; an entry written before
+// it existed (no "xe" key) reads back as none.
+TEST(JobSpecTest, ExportedEnvRoundTripsAndIsOptionalOnTheWire) {
+  JobSpec spec = good_spec();
+  spec.exported_env = {{"PYTHONPATH", "/home/alice/lib"}, {"NCCL_DEBUG", "WARN"}};
+  Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
+  ASSERT_OK(from_json);
+  EXPECT_EQ(*from_json, spec);
+  Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
+  ASSERT_OK(from_msgpack);
+  EXPECT_EQ(*from_msgpack, spec);
+  EXPECT_OK(validate(spec));
+
+  const JobSpec old = good_spec();
+  EXPECT_EQ(encode_job_spec(old).find("xe"), std::string::npos);
+  Result<JobSpec> back = decode_job_spec(encode_job_spec(old));
+  ASSERT_OK(back);
+  EXPECT_TRUE(back->exported_env.empty());
+}
+
+TEST(JobSpecTest, ExportedEnvCarriesNoHostVariablesAndSharesEnvsLimits) {
+  JobSpec spec = good_spec();
+  spec.exported_env = {{"HOSTNAME", "login1"}, {"RANK", "3"}, {"SLURM_PROCID", "1"}, {"OK", "1"}};
+  Status s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "exported_env: HOSTNAME describes the submitting host or session and is never "
+            "exported (set it in env to pass it on)\n"
+            "exported_env: RANK is set by the daemon for every worker and cannot be overridden\n"
+            "exported_env: SLURM_PROCID describes the submitting host or session and is never "
+            "exported (set it in env to pass it on)");
+  // env may still name them (RANK excepted), and exported values are not placeholders.
+  spec = good_spec();
+  spec.env["HOSTNAME"] = "h";
+  spec.exported_env["PS_FORMAT"] = "{unknown} }";
+  EXPECT_OK(validate(spec));
+
+  spec = good_spec();
+  for (std::size_t i = 0; i + 1 < kMaxEnvVars; ++i) spec.exported_env["V" + std::to_string(i)] = "";
+  s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "exported_env: has 1023 variables, with env's 2 more than the limit of 1024");
+
+  spec = good_spec();
+  for (int i = 0; i < 20; ++i) spec.exported_env["V" + std::to_string(i)] = std::string(16000, 'v');
+  s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "command: with env and exported_env takes 320157 bytes, more than the limit of "
+            "262144");
+}
+
+TEST(JobSpecTest, HostVariablesAreNeverExported) {
+  for (const char* name : {"HOSTNAME",
+                           "HOME",
+                           "USER",
+                           "LOGNAME",
+                           "SHELL",
+                           "PWD",
+                           "OLDPWD",
+                           "SHLVL",
+                           "_",
+                           "DISPLAY",
+                           "XAUTHORITY",
+                           "XDG_RUNTIME_DIR",
+                           "XDG_SESSION_ID",
+                           "DBUS_SESSION_BUS_ADDRESS",
+                           "SSH_AUTH_SOCK",
+                           "SSH_CONNECTION",
+                           "TMUX",
+                           "NOTIFY_SOCKET",
+                           "SLURM_JOB_ID",
+                           "PMI_RANK",
+                           "PMIX_RANK",
+                           "OMPI_COMM_WORLD_RANK",
+                           "NODE_RANK",
+                           "ROCR_VISIBLE_DEVICES",
+                           "NVIDIA_VISIBLE_DEVICES",
+                           "RANK",
+                           "LOCAL_RANK",
+                           "MASTER_ADDR",
+                           "CUDA_VISIBLE_DEVICES",
+                           "TORCHELASTIC_RUN_ID",
+                           "ELASTIC_CONTROL_SOCKET"}) {
+    EXPECT_TRUE(is_unexported_env(name)) << name;
+  }
+  for (const char* name : {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+                           "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "OMP_NUM_THREADS", "LANG", "TERM",
+                           "HF_HOME", "OMPI_MCA_btl", "SSH"}) {
+    EXPECT_FALSE(is_unexported_env(name)) << name;
+  }
+}
+
+// Placeholders are checked where a spec is validated (elasticctl at submit, the daemon again).
+TEST(JobSpecTest, UnknownPlaceholdersNameTheVariableOrArgument) {
+  JobSpec spec = good_spec();
+  spec.env["CKPT"] = "{checkpoint_dir}/mine";
+  spec.env["TAG"] = "{job_id}-r{round} {{literal}}";
+  spec.command = {"/opt/{odd}/python3", "--save", "{checkpoint_dir}", "{{\"lr\": 0.1}}"};
+  EXPECT_OK(validate(spec));  // the program itself is never expanded
+
+  spec.env["BAD"] = "{ckpt}/x";
+  spec.command.push_back("{\"lr\": 0.1}");
+  spec.command.push_back("a}b");
+  const Status s = validate(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "command: argument 4 uses {\"lr\": 0.1}, which is not a placeholder (the placeholders "
+            "are {job_id}, {checkpoint_dir} and {round}; write {{ and }} for literal braces)\n"
+            "command: argument 5 has a } that closes no placeholder (the placeholders are "
+            "{job_id}, {checkpoint_dir} and {round}; write {{ and }} for literal braces)\n"
+            "env: the value of BAD uses {ckpt}, which is not a placeholder (the placeholders are "
+            "{job_id}, {checkpoint_dir} and {round}; write {{ and }} for literal braces)");
+}
+
 TEST(JobSpecTest, MsgpackTruncationsAreErrors) {
   const std::string bytes = encode_job_spec(good_spec());
   for (std::size_t n = 0; n < bytes.size(); ++n) {

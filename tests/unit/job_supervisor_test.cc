@@ -159,7 +159,7 @@ class JobSupervisorTest : public ::testing::Test {
     };
     hooks.port_in_use = port_in_use_;
     supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
-                                                  std::move(plan), std::move(hooks));
+                                                  std::move(plan), std::move(hooks), wall_clock_);
   }
 
   // Round `round` of `job` with this node alone holding `slots` ranks from 0.
@@ -241,6 +241,9 @@ class JobSupervisorTest : public ::testing::Test {
   TempDir dir_;
   std::string out_;
   config::DaemonConfig config_;
+  // Wall time for the supervisor's reports: fixed, so a test can expect it exactly.
+  static constexpr std::int64_t kWallMs = 1'790'000'000'000;
+  ManualClock wall_clock_{TimePoint{}, kWallMs, 1};
   std::unique_ptr<JobSupervisor> supervisor_;
   std::vector<Report> reports_;
   std::function<bool(std::uint16_t)> port_in_use_;  // the store port check, when a test sets it
@@ -331,6 +334,56 @@ TEST_F(JobSupervisorTest, PythonWorkersAreUnbufferedUnlessTheJobSaysOtherwise) {
   auto env = wait_env("py-2", 1, 0);
   ASSERT_TRUE(env.contains("PYTHONUNBUFFERED"));
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "");
+}
+
+// Issue 16: the submitter's exported environment beats the daemon's defaults (PATH, LANG,
+// OMP_NUM_THREADS) and the job's env beats it; placeholders in env values and arguments are
+// expanded per round; exported values are passed verbatim.
+TEST_F(JobSupervisorTest, ExportedEnvironmentAndPlaceholdersReachTheWorker) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("px-1", 5, 1, "export ARG0=\"$0\"; " + kDumpEnv + "; exec sleep 1000");
+  s.spec.command.push_back("{job_id}/r{round}");  // $0 of sh -c
+  s.spec.exported_env = {{"PATH", dir_ / "venv/bin" + ":/usr/bin:/bin"},
+                         {"PYTHONPATH", "/home/alice/lib"},
+                         {"NCCL_DEBUG", "INFO"},
+                         {"OMP_NUM_THREADS", "7"},
+                         {"VERBATIM", "{job_id}}"}};
+  s.spec.env["NCCL_DEBUG"] = "WARN";
+  s.spec.env["CKPT"] = "{checkpoint_dir}/mine";
+  s.spec.env["TAG"] = "{job_id}-r{round}";
+  s.spec.env["LITERAL"] = "{{job_id}} }}";
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  auto env = wait_env("px-1", 5, 0);
+  EXPECT_EQ(env["PATH"], dir_ / "venv/bin" + ":/usr/bin:/bin");
+  EXPECT_EQ(env["PYTHONPATH"], "/home/alice/lib");
+  EXPECT_EQ(env["NCCL_DEBUG"], "WARN");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "7");
+  EXPECT_EQ(env["VERBATIM"], "{job_id}}");
+  EXPECT_EQ(env["CKPT"], config_.checkpoint.root + "/px-1/mine");
+  EXPECT_EQ(env["TAG"], "px-1-r5");
+  EXPECT_EQ(env["LITERAL"], "{job_id} }");
+  EXPECT_EQ(env["ARG0"], "px-1/r5");
+  EXPECT_EQ(env["RANK"], "0");  // the daemon's own variables stand
+  EXPECT_EQ(env["ELASTIC_ROUND"], "5");
+}
+
+// {checkpoint_dir} without any checkpoint root fails the start with a sentence saying so,
+// instead of expanding to "" (a script would then write to "/mine").
+TEST_F(JobSupervisorTest, ACheckpointDirPlaceholderWithoutARootFailsTheStart) {
+  config_.checkpoint.root = "";
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("pc-1", 1, 1, "exit 0");
+  s.spec.env["CKPT"] = "{checkpoint_dir}/mine";
+  EXPECT_FALSE(supervisor_->on_round(now(), s));
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  EXPECT_EQ(detail,
+            "rank 0 on node " + std::string(kSelf) +
+                " could not start: the value of CKPT uses {checkpoint_dir}, but neither the "
+                "job's checkpoint_root nor this node's checkpoint.root is set");
+  EXPECT_EQ(running("pc-1"), 0u);
 }
 
 TEST_F(JobSupervisorTest, AnIpv6StoreEndpointGivesABareMasterAddr) {
@@ -989,17 +1042,15 @@ TEST_F(JobSupervisorTest, TheLastWorkerOfAStoppedRoundReportsWorkersStoppedOnce)
   EXPECT_EQ(reports("workers_stopped").size(), 2u);
 }
 
+// The exit time is the injected clock's wall time (core/clock.h), not the system's.
 TEST_F(JobSupervisorTest, AFailedWorkerReportCarriesItsExitTime) {
   open(cpu_plan(1));
   ASSERT_TRUE(supervisor_);
-  const std::int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
   supervisor_->on_round(now(), start("f-1", 1, 1, "exit 3"));
   ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
   const json args = reports("worker_failed")[0].args;
   ASSERT_TRUE(args.contains("at_ms")) << args;
-  EXPECT_GE(args["at_ms"].get<std::int64_t>(), before);
+  EXPECT_EQ(args["at_ms"].get<std::int64_t>(), kWallMs);
   // The round's only worker is gone: the stop is reported too (the leader matches it later).
   ASSERT_TRUE(pump_until([&] { return !reports("workers_stopped").empty(); }));
 }

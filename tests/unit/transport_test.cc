@@ -454,6 +454,24 @@ TEST_F(CurveTransport, NodesInTheAllowListTalk) {
   EXPECT_FALSE(a->send({b->bound_endpoint(), "nobody"}, nack(3)).ok());
 }
 
+// Envelopes longer than a frame travel as several (CURVE) or as one long frame (plain) and
+// arrive whole either way.
+TEST_F(CurveTransport, AnEnvelopeLongerThanAFrameArrivesWhole) {
+  for (const bool curve : {true, false}) {
+    SCOPED_TRACE(curve ? "curve" : "plain");
+    auto a = open_transport(curve ? curve_options("a", allowed_dir()) : options("a", 1));
+    auto b = open_transport(curve ? curve_options("b", allowed_dir()) : options("b", 1));
+    ASSERT_TRUE(a && b);
+    wire::Envelope big = nack(7);
+    big.body = std::string(3 * kMaxFrameBytes + 123, 'x');
+    ASSERT_OK(a->send({b->bound_endpoint(), "b"}, big));
+    std::vector<wire::Envelope> at_b = receive_n(*b, 1, {a.get()});
+    ASSERT_EQ(at_b.size(), 1u);
+    EXPECT_EQ(at_b[0].body, big.body);
+    EXPECT_EQ(b->stats().dropped_malformed + b->stats().dropped_oversized, 0u);
+  }
+}
+
 // Services both ends until `server` has refused `client`'s handshake; whatever `server` received
 // meanwhile lands in `got`. False if no refusal came within the deadline.
 bool until_refused(ZmqTransport& server, ZmqTransport& client, std::vector<wire::Envelope>& got) {
