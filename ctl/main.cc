@@ -562,12 +562,14 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
             << "restarts: " << cell(job, "restarts") << " of " << cell(spec, "max_restarts") << "\n"
             << "user:     " << cell(spec, "user") << "\n"
             << "command:  " << command_line(member(spec, "command")) << "\n";
-  std::vector<std::vector<std::string>> rows = {{"NODE", "GENERATION", "SLOTS", "FIRST-RANK"}};
+  // RESTARTS: the node's TORCHELASTIC_RESTART_COUNT (counted per node, as torchrun's agents).
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "GENERATION", "SLOTS", "FIRST-RANK", "RESTARTS"}};
   const json& ranks = member(job, "ranks");
   if (ranks.is_array()) {
     for (const json& r : ranks) {
-      rows.push_back(
-          {cell(r, "node"), cell(r, "generation"), cell(r, "slots"), cell(r, "first_rank")});
+      rows.push_back({cell(r, "node"), cell(r, "generation"), cell(r, "slots"),
+                      cell(r, "first_rank"), cell(r, "restarts")});
     }
   }
   if (rows.size() > 1) print_table(rows);
@@ -611,6 +613,10 @@ void print_incident(const json& i) {
       std::cout << "; " << num(i, "steps_lost") << " steps lost";
     }
     std::cout << ")";
+  } else if (member(i, "progress_reports").is_boolean() && !flag(i, "progress_reports") &&
+             member(i, "rendezvous_s").is_number()) {
+    // A script that reports no progress has no first step to wait for (issue 16 item 6).
+    std::cout << "  (no progress reports: the workers started at the rendezvous)";
   } else if (flag(i, "given_up")) {
     std::cout << "  (given up: no first step reported)";
   } else if (!flag(i, "complete")) {

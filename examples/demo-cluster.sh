@@ -103,7 +103,7 @@ worker_pids() {  # job [node]
 
 # One Python helper for JSON: job status, events, trainer lines from every host's worker logs.
 cat >"$work/demo.py" <<'PY'
-import glob, json, os, subprocess, sys, time
+import glob, json, os, re, subprocess, sys, time
 
 work, ctl_cmd = os.environ["DEMO_WORK_DIR"], os.environ["DEMO_CTL"].split("\x1f")
 
@@ -125,6 +125,8 @@ def trainer_lines(jid):
         host = path.split("/state/")[0].rsplit("/", 1)[1]
         with open(path, errors="replace") as f:
             for text in f:
+                # Past the time stamp elasticd starts each worker line with.
+                text = re.sub(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", "", text)
                 if not text.startswith("{"):
                     continue
                 try:

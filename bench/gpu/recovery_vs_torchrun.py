@@ -28,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -52,6 +53,10 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+# The time stamp elasticd starts each line of worker output with (spawner.log_timestamps).
+LOG_STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
 
 class Tailer:
@@ -86,6 +91,7 @@ class Tailer:
         if rest:
             self.partial[path] = rest
         for raw in complete:
+            raw = LOG_STAMP.sub(b"", raw, count=1)
             if not raw.startswith(b"{"):
                 continue
             try:

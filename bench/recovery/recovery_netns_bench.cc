@@ -160,7 +160,8 @@ class LogTail {
         file.partial += chunk;
         std::size_t start = 0, end = 0;
         while ((end = file.partial.find('\n', start)) != std::string::npos) {
-          const std::string text = file.partial.substr(start, end - start);
+          const std::string text(elastic::netns::without_log_stamp(
+              std::string_view(file.partial).substr(start, end - start)));
           start = end + 1;
           if (text.empty() || text.front() != '{') continue;
           const auto json = nlohmann::json::parse(text, nullptr, false);

@@ -184,6 +184,9 @@ struct SpawnerConfig {
   // Rotate a worker log at this size and keep this many rotated files.
   std::int64_t log_max_bytes = 100 * 1024 * 1024;
   int log_keep = 5;
+  // Start each line of worker output with the UTC time the daemon read it, so a log shows when
+  // a line was printed; off for scripts whose own logging stamps every line already.
+  bool log_timestamps = true;
   // hwloc: pin each worker to disjoint cores near its GPU, and its memory to that NUMA node.
   bool bind_cpus = true;
   bool bind_memory = true;

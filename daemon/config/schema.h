@@ -77,6 +77,7 @@ void visit_config(Config& c, Visitor& v) {
   v.field("log_dir", c.spawner.log_dir);
   v.field("log_max_bytes", c.spawner.log_max_bytes);
   v.field("log_keep", c.spawner.log_keep);
+  v.field("log_timestamps", c.spawner.log_timestamps);
   v.field("bind_cpus", c.spawner.bind_cpus);
   v.field("bind_memory", c.spawner.bind_memory);
   v.field("cgroup_root", c.spawner.cgroup_root);

@@ -107,6 +107,7 @@ void IncidentLog::open(TimePoint now, std::int64_t wall_ms, const std::string& j
   incident.cause = cause;
   incident.node = node;
   incident.from_round = round;
+  incident.progress_reports = last_step_.contains(job);
   incident.at_ms = evidence_ms ? std::min(*evidence_ms, wall_ms) : wall_ms;
   Open state;
   state.id = incident.id;
@@ -142,6 +143,17 @@ void IncidentLog::on_round_committed(TimePoint now, std::int64_t wall_ms, const 
                                      std::uint32_t nodes, bool grow,
                                      const std::set<std::string>& old_members) {
   auto it = open_.find(job);
+  if (it != open_.end()) {
+    const Incident* incident = find(it->second.id);
+    if (incident != nullptr && incident->to_round != 0 && round > incident->to_round &&
+        it->second.rendezvous_at) {
+      // The recovery's round stood (every member acknowledged it) with no first step before
+      // this newer round: the recovery ended there, and this round (say a grow once the lost
+      // node is back) is not part of it.
+      finish(job, /*given_up=*/true);
+      it = open_.end();
+    }
+  }
   if (it == open_.end() && grow && from_round != 0) {
     open(now, wall_ms, job, from_round, old_members, "grow", "", std::nullopt);
     it = open_.find(job);
@@ -150,7 +162,8 @@ void IncidentLog::on_round_committed(TimePoint now, std::int64_t wall_ms, const 
   Incident* incident = find(it->second.id);
   if (incident == nullptr || round <= incident->from_round) return;
   if (incident->to_round != round) {
-    // A later round (say a grow right after the recovery) restarts the rendezvous wait.
+    // A later round committed before the new one's rendezvous (say a grow right after the
+    // recovery) restarts the rendezvous wait.
     incident->to_round = round;
     incident->to_nodes = nodes;
     it->second.rendezvous_at.reset();
@@ -209,6 +222,7 @@ void IncidentLog::on_progress(TimePoint now, const std::string& job, std::uint64
   Open& state = it->second;
   Incident* incident = find(state.id);
   if (incident == nullptr) return;
+  incident->progress_reports = true;
   if (round <= incident->from_round) {
     if (!state.last_step || step > *state.last_step) state.last_step = step;
     return;
@@ -322,7 +336,8 @@ std::string IncidentLog::to_json(const std::string& job, std::size_t limit) cons
                          {"resumed_from", optional_json(i.resumed_from)},
                          {"steps_lost", optional_json(i.steps_lost)},
                          {"complete", i.complete},
-                         {"given_up", i.given_up}});
+                         {"given_up", i.given_up},
+                         {"progress_reports", i.progress_reports}});
   }
   const auto newest = [limit](json& array) {
     if (array.size() > limit) {

@@ -29,8 +29,14 @@
 //                steps_lost = the newest step reported in the old round - the step the new
 //                round resumed from (0 when it started fresh); unknown without progress
 // Complete: at first_step, or given up kGiveUp after detection, or when the job ends, or when
-// a newer loss supersedes it (then first_step stays unknown and it is not counted). Only
-// complete incidents with a first step are observed into RecoveryStats.
+// a newer loss supersedes it, or when a newer round (a grow) is committed after the new round's
+// rendezvous (then first_step stays unknown and it is not counted; the rendezvous stays the
+// recovery round's, the newer round gets an incident of its own). Only complete incidents with
+// a first step are observed into RecoveryStats.
+// Jobs without progress: a script that never reports progress never has a first step. Each
+// incident says whether the job's workers had reported any progress to this leader
+// (progress_reports), so a timeline can end at the rendezvous (the workers' start) instead of
+// waiting for a step that will not come.
 //
 // Bounded: the newest kMaxIncidents incidents and kMaxEvents cluster events are kept. Both are
 // this leader's memory: a new leader starts with none (job state changes are replicated in the
@@ -68,6 +74,9 @@ struct Incident {        // one recovery of one job, newest last
   std::uint32_t to_nodes = 0;                // nodes in to_round
   std::optional<std::int64_t> resumed_from;  // the step the new round resumed from
   bool given_up = false;                     // complete without a first step
+  // The job's workers reported progress to this leader (before or during the incident); false:
+  // no first step can be expected, the timeline ends at the rendezvous.
+  bool progress_reports = false;
 };
 
 // One observation per complete incident with first_step_s (event -> first step); grows excluded.

@@ -292,7 +292,8 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   w.env["ROLE_NAME"] = "default";
   w.env["MASTER_ADDR"] = master_addr;
   w.env["MASTER_PORT"] = master_port;
-  w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(start.restarts);
+  // Per node, as torchrun counts per agent (rendezvous/planner.h, make_open_round).
+  w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(entry->restarts);
   w.env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
   w.env["TORCHELASTIC_RUN_ID"] = id;
   w.env["ELASTIC_JOB_ID"] = id;
@@ -311,6 +312,10 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   // never create or chown paths under a root the user chose (a planted symlink named after the
   // next job id would hand the user whatever it points at).
   if (!checkpoint_root.empty()) w.env["ELASTIC_CHECKPOINT_DIR"] = checkpoint_root + "/" + id;
+  // Python block-buffers a stdout that is a pipe: print() output would reach the log only 8 KiB
+  // at a time or at exit. torchrun and srun users see lines as they come; a value the submitter
+  // exported or the job's env sets wins (set below).
+  w.env["PYTHONUNBUFFERED"] = "1";
   // The submitter's exported environment (its PATH, PYTHONPATH, NCCL_*...) beats the daemon's
   // defaults (PATH, LANG, OMP_NUM_THREADS) but not the variables validate() keeps for the
   // daemon; the job's own env beats both.

@@ -18,12 +18,14 @@
 // lowest free ones, so two jobs on one node never share a slot.
 //
 // Worker environment: the torchrun-compatible variables and ELASTIC_* of ARCHITECTURE.md
-// ("The worker contract"), CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots
-// (the plan numbers GPUs in PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/
-// SHELL of the user and the daemon's PATH and LANG; then the submitter's exported_env (its
-// PATH, PYTHONPATH, NCCL_*, OMP_NUM_THREADS... beat the daemon's defaults); then the job's env
-// with its placeholders expanded (rendezvous/placeholders.h: {job_id}, {checkpoint_dir},
-// {round}), as are the command's arguments. Neither may override the daemon's own variables
+// ("The worker contract"; TORCHELASTIC_RESTART_COUNT is this node's count in the rank map),
+// CUDA_VISIBLE_DEVICES + CUDA_DEVICE_ORDER=PCI_BUS_ID on GPU slots (the plan numbers GPUs in
+// PCI bus order), OMP_NUM_THREADS from the plan, HOME/USER/LOGNAME/SHELL of the user, the
+// daemon's PATH and LANG, PYTHONUNBUFFERED=1 (Python output reaches the log line by line);
+// then the submitter's exported_env (its PATH, PYTHONPATH, NCCL_*, OMP_NUM_THREADS,
+// PYTHONUNBUFFERED... beat the daemon's defaults); then the job's env with its placeholders
+// expanded (rendezvous/placeholders.h: {job_id}, {checkpoint_dir}, {round}), as are the
+// command's arguments. Neither may override the daemon's own variables
 // (validate() refuses them). A placeholder that cannot be expanded ({checkpoint_dir} without a
 // checkpoint root) fails the start like a command that cannot be run.
 // Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's

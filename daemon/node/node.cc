@@ -292,6 +292,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
       .stop_grace = config.spawner.stop_grace,
       .log_max_bytes = static_cast<std::uint64_t>(config.spawner.log_max_bytes),
       .log_keep = config.spawner.log_keep,
+      .log_timestamps = config.spawner.log_timestamps,
       .cgroup_root = config.spawner.cgroup_root,
       .state_dir = config.node.state_dir});
   if (!spawner.ok()) {

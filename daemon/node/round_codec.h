@@ -24,7 +24,9 @@ struct RoundStart {
   rendezvous::JobState state = rendezvous::JobState::kRendezvous;
   rendezvous::OpenRound round;
   rendezvous::JobSpec spec;
-  std::uint32_t restarts = 0;  // TORCHELASTIC_RESTART_COUNT of this round's workers
+  // The job's worker-failure restarts (its max_restarts budget). A worker's
+  // TORCHELASTIC_RESTART_COUNT is its node's count in the rank map (RankAssignment::restarts).
+  std::uint32_t restarts = 0;
 };
 
 std::string encode_round_start(const RoundStart& start);

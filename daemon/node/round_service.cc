@@ -74,6 +74,27 @@ bool is_active_round_state(JobState state) {
   return state == JobState::kRendezvous || state == JobState::kRunning;
 }
 
+// Whether a member of `job`'s round is alive in membership (the same daemon instance, not
+// suspect, not declared lost by the job tier: `lost`) but has not told this leader its slots
+// yet: a new leader hears them only once each node learns of it (node_info), and until then the
+// planner would count that member as lost. A dead member (say the old leader) is not waited for.
+bool member_slots_unknown(
+    const rendezvous::JobRecord& job,
+    const std::map<std::string, const membership::MemberView*>& alive,
+    const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots,
+    const std::map<std::pair<std::string, std::uint64_t>, TimePoint>& lost) {
+  return std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+    const auto view = alive.find(member.node);
+    if (view == alive.end() || view->second->generation != member.generation ||
+        view->second->state != membership::MemberState::kAlive ||
+        lost.contains({member.node, member.generation})) {
+      return false;
+    }
+    const auto known = node_slots.find(member.node);
+    return known == node_slots.end() || known->second.first != member.generation;
+  });
+}
+
 }  // namespace
 
 bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
@@ -114,6 +135,7 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   if (!leading_) {
     granter_.become_leader(consensus->term(), now);
     leading_ = true;
+    leading_since_ = now;
     next_plan_ = now;
     drains_seen_ = table.drained();
     incidents_.record(ClusterEvent{.at_ms = wall_time(*clock_).time_since_epoch().count(),
@@ -253,6 +275,13 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
       if (known == node_slots_.end() || known->second.first != view->generation) continue;
       usable[name] = {view, ledger.free_slots(name, id)};
     }
+    // A new leader waits for the slots of the job's live members (every node sends them when
+    // it learns of the leader) rather than re-plan the job without them, but not beyond
+    // kNodeInfoResend: a member that never reports is then treated as gone.
+    if (now < leading_since_ + kNodeInfoResend &&
+        member_slots_unknown(job, alive, node_slots_, state.lost)) {
+      continue;
+    }
     if (state.port_busy && is_active_round_state(job.state) &&
         on_port_conflict(now, job, state, ledger, *consensus)) {
       continue;
@@ -323,8 +352,8 @@ bool RoundService::on_port_conflict(TimePoint now, const rendezvous::JobRecord& 
     // No other port, or moved enough: a failure of that node's workers (it costs a restart, so
     // a job whose store can never start fails instead of moving for ever).
     spdlog::warn("rendezvous: job {} round {}: {} (a worker failure now)", job.id, job.round, what);
-    state.failure =
-        rendezvous::WorkerFailure{.round = job.round, .at = wall_time(*clock_), .detail = what};
+    state.failure = rendezvous::WorkerFailure{
+        .round = job.round, .at = wall_time(*clock_), .detail = what, .node = conflict.node};
     state.failure_node = conflict.node;
     state.failure_seen = now - config_.rendezvous.job_peer_timeout;  // no crash to wait out
     return false;
@@ -457,6 +486,7 @@ void RoundService::plan_job(
     }
     if (any && only_quarantine) {
       decision.reason = rendezvous::RoundReason::kWorkerFailed;
+      decision.failed_node = state.failure_node;
       decision.detail =
           state.failure->detail + "; node " + state.failure_node + " is quarantined for this job";
     }
@@ -635,8 +665,8 @@ void RoundService::act_on_report(TimePoint now, const std::string& from, std::ui
       const std::string detail =
           report.detail.empty() ? "a worker of " + from + " failed" : report.detail;
       spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
-      it->second.failure =
-          rendezvous::WorkerFailure{.round = round, .at = wall_time(*clock_), .detail = detail};
+      it->second.failure = rendezvous::WorkerFailure{
+          .round = round, .at = wall_time(*clock_), .detail = detail, .node = from};
       it->second.failure_node = from;
       it->second.failure_seen = now;
       next_plan_ = now;

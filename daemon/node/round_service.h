@@ -11,7 +11,10 @@
 //    NodeLedger (rendezvous/node_ledger.h) counts them per pass: the table's rounds, this
 //    leader's proposals in flight, and every round decided earlier in the same pass, so no slot
 //    is given twice. A new leader plans only once it applied an entry of its own term (before,
-//    an earlier leader's round may still commit). The store port of a round is a port of
+//    an earlier leader's round may still commit), and plans a job only once every live member
+//    of its round told it its slots (node_info; each node sends it when it learns of a new
+//    leader), or kNodeInfoResend after it became leader: a member whose slots it has not heard
+//    yet would look lost. The store port of a round is a port of
 //    [store_port_min, store_port_max] that no other round holds on its rank-0 node, not the
 //    job's current one (its store may still be bound), and not one that node reported in use.
 //  - the rank-0 member checks its port before starting workers and reports "store_port_busy"
@@ -283,6 +286,7 @@ class RoundService {
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
   // placed.
   std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
+  TimePoint leading_since_{};  // when this node last became the leader
   // Store ports a (node, generation) reported in use by another process -> until when they are
   // left out of its rounds (kBusyPortMemory; a holder may let go).
   std::map<std::pair<std::string, std::uint64_t>, std::map<std::uint16_t, TimePoint>> busy_ports_;

@@ -124,11 +124,13 @@ void pack_rank_map(Packer& p, std::string_view key, const RankMap& ranks) {
   put_key(p, key);
   p.pack_array(static_cast<std::uint32_t>(ranks.size()));
   for (const RankAssignment& r : ranks) {
-    p.pack_map(4);
+    // A count of 0 is left out: rank maps without restarts keep the bytes of older daemons.
+    p.pack_map(r.restarts != 0 ? 5 : 4);
     put_str(p, "n", r.node);
     put_uint(p, "g", r.generation);
     put_uint(p, "s", r.slots);
     put_uint(p, "f", r.first_rank);
+    if (r.restarts != 0) put_uint(p, "rc", r.restarts);
   }
 }
 
@@ -154,7 +156,8 @@ void pack_command(Packer& p, const CancelJob& c) {
   put_time(p, "at", c.at);
 }
 void pack_command(Packer& p, const OpenRound& c) {
-  p.pack_map(10);
+  // An unknown failed node is left out (the bytes of older daemons).
+  p.pack_map(c.failed_node.empty() ? 10 : 11);
   put_uint(p, "v", kCommandVersion);
   put_uint(p, "k", static_cast<std::uint8_t>(Kind::kOpen));
   put_str(p, "j", c.job_id);
@@ -165,9 +168,10 @@ void pack_command(Packer& p, const OpenRound& c) {
   put_uint(p, "rs", static_cast<std::uint8_t>(c.reason));
   put_str(p, "d", c.detail);
   put_time(p, "at", c.at);
+  if (!c.failed_node.empty()) put_str(p, "fn", c.failed_node);
 }
 void pack_command(Packer& p, const SetJobState& c) {
-  p.pack_map(8);
+  p.pack_map(c.failed_node.empty() ? 8 : 9);
   put_uint(p, "v", kCommandVersion);
   put_uint(p, "k", static_cast<std::uint8_t>(Kind::kSet));
   put_str(p, "j", c.job_id);
@@ -176,6 +180,7 @@ void pack_command(Packer& p, const SetJobState& c) {
   put_uint(p, "ca", static_cast<std::uint8_t>(c.cause));
   put_str(p, "rs", c.reason);
   put_time(p, "at", c.at);
+  if (!c.failed_node.empty()) put_str(p, "fn", c.failed_node);
 }
 void pack_command(Packer& p, const DrainNode& c) {
   p.pack_map(10);
@@ -217,6 +222,7 @@ void read_rank_map(MapReader& r, std::string_view key, RankMap* out) {
     er.uint("g", &a.generation);
     er.uint("s", &a.slots);
     er.uint("f", &a.first_rank);
+    er.uint("rc", &a.restarts, Need::kOptional);
     if (!er.ok()) {
       r.mark_failed();
       return;
@@ -252,6 +258,7 @@ void read_body(MapReader& r, OpenRound* c) {
   read_enum(r, "rs", kMaxRoundReason, &c->reason);
   read_string(r, "d", kMaxReasonBytes, &c->detail);
   read_time(r, "at", &c->at);
+  read_string(r, "fn", kMaxNodeNameBytes, &c->failed_node, Need::kOptional);
 }
 void read_body(MapReader& r, SetJobState* c) {
   read_string(r, "j", kMaxJobIdBytes, &c->job_id);
@@ -260,6 +267,7 @@ void read_body(MapReader& r, SetJobState* c) {
   read_enum(r, "ca", kMaxRoundReason, &c->cause);
   read_string(r, "rs", kMaxReasonBytes, &c->reason);
   read_time(r, "at", &c->at);
+  read_string(r, "fn", kMaxNodeNameBytes, &c->failed_node, Need::kOptional);
 }
 void read_body(MapReader& r, DrainNode* c) {
   read_string(r, "ci", kMaxClientIdBytes, &c->client_id);
@@ -295,7 +303,7 @@ void pack_event(Packer& p, const JobEvent& e) {
 }
 
 void pack_job(Packer& p, const JobRecord& j) {
-  p.pack_map(16);
+  p.pack_map(j.failed_node.empty() ? 16 : 17);
   put_str(p, "id", j.id);
   put_key(p, "s");
   internal::pack_job_spec(p, j.spec);
@@ -315,6 +323,7 @@ void pack_job(Packer& p, const JobRecord& j) {
   put_key(p, "ev");
   p.pack_array(static_cast<std::uint32_t>(j.events.size()));
   for (const JobEvent& e : j.events) pack_event(p, e);
+  if (!j.failed_node.empty()) put_str(p, "fn", j.failed_node);
 }
 
 bool read_job(const msgpack::object& object, std::string what, Failure* failure, JobRecord* j) {
@@ -331,6 +340,7 @@ bool read_job(const msgpack::object& object, std::string what, Failure* failure,
   read_string(r, "rs", kMaxReasonBytes, &j->reason);
   read_enum(r, "rc", kMaxRoundReason, &j->recovery_cause);
   r.uint("nr", &j->restarts);
+  read_string(r, "fn", kMaxNodeNameBytes, &j->failed_node, Need::kOptional);
   r.uint("r", &j->round);
   read_rank_map(r, "rm", &j->ranks);
   read_string(r, "se", kMaxEndpointBytes, &j->store_endpoint);
@@ -635,6 +645,7 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
   job.store_endpoint = c.store_endpoint;
   job.round_reason = c.reason;
   job.round_opened_at = c.at;
+  job.failed_node.clear();
   std::string reason = "round " + std::to_string(c.round) + " opened (" + to_string(c.reason);
   if (c.reason == RoundReason::kWorkerFailed) {
     reason += ", restart " + std::to_string(job.restarts) + " of " +
@@ -666,7 +677,10 @@ ApplyResult JobTable::apply_set(Index index, const SetJobState& c) {
   if (c.reason.size() > kMaxReasonBytes || negative(c.at)) {
     return rejected(c.job_id, what + ": the reason is too long or the time is before 1970.");
   }
-  if (c.state == JobState::kRecovering) job.recovery_cause = c.cause;
+  if (c.state == JobState::kRecovering) {
+    job.recovery_cause = c.cause;
+    job.failed_node = c.cause == RoundReason::kWorkerFailed ? c.failed_node : "";
+  }
   change_state(index, job, c.state, c.at, c.reason);
   if (is_terminal(c.state)) forget_old_terminal_jobs();
   return ApplyResult{ApplyCode::kApplied, c.job_id, "", false};
@@ -870,7 +884,8 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
       ranks.push_back({{"node", r.node},
                        {"generation", r.generation},
                        {"slots", r.slots},
-                       {"first_rank", r.first_rank}});
+                       {"first_rank", r.first_rank},
+                       {"restarts", r.restarts}});
     }
     j["ranks"] = std::move(ranks);
     j["spec"] = json::parse(to_json(job.spec), nullptr, false);

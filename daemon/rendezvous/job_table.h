@@ -11,10 +11,12 @@
 //                (job, round) never gets two rank maps. The rank map must hold min..max nodes,
 //                distinct names, slots >= 1 and contiguous ranks from 0. State -> rendezvous.
 //                Reason kWorkerFailed consumes a restart and is refused once restarts reached
-//                max_restarts (the planner fails the job instead).
+//                max_restarts (the planner fails the job instead). The per-node restart
+//                counts in the rank map are the leader's (make_open_round) and kept as given.
 //   SetJobState  for the job's current round only (stale and future rounds refused):
 //                  running     from rendezvous
 //                  recovering  from rendezvous or running; `cause` says why the round broke
+//                              (and failed_node whose worker, for worker_failed)
 //                  succeeded   from rendezvous or running
 //                  failed      from any non-terminal state (round 0 = before any round)
 //                Terminal states are final.
@@ -43,7 +45,8 @@
 //
 // Compatibility: snapshots are map-encoded, so fields are added without a version bump. The
 // drained nodes are written only when there are some, so a table without drains snapshots to
-// the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Older
+// the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Likewise a
+// failed node ("fn") and a rank entry's restart count ("rc") are written only when set. Older
 // daemons refuse a DrainNode entry as an unknown kind (kMalformed), so upgrade every daemon
 // before draining.
 //
@@ -128,6 +131,7 @@ struct OpenRound {
   RoundReason reason = RoundReason::kSubmitted;
   std::string detail;  // a human sentence for the event log ("node b (gen 3) was lost")
   WallTime at{};
+  std::string failed_node{};  // reason kWorkerFailed: the node whose worker failed ("" = unknown)
   bool operator==(const OpenRound&) const = default;
 };
 
@@ -138,6 +142,7 @@ struct SetJobState {
   RoundReason cause = RoundReason::kMemberLost;  // read only for recovering
   std::string reason;
   WallTime at{};
+  std::string failed_node{};  // recovering with cause worker_failed: whose worker failed
   bool operator==(const SetJobState&) const = default;
 };
 
@@ -182,7 +187,10 @@ struct JobRecord {
   std::string reason;      // of the latest state change ("restarts exhausted (3 of 3)")
   // Why the job is recovering; meaningful in state recovering only.
   RoundReason recovery_cause = RoundReason::kMemberLost;
-  std::uint32_t restarts = 0;  // worker-failure rounds so far
+  // Recovering from a worker failure: the node whose worker failed ("" = unknown); the next
+  // round counts a restart for that node only (RankAssignment::restarts).
+  std::string failed_node{};
+  std::uint32_t restarts = 0;  // worker-failure rounds so far (the job's max_restarts budget)
   // The current round; 0 = none yet.
   std::uint64_t round = 0;
   RankMap ranks;

@@ -91,7 +91,9 @@ class Planner {
           if (job_.restarts >= spec.max_restarts) return restarts_exhausted(job_.reason);
           const WallTime ready = after(job_.state_since, spec.restart_backoff);
           if (in_.now < ready) return wait_until(ready, "restart backoff");
-          return gather(alive_, RoundReason::kWorkerFailed);
+          Decision d = gather(alive_, RoundReason::kWorkerFailed);
+          if (d.kind == Decision::Kind::kOpenRound) d.failed_node = job_.failed_node;
+          return d;
         }
         return gather(alive_, RoundReason::kMemberLost);
       case JobState::kRendezvous:
@@ -124,12 +126,15 @@ class Planner {
     if (failure && failure->round == job_.round) {
       if (job_.restarts >= spec.max_restarts) return restarts_exhausted(failure->detail);
       if (spec.restart_backoff <= Duration::zero()) {
-        return open(with_waiters(alive_), RoundReason::kWorkerFailed, failure->detail);
+        Decision d = open(with_waiters(alive_), RoundReason::kWorkerFailed, failure->detail);
+        d.failed_node = failure->node;
+        return d;
       }
       Decision d;
       d.kind = Decision::Kind::kRecover;
       d.reason = RoundReason::kWorkerFailed;
       d.detail = truncated(failure->detail.empty() ? "a worker failed" : failure->detail);
+      d.failed_node = failure->node;
       return d;
     }
     if (job_.state == JobState::kRunning && !waiters_.empty() && alive_.size() < spec.max_nodes) {
@@ -250,6 +255,33 @@ class Planner {
   std::vector<Pick> waiters_;
 };
 
+const RankAssignment* member_of(const RankMap& ranks, const RankAssignment& m) {
+  for (const RankAssignment& r : ranks) {
+    if (r.node == m.node && r.generation == m.generation) return &r;
+  }
+  return nullptr;
+}
+
+// Each node's TORCHELASTIC_RESTART_COUNT in round `c` (see make_open_round in planner.h).
+void set_restart_counts(const JobRecord& job, OpenRound& c) {
+  bool member_missing = false;
+  for (const RankAssignment& old : job.ranks) {
+    member_missing = member_missing || member_of(c.ranks, old) == nullptr;
+  }
+  for (RankAssignment& m : c.ranks) {
+    const RankAssignment* old = member_of(job.ranks, m);
+    m.restarts = old != nullptr ? old->restarts : 0;
+    if (old == nullptr) continue;
+    bool restarted = false;
+    if (c.reason == RoundReason::kWorkerFailed) {
+      restarted = c.failed_node.empty() || c.failed_node == m.node;
+    } else if (c.reason == RoundReason::kMemberLost) {
+      restarted = member_missing || job.state == JobState::kRecovering;
+    }
+    if (restarted) ++m.restarts;
+  }
+}
+
 }  // namespace
 
 const char* to_string(Decision::Kind kind) {
@@ -284,6 +316,10 @@ OpenRound make_open_round(const JobRecord& job, const Decision& decision, WallTi
   c.reason = decision.reason;
   c.detail = truncated(decision.detail);
   c.at = at;
+  if (decision.reason == RoundReason::kWorkerFailed) {
+    c.failed_node = decision.failed_node.empty() ? job.failed_node : decision.failed_node;
+  }
+  set_restart_counts(job, c);
   return c;
 }
 
@@ -296,6 +332,7 @@ SetJobState make_set_state(const JobRecord& job, const Decision& decision, WallT
   if (decision.kind == Decision::Kind::kRecover) {
     c.state = JobState::kRecovering;
     c.cause = decision.reason;
+    if (decision.reason == RoundReason::kWorkerFailed) c.failed_node = decision.failed_node;
   } else if (decision.kind == Decision::Kind::kFail) {
     c.state = JobState::kFailed;
   } else {

@@ -84,6 +84,7 @@ struct WorkerFailure {
   std::uint64_t round = 0;
   WallTime at{};
   std::string detail;  // "rank 3 on node b exited with status 1"
+  std::string node{};  // the node whose worker failed ("" = unknown)
 };
 
 struct PlannerInput {
@@ -109,6 +110,8 @@ struct Decision {
   RoundReason reason = RoundReason::kSubmitted;  // kOpenRound, kRecover
   std::string detail;  // a sentence for the event log (every kind but kNone)
   WallTime wake_at{};  // kWaitUntil
+  // kOpenRound and kRecover with reason kWorkerFailed: the node whose worker failed.
+  std::string failed_node{};
   bool operator==(const Decision&) const = default;
 };
 
@@ -117,6 +120,19 @@ const char* to_string(Decision::Kind kind);
 Decision plan(const PlannerInput& input);
 
 // The commands that carry out a decision for `job` at `at` (round = job.round + 1).
+// make_open_round also sets each node's restart count (RankAssignment::restarts) the way
+// torchrun's agents count theirs (TORCHELASTIC_RESTART_COUNT = max_restarts - remaining, per
+// agent): a member of the old round (same name and generation) keeps its count, plus one when
+//   worker_failed  it is the node whose worker failed (decision.failed_node, else the job's
+//                  failed_node; both unknown: every kept member, as an older leader counted);
+//                  torchrun restarts the other agents' workers without counting
+//                  (num_nodes_waiting > 0 is a membership change);
+//   member_lost    a member of the old round is missing from the new one, or the job was
+//                  recovering: the survivors' workers broke with the lost node (torchrun: their
+//                  group failed). A round on the same members (the store moved to another
+//                  port) counts nothing;
+//   grow           never (torchrun: membership changes do not count as retries).
+// A node new to the job, or a restarted daemon (new generation), starts at 0, like a new agent.
 OpenRound make_open_round(const JobRecord& job, const Decision& decision, WallTime at);
 SetJobState make_set_state(const JobRecord& job, const Decision& decision, WallTime at);
 

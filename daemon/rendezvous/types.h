@@ -61,11 +61,16 @@ const char* to_string(RoundReason reason);
 
 // One node of a round: its workers take ranks [first_rank, first_rank + slots). The generation
 // pins the daemon instance: a restarted daemon is a new member, never the old one.
+// restarts: TORCHELASTIC_RESTART_COUNT of this node's workers, counted per node as torchrun
+// counts per agent (planner.h, make_open_round): it goes up when this daemon's workers are
+// restarted because they failed or a member of their round was lost, never for a grow; a node
+// new to the job (or a restarted daemon) starts at 0.
 struct RankAssignment {
   std::string node;
   std::uint64_t generation = 0;
   std::uint32_t slots = 0;
   std::uint32_t first_rank = 0;
+  std::uint32_t restarts = 0;
   bool operator==(const RankAssignment&) const = default;
 };
 

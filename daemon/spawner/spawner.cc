@@ -20,9 +20,11 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <sstream>
 
 #include "daemon/spawner/cgroup_root.h"
@@ -79,6 +81,21 @@ std::string utc_now() {
   ::gmtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// "2026-11-26T21:47:31.123Z ": the wall time, to the millisecond, that starts each line of
+// worker output (SpawnerConfig::log_timestamps).
+std::string output_stamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) %
+                  std::chrono::seconds(1);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[40];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ ", static_cast<int>(ms.count()));
   return buf;
 }
 
@@ -312,8 +329,9 @@ struct Spawner::Worker {
   int pidfd = -1;
   int pipe_fd = -1;
   std::shared_ptr<LogFile> log;
-  std::string cgroup;  // "" = none
-  std::string record;  // "" = none
+  std::string cgroup;         // "" = none
+  std::string record;         // "" = none
+  bool at_line_start = true;  // its next output byte starts a line (gets a timestamp)
   bool stopped = false;
   TimePoint kill_at = kNever;
 };
@@ -777,6 +795,7 @@ void Spawner::note(WorkerId id, std::string_view line) {
   std::string text = log.at_line_start ? "" : "\n";
   text += daemon_line(line);
   log.append(text.data(), text.size(), config_.log_max_bytes, config_.log_keep);
+  worker->at_line_start = true;  // the rest of a half-written line continues on a stamped line
 }
 
 void Spawner::kill_group(Worker& worker, int signal) {
@@ -802,14 +821,39 @@ void Spawner::kill(WorkerId id) {
   kill_group(*worker, SIGKILL);
 }
 
+void Spawner::write_output(Worker& worker, std::string_view data) {
+  LogFile& log = *worker.log;
+  if (!config_.log_timestamps) {
+    log.append(data.data(), data.size(), config_.log_max_bytes, config_.log_keep);
+    return;
+  }
+  // One stamp per read: the lines of one read arrived together. Each line that starts here
+  // gets it; a line the worker had begun earlier continues without one.
+  const std::string stamp = output_stamp();
+  std::string text;
+  text.reserve(data.size() + stamp.size() * 4);
+  while (!data.empty()) {
+    if (worker.at_line_start) {
+      // Another writer of a shared file left half a line: never glue a stamp onto it.
+      if (text.empty() && !log.at_line_start) text.push_back('\n');
+      text += stamp;
+    }
+    const auto newline = data.find('\n');
+    const std::size_t take = newline == std::string_view::npos ? data.size() : newline + 1;
+    text.append(data.substr(0, take));
+    worker.at_line_start = newline != std::string_view::npos;
+    data.remove_prefix(take);
+  }
+  log.append(text.data(), text.size(), config_.log_max_bytes, config_.log_keep);
+}
+
 void Spawner::pump(Worker& worker, std::size_t budget) {
   std::array<char, 65536> buffer;
   std::size_t total = 0;
   while (worker.pipe_fd >= 0 && total < budget) {
     const ssize_t n = ::read(worker.pipe_fd, buffer.data(), buffer.size());
     if (n > 0) {
-      worker.log->append(buffer.data(), static_cast<std::size_t>(n), config_.log_max_bytes,
-                         config_.log_keep);
+      write_output(worker, std::string_view(buffer.data(), static_cast<std::size_t>(n)));
       total += static_cast<std::size_t>(n);
       continue;
     }

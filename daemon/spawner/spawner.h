@@ -32,6 +32,13 @@
 //    0: the file is truncated instead). Workers that share a log_path share one open file. The
 //    daemon's own lines start with "[elasticd <UTC time>] " (note(), start and exit lines). The
 //    pipe is drained before an exit is reported, so the worker's last lines are in the file.
+//    With log_timestamps, each line of worker output starts with the UTC wall time at which
+//    the daemon read its first bytes, "2026-11-26T21:47:31.123Z " (stdout and stderr share the
+//    pipe, so their order is kept and the stamp does not tell them apart); a line the worker
+//    writes in pieces is stamped once. The pipe is read as soon as the loop sees it readable,
+//    so a line reaches the file (and `elasticctl logs`) moments after the worker wrote it; what
+//    the worker still buffers itself (a block-buffered stdout) is its own business (the job
+//    supervisor sets PYTHONUNBUFFERED).
 //
 // Reaping: each worker has a pidfd (pidfd_open) registered in the epoll set that fd() returns,
 // next to its log pipe; a readable pidfd means the leader is a zombie. process() then also
@@ -88,6 +95,7 @@ struct SpawnerConfig {
   Duration stop_grace = std::chrono::seconds(10);   // SIGTERM, then SIGKILL after this
   std::uint64_t log_max_bytes = 100 * 1024 * 1024;  // rotate a log before it grows past this
   int log_keep = 5;                                 // rotated files kept (path.1 .. path.keep)
+  bool log_timestamps = true;                       // stamp each output line (see Logs above)
   // "" = process groups + PDEATHSIG only; "auto" = the daemon's own cgroup (cgroup_root.h).
   std::string cgroup_root;
   std::string state_dir;  // worker records go to <state_dir>/workers; "" = none
@@ -163,6 +171,8 @@ class Spawner {
   bool reap_one_worker(TimePoint now, WorkerId id, std::vector<WorkerExit>* exits);
   void reap_others(TimePoint now, std::vector<WorkerExit>* exits);
   void pump(Worker& worker, std::size_t budget);
+  // Appends what the worker wrote to its log, each line that starts in `data` stamped.
+  void write_output(Worker& worker, std::string_view data);
   void kill_group(Worker& worker, int signal);
   void retry_cgroup_removal();
   Worker* find(WorkerId id);

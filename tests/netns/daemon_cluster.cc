@@ -522,6 +522,23 @@ std::vector<WorkerProc> find_workers(const std::string& job_id) {
   return found;
 }
 
+std::string_view without_log_stamp(std::string_view line) {
+  // "YYYY-MM-DDTHH:MM:SS.mmmZ " (spawner.h, Logs).
+  constexpr std::size_t kStamp = 25;
+  const auto digits = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      if (line[i] < '0' || line[i] > '9') return false;
+    }
+    return true;
+  };
+  if (line.size() < kStamp || line[4] != '-' || line[7] != '-' || line[10] != 'T' ||
+      line[13] != ':' || line[16] != ':' || line[19] != '.' || line[23] != 'Z' || line[24] != ' ' ||
+      !digits(0, 4) || !digits(20, 23)) {
+    return line;
+  }
+  return line.substr(kStamp);
+}
+
 std::string DaemonCluster::worker_log(int host, const std::string& job, int rank) const {
   return testing::read_file(worker_log_dir(host) + "/" + job + "/rank-" + std::to_string(rank) +
                             ".log");
@@ -554,6 +571,7 @@ std::vector<TrainerLine> DaemonCluster::trainer_lines(const std::string& job) co
       std::istringstream text(worker_log(host, job, rank));
       std::string line;
       while (std::getline(text, line)) {
+        line = std::string(without_log_stamp(line));
         if (line.empty() || line.front() != '{') continue;
         // The last line may be half written; a parse failure just skips it until next time.
         const auto json = nlohmann::json::parse(line, nullptr, false);

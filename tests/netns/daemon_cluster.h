@@ -41,6 +41,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/core/result.h"
@@ -187,6 +188,10 @@ struct TrainerLine {
   std::string text;  // the line itself
 };
 
+// A worker log line without the time stamp the spawner starts it with
+// ("2026-11-26T21:47:31.123Z ", spawner.log_timestamps, on by default); other lines as they are.
+std::string_view without_log_stamp(std::string_view line);
+
 class DaemonCluster {
  public:
   DaemonCluster(NetnsCluster& hosts, std::string elasticd, std::string elasticctl,
@@ -263,7 +268,7 @@ class DaemonCluster {
   // The current log file of `job` rank `rank` on `host` ("" if there is none).
   std::string worker_log(int host, const std::string& job, int rank) const;
   // Every trainer JSON line of `job` in every host's current rank logs (per file in file order;
-  // files by host, then rank).
+  // files by host, then rank), read past the spawner's time stamps (without_log_stamp).
   std::vector<TrainerLine> trainer_lines(const std::string& job) const;
   // Every daemon line ("[elasticd ...") of `job`'s worker logs on `host`, "rank-N.log: " first.
   std::string daemon_log_lines(int host, const std::string& job) const;

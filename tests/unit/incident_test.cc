@@ -194,6 +194,53 @@ TEST(IncidentLog, ANewLossInTheNewRoundSupersedesTheRecovery) {
   expect_near(log.incidents()[1].stopped_s, 0.5);
 }
 
+// Issue 16 item 6: a host lost, the recovery round acknowledged at +2 s, the host back and a
+// grow round at +50 s: the rendezvous stays the recovery round's; the grow is its own incident.
+TEST(IncidentLog, AGrowAfterTheRecoveryRoundStoodIsNotPartOfTheRecovery) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_lost", "c", std::nullopt);
+  log.on_round_committed(at(1s), wall(1s), "j", 1, 2, 2, false, kMembers);
+  log.on_round_acked(at(2s), "j", 2);
+  log.on_round_committed(at(50s), wall(50s), "j", 2, 3, 3, /*grow=*/true, {"a", "b"});
+  log.on_round_acked(at(51s), "j", 3);
+  ASSERT_EQ(log.incidents().size(), 2u);
+  const Incident& recovery = log.incidents()[0];
+  EXPECT_EQ(recovery.to_round, 2u);
+  EXPECT_EQ(recovery.to_nodes, 2u);
+  expect_near(recovery.rendezvous_s, 2);
+  EXPECT_TRUE(recovery.complete);
+  EXPECT_FALSE(recovery.first_step_s);
+  const Incident& grow = log.incidents()[1];
+  EXPECT_EQ(grow.cause, "grow");
+  EXPECT_EQ(grow.from_round, 2u);
+  EXPECT_EQ(grow.to_round, 3u);
+  expect_near(grow.rendezvous_s, 1);
+  // A round replaced before its rendezvous still hands the wait on to the next one.
+  log.on_loss(at(60s), wall(60s), "j", 3, kMembers, "node_lost", "a", std::nullopt);
+  log.on_round_committed(at(61s), wall(61s), "j", 3, 4, 2, false, kMembers);
+  log.on_round_committed(at(62s), wall(62s), "j", 4, 5, 3, /*grow=*/true, {"b", "c"});
+  log.on_round_acked(at(63s), "j", 5);
+  EXPECT_EQ(log.incidents().back().to_round, 5u);
+  expect_near(log.incidents().back().rendezvous_s, 3);
+}
+
+// Issue 16 item 6: whether the job ever reported progress, so a timeline without a first step
+// can say why.
+TEST(IncidentLog, IncidentsSayWhetherTheJobReportsProgress) {
+  IncidentLog log;
+  log.on_loss(at(0s), wall(0s), "quiet", 1, kMembers, "node_lost", "a", std::nullopt);
+  EXPECT_FALSE(log.incidents().back().progress_reports);
+  log.on_progress(at(-1s), "talks", 1, "step", 7, -1);
+  log.on_loss(at(0s), wall(0s), "talks", 1, kMembers, "node_lost", "a", std::nullopt);
+  EXPECT_TRUE(log.incidents().back().progress_reports);
+  // A first report during the incident counts too.
+  log.on_loss(at(0s), wall(0s), "late", 1, kMembers, "worker_failed", "b", std::nullopt);
+  log.on_progress(at(1s), "late", 1, "checkpoint", 3, -1);
+  EXPECT_TRUE(log.incidents().back().progress_reports);
+  const auto json = nlohmann::json::parse(log.to_json("quiet", 10));
+  EXPECT_EQ(json["incidents"][0]["progress_reports"], false);
+}
+
 TEST(IncidentLog, GrowRoundsGetATimelineButStayOutOfTheStats) {
   IncidentLog log;
   log.on_progress(at(-1s), "j", 1, "step", 30, -1);

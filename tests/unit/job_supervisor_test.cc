@@ -256,9 +256,10 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
   ASSERT_TRUE(supervisor_);
   // Node "a" holds ranks 0-2; this node is entry 1 (GROUP_RANK 1) with ranks 3-4.
   RoundStart s = start("fm-1", 4, 2, kDumpEnv + "; exec sleep 1000");
-  s.round.ranks = {RankAssignment{"a", 7, 3, 0}, RankAssignment{kSelf, 1, 2, 3}};
+  // TORCHELASTIC_RESTART_COUNT is this node's count (2), not a's (4) nor the job's (6).
+  s.round.ranks = {RankAssignment{"a", 7, 3, 0, 4}, RankAssignment{kSelf, 1, 2, 3, 2}};
   s.round.store_endpoint = "10.1.2.3:29400";
-  s.restarts = 2;
+  s.restarts = 6;
   s.spec.max_restarts = 5;
   s.spec.env["MY_SETTING"] = "a value with spaces";
   const TimePoint t0 = now();
@@ -320,6 +321,19 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
   older.round.round = 3;
   EXPECT_FALSE(supervisor_->on_round(now(), older));
   EXPECT_EQ(running("fm-1"), 2u);
+}
+
+TEST_F(JobSupervisorTest, PythonWorkersAreUnbufferedUnlessTheJobSaysOtherwise) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("py-1", 1, 1, kDumpEnv)));
+  EXPECT_EQ(wait_env("py-1", 1, 0)["PYTHONUNBUFFERED"], "1");
+  RoundStart own = start("py-2", 1, 1, kDumpEnv);
+  own.spec.env["PYTHONUNBUFFERED"] = "";
+  EXPECT_TRUE(supervisor_->on_round(now(), own));
+  auto env = wait_env("py-2", 1, 0);
+  ASSERT_TRUE(env.contains("PYTHONUNBUFFERED"));
+  EXPECT_EQ(env["PYTHONUNBUFFERED"], "");
 }
 
 // Issue 16: the submitter's exported environment beats the daemon's defaults (PATH, LANG,
@@ -739,6 +753,7 @@ TEST_F(JobSupervisorTest, ANewRoundAfterTheOldWorkersExitedStartsAtOnce) {
   ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
   RoundStart next = start("re-1", 2, 1, kDumpEnv, RoundReason::kWorkerFailed);
   next.restarts = 1;
+  next.round.ranks[0].restarts = 1;  // this node's worker failed
   EXPECT_TRUE(supervisor_->on_round(now(), next));
   EXPECT_TRUE(acked("re-1", 2));
   EXPECT_EQ(wait_env("re-1", 2, 0)["TORCHELASTIC_RESTART_COUNT"], "1");

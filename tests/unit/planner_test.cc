@@ -612,5 +612,122 @@ TEST(PlannerTest, RecoverDecisionBecomesSetJobState) {
   EXPECT_EQ(c.reason, d.detail);
 }
 
+// TORCHELASTIC_RESTART_COUNT per node, torchrun's way (issue 16 item 8): a worker crash counts
+// on the crashed worker's node only, a lost member on every survivor, a grow or a port move on
+// nobody; a new node or a restarted daemon starts at 0.
+PlannerInput input(const JobRecord& job, std::vector<Candidate> candidates,
+                   std::vector<Waiter> wait_list, std::int64_t now, WorkerFailure failure) {
+  PlannerInput in = input(job, std::move(candidates), std::move(wait_list), now);
+  in.worker_failure = std::move(failure);
+  return in;
+}
+
+std::vector<std::uint32_t> counts(const OpenRound& c) {
+  std::vector<std::uint32_t> out;
+  for (const RankAssignment& r : c.ranks) out.push_back(r.restarts);
+  return out;
+}
+
+TEST(PlannerTest, RestartCountsArePerNodeLikeTorchrunAgents) {
+  JobRecord job = JobBuilder(S::kRunning, 2, 4).members({"a", "b", "c"}).backoff(0s).job;
+  job.ranks[1].restarts = 1;  // b restarted once before
+  const std::vector<Candidate> abc = {node("a"), node("b"), node("c")};
+
+  // A worker of b fails: b counts, a and c restart uncounted.
+  const Decision crash =
+      plan(input(job, abc, {}, 100, WorkerFailure{1, ms(90), "rank 1 exited 1", "b"}));
+  ASSERT_EQ(crash.kind, Kind::kOpenRound);
+  EXPECT_EQ(crash.failed_node, "b");
+  const OpenRound after_crash = make_open_round(job, crash, ms(100));
+  EXPECT_EQ(after_crash.failed_node, "b");
+  EXPECT_EQ(counts(after_crash), (std::vector<std::uint32_t>{0, 2, 0}));
+
+  // c is lost: the survivors count.
+  const Decision lost = plan(input(job, {node("a"), node("b"), dead("c")}, {}, 100));
+  ASSERT_EQ(lost.kind, Kind::kOpenRound);
+  EXPECT_EQ(counts(make_open_round(job, lost, ms(100))), (std::vector<std::uint32_t>{1, 2}));
+
+  // c's daemon restarted (generation 2): a lost member; its new instance starts at 0.
+  Decision restarted = lost;
+  restarted.ranks.push_back({"c", 2, 1, 2});
+  EXPECT_EQ(counts(make_open_round(job, restarted, ms(100))),
+            (std::vector<std::uint32_t>{1, 2, 0}));
+
+  // d joins: a grow counts nothing; d starts at 0.
+  const Decision grow =
+      plan(input(job, {node("a"), node("b"), node("c"), node("d")}, {waits("d", 0)}, 100'000));
+  ASSERT_EQ(grow.kind, Kind::kOpenRound);
+  ASSERT_EQ(grow.reason, R::kGrow);
+  EXPECT_EQ(counts(make_open_round(job, grow, ms(100'000))),
+            (std::vector<std::uint32_t>{0, 1, 0, 0}));
+
+  // The same members on another store port (RoundService's port move): nobody counts.
+  Decision moved;
+  moved.kind = Kind::kOpenRound;
+  moved.reason = R::kMemberLost;
+  moved.ranks = job.ranks;
+  moved.store_endpoint = "10.0.0.1:29501";
+  EXPECT_EQ(counts(make_open_round(job, moved, ms(100))), (std::vector<std::uint32_t>{0, 1, 0}));
+
+  // Recovering from a member loss, every member back (a partition healed): all count.
+  JobRecord recovering = job;
+  recovering.state = S::kRecovering;
+  recovering.recovery_cause = R::kMemberLost;
+  const Decision healed = plan(input(recovering, abc, {}, 100));
+  ASSERT_EQ(healed.kind, Kind::kOpenRound);
+  EXPECT_EQ(counts(make_open_round(recovering, healed, ms(100))),
+            (std::vector<std::uint32_t>{1, 2, 1}));
+
+  // A worker failure unknown by node (an older leader's report): every member counts.
+  const Decision unknown = plan(input(job, abc, {}, 100, WorkerFailure{1, ms(90), "exited", ""}));
+  EXPECT_EQ(counts(make_open_round(job, unknown, ms(100))), (std::vector<std::uint32_t>{1, 2, 1}));
+}
+
+// With a restart backoff the failed node survives the recovering state in the job table (a new
+// leader opens the round): SetJobState carries it, the table keeps it, the round counts it.
+TEST(PlannerTest, TheFailedNodeIsKeptThroughTheRecoveringState) {
+  JobTable table;
+  Index index = 0;
+  JobSpec spec = JobBuilder(S::kPending, 2, 2).job.spec;
+  spec.restart_backoff = 5s;
+  ASSERT_TRUE(table.apply(++index, SubmitJob{"ctl", 1, spec, ms(0)}).ok());
+  const JobRecord* job = table.job("train-1");
+  ASSERT_NE(job, nullptr);
+  const std::vector<Candidate> ab = {node("a"), node("b")};
+  // Commands go through their encoding, as Raft carries them.
+  const auto apply_encoded = [&](const Command& command) {
+    const Result<Command> decoded = decode_command(encode_command(command));
+    ASSERT_TRUE(decoded.ok()) << decoded.error().message;
+    const ApplyResult applied = table.apply(++index, *decoded);
+    ASSERT_TRUE(applied.ok()) << applied.message;
+  };
+  const Decision first = plan(input(*job, ab, {waits("a", 0), waits("b", 0)}, 10));
+  ASSERT_TRUE(table.apply(++index, make_open_round(*job, first, ms(10))).ok());
+  ASSERT_TRUE(
+      table.apply(++index, SetJobState{job->id, 1, S::kRunning, R::kMemberLost, "up", ms(20)})
+          .ok());
+  PlannerInput in = input(*job, ab, {}, 100);
+  in.worker_failure = WorkerFailure{1, ms(90), "rank 0 on node a exited with status 1", "a"};
+  const Decision recover = plan(in);
+  ASSERT_EQ(recover.kind, Kind::kRecover);
+  const SetJobState set = make_set_state(*job, recover, ms(100));
+  EXPECT_EQ(set.failed_node, "a");
+  apply_encoded(set);
+  EXPECT_EQ(job->failed_node, "a");
+  // A snapshot keeps it.
+  const Result<JobTable> restored = JobTable::restore(table.snapshot());
+  ASSERT_TRUE(restored.ok()) << restored.error().message;
+  EXPECT_EQ(restored->job("train-1")->failed_node, "a");
+  const Decision again = plan(input(*job, ab, {}, 5200));
+  ASSERT_EQ(again.kind, Kind::kOpenRound);
+  const OpenRound round2 = make_open_round(*job, again, ms(5200));
+  EXPECT_EQ(round2.failed_node, "a");
+  apply_encoded(round2);
+  EXPECT_EQ(job->ranks[0].restarts, 1u);
+  EXPECT_EQ(job->ranks[1].restarts, 0u);
+  EXPECT_EQ(job->failed_node, "");
+  EXPECT_EQ(job->restarts, 1u);
+}
+
 }  // namespace
 }  // namespace elastic::rendezvous

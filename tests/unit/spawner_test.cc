@@ -13,8 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -38,6 +41,9 @@ SpawnerConfig config_in(const TempDir& dir) {
   config.log_max_bytes = 1 << 20;
   config.log_keep = 2;
   config.state_dir = dir / "state";
+  // Raw output, so the cases below compare lines as the workers wrote them; the stamps have
+  // their own case (EachLineOfOutputIsStampedWithTheTimeItWasRead).
+  config.log_timestamps = false;
   return config;
 }
 
@@ -367,6 +373,45 @@ TEST(SpawnerTest, NoteAddsDaemonLinesOnTheirOwnLine) {
   const std::string log = read_file(spec.log_path);
   EXPECT_NE(log.find("partial\n[elasticd "), std::string::npos) << log;
   EXPECT_NE(log.find("] round 2 opened\n"), std::string::npos) << log;
+}
+
+TEST(SpawnerTest, EachLineOfOutputIsStampedWithTheTimeItWasRead) {
+  TempDir dir;
+  SpawnerConfig config = config_in(dir);
+  config.log_timestamps = true;
+  auto spawner = open_spawner(config);
+  const std::string fifo = dir / "go";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // A line written in two pieces (the second after the test's note), then two whole lines, one
+  // of them on stderr.
+  const auto spec =
+      shell(dir, "printf 'half'; read x < " + fifo + "; echo ' done'; echo out; echo err >&2");
+  const auto before = std::chrono::system_clock::now();
+  auto id = spawner->spawn(now(), spec);
+  ASSERT_OK(id);
+  ASSERT_TRUE(wait_for_text(*spawner, spec.log_path, "half"));
+  { std::ofstream release(fifo); }
+  ASSERT_TRUE(wait_exit(*spawner, *id));
+  const auto after = std::chrono::system_clock::now();
+  const std::string log = read_file(spec.log_path);
+  // The daemon's own lines keep their "[elasticd" start; every worker line is stamped once.
+  std::vector<std::string> stamped;
+  std::istringstream in(log);
+  std::string line;
+  const std::regex format(R"(^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (.*)$)");
+  while (std::getline(in, line)) {
+    if (line.rfind("[elasticd ", 0) == 0) continue;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, format)) << line << "\n" << log;
+    std::tm tm{};
+    std::istringstream(match[1].str()) >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+    const auto stamp = std::chrono::system_clock::from_time_t(::timegm(&tm)) +
+                       std::chrono::milliseconds(std::stoi(match[1].str().substr(20)));
+    EXPECT_GE(stamp, std::chrono::floor<std::chrono::milliseconds>(before)) << line;
+    EXPECT_LE(stamp, after) << line;
+    stamped.push_back(match[2]);
+  }
+  EXPECT_EQ(stamped, (std::vector<std::string>{"half done", "out", "err"})) << log;
 }
 
 TEST(SpawnerTest, CpuBindingIsApplied) {
