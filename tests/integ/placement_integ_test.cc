@@ -68,6 +68,21 @@ json job_of(const Daemon& daemon, const std::string& id) {
   return job.is_discarded() ? nullptr : job;
 }
 
+// Every job by id, from one `jobs --json` reply: one state of the leader's table, so jobs read
+// together are never seen at different moments (a job read after another may already have
+// taken the slot the first one freed in between).
+std::map<std::string, json> jobs_of(const Daemon& daemon) {
+  const RunResult r = elasticctl(ctl_args(daemon, {"jobs", "--json"}));
+  std::map<std::string, json> jobs;
+  if (!r.status.exited_with(0)) return jobs;
+  const auto reply = json::parse(r.out, nullptr, false);
+  if (reply.is_discarded()) return jobs;
+  for (const auto& job : reply.value("jobs", json::array())) {
+    jobs[job.value("id", "")] = job;
+  }
+  return jobs;
+}
+
 // Polls the job until it is in `state` (or the deadline); returns what it saw last.
 json wait_for_state(const Daemon& daemon, const std::string& id, const std::string& state,
                     std::chrono::seconds limit) {
@@ -202,15 +217,18 @@ TEST(PlacementInteg, ThreeJobsInOnePassNeverShareASlotAndTheRunningJobKeepsItsRo
       [&] {
         std::uint32_t held = 0;
         bool done = true;
+        const std::map<std::string, json> jobs = jobs_of(n1);
         for (const std::string& id : queued) {
-          const json j = job_of(n1, id);
-          if (j.is_null()) return false;
+          const auto it = jobs.find(id);
+          if (it == jobs.end()) return false;
+          const json& j = it->second;
           seen[id] = j;
           if (holds_a_round(j)) ++held;
           done = done && j["state"] == "succeeded";
         }
-        const json r0 = job_of(n1, running);
-        if (r0.is_null()) return false;
+        const auto it = jobs.find(running);
+        if (it == jobs.end()) return false;
+        const json& r0 = it->second;
         seen[running] = r0;
         if (r0["state"] != "running" || r0["round"] != 1 || r0["restarts"] != 0) {
           problem = "the running job was disturbed: " + r0.dump();
