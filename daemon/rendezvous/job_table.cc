@@ -1,7 +1,5 @@
 #include "daemon/rendezvous/job_table.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -858,66 +856,6 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
   }
   if (!r.ok()) return Error{std::move(failure.message)};
   return table;
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON for the control API
-
-std::string to_json(const JobRecord& job, std::size_t max_events) {
-  using nlohmann::json;
-  try {
-    json j = json::object();
-    j["id"] = job.id;
-    j["state"] = to_string(job.state);
-    j["reason"] = job.reason;
-    j["state_since_ms"] = job.state_since.time_since_epoch().count();
-    j["submitted_at_ms"] = job.submitted_at.time_since_epoch().count();
-    j["restarts"] = job.restarts;
-    j["round"] = job.round;
-    j["round_reason"] = to_string(job.round_reason);
-    j["round_opened_at_ms"] = job.round_opened_at.time_since_epoch().count();
-    j["store_endpoint"] = job.store_endpoint;
-    j["world_size"] = world_size(job.ranks);
-    if (job.state == JobState::kRecovering) j["recovery_cause"] = to_string(job.recovery_cause);
-    json ranks = json::array();
-    for (const RankAssignment& r : job.ranks) {
-      ranks.push_back({{"node", r.node},
-                       {"generation", r.generation},
-                       {"slots", r.slots},
-                       {"first_rank", r.first_rank},
-                       {"restarts", r.restarts}});
-    }
-    j["ranks"] = std::move(ranks);
-    j["spec"] = json::parse(to_json(job.spec), nullptr, false);
-    json events = json::array();
-    const std::size_t first = job.events.size() > max_events ? job.events.size() - max_events : 0;
-    for (std::size_t i = first; i < job.events.size(); ++i) {
-      const JobEvent& e = job.events[i];
-      events.push_back({{"at_ms", e.at.time_since_epoch().count()},
-                        {"round", e.round},
-                        {"from", to_string(e.from)},
-                        {"to", to_string(e.to)},
-                        {"reason", e.reason}});
-    }
-    j["events"] = std::move(events);
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-  } catch (const std::exception&) {
-    die("a job record could not be written as JSON");
-  }
-}
-
-std::string drained_to_json(const JobTable& table) {
-  using nlohmann::json;
-  try {
-    json j = json::object();
-    for (const auto& [node, d] : table.drained()) {
-      j[node] = {
-          {"reason", d.reason}, {"at_ms", d.at.time_since_epoch().count()}, {"by_uid", d.by_uid}};
-    }
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-  } catch (const std::exception&) {
-    die("the drained nodes could not be written as JSON");
-  }
 }
 
 }  // namespace elastic::rendezvous
