@@ -843,18 +843,15 @@ bool Node::is_admin(const control::PeerCredentials& peer) const {
   return control::is_admin(peer, config_.control.admin_group);
 }
 
-// Each verb of control::verbs() and its handler; handle_control() checks the table's caller
-// rule first. A verb without an entry would be answered as unknown: control_abuse_integ sends
-// every verb of the table to a daemon and checks that none is.
+// The handler of each verb of control::verbs() that this daemon serves itself; the leader's
+// verbs (Route::kLeader) all go to control_to_leader, so the table's route decides that and
+// they are not repeated here. handle_control() checks the table's caller rule first. A served
+// verb without an entry would be answered as unknown: control_abuse_integ sends every verb of
+// the table to a daemon and checks that none is.
 const Node::ControlEntry Node::kControlHandlers[] = {
-    {"submit", &Node::control_to_leader},  {"status", &Node::control_status},
-    {"jobs", &Node::control_to_leader},    {"job", &Node::control_to_leader},
-    {"nodes", &Node::control_nodes},       {"logs", &Node::control_logs},
-    {"cancel", &Node::control_to_leader},  {"events", &Node::control_to_leader},
-    {"drain", &Node::control_to_leader},   {"undrain", &Node::control_to_leader},
-    {"drained", &Node::control_to_leader}, {"voters", &Node::control_to_leader},
-    {"topology", &Node::control_topology}, {"reload", &Node::control_reload},
-    {"progress", &Node::control_progress},
+    {"status", &Node::control_status}, {"nodes", &Node::control_nodes},
+    {"logs", &Node::control_logs},     {"topology", &Node::control_topology},
+    {"reload", &Node::control_reload}, {"progress", &Node::control_progress},
 };
 
 std::optional<std::string> Node::handle_control(const control::Request& request,
@@ -864,16 +861,22 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
                 peer.uid, peer.gid);
   count_control_request(request.verb);
   const control::Verb* verb = control::find_verb(request.verb);
-  const auto entry = std::find_if(std::begin(kControlHandlers), std::end(kControlHandlers),
-                                  [&](const ControlEntry& e) { return e.verb == request.verb; });
-  if (verb == nullptr || entry == std::end(kControlHandlers)) {
+  ControlHandler handler = nullptr;
+  if (verb != nullptr && verb->route == control::Route::kLeader) {
+    handler = &Node::control_to_leader;
+  } else if (verb != nullptr) {
+    const auto entry = std::find_if(std::begin(kControlHandlers), std::end(kControlHandlers),
+                                    [&](const ControlEntry& e) { return e.verb == verb->name; });
+    if (entry != std::end(kControlHandlers)) handler = entry->handler;
+  }
+  if (handler == nullptr) {
     return control::encode_error_reply(control::unknown_verb_message(request.verb));
   }
   if (verb->caller == control::Caller::kAdmin && !is_admin(peer)) {
     return control::encode_error_reply(control::admin_only_message(*verb),
                                        control::ErrorCode::kPermission);
   }
-  return (this->*(entry->handler))(ControlCall{request, peer, handle, clock_->now()});
+  return (this->*handler)(ControlCall{request, peer, handle, clock_->now()});
 }
 
 void Node::start_call(const ControlCall& call, std::string client_id, std::string target,

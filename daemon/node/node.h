@@ -182,8 +182,9 @@ class Node {
   void carry_out(TimePoint now, membership::Effects effects);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void leave_gracefully();
-  // Control requests: one handler per verb of control::verbs() (control/verbs.h), chosen from
-  // kControlHandlers after the table's caller rule is checked. A handler returns the reply, or
+  // Control requests: one handler per verb of control::verbs() (control/verbs.h): the leader's
+  // verbs go to control_to_leader, the others to their entry in kControlHandlers, after the
+  // table's caller rule is checked. A handler returns the reply, or
   // nullopt when the reply comes later through the handle (a call to the leader or a node).
   struct ControlCall {
     const control::Request& request;
