@@ -658,7 +658,7 @@ class ZmqTransport::Impl {
       listened_at_ = now;
     } catch (const zmq::error_t& e) {
       resume_at_ = now + accept_pause_;
-      accept_log_.note(now, [&](std::uint64_t) {
+      listen_log_.note(now, [&](std::uint64_t) {
         spdlog::error("transport: cannot listen on {} again: {}; retrying every {} ms", bound_,
                       e.what(), duration_cast<milliseconds>(accept_pause_).count());
       });
@@ -733,6 +733,7 @@ class ZmqTransport::Impl {
   int bound_port_ = -1;  // of bound_; -1 for a non-TCP bind
   RateLimitedLog refuse_log_;
   RateLimitedLog accept_log_;
+  RateLimitedLog listen_log_;  // binding again after a pause failed
   bool listening_ = true;    // false while paused after a failed accept
   TimePoint listened_at_{};  // the last resume
   TimePoint resume_at_{};
