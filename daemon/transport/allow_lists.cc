@@ -2,24 +2,11 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <zmq.h>
-
-#include <cstdint>
 
 #include "daemon/transport/curve_keys.h"
 
 namespace elastic::transport {
 namespace {
-
-// The raw 32 bytes of a Z85 key; nullopt when it is not valid Z85 of that length.
-std::optional<std::string> raw_key(const std::string& z85) {
-  std::string raw(32, '\0');
-  if (z85.size() != 40 ||
-      zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
-    return std::nullopt;
-  }
-  return raw;
-}
 
 bool same_time(const std::optional<timespec>& a, const std::optional<timespec>& b) {
   if (!a || !b) return !a && !b;
@@ -44,7 +31,7 @@ Status NodeAllowList::load(TimePoint now) {
   if (!allowed.ok()) return Error{allowed.error().message + " (transport.public_keys_dir)"};
   std::map<std::string, std::string> by_raw_key;
   for (const auto& [name, z85] : *allowed) {
-    const std::optional<std::string> raw = raw_key(z85);
+    const std::optional<std::string> raw = curve_key_bytes(z85);
     if (!raw) {
       return Error{"The public key of node " + name + " in " + dir_ + " is not valid Z85."};
     }
@@ -84,7 +71,7 @@ std::optional<std::string> NodeAllowList::public_key_of(const std::string& name,
 void ClientAllowList::set(const std::map<std::string, std::string>& keys) {
   users_.clear();
   for (const auto& [user, z85] : keys) {
-    if (const std::optional<std::string> raw = raw_key(z85)) users_[*raw] = user;
+    if (const std::optional<std::string> raw = curve_key_bytes(z85)) users_[*raw] = user;
   }
 }
 

@@ -18,11 +18,7 @@ namespace {
 
 constexpr std::size_t kZ85KeyChars = 40;
 
-bool valid_z85_key(const std::string& text) {
-  if (text.size() != kZ85KeyChars) return false;
-  std::uint8_t raw[32];
-  return zmq_z85_decode(raw, text.c_str()) != nullptr;
-}
+bool valid_z85_key(const std::string& text) { return curve_key_bytes(text).has_value(); }
 
 // The first line that is neither empty nor a comment, trimmed.
 Result<std::string> read_key_line(const std::string& path, const char* kind) {
@@ -70,6 +66,15 @@ std::string mode_text(mode_t mode) {
 }
 
 }  // namespace
+
+std::optional<std::string> curve_key_bytes(const std::string& z85) {
+  std::string raw(32, '\0');
+  if (z85.size() != kZ85KeyChars ||
+      zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
+    return std::nullopt;
+  }
+  return raw;
+}
 
 Status check_trusted_path(const std::string& path, const char* what) {
   struct stat st {};

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "daemon/core/result.h"
@@ -32,6 +33,10 @@ struct CurveKeyPair {
 
 // A fresh keypair from libzmq's CSPRNG (zmq_curve_keypair).
 Result<CurveKeyPair> generate_curve_keypair();
+
+// The 32 raw bytes of a Z85 key (40 characters), as ZAP hands keys over; nullopt when it is not
+// one.
+std::optional<std::string> curve_key_bytes(const std::string& z85);
 
 // Writes <dir>/<name>.key (0600) and <dir>/<name>.pub (0644), creating dir. Refuses to
 // overwrite an existing secret key file.

@@ -9,6 +9,9 @@
 
 namespace elastic::transport {
 
+// Messages a drain loop takes per wake-up, so one flood cannot starve the owner's other work.
+inline constexpr int kMaxReceiveBatch = 1024;
+
 // False when nothing is queued, or the socket reported an error (the drain loop stops either
 // way; the next poll tries again).
 inline bool receive_now(zmq::socket_t& socket, std::vector<zmq::message_t>& parts) {

@@ -14,8 +14,6 @@ namespace {
 constexpr const char* kMonitorEndpoint = "inproc://elastic.control.monitor";
 // A handshake that has not finished by then is dropped (slow-loris clients).
 constexpr int kHandshakeMs = 5000;
-// Requests handled per wake-up, so one client cannot starve the daemon's other work.
-constexpr int kMaxBatch = 1024;
 
 }  // namespace
 
@@ -91,7 +89,7 @@ std::string RemoteControlSocket::authenticate(const std::string& raw_key, TimePo
 
 // Frames: [routing id, JSON request] from an authenticated client.
 void RemoteControlSocket::drain_requests(std::vector<ControlRequest>* out) {
-  for (int n = 0; n < kMaxBatch; ++n) {
+  for (int n = 0; n < kMaxReceiveBatch; ++n) {
     std::vector<zmq::message_t> parts;
     if (!receive_now(*router_, parts)) return;
     if (parts.size() != 2) {

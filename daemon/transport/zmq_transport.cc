@@ -41,8 +41,6 @@ constexpr std::size_t kMaxUntakenDisconnects = 4096;
 constexpr std::size_t kMaxPendingPerPeer = 64;
 // While messages are pending, receive() wakes this often to retry them.
 constexpr milliseconds kPendingRetry(5);
-// Inbound messages handled per wake-up, so one flood cannot starve the caller's other fds.
-constexpr int kMaxReceiveBatch = 1024;
 // After a failed accept (out of fds) the ROUTER stops listening this long, doubling while
 // accepts keep failing within kAcceptCalm of listening again (see the header).
 constexpr milliseconds kAcceptPauseFirst(250);
@@ -734,8 +732,8 @@ class ZmqTransport::Impl {
   RateLimitedLog refuse_log_;
   RateLimitedLog accept_log_;
   RateLimitedLog listen_log_;  // binding again after a pause failed
-  bool listening_ = true;    // false while paused after a failed accept
-  TimePoint listened_at_{};  // the last resume
+  bool listening_ = true;      // false while paused after a failed accept
+  TimePoint listened_at_{};    // the last resume
   TimePoint resume_at_{};
   Duration accept_pause_{};                       // the last pause
   std::unique_ptr<RemoteControlSocket> control_;  // null when off
