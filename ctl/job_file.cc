@@ -294,7 +294,8 @@ const std::vector<std::string>& job_file_keys() {
                                                 "last_call",
                                                 "working_dir",
                                                 "user",
-                                                "export"};
+                                                "export",
+                                                "warm"};
   return keys;
 }
 
@@ -424,6 +425,12 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
       const std::string why = read_string(v, &spec.working_dir);
       problem(v, key, why);
       file.has_working_dir = why.empty();
+    } else if (key == "warm") {
+      if (v.is_boolean()) {
+        spec.warm = v.as_boolean();
+      } else {
+        problem(v, key, "expected true or false, got " + describe(v));
+      }
     } else if (key == "user") {
       std::string user;
       const std::string why = read_string(v, &user);
@@ -692,6 +699,7 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   if (flags.last_call) {
     if (auto d = duration_flag(*flags.last_call, "last_call", "--last-call")) spec.last_call = *d;
   }
+  if (flags.warm) spec.warm = *flags.warm;
   if (flags.working_dir) {
     spec.working_dir = *flags.working_dir;
     has_working_dir = true;

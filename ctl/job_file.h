@@ -116,6 +116,7 @@ struct JobOverrides {
   std::optional<std::string> last_call;
   std::optional<std::string> working_dir;
   std::optional<std::string> export_setting;  // --export
+  std::optional<bool> warm;                   // --warm / --no-warm
 };
 
 // Who submits: jobs always run as this user (the daemon takes it from the socket's peer

@@ -174,6 +174,11 @@ int run(int argc, char** argv) {
       "--export", export_setting,
       "Your environment to pass to the workers, as sbatch: ALL (default), NONE or VAR,VAR,... "
       "(never host-specific ones such as HOSTNAME, SSH_*, DISPLAY, SLURM_*); --env beats it");
+  bool warm_flag = false;
+  CLI::Option* warm_opt = submit_cmd->add_flag(
+      "--warm,!--no-warm", warm_flag,
+      "Keep a started Python interpreter (torch imported) per slot for the next round; the "
+      "command must be python [OPTIONS] SCRIPT|-m MODULE [ARGS]");
   submit_cmd->add_flag("--wait", wait,
                        "Follow the job until it ends: exit 0 succeeded, 3 failed, 4 cancelled");
   submit_cmd->add_flag("--dry-run", dry_run,
@@ -435,6 +440,7 @@ int run(int argc, char** argv) {
     if (ckpt_opt->count() > 0) flags.checkpoint_root = checkpoint_root;
     if (workdir_opt->count() > 0) flags.working_dir = working_dir;
     if (export_opt->count() > 0) flags.export_setting = export_setting;
+    if (warm_opt->count() > 0) flags.warm = warm_flag;
     auto caller = elastic::ctl::current_caller();
     if (!caller.ok()) {
       std::cerr << "elasticctl: " << caller.error().message << "\n";

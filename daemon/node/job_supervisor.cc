@@ -20,8 +20,10 @@
 
 #include "daemon/control/credentials.h"
 #include "daemon/node/round_report.h"
+#include "daemon/node/warm_standbys.h"
 #include "daemon/rendezvous/node_ledger.h"
 #include "daemon/rendezvous/placeholders.h"
+#include "daemon/rendezvous/python_command.h"
 #include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
@@ -130,6 +132,10 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   end_progress_round(now, id, job);
   stop_workers(now, job, mode);
   job.current = start;
+  job.standbys_at = kNever;
+  for (auto& [slot, standby] : standbys_) {
+    if (standby.job == id) standby.linger_until = kNever;  // this round may take them
+  }
   job.started = false;
   job.failure.reset();
   job.done = false;
@@ -138,10 +144,19 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
 }
 
 void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode,
-                             const std::string& why) {
+                             const std::string& why, bool final) {
+  if (final) {
+    end_standbys(id, why);
+  } else {
+    for (auto& [slot, standby] : standbys_) {
+      if (standby.job == id)
+        standby.linger_until = std::min(standby.linger_until, now + kStandbyLinger);
+    }
+  }
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Job& job = it->second;
+  job.standbys_at = kNever;
   const bool any = std::any_of(job.workers.begin(), job.workers.end(),
                                [](const Worker& w) { return !w.exit && !w.stopping; });
   if (any) {
@@ -196,6 +211,12 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
   for (const topology::Slot& slot : plan_.slots) {
     if (!busy.contains(slot.index)) free.push_back(slot.index);
   }
+  // A warm job takes the slots that hold its standbys first.
+  auto holds_standby = [&](std::uint32_t slot) {
+    const auto s = standbys_.find(slot);
+    return s != standbys_.end() && s->second.job == id;
+  };
+  std::stable_partition(free.begin(), free.end(), holds_standby);
   if (free.size() < entry->slots) {
     // Another job's old workers are still stopping; their exits call try_start again. A
     // leader that planned more slots than this node has is reported as a failure.
@@ -232,9 +253,16 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
   for (std::uint32_t local = 0; local < entry->slots; ++local) {
     const std::uint32_t rank = entry->first_rank + local;
     const std::uint32_t slot = free[local];
+    // Another job's standby would share the slot's GPU with this rank.
+    if (standbys_.contains(slot) && !holds_standby(slot)) {
+      end_standby(slot, "job " + id + " takes its slot");
+    }
     auto spec = worker_spec(start, local, slot);
-    Result<spawner::WorkerId> spawned =
-        spec.ok() ? spawner_->spawn(now, *spec) : Result<spawner::WorkerId>(spec.error());
+    std::optional<spawner::WorkerId> warm;
+    if (spec.ok() && start.spec.warm) warm = hand_to_standby(id, slot, *spec);
+    Result<spawner::WorkerId> spawned = warm        ? Result<spawner::WorkerId>(*warm)
+                                        : spec.ok() ? spawner_->spawn(now, *spec)
+                                                    : Result<spawner::WorkerId>(spec.error());
     if (!spawned.ok()) {
       const std::string detail = "rank " + std::to_string(rank) + " on node " + self_ +
                                  " could not start: " + spawned.error().message;
@@ -250,9 +278,10 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     w.pid = spawner_->pid(w.id).value_or(0);
     job.workers.push_back(w);
     ++job.live[w.round];
-    spdlog::info("job {} round {}: rank {} started (pid {}, slot {})", id, start.round.round, rank,
-                 w.pid, slot);
+    spdlog::info("job {} round {}: rank {} started (pid {}, slot {}{})", id, start.round.round,
+                 rank, w.pid, slot, warm ? ", in its warm standby" : "");
   }
+  if (start.spec.warm) job.standbys_at = now + kStandbyDelay;
   hooks_.report(id, "round_ack", json{{"job", id}, {"round", start.round.round}}.dump());
 }
 
@@ -347,6 +376,83 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   return w;
 }
 
+std::optional<spawner::WorkerId> JobSupervisor::hand_to_standby(const std::string& id,
+                                                                std::uint32_t slot,
+                                                                const spawner::WorkerSpec& spec) {
+  const auto it = standbys_.find(slot);
+  if (it == standbys_.end() || it->second.job != id) return std::nullopt;
+  const spawner::WorkerId standby = it->second.id;
+  Status handed = [&]() -> Status {
+    Result<rendezvous::PythonCommand> python = rendezvous::parse_python_command(spec.argv);
+    if (!python.ok()) return python.error();
+    Result<std::string> payload = encode_handoff(*python, spec.env, spec.working_dir);
+    if (!payload.ok()) return payload.error();
+    return spawner_->hand_off(standby, *payload, spec.label, spec.log_path);
+  }();
+  standbys_.erase(it);
+  if (!handed.ok()) {
+    spdlog::warn("job {}: {}; starting it cold", id, handed.error().message);
+    spawner_->kill(standby);
+    return std::nullopt;
+  }
+  ++warm_starts_;
+  return standby;
+}
+
+void JobSupervisor::start_standbys(TimePoint now, const std::string& id, Job& job) {
+  job.standbys_at = kNever;
+  if (!job.current || !job.started || job.failure || job.done) return;
+  const RoundStart& start = *job.current;
+  std::uint32_t group_rank = 0;
+  const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
+  if (entry == nullptr) return;
+  for (const Worker& w : job.workers) {
+    if (w.round != start.round.round || w.exit || w.stopping || standbys_.contains(w.slot))
+      continue;
+    const std::string label = id + " standby slot " + std::to_string(w.slot);
+    Result<spawner::WorkerSpec> worker = worker_spec(start, w.rank - entry->first_rank, w.slot);
+    Result<spawner::WorkerSpec> spec =
+        worker.ok()
+            ? standby_spec(std::move(*worker), label,
+                           log_dir_ + "/" + id + "/standby-slot-" + std::to_string(w.slot) + ".log")
+            : Result<spawner::WorkerSpec>(worker.error());
+    Result<spawner::WorkerId> spawned =
+        spec.ok() ? spawner_->spawn(now, *spec) : Result<spawner::WorkerId>(spec.error());
+    if (!spawned.ok()) {
+      spdlog::warn("job {}: no warm standby on slot {}: {}", id, w.slot, spawned.error().message);
+      continue;
+    }
+    const int pid = spawner_->pid(*spawned).value_or(0);
+    standbys_[w.slot] = Standby{.job = id, .id = *spawned, .pid = pid};
+    spdlog::info("job {}: warm standby started on slot {} (pid {})", id, w.slot, pid);
+  }
+}
+
+void JobSupervisor::end_standby(std::uint32_t slot, const std::string& why) {
+  const auto it = standbys_.find(slot);
+  if (it == standbys_.end()) return;
+  spdlog::info("job {}: warm standby on slot {} (pid {}) ended: {}", it->second.job, slot,
+               it->second.pid, why);
+  spawner_->kill(it->second.id);
+  standbys_.erase(it);
+}
+
+void JobSupervisor::end_standbys(const std::string& job, const std::string& why) {
+  std::vector<std::uint32_t> slots;
+  for (const auto& [slot, standby] : standbys_) {
+    if (standby.job == job) slots.push_back(slot);
+  }
+  for (std::uint32_t slot : slots) end_standby(slot, why);
+}
+
+void JobSupervisor::expire_standbys(TimePoint now) {
+  std::vector<std::uint32_t> slots;
+  for (const auto& [slot, standby] : standbys_) {
+    if (standby.linger_until <= now) slots.push_back(slot);
+  }
+  for (std::uint32_t slot : slots) end_standby(slot, "no new round of the job came");
+}
+
 int JobSupervisor::fd() const { return spawner_->fd(); }
 
 void JobSupervisor::process(TimePoint now) {
@@ -357,12 +463,14 @@ void JobSupervisor::process(TimePoint now) {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
     try_start(now, it->first, job);
+    if (job.standbys_at <= now) start_standbys(now, it->first, job);
     if (!job.current && job.workers.empty()) {
       it = jobs_.erase(it);
     } else {
       ++it;
     }
   }
+  expire_standbys(now);
   if (now >= next_report_) send_reports(now);
   if (now >= next_progress_) {
     next_progress_ = kNever;
@@ -371,6 +479,13 @@ void JobSupervisor::process(TimePoint now) {
 }
 
 void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
+  for (auto it = standbys_.begin(); it != standbys_.end(); ++it) {
+    if (it->second.id != exit.id) continue;
+    spdlog::warn("job {}: warm standby on slot {} (pid {}) {} before a round came; see its log",
+                 it->second.job, it->first, it->second.pid, exit.describe());
+    standbys_.erase(it);
+    return;
+  }
   for (auto& [id, job] : jobs_) {
     for (auto it = job.workers.begin(); it != job.workers.end(); ++it) {
       if (it->id != exit.id) continue;
@@ -434,7 +549,10 @@ void JobSupervisor::send_reports(TimePoint now) {
 }
 
 TimePoint JobSupervisor::next_deadline() const {
-  return std::min({spawner_->next_deadline(), next_report_, next_progress_});
+  TimePoint next = std::min({spawner_->next_deadline(), next_report_, next_progress_});
+  for (const auto& [id, job] : jobs_) next = std::min(next, job.standbys_at);
+  for (const auto& [slot, standby] : standbys_) next = std::min(next, standby.linger_until);
+  return next;
 }
 
 void JobSupervisor::shutdown(Duration grace) {
@@ -444,9 +562,11 @@ void JobSupervisor::shutdown(Duration grace) {
   }
   spawner_->shutdown(grace);
   jobs_.clear();
+  standbys_.clear();
 }
 
 void JobSupervisor::drain(TimePoint now) {
+  while (!standbys_.empty()) end_standby(standbys_.begin()->first, "this daemon drains");
   std::vector<std::string> ids;
   for (const auto& [id, job] : jobs_) ids.push_back(id);
   for (const std::string& id : ids) stop_job(now, id, StopMode::kGraceful, "this daemon drains");

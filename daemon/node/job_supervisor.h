@@ -37,6 +37,16 @@
 // under a root the user chose).
 // Logs: <log dir>/<job>/rank-<N>.log (spawner.log_dir, default <state_dir>/logs).
 //
+// Warm jobs (JobSpec::warm, node/warm_standbys.h): kStandbyDelay after a round's workers
+// started here, each slot they run on gets a standby interpreter of the job (log
+// <log dir>/<job>/standby-slot-<S>.log). A later round of the job that starts a rank on such a
+// slot hands the rank to the standby instead of starting a process (the slots holding the
+// job's standbys are taken first); a hand-off that fails kills the standby and starts the rank
+// cold. A standby that exits by itself is forgotten (its log says why; it is no worker failure).
+// Standbys end: when the job ends or a round leaves this node out (stop_job with `final`),
+// at drain, when another job's round takes their slot, and kStandbyLinger after any other
+// stop_job (recovering, fenced) unless a new round of the job comes first.
+//
 // Reports (through Hooks::report, to the leader): "round_ack" once this round's workers run;
 // "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
 // start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
@@ -111,6 +121,10 @@ class JobSupervisor {
   static constexpr std::chrono::seconds kReportResend{1};
   // At most one progress report per job and event kind per interval goes to the leader.
   static constexpr std::chrono::milliseconds kProgressInterval{100};
+  // A warm job's standbys start this long after its round's workers (not competing with their
+  // start-up), and wait this long for the job's next round after a stop that was not final.
+  static constexpr std::chrono::seconds kStandbyDelay{3};
+  static constexpr std::chrono::seconds kStandbyLinger{60};
 
   struct Hooks {
     // Sends a report about `job` to the leader (RoundService knows where that is).
@@ -131,7 +145,10 @@ class JobSupervisor {
   // caller may acknowledge it at once; otherwise an ack follows through Hooks when they are.
   bool on_round(TimePoint now, const RoundStart& start);
   // The job no longer has a round for this daemon (ended, recovering, not a member, fenced).
-  void stop_job(TimePoint now, const std::string& job, StopMode mode, const std::string& why);
+  // `final`: the job will not run here again (ended, left out of its round): its warm standbys
+  // go too; otherwise they wait kStandbyLinger for the job's next round.
+  void stop_job(TimePoint now, const std::string& job, StopMode mode, const std::string& why,
+                bool final = false);
 
   int fd() const;
   void process(TimePoint now);
@@ -176,6 +193,9 @@ class JobSupervisor {
   std::vector<CheckpointInfo> checkpoints() const;
   // Local workers by state ("running", "stopping", "exited").
   std::map<std::string, int> worker_state_counts() const;
+  // Warm standbys waiting for a round, and rounds handed to one (a warm start) since start-up.
+  std::size_t standbys() const { return standbys_.size(); }
+  std::uint64_t warm_starts() const { return warm_starts_; }
 
  private:
   const Clock* clock_;
@@ -204,6 +224,14 @@ class JobSupervisor {
     };
     std::map<std::string, ProgressOut> progress;
     bool first_step_sent = false;
+    TimePoint standbys_at = kNever;  // when the current round's slots get their standbys
+  };
+  // A warm job's started interpreter on a slot, waiting for the job's next round.
+  struct Standby {
+    std::string job;
+    spawner::WorkerId id = 0;
+    int pid = 0;
+    TimePoint linger_until = kNever;  // kNever while the job has a round here
   };
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
   void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
@@ -220,6 +248,16 @@ class JobSupervisor {
   Result<spawner::WorkerSpec> worker_spec(const RoundStart& start, std::uint32_t local,
                                           std::uint32_t slot) const;
   std::set<std::uint32_t> busy_slots() const;
+  // Warm standbys (see the header comment): start the missing ones for `job`'s current round;
+  // end one (or all of a job's, or those whose linger is over).
+  void start_standbys(TimePoint now, const std::string& id, Job& job);
+  void end_standby(std::uint32_t slot, const std::string& why);
+  void end_standbys(const std::string& job, const std::string& why);
+  void expire_standbys(TimePoint now);
+  // Starts `spec` in the job's standby on `slot` if there is one; nullopt when there is none or
+  // the hand-off failed (the standby is gone then, and the caller starts the rank cold).
+  std::optional<spawner::WorkerId> hand_to_standby(const std::string& id, std::uint32_t slot,
+                                                   const spawner::WorkerSpec& spec);
   // Records the round's worker failure (re-sent until the round changes) and reports it now.
   void fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round, std::uint32_t rank,
             const std::string& detail);
@@ -237,6 +275,8 @@ class JobSupervisor {
   TimePoint next_progress_ = kNever;  // the earliest end of an interval with a held report
   std::uint64_t progress_forwarded_ = 0;
   std::uint64_t progress_coalesced_ = 0;
+  std::map<std::uint32_t, Standby> standbys_;  // by slot
+  std::uint64_t warm_starts_ = 0;
 };
 
 }  // namespace elastic::node

@@ -330,9 +330,10 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
                 return self->supervisor_->on_round(now, start);
               },
           .stop_job =
-              [self](TimePoint now, const std::string& job, bool graceful, const std::string& why) {
-                self->supervisor_->stop_job(now, job,
-                                            graceful ? StopMode::kGraceful : StopMode::kKill, why);
+              [self](TimePoint now, const std::string& job, bool graceful, const std::string& why,
+                     bool final) {
+                self->supervisor_->stop_job(
+                    now, job, graceful ? StopMode::kGraceful : StopMode::kKill, why, final);
               }},
       *node->clock_);
   node->rounds_->set_slots(node->supervisor_->slots());

@@ -883,7 +883,8 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
     // to checkpoint; a recovering or failed round's collectives are broken: kill at once.
     if (hooks_.stop_job) {
       hooks_.stop_job(now, round.job_id, start->state == JobState::kCancelled,
-                      std::string("the job is ") + rendezvous::to_string(start->state));
+                      std::string("the job is ") + rendezvous::to_string(start->state),
+                      rendezvous::is_terminal(start->state));
     }
     if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);
     return;
@@ -902,7 +903,8 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
     if (watched_.erase(round.job_id) > 0) update_lease_want(now);
     if (hooks_.stop_job) {
       hooks_.stop_job(now, round.job_id, false,
-                      "round " + std::to_string(round.round) + " does not include this node");
+                      "round " + std::to_string(round.round) + " does not include this node",
+                      /*final=*/true);
     }
     return;
   }
@@ -1089,7 +1091,9 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
           "job {} round {}: the leader's lease ran out; this daemon's workers must stop "
           "(self-fencing) until a new round names it",
           job, watched.info.round);
-      if (hooks_.stop_job) hooks_.stop_job(now, job, false, "the leader's lease ran out");
+      if (hooks_.stop_job) {
+        hooks_.stop_job(now, job, false, "the leader's lease ran out", /*final=*/false);
+      }
     }
   }
 }

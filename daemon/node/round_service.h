@@ -109,10 +109,11 @@ class RoundService {
     std::function<void(const std::string& to, const std::string& address, wire::Envelope)> send;
     // Member half -> the job supervisor. on_round: a round naming this daemon passed the fence;
     // returns true when its workers run (then it is acknowledged at once). stop_job: the job
-    // has no round for this daemon any more (ended, recovering, not a member, fenced).
+    // has no round for this daemon any more (ended, recovering, not a member, fenced); `final`
+    // when it will have none again here (it ended, or its new round leaves this daemon out).
     std::function<bool(TimePoint now, const RoundStart& start)> on_round;
-    std::function<void(TimePoint now, const std::string& job, bool graceful,
-                       const std::string& why)>
+    std::function<void(TimePoint now, const std::string& job, bool graceful, const std::string& why,
+                       bool final)>
         stop_job;
   };
 

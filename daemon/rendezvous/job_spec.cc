@@ -10,6 +10,7 @@
 #include "daemon/core/duration.h"
 #include "daemon/rendezvous/msgpack_fields.h"
 #include "daemon/rendezvous/placeholders.h"
+#include "daemon/rendezvous/python_command.h"
 
 namespace elastic::rendezvous {
 namespace {
@@ -294,6 +295,11 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
   // paths, restarts, times
   problems.add("checkpoint_root", path_problem(spec.checkpoint_root));
   problems.add("working_dir", path_problem(spec.working_dir));
+  if (spec.warm) {
+    if (auto python = parse_python_command(spec.command); !python.ok()) {
+      problems.add("warm", "needs a Python command: " + python.error().message);
+    }
+  }
   if (spec.max_restarts > kMaxRestartsLimit) {
     problems.add("max_restarts", std::to_string(spec.max_restarts) + " is more than the limit of " +
                                      std::to_string(kMaxRestartsLimit));
@@ -343,6 +349,7 @@ json to_json_value(const JobSpec& spec) {
   j["checkpoint_root"] = spec.checkpoint_root;
   j["max_restarts"] = spec.max_restarts;
   j["restart_backoff"] = format_duration(spec.restart_backoff);
+  if (spec.warm) j["warm"] = true;
   if (spec.last_call) j["last_call"] = format_duration(*spec.last_call);
   j["working_dir"] = spec.working_dir;
   j["user"] = spec.user;
@@ -465,6 +472,12 @@ Status from_json_value(const json& j, JobSpec* spec) {
       }
     } else if (key == "working_dir") {
       s = expect_string(v, key, &spec->working_dir);
+    } else if (key == "warm") {
+      if (v.is_boolean()) {
+        spec->warm = v.get<bool>();
+      } else {
+        s = field_error(key, std::string("expected true or false, got ") + type_name(v));
+      }
     } else if (key == "user") {
       s = expect_string(v, key, &spec->user);
     } else if (key == "uid") {
@@ -565,9 +578,10 @@ void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
 
 // Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn min_nodes,
 // mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb restart_backoff (ns),
-// lc last_call (ns, optional), wd working_dir, u user, ui uid, gi gid. All but lc and xe are
-// required: a defaulted field would silently change a job (xe is optional so that entries written
-// before it existed, and an export of nothing, read back as no exported environment).
+// lc last_call (ns, optional), wd working_dir, u user, ui uid, gi gid, wm warm (only when true).
+// All but lc, xe and wm are required: a defaulted field would silently change a job (xe and wm
+// are optional so that entries written before they existed read back as they meant: no exported
+// environment, a cold start).
 namespace {
 
 void put_env(Packer& p, std::string_view key, const std::map<std::string, std::string>& env) {
@@ -582,7 +596,8 @@ void put_env(Packer& p, std::string_view key, const std::map<std::string, std::s
 }  // namespace
 
 void pack_job_spec(Packer& p, const JobSpec& spec) {
-  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1));
+  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1) +
+             (spec.warm ? 1 : 0));
   put_str(p, "n", spec.name);
   put_key(p, "c");
   p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
@@ -600,6 +615,7 @@ void pack_job_spec(Packer& p, const JobSpec& spec) {
   put_str(p, "u", spec.user);
   put_uint(p, "ui", spec.uid);
   put_uint(p, "gi", spec.gid);
+  if (spec.warm) wire::internal::put_bool(p, "wm", true);
 }
 
 namespace {
@@ -662,6 +678,7 @@ bool read_job_spec(const msgpack::object& object, const std::string& what, Failu
   read_string(r, "u", kMaxUserBytes, &spec->user);
   r.uint("ui", &spec->uid);
   r.uint("gi", &spec->gid);
+  r.boolean("wm", &spec->warm);
   return r.ok();
 }
 

@@ -15,7 +15,7 @@
 //   exported_env {"NAME": "value"} (only when not empty),
 //   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
 //   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
-//   working_dir "/home/alice", user "alice", uid 1000, gid 1000
+//   working_dir "/home/alice", user "alice", uid 1000, gid 1000, warm true (only when true)
 // Durations are strings as in the config ("500ms", "1m30s"). The daemon must overwrite user,
 // uid and gid from the control socket's peer credentials; the JSON carries them only so that
 // `elasticctl status --json` shows them.
@@ -91,6 +91,9 @@ struct JobSpec {
   std::optional<Duration> last_call;
   // Absolute; "" = the submitting user's home directory (chosen by the spawner).
   std::string working_dir;
+  // Keep a started Python interpreter per slot for the next round (node/warm_standbys.h); the
+  // command must be one python_command.h accepts.
+  bool warm = false;
   // The submitting user, from the control socket's peer credentials.
   std::string user;
   std::uint32_t uid = 0;

@@ -25,7 +25,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "daemon/spawner/cgroup_root.h"
 #include "daemon/spawner/read_as_user.h"
@@ -323,11 +325,18 @@ struct Spawner::LogFile {
 };
 
 struct Spawner::Worker {
+  Worker() = default;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() {
+    if (handoff_fd >= 0) ::close(handoff_fd);
+  }
   WorkerId id = 0;
   std::string label;
   pid_t pid = -1;
   int pidfd = -1;
   int pipe_fd = -1;
+  int handoff_fd = -1;  // write end of the hand-off pipe until hand_off()
   std::shared_ptr<LogFile> log;
   std::string cgroup;         // "" = none
   std::string record;         // "" = none
@@ -566,13 +575,24 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
     drop_cgroup();
     return fail(prefix + "creating the report pipe failed: " + errno_text(error) + ".");
   }
-  const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (dev_null < 0) {
+  int handoff_pipe[2] = {-1, -1};
+  if (spec.handoff && ::pipe2(handoff_pipe, O_CLOEXEC) != 0) {
     const int error = errno;
     for (int fd : {log_pipe[0], log_pipe[1], report_pipe[0], report_pipe[1]}) ::close(fd);
     drop_cgroup();
+    return fail(prefix + "creating the hand-off pipe failed: " + errno_text(error) + ".");
+  }
+  const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (dev_null < 0) {
+    const int error = errno;
+    for (int fd : {log_pipe[0], log_pipe[1], report_pipe[0], report_pipe[1], handoff_pipe[0],
+                   handoff_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    drop_cgroup();
     return fail(prefix + "opening /dev/null failed: " + errno_text(error) + ".");
   }
+  const int handoff_read = handoff_pipe[0];
 
   // Block every signal across fork, so no handler of the daemon runs in the child before the
   // child has reset the dispositions to their defaults.
@@ -584,8 +604,8 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // Child: async-signal-safe calls only until exec.
-    const int report = report_pipe[1];
-    auto die = [report](Step step, int error) {
+    int report = report_pipe[1];
+    auto die = [&report](Step step, int error) {
       const ChildFailure failure{static_cast<int>(step), error};
       ssize_t ignored = ::write(report, &failure, sizeof failure);
       (void)ignored;
@@ -621,8 +641,21 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
         ::dup2(log_pipe[1], STDERR_FILENO) < 0) {
       die(Step::kStdio, errno);
     }
+    // The hand-off pipe becomes fd 3 (without close-on-exec), out of the report pipe's way.
+    if (handoff_read >= 0) {
+      if (report == kHandoffFd) {
+        report = ::fcntl(report, F_DUPFD_CLOEXEC, kHandoffFd + 1);
+        if (report < 0) ::_exit(127);
+      }
+      if (handoff_read == kHandoffFd) {
+        if (::fcntl(kHandoffFd, F_SETFD, 0) != 0) die(Step::kStdio, errno);
+      } else if (::dup2(handoff_read, kHandoffFd) < 0) {
+        die(Step::kStdio, errno);
+      }
+    }
     // Nothing of the daemon's leaks into the worker, whatever flags its fds were opened with.
-    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::syscall(SYS_close_range, handoff_read >= 0 ? unsigned{kHandoffFd} + 1 : 3U, ~0U,
+              CLOSE_RANGE_CLOEXEC);
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &default_action, nullptr);
@@ -647,6 +680,14 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
   ::close(log_pipe[1]);
   ::close(report_pipe[1]);
   ::close(dev_null);
+  if (handoff_read >= 0) ::close(handoff_read);
+  // From here on the write end belongs to whoever holds this guard (the Worker, once made).
+  struct FdGuard {
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } handoff_write{handoff_pipe[1]};
   if (pid < 0) {
     ::close(log_pipe[0]);
     ::close(report_pipe[0]);
@@ -723,6 +764,13 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
   worker->log = log;
   worker->cgroup = cgroup;
   worker->pipe_fd = log_pipe[0];
+  if (handoff_write.fd >= 0) {
+    worker->handoff_fd = std::exchange(handoff_write.fd, -1);
+    ::fcntl(worker->handoff_fd, F_SETFL, ::fcntl(worker->handoff_fd, F_GETFL) | O_NONBLOCK);
+    // Best effort: where the kernel refuses (pipe-max-size), hand_off() reports a payload that
+    // does not fit.
+    ::fcntl(worker->handoff_fd, F_SETPIPE_SZ, static_cast<int>(kMaxHandoffBytes));
+  }
   auto abandon = [&](const std::string& sentence) -> Error {
     ::kill(-pid, SIGKILL);
     if (!cgroup.empty()) cgroup_kill(cgroup);
@@ -785,6 +833,45 @@ std::optional<int> Spawner::pid(WorkerId id) const {
   const Worker* worker = find(id);
   if (worker == nullptr) return std::nullopt;
   return worker->pid;
+}
+
+Status Spawner::hand_off(WorkerId id, std::string_view payload, const std::string& label,
+                         const std::string& log_path) {
+  const std::string prefix = "cannot hand " + label + " to a started interpreter: ";
+  Worker* worker = find(id);
+  if (worker == nullptr) return Error{prefix + "it has exited."};
+  if (worker->handoff_fd < 0) return Error{prefix + "it has no hand-off pipe (any more)."};
+  if (payload.size() > kMaxHandoffBytes) {
+    return Error{prefix + "the hand-off is " + std::to_string(payload.size()) +
+                 " bytes, more than the limit of " + std::to_string(kMaxHandoffBytes) + "."};
+  }
+  std::string log_error;
+  std::shared_ptr<LogFile> log = open_log(log_path, &log_error);
+  if (!log) return Error{prefix + log_error + "."};
+  std::size_t written = 0;
+  while (written < payload.size()) {
+    const ssize_t n =
+        ::write(worker->handoff_fd, payload.data() + written, payload.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      return Error{
+          prefix + "writing the hand-off failed after " + std::to_string(written) + " of " +
+          std::to_string(payload.size()) + " bytes: " +
+          (n < 0 && error == EAGAIN ? std::string("the pipe is full") : errno_text(error)) + "."};
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  ::close(worker->handoff_fd);
+  worker->handoff_fd = -1;
+  // What it printed while waiting stays in the old log; the rest goes to the new one.
+  pump(*worker, std::numeric_limits<std::size_t>::max());
+  note(id, "pid " + std::to_string(worker->pid) + " now runs " + label + " (log " + log_path + ")");
+  worker->label = label;
+  worker->log = std::move(log);
+  worker->at_line_start = true;
+  note(id, label + ": handed to the started interpreter pid " + std::to_string(worker->pid));
+  return ok_status();
 }
 
 void Spawner::note(WorkerId id, std::string_view line) {

@@ -39,6 +39,11 @@
 //    so a line reaches the file (and `elasticctl logs`) moments after the worker wrote it; what
 //    the worker still buffers itself (a block-buffered stdout) is its own business (the job
 //    supervisor sets PYTHONUNBUFFERED).
+//  - Hand-off (WorkerSpec::handoff): the worker also gets the read end of a pipe as fd 3
+//    (kHandoffFd; the only descriptor besides 0-2 that it inherits). hand_off() writes one
+//    payload into it, closes it (the worker reads to end of file) and from then on writes the
+//    worker's output to another log under another label. Warm Python interpreters use it
+//    (daemon/node/warm_standbys.h): started early, told what to run when a round comes.
 //
 // Reaping: each worker has a pidfd (pidfd_open) registered in the epoll set that fd() returns,
 // next to its log pipe; a readable pidfd means the leader is a zombie. process() then also
@@ -89,7 +94,13 @@ struct WorkerSpec {
   std::vector<unsigned> cpus;              // OS cpu indices (sched_setaffinity); empty = unbound
   std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
   std::string log_path;                    // stdout+stderr appended here
+  bool handoff = false;                    // give it a hand-off pipe as fd 3 (see Hand-off)
 };
+
+// The descriptor on which a worker started with WorkerSpec::handoff reads its hand-off.
+inline constexpr int kHandoffFd = 3;
+// The largest payload hand_off() takes (the pipe is enlarged to hold it unread).
+inline constexpr std::size_t kMaxHandoffBytes = 1024 * 1024;
 
 struct SpawnerConfig {
   Duration stop_grace = std::chrono::seconds(10);   // SIGTERM, then SIGKILL after this
@@ -133,6 +144,14 @@ class Spawner {
   void stop(TimePoint now, WorkerId id);
   // SIGKILL to the worker's group (and cgroup) now.
   void kill(WorkerId id);
+  // Writes `payload` (at most kMaxHandoffBytes) to the hand-off pipe of worker `id` and closes
+  // it; the worker's output so far stays in its old log, what it writes from now on goes to
+  // `log_path`, and its lines are labelled `label`. Nothing blocks: a payload the pipe cannot
+  // take at once is an Error, as are an unknown id, a worker without a hand-off pipe (or one
+  // handed off already) and a log that cannot be opened; after an Error the caller should
+  // kill() the worker (it may hold part of a payload).
+  Status hand_off(WorkerId id, std::string_view payload, const std::string& label,
+                  const std::string& log_path);
   // Appends "[elasticd <UTC time>] <line>\n" to the worker's log. Unknown ids are ignored.
   void note(WorkerId id, std::string_view line);
   // A configuration reload: later stop() calls use the new grace (a running escalation keeps its

@@ -105,6 +105,24 @@ TEST(JobFile, EnvAsATableAndNodeCountsAndTheAlias) {
   EXPECT_EQ(build("name = \"a\"\ncommand = [\"x\"]\nnodes = \"5\"\n").min_nodes, 5U);
 }
 
+// warm = true in the file, --warm/--no-warm over it; a command a warm interpreter cannot run is
+// refused with the job spec's reason.
+TEST(JobFile, WarmFromTheFileAndTheFlag) {
+  const std::string python = "name = \"a\"\ncommand = [\"python3\", \"t.py\"]\n";
+  EXPECT_FALSE(build(python).warm);
+  EXPECT_TRUE(build(python + "warm = true\n").warm);
+  JobOverrides no_warm;
+  no_warm.warm = false;
+  JobOverrides warm;
+  warm.warm = true;
+  EXPECT_FALSE(build(python + "warm = true\n", no_warm).warm);
+  EXPECT_TRUE(build(python, warm).warm);
+  EXPECT_EQ(
+      build_error("name = \"a\"\ncommand = [\"x\"]\nwarm = true\n"),
+      "job.toml:3: warm: needs a Python command: the command must start with a Python interpreter "
+      "(python, python3, python3.11 or a path to one), not 'x'");
+}
+
 TEST(JobFile, RelativePathsResolveAgainstTheCallersCwd) {
   const rendezvous::JobSpec spec = build(
       "name = \"a\"\ncommand = [\"x\"]\ncheckpoint_root = \"ck\"\nworking_dir = \"../other/.\"\n");
@@ -127,7 +145,7 @@ TEST(JobFile, UnknownKeysSuggestTheClosestKey) {
   EXPECT_EQ(parse_error("banana = 1\n"),
             "job.toml:1: banana: unknown key (job file keys are name, command, env, nodes, "
             "min_nodes, max_nodes, workers_per_node, gpus_per_node, checkpoint_root, "
-            "max_restarts, restart_backoff, last_call, working_dir, user, export)");
+            "max_restarts, restart_backoff, last_call, working_dir, user, export, warm)");
   EXPECT_EQ(parse_error("uid = 0\n"),
             "job.toml:1: uid: is taken from the submitting process's credentials and cannot be "
             "set in a job file");
@@ -135,6 +153,8 @@ TEST(JobFile, UnknownKeysSuggestTheClosestKey) {
 
 TEST(JobFile, WrongTypes) {
   EXPECT_EQ(parse_error("name = 3\n"), "job.toml:1: name: expected a string, got an integer (3)");
+  EXPECT_EQ(parse_error("warm = \"yes\"\n"),
+            "job.toml:1: warm: expected true or false, got a string (\"yes\")");
   EXPECT_EQ(parse_error("command = \"elastic-trainer --model fmnist\"\n"),
             "job.toml:1: command: expected an array of strings, got a string (\"elastic-trainer "
             "--model fmnist\"); write the program and each argument as its own string, e.g. "
@@ -314,7 +334,8 @@ checkpoint_root = "/file-ck"
                                .restart_backoff = "2s",
                                .last_call = "3s",
                                .working_dir = "sub",
-                               .export_setting = {}});
+                               .export_setting = {},
+                               .warm = false});
   EXPECT_EQ(json::parse(rendezvous::to_json(spec)), json::parse(R"({
     "name": "b", "command": ["y", "--from-flags"],
     "env": {"A": "file", "B": "flag", "C": "flag=with=equals"}, "min_nodes": 4, "max_nodes": 4,

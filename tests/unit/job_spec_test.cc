@@ -291,17 +291,22 @@ TEST(JobSpecTest, MsgpackRoundTrip) {
   }
 }
 
-// Issue 16: the exported environment round-trips in both encodings; an entry written before
-// it existed (no "xe" key) reads back as none.
-TEST(JobSpecTest, ExportedEnvRoundTripsAndIsOptionalOnTheWire) {
-  JobSpec spec = good_spec();
-  spec.exported_env = {{"PYTHONPATH", "/home/alice/lib"}, {"NCCL_DEBUG", "WARN"}};
+// Both encodings give `spec` back.
+void expect_round_trips(const JobSpec& spec) {
   Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
   ASSERT_OK(from_json);
   EXPECT_EQ(*from_json, spec);
   Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
   ASSERT_OK(from_msgpack);
   EXPECT_EQ(*from_msgpack, spec);
+}
+
+// Issue 16: the exported environment round-trips in both encodings; an entry written before
+// it existed (no "xe" key) reads back as none.
+TEST(JobSpecTest, ExportedEnvRoundTripsAndIsOptionalOnTheWire) {
+  JobSpec spec = good_spec();
+  spec.exported_env = {{"PYTHONPATH", "/home/alice/lib"}, {"NCCL_DEBUG", "WARN"}};
+  expect_round_trips(spec);
   EXPECT_OK(validate(spec));
 
   const JobSpec old = good_spec();
@@ -309,6 +314,41 @@ TEST(JobSpecTest, ExportedEnvRoundTripsAndIsOptionalOnTheWire) {
   Result<JobSpec> back = decode_job_spec(encode_job_spec(old));
   ASSERT_OK(back);
   EXPECT_TRUE(back->exported_env.empty());
+}
+
+template <typename R>
+std::string error_of(const R& result) {
+  return result.ok() ? std::string("(no error)") : result.error().message;
+}
+#define EXPECT_ERROR_CONTAINS(expr, text) \
+  EXPECT_NE(error_of(expr).find(text), std::string::npos) << error_of(expr)
+
+// Warm interpreters: the flag round-trips in both encodings (absent on the wire when false, so
+// entries written before it existed read back as cold), and needs a Python command.
+TEST(JobSpecTest, WarmRoundTripsAndNeedsAPythonCommand) {
+  JobSpec spec = good_spec();
+  spec.command = {"/home/alice/venv/bin/python3", "-u", "train.py", "--epochs", "3"};
+  spec.warm = true;
+  EXPECT_OK(validate(spec));
+  expect_round_trips(spec);
+
+  spec.warm = false;
+  EXPECT_EQ(to_json(spec).find("warm"), std::string::npos);
+  Result<JobSpec> cold = decode_job_spec(encode_job_spec(spec));
+  ASSERT_OK(cold);
+  EXPECT_FALSE(cold->warm);
+
+  spec = good_spec();  // elastic-trainer ...
+  spec.warm = true;
+  EXPECT_ERROR_CONTAINS(validate(spec),
+                        "warm: needs a Python command: the command must start with a Python "
+                        "interpreter (python, python3, python3.11 or a path to one), not "
+                        "'elastic-trainer'");
+  spec.command = {"python3", "-c", "print(1)"};
+  EXPECT_ERROR_CONTAINS(validate(spec),
+                        "warm: needs a Python command: the interpreter option '-c'");
+  Result<JobSpec> bad = job_spec_from_json(R"({"name":"a","command":["python3","x.py"],"warm":1})");
+  EXPECT_ERROR_CONTAINS(bad, "warm: expected true or false, got number");
 }
 
 TEST(JobSpecTest, ExportedEnvCarriesNoHostVariablesAndSharesEnvsLimits) {

@@ -749,6 +749,53 @@ TEST(SpawnerTest, AWorkerOfAnotherUserInACgroupDiesWithTheSpawningProcess) {
       << root << ": " << std::strerror(errno);
 }
 
+// Hand-off (warm interpreters): the worker reads its payload from fd 3 to end of file; what it
+// printed before stays in the first log, the rest goes to the second under the new label; a
+// second hand-off, one to a worker without the pipe, and one to an unknown id are errors.
+TEST(SpawnerTest, AHandOffReachesFdThreeAndMovesTheLog) {
+  TempDir dir;
+  auto spawner = open_spawner(config_in(dir));
+  ASSERT_NE(spawner, nullptr);
+  WorkerSpec spec = shell(dir,
+                          "ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo waiting; "
+                          "payload=$(cat <&3); echo \"got $payload\"");
+  spec.label = "job-1 standby slot 0";
+  spec.log_path = dir / "logs/job-1/standby.log";
+  spec.handoff = true;
+  auto id = spawner->spawn(now(), spec);
+  ASSERT_OK(id);
+  ASSERT_TRUE(wait_for_text(*spawner, spec.log_path, "waiting\n"));
+  const std::string rank_log = dir / "logs/job-1/rank-0.log";
+  ASSERT_OK(spawner->hand_off(*id, "round 2", "job-1 rank 0", rank_log));
+  const auto exit = wait_exit(*spawner, *id);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->status, 0);
+  const std::string before = read_file(spec.log_path);
+  const std::string after = read_file(rank_log);
+  EXPECT_NE(before.find("waiting\n"), std::string::npos) << before;
+  EXPECT_NE(before.find("now runs job-1 rank 0"), std::string::npos) << before;
+  EXPECT_EQ(before.find("got"), std::string::npos) << before;
+  EXPECT_NE(after.find("got round 2\n"), std::string::npos) << after;
+  // The hand-off pipe is the one descriptor beyond 0-2 the worker inherits.
+  EXPECT_NE(before.find("0 1 2 3 waiting\n"), std::string::npos) << before;
+  EXPECT_NE(after.find("exited with status 0"), std::string::npos) << after;
+
+  WorkerSpec plain = shell(dir, "cat <&3 2>/dev/null; sleep 30");
+  auto cold = spawner->spawn(now(), plain);
+  ASSERT_OK(cold);
+  Status refused = spawner->hand_off(*cold, "x", "job-1 rank 0", rank_log);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message,
+            "cannot hand job-1 rank 0 to a started interpreter: it has no hand-off pipe (any "
+            "more).");
+  Status gone = spawner->hand_off(*id, "x", "job-1 rank 0", rank_log);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().message,
+            "cannot hand job-1 rank 0 to a started interpreter: it has exited.");
+  spawner->kill(*cold);
+  ASSERT_TRUE(wait_exit(*spawner, *cold).has_value());
+}
+
 TEST(SpawnerTest, DescribeAndIndexLists) {
   WorkerExit exit;
   exit.status = 0;
