@@ -24,10 +24,22 @@ import json
 import os
 import time
 
+SCRIPT_START = time.time()  # before `import torch`: the start-up phases below are timed from here
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+def attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # PyTorch < 2.0 (the --cpu script check on Debian's torch): the same causal attention.
+    t = q.size(-2)
+    scores = (q @ k.transpose(-2, -1)) / (q.size(-1) ** 0.5)
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
 class Block(nn.Module):
@@ -44,7 +56,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, w = x.shape
         qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        a = attention(qkv[0], qkv[1], qkv[2])
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
         return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
 
@@ -101,6 +113,7 @@ def main():
     ap.add_argument("--jsonl-out", default="")
     ap.add_argument("--pid-file", default="")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--cpu", action="store_true", help="Gloo on CPU, float32 (a script check)")
     ap.add_argument("--fused", action="store_true", help="Adam(fused=True) (default: foreach)")
     ap.add_argument("--pin", action="store_true",
                     help="batches through pinned memory, copied with non_blocking=True")
@@ -110,37 +123,53 @@ def main():
     ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
 
+    phases = {"import_torch": time.time() - SCRIPT_START}
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Under elastic the round tells the benchmark which run a line belongs to (absent: 0).
+    elastic_round = int(os.environ.get("ELASTIC_ROUND", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if a.pid_file:
         with open(a.pid_file, "w") as f:
             f.write(f"{os.getpid()}\n")
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
     kw = {"timeout": datetime.timedelta(seconds=a.timeout)} if a.timeout > 0 else {}
-    dist.init_process_group("nccl", device_id=device, **kw)
+    if a.cpu:  # a check of the benchmark scripts on a host without GPUs: Gloo, float32
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", **kw)
+    else:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl", device_id=device, **kw)
 
+    phases["init_process_group"] = time.time() - SCRIPT_START
     torch.manual_seed(a.seed)
     model = Gpt(a.gpt_vocab, a.gpt_context, a.gpt_layers, a.gpt_heads, a.gpt_width)
-    model = model.to(device=device, dtype=torch.bfloat16)
+    phases["model_built"] = time.time() - SCRIPT_START
+    model = model.to(device=device, dtype=torch.float32 if a.cpu else torch.bfloat16)
+    phases["model_on_device"] = time.time() - SCRIPT_START
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, **({"fused": True} if a.fused else {}))
     step = 0
     ckpt = os.path.join(a.ckpt_dir, "latest.pt") if a.ckpt_dir else ""
     resumed = False
+    phases["optimizer"] = time.time() - SCRIPT_START
     if ckpt and os.path.exists(ckpt):
         state = torch.load(ckpt, map_location=device)
+        phases["checkpoint_read"] = time.time() - SCRIPT_START
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, resumed = state["step"], True
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    phases["model_and_checkpoint"] = time.time() - SCRIPT_START
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=None if a.cpu else [device.index])
     seq = a.gpt_context
     params = sum(p.numel() for p in model.parameters())
+    phases["ddp"] = time.time() - SCRIPT_START
 
     log = open(a.jsonl_out, "a") if a.jsonl_out else None
 
     def emit(d):
         d["t"] = time.time()
+        d["round"] = elastic_round
         text = json.dumps(d)
         print(text, flush=True)
         if log:
@@ -188,9 +217,16 @@ def main():
                   "parameters": params, "torch": torch.__version__,
                   "nccl": str(torch.cuda.nccl.version())})
     else:
+        first = True
         while a.max_steps == 0 or step < a.max_steps:
             loss = one_step(step)
             step += 1
+            if first and rank == 0:
+                first = False
+                phases["first_step"] = time.time() - SCRIPT_START
+                # Seconds from the script's first line (after the interpreter started) to the end
+                # of each phase: what a warm interpreter saves is before the script.
+                emit({"event": "startup", "phases": phases})
             if rank == 0:
                 emit({"event": "step", "step": step, "loss": loss.item(), "world_size": world,
                       "restart": restart, "pid": os.getpid()})

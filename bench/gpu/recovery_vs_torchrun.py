@@ -20,9 +20,14 @@ end no worker process and no GPU compute app of the job is left.
 
 Usage: recovery_vs_torchrun.py elastic  --work DIR --gpus 0,1 --elasticd B --elasticctl B
                                          --trainer B --config conf/elasticd.toml
+                                         [--worker python [--warm]] [--repeat N]
+                                         [--daemon-set KEY=VALUE ...]
        recovery_vs_torchrun.py torchrun --work DIR --gpus 0,1 --timeout S (0: the default)
                                          [--incidents worker_crash,...] [--auto-host]
        recovery_vs_torchrun.py summary RESULT.json...
+--worker python runs bench/gpu/gpt_ddp.py (the torchrun-style DDP script torchrun runs here)
+under elastic instead of elastic-trainer, unchanged; --warm submits it with warm = true (a
+started interpreter per slot takes the next round). --repeat N runs the incident list N times.
 Each run writes DIR/result.json and prints a short log."""
 import argparse
 import glob
@@ -218,6 +223,8 @@ class Elastic:
                "--set", f"checkpoint.root={self.work}/ckpt"]
         if self.a.cpu_test:
             cmd += ["--set", "node.cpu_slots=1"]
+        for setting in self.a.daemon_set:
+            cmd += ["--set", setting]
         logf = open(f"{self.work}/{node}/elasticd.log", "a")
         self.procs[node] = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
 
@@ -248,10 +255,18 @@ class Elastic:
         return []
 
     def worker(self, rank):
-        for pid in pids_with_env({"ELASTIC_JOB_ID": self.job_id, "RANK": str(rank)}):
-            if alive(pid):
-                return pid, env_of(pid).get("ELASTIC_NODE")
-        return None, None
+        """The running worker of `rank` in the newest round, from the daemons' status (a warm
+        interpreter's /proc environ still shows the round it was started in)."""
+        found = []
+        for n in [n for n in self.names if self.procs.get(n)]:
+            for w in (self.ctl_json(n, "status") or {}).get("workers", []):
+                if (w.get("job") == self.job_id and w.get("rank") == rank and
+                        w.get("state") == "running" and alive(w.get("pid", 0))):
+                    found.append((w.get("round", 0), w["pid"], n))
+        if not found:
+            return None, None
+        _, pid, node = max(found)
+        return pid, node
 
     def run(self):
         a = self.a
@@ -267,20 +282,32 @@ class Elastic:
         self.wait_ctl("drain of h2", lambda: self.ctl("h0", "drain", "h2", "--reason",
                                                       "control-plane-only voter") is not None)
         res["topology"] = self.ctl_json("h0", "nodes", "--topology")
-        train = [a.trainer, "--model", "gpt", "--dtype", "fp32" if a.cpu_test else "bf16",
-                 "--device", "cpu" if a.cpu_test else "cuda",
-                 *model_flags(a), "--checkpoint-interval", str(a.ckpt_interval),
-                 "--log-interval", "1", "--no-eval", "--timeout", str(a.collective_timeout),
-                 "--max-steps", "100000000"]
+        if a.worker == "python":  # the torchrun-style script, unchanged
+            # As a torchrun user runs it: its own checkpoint directory, which must exist.
+            os.makedirs(f"{self.work}/ckpt/py", exist_ok=True)
+            train = [sys.executable, f"{HERE}/gpt_ddp.py", "--mode", "recovery", *model_flags(a),
+                     "--ckpt-dir", f"{self.work}/ckpt/py", "--ckpt-interval",
+                     str(a.ckpt_interval), "--timeout", str(a.collective_timeout),
+                     *(["--cpu"] if a.cpu_test else [])]
+        else:
+            train = [a.trainer, "--model", "gpt", "--dtype", "fp32" if a.cpu_test else "bf16",
+                     "--device", "cpu" if a.cpu_test else "cuda",
+                     *model_flags(a), "--checkpoint-interval", str(a.ckpt_interval),
+                     "--log-interval", "1", "--no-eval", "--timeout", str(a.collective_timeout),
+                     "--max-steps", "100000000"]
         submit = ["submit", "--name", "gpt", "--nodes", "1:2", "--restart-backoff", "0s",
-                  "--max-restarts", "10", "--checkpoint-root", f"{self.work}/ckpt"]
+                  "--max-restarts", "100", "--checkpoint-root", f"{self.work}/ckpt"]
+        if a.warm:
+            submit.append("--warm")
+        res["worker"], res["warm"], res["daemon_set"] = a.worker, a.warm, a.daemon_set
         for k, v in NO_NVLS.items():
             submit += ["--env", f"{k}={v}"]
         reply = json.loads(self.ctl("h0", *submit, "--json", "--", *train))
         self.job_id = reply.get("job", reply).get("id")
         res["job"], res["submit"] = self.job_id, " ".join(submit + ["--"] + train)
         log(f"submitted job {self.job_id}")
-        tail = Tailer([f"{self.work}/h*/state/logs/{self.job_id}/rank-*.log"])
+        tail = Tailer([f"{self.work}/h*/state/logs/{self.job_id}/rank-*.log",
+                       f"{self.work}/h*/state/logs/{self.job_id}/*/rank-*.log"])
         self.tail = tail
         first = tail.wait(lambda L: (steps(L, world_size=2) or [None])[0], 180, "training on 2 GPUs")
         if not first:
@@ -289,13 +316,18 @@ class Elastic:
         start_line = next((d for (_, _, d) in tail.snapshot() if d.get("event") == "start"), {})
         res["start_line"] = start_line
         self.settle(2)
-        for kind in ("worker_crash", "node_loss", "store_node_loss"):
-            res["incidents"].append(self.incident(kind, res))
-            self.settle(2)
+        for _ in range(a.repeat):
+            for kind in a.incidents.split(","):
+                res["incidents"].append(self.incident(kind, res))
+                self.settle(2)
+                # Incidents hours apart, not seconds: a warm job's new standbys finish warming
+                # up (about 10 s on a GPU host) before the next one.
+                time.sleep(a.settle_extra)
         L = tail.snapshot()
         res["last_loss"] = steps(L)[-1][1]["loss"]
         res["steps_per_s_2gpu"] = self.rate(L)
-        res["ckpt_seconds"] = [d["seconds"] for (_, _, d) in L if d.get("event") == "checkpoint"][-5:]
+        res["ckpt_seconds"] = [d.get("seconds") for (_, _, d) in L
+                               if d.get("event") == "checkpoint"][-5:]
         res["events"] = self.events()
         self.ctl("h0", "cancel", self.job_id, check=False)
         self.wait_ctl("the job cancelled", lambda: (self.job() or {}).get("state") in
@@ -372,6 +404,13 @@ class Elastic:
             out.update(recovered=True, first_step_s=hit[0] - t0, new_round=new_round,
                        world_after=hit[1]["world_size"], resume_step=resume.get("step"),
                        steps_lost=out["last_step_before"] - resume.get("step", 0))
+            # gpt_ddp.py's start-up phases of the new round's rank 0 (seconds from the script's
+            # first line), and when that first line ran (the hand-off, for a warm interpreter).
+            startup = next((d for (_, _, d) in L if d.get("event") == "startup" and
+                            d.get("round") == new_round), None)
+            if startup:
+                out["startup_phases"] = startup["phases"]
+                out["script_started_s"] = startup["t"] - startup["phases"]["first_step"] - t0
             ev = [e for e in self.events() if e["at_ms"] / 1000 >= t0 - 0.05]
             if ev:
                 out["detected_s"] = ev[0]["at_ms"] / 1000 - t0
@@ -421,7 +460,7 @@ class Torchrun:
         cmd = ["torchrun", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
                f"--rdzv-endpoint=127.0.0.1:{self.port}", f"--rdzv-id=bench-{self.port}",
                *([] if a.auto_host else [f"--rdzv-conf=is_host={1 if name == 'A' else 0}"]),
-               "--max-restarts=3",
+               "--max-restarts=100",
                "--monitor-interval=0.1", f"{HERE}/gpt_ddp.py", "--mode", "recovery",
                *model_flags(a), "--ckpt-dir", f"{self.work}/ckpt", "--ckpt-interval",
                str(a.ckpt_interval), "--timeout", str(a.timeout), "--jsonl-out",
@@ -454,14 +493,14 @@ class Torchrun:
             raise RuntimeError("torchrun did not train on 2 GPUs")
         res["first_loss"] = first[1]["loss"]
         self.settle(2)
-        kinds = a.incidents.split(",")
-        for kind in kinds:
+        kinds = a.incidents.split(",") * a.repeat
+        for n, kind in enumerate(kinds):
             out = self.incident(kind, res)
             res["incidents"].append(out)
             if not out["recovered"]:
                 break
             self.settle(2 if kind == "worker_crash" else 1)
-            if kind == "node_loss" and kind != kinds[-1]:
+            if kind == "node_loss" and n + 1 < len(kinds):
                 t1 = time.time()
                 self.start("B")
                 grow = tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
@@ -559,10 +598,20 @@ def summary(paths):
         except (OSError, ValueError):
             print(f"(no result in {path})")
             continue
-        name = r["system"] if r["system"] == "elastic" else f"torchrun, timeout {r['timeout_s']}"
+        if r["system"] == "elastic":
+            name = "elastic" + ({"python": ", Python DDP script"}.get(r.get("worker"), "") +
+                                (", warm" if r.get("warm") else "") +
+                                "".join(f", {s}" for s in r.get("daemon_set", [])
+                                        if "store_port" not in s))
+        else:
+            name = f"torchrun, timeout {r['timeout_s']}"
         if "error" in r:
             print(f"{name}: ERROR {r['error']}")
         for i in r.get("incidents", []):
+            if i.get("startup_phases"):
+                p = i["startup_phases"]
+                print(f"{name} {i['kind']}: script started {i['script_started_s']:.2f} s after the "
+                      "kill; then " + ", ".join(f"{k} {v:.2f}" for k, v in p.items()))
             if i.get("recovered"):
                 rows.append((name, i["kind"], f"{i['first_step_s']:.2f}", str(i.get("steps_lost")),
                              str(i.get("world_after")), f"{i['detected_s']:.2f}" if "detected_s" in i else "-"))
@@ -578,6 +627,18 @@ def summary(paths):
                   f"{r.get('gpu_apps_after_cancel')}; {r.get('steps_per_s_2gpu')} steps/s on 2 GPUs")
         else:
             print(f"{name}: loss {r.get('first_loss')} -> {r.get('last_loss')}")
+    by_kind = {}
+    for row in rows:
+        try:
+            by_kind.setdefault((row[0], row[1]), []).append(float(row[2]))
+        except ValueError:
+            pass
+    print("\n| system | event | runs | first step after (s): median | min-max |")
+    print("|---|---|---|---|---|")
+    for (name, kind), v in by_kind.items():
+        v = sorted(v)
+        med = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        print(f"| {name} | {kind} | {len(v)} | {med:.2f} | {v[0]:.2f}-{v[-1]:.2f} |")
     print("\n| system | event | first step after (s) | steps lost | world after | detected (s) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -609,6 +670,14 @@ def main():
     ap.add_argument("--auto-host", action="store_true",
                     help="torchrun: no is_host in --rdzv-conf (the store goes to the first agent)")
     ap.add_argument("--cpu-test", action="store_true", help="elastic on CPU (script check)")
+    ap.add_argument("--worker", choices=["trainer", "python"], default="trainer",
+                    help="elastic: elastic-trainer, or gpt_ddp.py (the torchrun script) unchanged")
+    ap.add_argument("--warm", action="store_true", help="elastic: submit with --warm")
+    ap.add_argument("--repeat", type=int, default=1, help="run the incident list N times")
+    ap.add_argument("--settle-extra", type=float, default=0,
+                    help="elastic: seconds to wait after each recovery settled")
+    ap.add_argument("--daemon-set", action="append", default=[],
+                    help="elastic: KEY=VALUE for every elasticd (repeatable)")
     a = ap.parse_args()
     if a.system == "summary":
         return summary(a.results)

@@ -16,6 +16,9 @@
 #   bench/gpu/run-on-device.sh torchrun_only  the torchrun half of `recovery` alone (both timeouts)
 #   bench/gpu/run-on-device.sh recovery_elastic  the elastic half of `recovery` alone
 #   bench/gpu/run-on-device.sh profile      Kineto traces of trainer and DDP steps, summarised
+#   bench/gpu/run-on-device.sh recovery_python        gpt_ddp.py under elastic, cold vs warm
+#   bench/gpu/run-on-device.sh recovery_python_ready  warm, standbys ready: default vs 1.5 s lease
+#   bench/gpu/run-on-device.sh recovery_python_lease  warm with a 1.5 s lease, beside torchrun
 # Several phases may be named in one call. NVLink multicast stays off everywhere.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -146,6 +149,76 @@ torchrun_only() {  # the torchrun half of `recovery` again (GPUs 2,3; the defaul
   python3 "$py" summary "$work/tr60/result.json" | tee "$out/recovery-torchrun60.md"
 }
 
+# One elastic run of gpt_ddp.py: py_elastic WORKDIR GPUS PORT_BASE [more recovery_vs_torchrun.py
+# flags]; each run gets its own 100 store ports from PORT_BASE (runs side by side never share).
+py_elastic() {
+  local dir=$1 gpus=$2 port=$3
+  shift 3
+  rm -rf "$work/$dir"
+  python3 "$py" elastic --work "$work/$dir" --gpus "$gpus" --elasticd "$bin/elasticd" \
+    --elasticctl "$bin/elasticctl" --config "$root/conf/elasticd.toml" --worker python \
+    --limit 60 --incidents "${INCIDENTS:-worker_crash,node_loss,store_node_loss}" \
+    --daemon-set rendezvous.store_port_min="$port" \
+    --daemon-set rendezvous.store_port_max="$((port + 99))" "$@" >"$work/$dir.log" 2>&1
+}
+
+# Issue 16: the torchrun-style DDP script (gpt_ddp.py) under elastic, unchanged, RUNS (3)
+# separate runs of each (a fresh job each: a node whose workers failed twice is quarantined for
+# the job), two runs side by side on GPUs 0,1 and 2,3:
+#   recovery_python        started cold vs warm
+#   recovery_python_ready  warm with the default lease vs rendezvous.lease_duration=1500ms, the
+#                          standbys ready before each incident (SETTLE s after each recovery)
+#   recovery_python_lease  warm with the 1.5 s lease, incidents back to back, beside torchrun
+#                          (60 s timeout, the same script, RUNS worker crashes)
+recovery_python() {
+  local files=()
+  for i in $(seq "${RUNS:-3}"); do
+    py_elastic "pycold$i" 0,1 29500 &
+    local cold=$!
+    py_elastic "pywarm$i" 2,3 29600 --warm
+    wait "$cold"
+    tail -n 12 "$work/pycold$i.log" "$work/pywarm$i.log"
+    cp "$work/pycold$i/result.json" "$out/py-cold-$i.json"
+    cp "$work/pywarm$i/result.json" "$out/py-warm-$i.json"
+    files+=("$work/pycold$i/result.json" "$work/pywarm$i/result.json")
+  done
+  python3 "$py" summary "${files[@]}" | tee "$out/recovery-python.md"
+}
+
+recovery_python_ready() {
+  local files=()
+  for i in $(seq "${RUNS:-3}"); do
+    py_elastic "pyready$i" 0,1 29500 --warm --settle-extra "${SETTLE:-15}" &
+    local a=$!
+    py_elastic "pyreadyfast$i" 2,3 29600 --warm --settle-extra "${SETTLE:-15}" \
+      --daemon-set rendezvous.lease_duration=1500ms
+    wait "$a"
+    files+=("$work/pyready$i/result.json" "$work/pyreadyfast$i/result.json")
+  done
+  python3 "$py" summary "${files[@]}" | tee "$out/recovery-python-ready.md"
+  grep -h "elastic warm\] ready" "$work"/pyready1/h*/state/logs/*/standby-slot-*.log \
+    "$work"/pyready1/h*/state/logs/*/*/standby-slot-*.log 2>/dev/null | head -4
+  tar -C "$work" -czf "$out/ready-results.tgz" $(cd "$work" && ls pyready*/result.json)
+}
+
+recovery_python_lease() {
+  local files=()
+  rm -rf "$work/trpy"
+  python3 "$py" torchrun --work "$work/trpy" --gpus 2,3 --timeout 60 --limit 120 \
+    --incidents worker_crash --repeat "${RUNS:-3}" >"$work/trpy.log" 2>&1 &
+  local tr=$!
+  for i in $(seq "${RUNS:-3}"); do
+    py_elastic "pyfast$i" 0,1 29500 --warm --daemon-set rendezvous.lease_duration=1500ms
+    tail -n 12 "$work/pyfast$i.log"
+    cp "$work/pyfast$i/result.json" "$out/py-warm-lease-$i.json"
+    files+=("$work/pyfast$i/result.json")
+  done
+  wait "$tr"
+  tail -n 12 "$work/trpy.log"
+  cp "$work/trpy/result.json" "$out/torchrun-py-result.json"
+  python3 "$py" summary "${files[@]}" "$work/trpy/result.json" | tee "$out/recovery-python-lease.md"
+}
+
 pack() {  # short logs: daemon logs' interesting lines, agent logs' tails, our logs
   local p=$work/pack
   rm -rf "$p"; mkdir -p "$p"
@@ -181,3 +254,4 @@ for phase in "$@"; do
   echo "==== $phase ($(date -u +%H:%M:%S))"
   "$phase" || { echo "phase $phase failed"; exit 1; }
 done
+
