@@ -302,6 +302,14 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
   if (spec.last_call) {
     problems.add("last_call", duration_problem(*spec.last_call, kMaxLastCall));
   }
+  if (spec.hang_timeout != Duration::zero()) {
+    std::string problem = duration_problem(spec.hang_timeout, kMaxHangTimeout);
+    if (problem.empty() && spec.hang_timeout < kMinHangTimeout) {
+      problem = format_duration(spec.hang_timeout) + " is shorter than the minimum of " +
+                format_duration(kMinHangTimeout) + " (0s turns hang detection off)";
+    }
+    problems.add("hang_timeout", problem);
+  }
 
   // user
   if (spec.user.size() > kMaxUserBytes) {
@@ -344,6 +352,9 @@ json to_json_value(const JobSpec& spec) {
   j["max_restarts"] = spec.max_restarts;
   j["restart_backoff"] = format_duration(spec.restart_backoff);
   if (spec.last_call) j["last_call"] = format_duration(*spec.last_call);
+  if (spec.hang_timeout != Duration::zero()) {
+    j["hang_timeout"] = format_duration(spec.hang_timeout);
+  }
   j["working_dir"] = spec.working_dir;
   j["user"] = spec.user;
   j["uid"] = spec.uid;
@@ -463,6 +474,8 @@ Status from_json_value(const json& j, JobSpec* spec) {
         s = expect_duration(v, key, &d);
         if (s) spec->last_call = d;
       }
+    } else if (key == "hang_timeout") {
+      s = expect_duration(v, key, &spec->hang_timeout);
     } else if (key == "working_dir") {
       s = expect_string(v, key, &spec->working_dir);
     } else if (key == "user") {
@@ -565,9 +578,10 @@ void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
 
 // Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn min_nodes,
 // mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb restart_backoff (ns),
-// lc last_call (ns, optional), wd working_dir, u user, ui uid, gi gid. All but lc and xe are
-// required: a defaulted field would silently change a job (xe is optional so that entries written
-// before it existed, and an export of nothing, read back as no exported environment).
+// lc last_call (ns, optional), ht hang_timeout (ns, only when not 0), wd working_dir, u user,
+// ui uid, gi gid. All but lc, ht and xe are required: a defaulted field would silently change a
+// job (xe and ht are optional so that entries written before they existed, and an export of
+// nothing or no hang detection, read back as what they meant).
 namespace {
 
 void put_env(Packer& p, std::string_view key, const std::map<std::string, std::string>& env) {
@@ -582,7 +596,8 @@ void put_env(Packer& p, std::string_view key, const std::map<std::string, std::s
 }  // namespace
 
 void pack_job_spec(Packer& p, const JobSpec& spec) {
-  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1));
+  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1) +
+             (spec.hang_timeout != Duration::zero() ? 1 : 0));
   put_str(p, "n", spec.name);
   put_key(p, "c");
   p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
@@ -596,6 +611,7 @@ void pack_job_spec(Packer& p, const JobSpec& spec) {
   put_uint(p, "mr", spec.max_restarts);
   put_int_duration(p, "rb", spec.restart_backoff);
   if (spec.last_call) put_int_duration(p, "lc", *spec.last_call);
+  if (spec.hang_timeout != Duration::zero()) put_int_duration(p, "ht", spec.hang_timeout);
   put_str(p, "wd", spec.working_dir);
   put_str(p, "u", spec.user);
   put_uint(p, "ui", spec.uid);
@@ -658,6 +674,7 @@ bool read_job_spec(const msgpack::object& object, const std::string& what, Failu
     read_duration(r, "lc", &last_call);
     if (r.ok()) spec->last_call = last_call;
   }
+  if (r.ok()) read_duration(r, "ht", &spec->hang_timeout, Need::kOptional);
   read_string(r, "wd", kMaxPathBytes, &spec->working_dir);
   read_string(r, "u", kMaxUserBytes, &spec->user);
   r.uint("ui", &spec->uid);
