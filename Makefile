@@ -5,7 +5,8 @@
 #   make deps          install the Debian packages the project needs (idempotent; munge and
 #                      Slurm's daemons are left disabled: only the Slurm tests use them)
 #   make demo          3 daemons as hosts in network namespaces train Fashion-MNIST through a kill -9
-#   make install       binaries, systemd unit + tmpfiles, Slurm scripts, /etc/elastic/elasticd.toml
+#   make install       binaries, systemd unit + tmpfiles, Slurm scripts, the Python progress
+#                      module (share/elastic/python), /etc/elastic/elasticd.toml
 #                      (kept if present) (PREFIX=/usr/local, DESTDIR honoured; systemd/README.md)
 #   make format        clang-format every source file
 #
@@ -24,7 +25,7 @@ DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 pr
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhwloc-dev libtoml11-dev \
   libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
-  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist python3 \
+  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist python3 python3-torch \
   systemd systemd-container slurmctld slurmd slurm-client munge
 
 ifeq ($(MODE),release)

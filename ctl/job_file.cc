@@ -292,6 +292,7 @@ const std::vector<std::string>& job_file_keys() {
                                                 "max_restarts",
                                                 "restart_backoff",
                                                 "last_call",
+                                                "hang_timeout",
                                                 "working_dir",
                                                 "user",
                                                 "export",
@@ -421,6 +422,8 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
       const std::string why = read_duration(v, &last_call);
       problem(v, key, why);
       if (why.empty()) spec.last_call = last_call;
+    } else if (key == "hang_timeout") {
+      problem(v, key, read_duration(v, &spec.hang_timeout));
     } else if (key == "working_dir") {
       const std::string why = read_string(v, &spec.working_dir);
       problem(v, key, why);
@@ -700,6 +703,11 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
     if (auto d = duration_flag(*flags.last_call, "last_call", "--last-call")) spec.last_call = *d;
   }
   if (flags.warm) spec.warm = *flags.warm;
+  if (flags.hang_timeout) {
+    if (auto d = duration_flag(*flags.hang_timeout, "hang_timeout", "--hang-timeout")) {
+      spec.hang_timeout = *d;
+    }
+  }
   if (flags.working_dir) {
     spec.working_dir = *flags.working_dir;
     has_working_dir = true;

@@ -18,6 +18,8 @@
 //   max_restarts = 3
 //   restart_backoff = "1s"               durations as in the daemon config
 //   last_call = "5s"                     absent = the daemon's rendezvous.last_call
+//   hang_timeout = "60s"                 restart when progress stops this long; "0s" = off
+//                                        (the default); at least 5s
 //   working_dir = "/home/alice/run"      absent = the caller's cwd; "" = the user's home
 //   user = "alice"                       only the submitting user (documentation/safety net)
 // Relative checkpoint_root and working_dir are resolved against the caller's cwd, because the
@@ -114,6 +116,7 @@ struct JobOverrides {
   std::optional<std::uint32_t> max_restarts;
   std::optional<std::string> restart_backoff;
   std::optional<std::string> last_call;
+  std::optional<std::string> hang_timeout;
   std::optional<std::string> working_dir;
   std::optional<std::string> export_setting;  // --export
   std::optional<bool> warm;                   // --warm / --no-warm

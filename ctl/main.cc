@@ -142,6 +142,7 @@ int run(int argc, char** argv) {
       "the file, -- COMMAND replaces its command");
   std::string job_file;
   std::string job_name, node_range, restart_backoff, last_call, checkpoint_root, working_dir;
+  std::string hang_timeout;
   std::uint32_t workers_per_node = 0;
   std::uint32_t max_restarts = 0;
   std::vector<std::string> env_pairs;
@@ -161,6 +162,10 @@ int run(int argc, char** argv) {
                                                     "Pause after a worker failure (default 1s)");
   CLI::Option* last_call_opt = submit_cmd->add_option(
       "--last-call", last_call, "Wait this long for more nodes past MIN (default: the daemon's)");
+  CLI::Option* hang_opt = submit_cmd->add_option(
+      "--hang-timeout", hang_timeout,
+      "Restart the job when its progress-reporting workers send no step for this long (at least "
+      "5s; default 0s = off)");
   CLI::Option* ckpt_opt = submit_cmd->add_option(
       "--checkpoint-root", checkpoint_root,
       "Shared checkpoint directory; relative to the cwd (default: the daemon's checkpoint.root)");
@@ -437,6 +442,7 @@ int run(int argc, char** argv) {
     if (restarts_opt->count() > 0) flags.max_restarts = max_restarts;
     if (backoff_opt->count() > 0) flags.restart_backoff = restart_backoff;
     if (last_call_opt->count() > 0) flags.last_call = last_call;
+    if (hang_opt->count() > 0) flags.hang_timeout = hang_timeout;
     if (ckpt_opt->count() > 0) flags.checkpoint_root = checkpoint_root;
     if (workdir_opt->count() > 0) flags.working_dir = working_dir;
     if (export_opt->count() > 0) flags.export_setting = export_setting;

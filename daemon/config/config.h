@@ -194,6 +194,11 @@ struct SpawnerConfig {
   // daemon's own cgroup (the unit's, with Delegate=yes, on a unified or hybrid host);
   // "" = process groups + PR_SET_PDEATHSIG only.
   std::string cgroup_root = "";
+  // Appended to the end of every worker's PYTHONPATH so `import elastic_worker` (the progress
+  // module, python/ in the source tree) works with no set-up; the user's own entries come first.
+  // "auto" = <elasticd's directory>/../share/elastic/python (where make install puts it), when
+  // that holds elastic_worker.py; "" = off.
+  std::string python_dir = "auto";
   bool operator==(const SpawnerConfig&) const = default;
 };
 

@@ -342,6 +342,10 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
           c.spawner.cgroup_root.front() == '/',
       {"spawner.cgroup_root"},
       "must be an absolute path, \"auto\" or \"\" (got " + quote(c.spawner.cgroup_root) + ")");
+  k.require(c.spawner.python_dir.empty() || c.spawner.python_dir == "auto" ||
+                c.spawner.python_dir.front() == '/',
+            {"spawner.python_dir"},
+            "must be an absolute path, \"auto\" or \"\" (got " + quote(c.spawner.python_dir) + ")");
 
   // checkpoint
   k.absolute_path("checkpoint.root", c.checkpoint.root, true);

@@ -81,6 +81,7 @@ void visit_config(Config& c, Visitor& v) {
   v.field("bind_cpus", c.spawner.bind_cpus);
   v.field("bind_memory", c.spawner.bind_memory);
   v.field("cgroup_root", c.spawner.cgroup_root);
+  v.field("python_dir", c.spawner.python_dir);
 
   v.section("checkpoint");
   v.field("root", c.checkpoint.root);

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/control/credentials.h"
+#include "daemon/core/duration.h"
 #include "daemon/node/round_report.h"
 #include "daemon/node/warm_standbys.h"
 #include "daemon/rendezvous/node_ledger.h"
@@ -115,6 +117,25 @@ JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& confi
       hooks_(std::move(hooks)) {
   log_dir_ =
       config_.spawner.log_dir.empty() ? config_.node.state_dir + "/logs" : config_.spawner.log_dir;
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  python_dir_ = resolve_python_dir(config_.spawner.python_dir, error ? "" : exe.string());
+  if (config_.spawner.python_dir == "auto" && python_dir_.empty()) {
+    spdlog::debug(
+        "spawner.python_dir = \"auto\": no elastic_worker.py installed next to {}; "
+        "workers' PYTHONPATH gets nothing added",
+        exe.string());
+  }
+}
+
+std::string resolve_python_dir(const std::string& setting, const std::string& exe) {
+  if (setting != "auto") return setting;
+  if (exe.empty()) return "";
+  const std::filesystem::path dir =
+      (std::filesystem::path(exe).parent_path().parent_path() / "share/elastic/python")
+          .lexically_normal();
+  std::error_code error;
+  return std::filesystem::is_regular_file(dir / "elastic_worker.py", error) ? dir.string() : "";
 }
 
 bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
@@ -177,7 +198,8 @@ void JobSupervisor::stop_workers(TimePoint now, Job& job, StopMode mode) {
   for (Worker& w : job.workers) {
     if (w.exit) continue;
     if (mode == StopMode::kKill) {
-      spawner_->kill(w.id);
+      // A hung worker's SIGKILL is due at the end of its abort grace: its stacks get printed.
+      if (!w.aborting) spawner_->kill(w.id);
     } else if (!w.stopping) {
       spawner_->stop(now, w.id);
     }
@@ -358,6 +380,11 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   if (!expanded.ok()) return expanded.error();
   w.argv = std::move(expanded->command);
   for (auto& [name, value] : expanded->env) w.env[name] = std::move(value);
+  // Last: the user's own modules (their PYTHONPATH) win over ours.
+  if (!python_dir_.empty()) {
+    std::string& python_path = w.env["PYTHONPATH"];
+    python_path = python_path.empty() ? python_dir_ : python_path + ":" + python_dir_;
+  }
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {
     struct stat st {};
@@ -476,6 +503,49 @@ void JobSupervisor::process(TimePoint now) {
     next_progress_ = kNever;
     for (auto& [id, job] : jobs_) flush_progress(now, id, job, /*all=*/false);
   }
+  for (auto& [id, job] : jobs_) {
+    if (now >= hang_deadline(job)) hang(now, id, job);
+  }
+}
+
+TimePoint JobSupervisor::hang_deadline(const Job& job) const {
+  if (!job.current || !job.started || job.failure || job.done || !job.last_report) return kNever;
+  const Duration timeout = job.current->spec.hang_timeout;
+  if (timeout <= Duration::zero()) return kNever;
+  // A worker of the round that exited 0 means the node is finishing, not hung.
+  for (const Worker& w : job.workers) {
+    if (w.round == job.current->round.round && w.exit && !w.exit->signaled && w.exit->status == 0) {
+      return kNever;
+    }
+  }
+  return *job.last_report + timeout;
+}
+
+void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
+  const std::uint64_t round = job.current->round.round;
+  std::vector<Worker*> hung;
+  for (Worker& w : job.workers) {
+    if (w.round == round && !w.exit && !w.stopping) hung.push_back(&w);
+  }
+  const std::string ranks = hung.empty()       ? ""
+                            : hung.size() == 1 ? "rank " + std::to_string(hung.front()->rank)
+                                               : "ranks " + std::to_string(hung.front()->rank) +
+                                                     "-" + std::to_string(hung.back()->rank);
+  const std::string detail =
+      "no progress report for " + format_duration(job.current->spec.hang_timeout) +
+      " (hang_timeout) from " + (ranks.empty() ? "the workers" : ranks) + " on node " + self_ +
+      "; the last step reported was " + std::to_string(job.last_step);
+  spdlog::warn("job {} round {}: {}: SIGABRT to its workers here, SIGKILL {} s later", id, round,
+               detail, kHangAbortGrace.count());
+  job.last_report.reset();
+  fail(now, id, job, round, hung.empty() ? 0 : hung.front()->rank, detail);
+  for (Worker* w : hung) {
+    spawner_->note(w->id, detail + ": SIGABRT now (a faulthandler prints the stacks), SIGKILL " +
+                              std::to_string(kHangAbortGrace.count()) + " s later");
+    spawner_->stop(now, w->id, SIGABRT, kHangAbortGrace);
+    w->stopping = true;
+    w->aborting = true;
+  }
 }
 
 void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
@@ -552,6 +622,7 @@ TimePoint JobSupervisor::next_deadline() const {
   TimePoint next = std::min({spawner_->next_deadline(), next_report_, next_progress_});
   for (const auto& [id, job] : jobs_) next = std::min(next, job.standbys_at);
   for (const auto& [slot, standby] : standbys_) next = std::min(next, standby.linger_until);
+  for (const auto& [id, job] : jobs_) next = std::min(next, hang_deadline(job));
   return next;
 }
 
@@ -657,6 +728,11 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
                  " is over; node " + self_ + " runs round " + std::to_string(current.round.round) +
                  "."};
   }
+  // Hang detection watches the round from its first step on (see the header comment).
+  if (event == "step" || job.last_report) {
+    job.last_report = now;
+    if (event == "step") job.last_step = step.get<std::int64_t>();
+  }
   if (event == "checkpoint") {
     job.checkpoint =
         CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = clock_->wall_ms()};
@@ -702,6 +778,8 @@ void JobSupervisor::end_progress_round(TimePoint now, const std::string& id, Job
   flush_progress(now, id, job, /*all=*/true);
   job.progress.clear();
   job.first_step_sent = false;
+  job.last_report.reset();
+  job.last_step = -1;
 }
 
 std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {

@@ -25,10 +25,11 @@
 // then the submitter's exported_env (its PATH, PYTHONPATH, NCCL_*, OMP_NUM_THREADS,
 // PYTHONUNBUFFERED... beat the daemon's defaults); then the job's env with its placeholders
 // expanded (rendezvous/placeholders.h: {job_id}, {checkpoint_dir}, {round}), as are the
-// command's arguments. Neither may override the daemon's own variables
-// (validate() refuses them). A placeholder that cannot be expanded ({checkpoint_dir} without a
-// checkpoint root) fails the start like a command that cannot be run.
-// Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
+// command's arguments; last, spawner.python_dir (resolve_python_dir()) is appended to the end of
+// PYTHONPATH, after the user's entries, so `import elastic_worker` works with no set-up. Neither
+// may override the daemon's own variables (validate() refuses them). A placeholder that cannot be
+// expanded ({checkpoint_dir} without a checkpoint root) fails the start like a command that cannot
+// be run. Who runs the workers: the submitting user (the spec's uid/gid, from the control socket's
 // peer credentials) when the daemon runs as root; a daemon that is not root runs workers only
 // for its own uid (the spawner refuses any other, and that failure is reported like a crash).
 // Working directory: the spec's, else the user's home, else "/". Checkpoints:
@@ -70,6 +71,17 @@
 // most one report per kProgressInterval; a report inside the interval is held and replaced by
 // newer ones, and the newest is sent when the interval ends or the round changes, so the leader
 // never lags by more than one interval. Refusals are never held: they answer the worker.
+//
+// Hang detection (the job's hang_timeout, 0 = off): once the current round's workers on this
+// node have sent a "step" report, every accepted report (step, checkpoint or resume) restarts
+// the timer; when none comes for hang_timeout, the round is failed here like a crash:
+// "worker_failed" with the detail "no progress report for <hang_timeout> (hang_timeout) ...",
+// and the round's local workers get SIGABRT (a Python faulthandler, if the script enabled one,
+// prints every thread's stack into the log), then SIGKILL kHangAbortGrace later; a new round
+// does not cut that grace short (its workers start once the old ones are gone). Workers that
+// never report are never hung, nor is a node one of whose workers already exited 0 (it is
+// finishing). The timer runs on the `now` of process() and next_deadline(): no thread of its
+// own.
 //
 // Thread safety: none; the node's loop thread owns it (the Spawner's PDEATHSIG is tied to the
 // forking thread, which must live as long as the daemon: the loop thread does).
@@ -125,6 +137,8 @@ class JobSupervisor {
   // start-up), and wait this long for the job's next round after a stop that was not final.
   static constexpr std::chrono::seconds kStandbyDelay{3};
   static constexpr std::chrono::seconds kStandbyLinger{60};
+  // A hung worker's SIGABRT -> SIGKILL grace: a faulthandler's stack dump takes milliseconds.
+  static constexpr std::chrono::seconds kHangAbortGrace{2};
 
   struct Hooks {
     // Sends a report about `job` to the leader (RoundService knows where that is).
@@ -158,7 +172,8 @@ class JobSupervisor {
   // The daemon drains (SIGTERM): every job's workers are stopped like a graceful stop_job
   // (SIGTERM now, SIGKILL after spawner.stop_grace; an exit then is no worker failure), without
   // blocking; process() reaps them. kill_all() SIGKILLs whatever still runs (the drain's grace
-  // is over, or a second signal came).
+  // is over, or a second signal came; a hung worker already SIGABRTed keeps its SIGKILL at the
+  // end of its kHangAbortGrace).
   void drain(TimePoint now);
   void kill_all(TimePoint now);
   // Worker processes not reaped yet.
@@ -174,6 +189,8 @@ class JobSupervisor {
   std::uint32_t slots() const { return static_cast<std::uint32_t>(plan_.slots.size()); }
   const topology::Plan& plan() const { return plan_; }
   std::vector<WorkerRow> workers() const;
+  // The directory appended to the workers' PYTHONPATH ("" = none), see resolve_python_dir().
+  const std::string& python_dir() const { return python_dir_; }
   // Where the log file of `job`'s rank `rank` is on this node (it may not exist).
   std::string log_path(const std::string& job, std::uint32_t rank) const;
   std::string log_dir() const { return log_dir_; }
@@ -206,6 +223,7 @@ class JobSupervisor {
     std::uint32_t slot = 0;
     int pid = 0;
     bool stopping = false;
+    bool aborting = false;  // SIGABRTed as hung: the spawner SIGKILLs it after kHangAbortGrace
     std::optional<spawner::WorkerExit> exit;
   };
   struct Job {
@@ -232,7 +250,14 @@ class JobSupervisor {
     spawner::WorkerId id = 0;
     int pid = 0;
     TimePoint linger_until = kNever;  // kNever while the job has a round here
+    // Hang detection: the newest accepted report of the current round, once it sent a step.
+    std::optional<TimePoint> last_report;
+    std::int64_t last_step = -1;
   };
+  // When the current round of `job` counts as hung (kNever: not watched).
+  TimePoint hang_deadline(const Job& job) const;
+  // Fails the current round as hung and aborts its local workers (see the header comment).
+  void hang(TimePoint now, const std::string& id, Job& job);
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
   void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
   // Sends `out.held` to the leader now and starts its interval.
@@ -269,6 +294,7 @@ class JobSupervisor {
   topology::Plan plan_;
   Hooks hooks_;
   std::string log_dir_;
+  std::string python_dir_;
   std::map<std::string, Job> jobs_;
   std::map<std::string, std::uint32_t> owners_;  // job -> uid, for log access (bounded)
   TimePoint next_report_ = kNever;
@@ -278,5 +304,11 @@ class JobSupervisor {
   std::map<std::uint32_t, Standby> standbys_;  // by slot
   std::uint64_t warm_starts_ = 0;
 };
+
+// spawner.python_dir as the workers get it: "" stays off, a path is kept as is, and "auto" is
+// <dir of `exe`>/../share/elastic/python (make install's place for the module) when that holds
+// elastic_worker.py, else "" (a daemon run from its build tree). `exe`: the daemon's binary
+// (/proc/self/exe). The daemon's own files only: nothing a user chose is looked at.
+std::string resolve_python_dir(const std::string& setting, const std::string& exe);
 
 }  // namespace elastic::node

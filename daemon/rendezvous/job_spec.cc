@@ -308,6 +308,14 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
   if (spec.last_call) {
     problems.add("last_call", duration_problem(*spec.last_call, kMaxLastCall));
   }
+  if (spec.hang_timeout != Duration::zero()) {
+    std::string problem = duration_problem(spec.hang_timeout, kMaxHangTimeout);
+    if (problem.empty() && spec.hang_timeout < kMinHangTimeout) {
+      problem = format_duration(spec.hang_timeout) + " is shorter than the minimum of " +
+                format_duration(kMinHangTimeout) + " (0s turns hang detection off)";
+    }
+    problems.add("hang_timeout", problem);
+  }
 
   // user
   if (spec.user.size() > kMaxUserBytes) {
@@ -351,6 +359,9 @@ json to_json_value(const JobSpec& spec) {
   j["restart_backoff"] = format_duration(spec.restart_backoff);
   if (spec.warm) j["warm"] = true;
   if (spec.last_call) j["last_call"] = format_duration(*spec.last_call);
+  if (spec.hang_timeout != Duration::zero()) {
+    j["hang_timeout"] = format_duration(spec.hang_timeout);
+  }
   j["working_dir"] = spec.working_dir;
   j["user"] = spec.user;
   j["uid"] = spec.uid;
@@ -470,6 +481,8 @@ Status from_json_value(const json& j, JobSpec* spec) {
         s = expect_duration(v, key, &d);
         if (s) spec->last_call = d;
       }
+    } else if (key == "hang_timeout") {
+      s = expect_duration(v, key, &spec->hang_timeout);
     } else if (key == "working_dir") {
       s = expect_string(v, key, &spec->working_dir);
     } else if (key == "warm") {
@@ -578,10 +591,11 @@ void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
 
 // Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn min_nodes,
 // mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb restart_backoff (ns),
-// lc last_call (ns, optional), wd working_dir, u user, ui uid, gi gid, wm warm (only when true).
-// All but lc, xe and wm are required: a defaulted field would silently change a job (xe and wm
-// are optional so that entries written before they existed read back as they meant: no exported
-// environment, a cold start).
+// lc last_call (ns, optional), ht hang_timeout (ns, only when not 0), wd working_dir, u user,
+// ui uid, gi gid, wm warm (only when true). All but lc, ht, xe and wm are required: a defaulted
+// field would silently change a job (xe, ht and wm are optional so that entries written before
+// they existed, an export of nothing, no hang detection and a cold job read back as what they
+// meant).
 namespace {
 
 void put_env(Packer& p, std::string_view key, const std::map<std::string, std::string>& env) {
@@ -597,7 +611,7 @@ void put_env(Packer& p, std::string_view key, const std::map<std::string, std::s
 
 void pack_job_spec(Packer& p, const JobSpec& spec) {
   p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1) +
-             (spec.warm ? 1 : 0));
+             (spec.hang_timeout != Duration::zero() ? 1 : 0) + (spec.warm ? 1 : 0));
   put_str(p, "n", spec.name);
   put_key(p, "c");
   p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
@@ -611,6 +625,7 @@ void pack_job_spec(Packer& p, const JobSpec& spec) {
   put_uint(p, "mr", spec.max_restarts);
   put_int_duration(p, "rb", spec.restart_backoff);
   if (spec.last_call) put_int_duration(p, "lc", *spec.last_call);
+  if (spec.hang_timeout != Duration::zero()) put_int_duration(p, "ht", spec.hang_timeout);
   put_str(p, "wd", spec.working_dir);
   put_str(p, "u", spec.user);
   put_uint(p, "ui", spec.uid);
@@ -674,6 +689,7 @@ bool read_job_spec(const msgpack::object& object, const std::string& what, Failu
     read_duration(r, "lc", &last_call);
     if (r.ok()) spec->last_call = last_call;
   }
+  if (r.ok()) read_duration(r, "ht", &spec->hang_timeout, Need::kOptional);
   read_string(r, "wd", kMaxPathBytes, &spec->working_dir);
   read_string(r, "u", kMaxUserBytes, &spec->user);
   r.uint("ui", &spec->uid);

@@ -15,6 +15,7 @@
 //   exported_env {"NAME": "value"} (only when not empty),
 //   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
 //   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
+//   hang_timeout "60s" (only when set: absent = off),
 //   working_dir "/home/alice", user "alice", uid 1000, gid 1000, warm true (only when true)
 // Durations are strings as in the config ("500ms", "1m30s"). The daemon must overwrite user,
 // uid and gid from the control socket's peer credentials; the JSON carries them only so that
@@ -61,6 +62,10 @@ inline constexpr std::uint32_t kMaxWorkersPerNode = 1024;
 inline constexpr std::uint32_t kMaxRestartsLimit = 1'000'000;
 inline constexpr Duration kMaxRestartBackoff = std::chrono::hours(1);
 inline constexpr Duration kMaxLastCall = std::chrono::hours(1);
+// hang_timeout: shorter would mistake one slow step (a checkpoint write, the first step's
+// compilation) for a hang; longer than a day is no detection at all.
+inline constexpr Duration kMinHangTimeout = std::chrono::seconds(5);
+inline constexpr Duration kMaxHangTimeout = std::chrono::hours(24);
 
 struct JobSpec {
   // Job ids are "<name>-<n>"; [A-Za-z0-9._-]{1,64}.
@@ -89,6 +94,9 @@ struct JobSpec {
   Duration restart_backoff = std::chrono::seconds(1);
   // Overrides rendezvous.last_call for this job.
   std::optional<Duration> last_call;
+  // Hang detection (JobSupervisor): once a node's workers of a round sent a progress "step",
+  // no newer one for this long fails the round like a crash. 0 = off (the default).
+  Duration hang_timeout = Duration::zero();
   // Absolute; "" = the submitting user's home directory (chosen by the spawner).
   std::string working_dir;
   // Keep a started Python interpreter per slot for the next round (node/warm_standbys.h); the

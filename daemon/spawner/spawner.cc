@@ -892,12 +892,14 @@ void Spawner::kill_group(Worker& worker, int signal) {
   if (signal == SIGKILL && !worker.cgroup.empty()) cgroup_kill(worker.cgroup);
 }
 
-void Spawner::stop(TimePoint now, WorkerId id) {
+void Spawner::stop(TimePoint now, WorkerId id) { stop(now, id, SIGTERM, config_.stop_grace); }
+
+void Spawner::stop(TimePoint now, WorkerId id, int signal, Duration grace) {
   Worker* worker = find(id);
   if (worker == nullptr || worker->stopped) return;
   worker->stopped = true;
-  kill_group(*worker, SIGTERM);
-  worker->kill_at = now + config_.stop_grace;
+  kill_group(*worker, signal);
+  worker->kill_at = now + grace;
 }
 
 void Spawner::kill(WorkerId id) {

@@ -142,6 +142,10 @@ class Spawner {
   // SIGTERM to the worker's group now, SIGKILL at now + stop_grace. Idempotent: a second call
   // keeps the first deadline. Unknown or already reaped ids are ignored.
   void stop(TimePoint now, WorkerId id);
+  // stop() with another first signal and grace: the job supervisor ends a hung worker with
+  // SIGABRT (a Python faulthandler prints every thread's stack into the log) and SIGKILL at
+  // now + grace. Idempotent like stop().
+  void stop(TimePoint now, WorkerId id, int signal, Duration grace);
   // SIGKILL to the worker's group (and cgroup) now.
   void kill(WorkerId id);
   // Writes `payload` (at most kMaxHandoffBytes) to the hand-off pipe of worker `id` and closes

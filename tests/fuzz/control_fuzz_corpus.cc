@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   spec.max_restarts = 5;
   spec.restart_backoff = std::chrono::seconds(2);
   spec.last_call = std::chrono::milliseconds(1500);
+  spec.hang_timeout = std::chrono::seconds(60);
   spec.working_dir = "/home/alice";
   spec.user = "alice";
   spec.uid = 1000;
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   edge.max_restarts = rendezvous::kMaxRestartsLimit;
   edge.restart_backoff = rendezvous::kMaxRestartBackoff;
   edge.last_call = rendezvous::kMaxLastCall;
+  edge.hang_timeout = rendezvous::kMaxHangTimeout;
   if (Status valid = rendezvous::validate(edge); !valid.ok()) {
     std::fprintf(stderr, "the edge seed spec is not valid: %s\n", valid.error().message.c_str());
     return 1;

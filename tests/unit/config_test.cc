@@ -705,6 +705,8 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
              "--set spawner.log_keep=-1: spawner.log_keep: must be at least 0 (got -1)"}},
     SetCase{"CgroupRoot", {"spawner.cgroup_root=elastic.slice"},
             {"--set spawner.cgroup_root=elastic.slice: spawner.cgroup_root: must be an absolute path, \"auto\" or \"\" (got \"elastic.slice\")"}},
+    SetCase{"PythonDir", {"spawner.python_dir=python"},
+            {"--set spawner.python_dir=python: spawner.python_dir: must be an absolute path, \"auto\" or \"\" (got \"python\")"}},
     SetCase{"CheckpointKeep", {"checkpoint.keep=0"},
             {"--set checkpoint.keep=0: checkpoint.keep: must be at least 1 (got 0)"}},
     SetCase{"CheckpointRoot", {"checkpoint.root=ckpt"},

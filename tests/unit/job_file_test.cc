@@ -145,7 +145,8 @@ TEST(JobFile, UnknownKeysSuggestTheClosestKey) {
   EXPECT_EQ(parse_error("banana = 1\n"),
             "job.toml:1: banana: unknown key (job file keys are name, command, env, nodes, "
             "min_nodes, max_nodes, workers_per_node, gpus_per_node, checkpoint_root, "
-            "max_restarts, restart_backoff, last_call, working_dir, user, export, warm)");
+            "max_restarts, restart_backoff, last_call, hang_timeout, working_dir, user, "
+            "export, warm)");
   EXPECT_EQ(parse_error("uid = 0\n"),
             "job.toml:1: uid: is taken from the submitting process's credentials and cannot be "
             "set in a job file");
@@ -225,6 +226,35 @@ TEST(JobFile, RuleViolationsAreBlamedOnTheirSource) {
   EXPECT_EQ(build_error("name = \"a\"\ncommand = [\"x\"]\n",
                         flags([](JobOverrides& f) { f.restart_backoff = "soon"; })),
             "--restart-backoff: " + parse_duration("soon").error().message);
+}
+
+// Issue 16: hang_timeout in a job file and as --hang-timeout (which wins); off by default; a
+// value under 5s, a number or a bad duration is one error naming where it came from.
+TEST(JobFile, HangTimeoutFromTheFileOrTheFlag) {
+  const std::string base = "name = \"a\"\ncommand = [\"x\"]\n";
+  EXPECT_EQ(build(base).hang_timeout, Duration::zero());
+  EXPECT_EQ(build(base + "hang_timeout = \"90s\"\n").hang_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(build(base + "hang_timeout = \"90s\"\n",
+                  flags([](JobOverrides& f) { f.hang_timeout = "2m"; }))
+                .hang_timeout,
+            std::chrono::minutes(2));
+  EXPECT_EQ(build(base + "hang_timeout = \"90s\"\n",
+                  flags([](JobOverrides& f) { f.hang_timeout = "0s"; }))
+                .hang_timeout,
+            Duration::zero())
+      << "0s on the command line turns a file's hang detection off";
+  EXPECT_EQ(build_error(base + "hang_timeout = \"2s\"\n"),
+            "job.toml:3: hang_timeout: 2s is shorter than the minimum of 5s (0s turns hang "
+            "detection off)");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.hang_timeout = "1s"; })),
+            "--hang-timeout: 1s is shorter than the minimum of 5s (0s turns hang detection off)");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.hang_timeout = "soon"; })),
+            "--hang-timeout: " + parse_duration("soon").error().message);
+  EXPECT_EQ(parse_error("hang_timeout = 60\n"),
+            "job.toml:1: hang_timeout: expected a duration string such as \"10s\", got an "
+            "integer (60)");
+  EXPECT_EQ(build_error(base + "hang_timeout = \"2d\"\n"),
+            "job.toml:3: hang_timeout: " + parse_duration("2d").error().message);
 }
 
 // Issue 13 item 16: a file breaking seven rules used to report one per run. Every rule the
@@ -333,6 +363,7 @@ checkpoint_root = "/file-ck"
                                .max_restarts = 7,
                                .restart_backoff = "2s",
                                .last_call = "3s",
+                               .hang_timeout = "45s",
                                .working_dir = "sub",
                                .export_setting = {},
                                .warm = false});
@@ -340,8 +371,8 @@ checkpoint_root = "/file-ck"
     "name": "b", "command": ["y", "--from-flags"],
     "env": {"A": "file", "B": "flag", "C": "flag=with=equals"}, "min_nodes": 4, "max_nodes": 4,
     "workers_per_node": 2, "checkpoint_root": "/home/alice/run/ck", "max_restarts": 7,
-    "restart_backoff": "2s", "last_call": "3s", "working_dir": "/home/alice/run/sub",
-    "user": "alice", "uid": 1000, "gid": 1000})"));
+    "restart_backoff": "2s", "last_call": "3s", "hang_timeout": "45s",
+    "working_dir": "/home/alice/run/sub", "user": "alice", "uid": 1000, "gid": 1000})"));
 }
 
 TEST(JobFile, FlagsAloneMakeASpec) {
@@ -405,6 +436,17 @@ TEST(JobFile, ShippedExamplesParseAndValidate) {
   ASSERT_TRUE(gpt.ok());
   EXPECT_EQ(gpt->spec.workers_per_node, 0U);
   EXPECT_EQ(gpt->spec.env.at("NCCL_NVLS_ENABLE"), "0");
+  // Issue 16: a plain PyTorch script's job, with hang detection.
+  auto ddp = read_job_file(std::string(ELASTIC_SOURCE_DIR) + "/examples/ddp_script.toml");
+  ASSERT_TRUE(ddp.ok()) << ddp.error().message;
+  auto ddp_spec = build_job_spec(&*ddp, {}, kAlice);
+  ASSERT_TRUE(ddp_spec.ok()) << ddp_spec.error().message;
+  EXPECT_EQ(ddp_spec->command.at(0), "python3");
+  EXPECT_EQ(ddp_spec->command.at(1), "examples/train_ddp.py");
+  EXPECT_TRUE(
+      std::filesystem::exists(std::string(ELASTIC_SOURCE_DIR) + "/" + ddp_spec->command.at(1)));
+  EXPECT_EQ(ddp_spec->hang_timeout, std::chrono::seconds(60));
+  EXPECT_EQ(ddp_spec->env.at("PYTHONFAULTHANDLER"), "1");
 }
 
 // Hostile bytes: random mutations of a good file never throw or crash, and a failure is one or

@@ -105,6 +105,16 @@ INSTANTIATE_TEST_SUITE_P(
                 "restart_backoff: must not be negative"},
         BadCase{"LongLastCall", [](JobSpec& s) { s.last_call = 2h; },
                 "last_call: 2h is longer than the limit of 1h"},
+        BadCase{"ShortHangTimeout", [](JobSpec& s) { s.hang_timeout = 2s; },
+                "hang_timeout: 2s is shorter than the minimum of 5s (0s turns hang detection "
+                "off)"},
+        BadCase{"SubSecondHangTimeout", [](JobSpec& s) { s.hang_timeout = 500ms; },
+                "hang_timeout: 500ms is shorter than the minimum of 5s (0s turns hang detection "
+                "off)"},
+        BadCase{"NegativeHangTimeout", [](JobSpec& s) { s.hang_timeout = -5s; },
+                "hang_timeout: must not be negative"},
+        BadCase{"LongHangTimeout", [](JobSpec& s) { s.hang_timeout = 25h; },
+                "hang_timeout: 25h is longer than the limit of 24h"},
         BadCase{"TooManyWorkers", [](JobSpec& s) { s.workers_per_node = 5000; },
                 "workers_per_node: 5000 is more than the limit of 1024"},
         BadCase{"TooManyRestarts", [](JobSpec& s) { s.max_restarts = kMaxRestartsLimit + 1; },
@@ -216,6 +226,36 @@ TEST(JobSpecTest, JsonRoundTrip) {
   Result<JobSpec> back2 = job_spec_from_json(to_json(no_last_call));
   ASSERT_OK(back2);
   EXPECT_EQ(*back2, no_last_call);
+}
+
+// Issue 16: hang_timeout is off (0) by default and when absent from either encoding (entries
+// written before it existed); 5s is the shortest, and it round-trips.
+TEST(JobSpecTest, HangTimeoutIsOptionalAndRoundTrips) {
+  EXPECT_EQ(JobSpec{}.hang_timeout, Duration::zero());
+  JobSpec spec = good_spec();
+  spec.hang_timeout = 5s;
+  EXPECT_OK(validate(spec));
+  spec.hang_timeout = 24h;
+  EXPECT_OK(validate(spec));
+  spec.hang_timeout = 90s;
+  EXPECT_NE(to_json(spec).find(R"("hang_timeout":"1m30s")"), std::string::npos) << to_json(spec);
+  Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
+  ASSERT_OK(from_json);
+  EXPECT_EQ(*from_json, spec);
+  Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
+  ASSERT_OK(from_msgpack);
+  EXPECT_EQ(*from_msgpack, spec);
+  // Off: no key in either encoding, so older daemons' entries and views stay the same.
+  const JobSpec off = good_spec();
+  EXPECT_EQ(to_json(off).find("hang_timeout"), std::string::npos);
+  EXPECT_EQ(encode_job_spec(off).find("ht"), std::string::npos);
+  Result<JobSpec> off_back = decode_job_spec(encode_job_spec(off));
+  ASSERT_OK(off_back);
+  EXPECT_EQ(off_back->hang_timeout, Duration::zero());
+  Result<JobSpec> bad = job_spec_from_json(R"({"name":"x","command":["x"],"hang_timeout":60})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message,
+            "hang_timeout: expected a duration string such as \"10s\", got number");
 }
 
 TEST(JobSpecTest, JsonMinimalUsesDefaults) {

@@ -1196,3 +1196,180 @@ TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
 
 }  // namespace
 }  // namespace elastic::node
+
+// --- Hang detection and the Python module's directory (issue 16) ----------------------------
+
+namespace elastic::node {
+namespace {
+
+// A Python worker that reported a step and then went silent for hang_timeout: the round fails
+// like a crash (worker_failed with the reason), and the worker gets SIGABRT, so the
+// faulthandler the script enabled prints its stack into the log. A checkpoint report after the
+// first step counts as a sign of life; nothing before the first step does.
+TEST_F(JobSupervisorTest, AWorkerSilentForTheHangTimeoutIsAbortedAndReportedAsFailed) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/python3 is missing";
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  const auto uid = static_cast<std::uint32_t>(::getuid());
+  RoundStart s = start("hang-1", 1, 1, "");
+  s.spec.command = {"/usr/bin/python3", "-c",
+                    "import faulthandler, os, time\n"
+                    "faulthandler.enable()\n"
+                    "open(os.environ['OUT'] + '/ready.tmp', 'w').close()\n"
+                    "os.rename(os.environ['OUT'] + '/ready.tmp', os.environ['OUT'] + '/ready')\n"
+                    "def stuck_in_a_collective():\n"
+                    "    time.sleep(1000)\n"
+                    "stuck_in_a_collective()\n"};
+  s.spec.hang_timeout = 5s;
+  const TimePoint t0 = now();
+  ASSERT_TRUE(supervisor_->on_round(t0, s));
+  ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
+  EXPECT_GT(supervisor_->next_deadline(), t0 + 1h) << "no step yet: not watched";
+  supervisor_->process(t0 + 1h);
+  EXPECT_TRUE(reports("worker_failed").empty()) << "a worker that never reported is never hung";
+
+  const auto report = [&](TimePoint at, const std::string& event, int step) {
+    ASSERT_OK(supervisor_->on_progress(
+        at, uid, json{{"job", "hang-1"}, {"round", 1}, {"event", event}, {"step", step}}.dump()));
+  };
+  const TimePoint t1 = t0 + 2h;
+  report(t1, "step", 7);
+  report(t1 + 3s, "checkpoint", 7);
+  EXPECT_EQ(supervisor_->next_deadline(), t1 + 8s) << "the checkpoint restarted the timer";
+  supervisor_->process(t1 + 8s - 1ms);
+  EXPECT_TRUE(reports("worker_failed").empty());
+  supervisor_->process(t1 + 8s);
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  const Report failed = reports("worker_failed")[0];
+  EXPECT_EQ(failed.args.value("round", 0), 1);
+  EXPECT_EQ(failed.args.value("rank", 99), 0);
+  EXPECT_EQ(failed.args.value("detail", ""),
+            "no progress report for 5s (hang_timeout) from rank 0 on node me; the last step "
+            "reported was 7");
+  // SIGABRT: the faulthandler's dump is in the rank's log, then Python dies of the signal.
+  ASSERT_TRUE(pump_until([&] { return running("hang-1") == 0; }));
+  const std::string log = read_file(supervisor_->log_path("hang-1", 0));
+  EXPECT_TRUE(contains(log, "Fatal Python error: Aborted")) << log;
+  EXPECT_TRUE(contains(log, "in stuck_in_a_collective")) << log;
+  EXPECT_TRUE(contains(log, "no progress report for 5s (hang_timeout)")) << log;
+  EXPECT_TRUE(contains(log, "killed by signal 6 (SIGABRT)")) << log;
+  // Re-sent like any failure while the round stands.
+  supervisor_->process(t1 + 8s + JobSupervisor::kReportResend);
+  ASSERT_EQ(reports("worker_failed").size(), 2u);
+  EXPECT_EQ(reports("worker_failed")[1].args, failed.args);
+}
+
+// A worker that ignores SIGABRT is SIGKILLed after kHangAbortGrace; the next round (a kill
+// round) does not cut that grace short, and its workers start once the hung one is gone.
+TEST_F(JobSupervisorTest, AHungWorkerIgnoringAbortIsKilledAfterTheGrace) {
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  const auto uid = static_cast<std::uint32_t>(::getuid());
+  const std::string script =
+      "trap '' ABRT; echo $$ > \"$OUT/pid.tmp\"; mv \"$OUT/pid.tmp\" \"$OUT/pid-$ELASTIC_ROUND\"; "
+      "exec sleep 1000";
+  RoundStart s = start("deaf-1", 1, 1, script);
+  s.spec.hang_timeout = 5s;
+  const TimePoint t0 = now();
+  ASSERT_TRUE(supervisor_->on_round(t0, s));
+  ASSERT_TRUE(pump_until([&] { return exists("pid-1"); }));
+  const int pid = std::stoi(read_file(out_ + "/pid-1"));
+  ASSERT_OK(
+      supervisor_->on_progress(t0, uid, R"({"job":"deaf-1","round":1,"event":"step","step":1})"));
+  supervisor_->process(t0 + 5s);
+  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  // The leader's next round asks for a kill at once: the hung worker keeps its grace.
+  RoundStart next = start("deaf-1", 2, 1, script, RoundReason::kWorkerFailed);
+  next.spec.hang_timeout = 5s;
+  EXPECT_FALSE(supervisor_->on_round(t0 + 5s + 10ms, next));
+  EXPECT_FALSE(pump_until([&] { return !alive(pid); }, 300ms)) << "SIGKILLed before the grace";
+  EXPECT_EQ(rows("deaf-1").size(), 1u) << "round 2 waits for the hung worker";
+  supervisor_->process(t0 + 5s + JobSupervisor::kHangAbortGrace);
+  ASSERT_TRUE(pump_until([&] { return exists("pid-2"); }));
+  EXPECT_FALSE(alive(pid));
+  EXPECT_TRUE(contains(read_file(supervisor_->log_path("deaf-1", 0)), "killed by signal 9"));
+  EXPECT_TRUE(acked("deaf-1", 2));
+}
+
+// hang_timeout 0 (the default) watches nothing; a node one of whose workers already exited 0 is
+// finishing, not hung; a new round is unwatched until its own first step.
+TEST_F(JobSupervisorTest, HangDetectionIsOffByDefaultPerRoundAndNotForAFinishingNode) {
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  const auto uid = static_cast<std::uint32_t>(::getuid());
+  const auto step = [&](TimePoint at, const std::string& job, int round) {
+    ASSERT_OK(supervisor_->on_progress(
+        at, uid, json{{"job", job}, {"round", round}, {"event", "step"}, {"step", 1}}.dump()));
+  };
+  const TimePoint t0 = now();
+  ASSERT_TRUE(supervisor_->on_round(t0, start("off-1", 1, 1, "exec sleep 1000")));
+  step(t0, "off-1", 1);
+  supervisor_->process(t0 + 24h);
+  EXPECT_TRUE(reports("worker_failed").empty());
+  supervisor_->stop_job(t0, "off-1", StopMode::kKill, "test");
+  ASSERT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
+
+  // Rank 0 exits 0 at once, rank 1 runs on without reporting.
+  RoundStart two =
+      start("fin-1", 1, 2, "if [ \"$LOCAL_RANK\" = 0 ]; then exit 0; fi; exec sleep 1000");
+  two.spec.hang_timeout = 5s;
+  ASSERT_TRUE(supervisor_->on_round(t0, two));
+  step(t0, "fin-1", 1);
+  ASSERT_TRUE(pump_until([&] { return running("fin-1") == 1; }));
+  supervisor_->process(t0 + 1h);
+  EXPECT_TRUE(reports("worker_failed").empty());
+
+  // A new round: the old round's step does not arm it; its own first step does.
+  RoundStart again = start("fin-1", 2, 1, "exec sleep 1000", RoundReason::kWorkerFailed);
+  again.spec.hang_timeout = 5s;
+  supervisor_->on_round(t0 + 1h, again);
+  ASSERT_TRUE(pump_until([&] { return acked("fin-1", 2); }));
+  supervisor_->process(t0 + 3h);
+  EXPECT_TRUE(reports("worker_failed").empty());
+  step(t0 + 3h, "fin-1", 2);
+  supervisor_->process(t0 + 3h + 5s);
+  EXPECT_EQ(reports("worker_failed").size(), 1u);
+}
+
+// spawner.python_dir goes to the end of the workers' PYTHONPATH, after the user's own entries
+// (exported or the job's env); "" adds nothing.
+TEST_F(JobSupervisorTest, ThePythonDirIsAppendedToTheWorkersPythonPath) {
+  config_.spawner.python_dir = "/opt/elastic/python";
+  open(cpu_plan(2));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("pp-1", 1, 1, kDumpEnv)));
+  EXPECT_EQ(wait_env("pp-1", 1, 0)["PYTHONPATH"], "/opt/elastic/python");
+  RoundStart own = start("pp-2", 1, 1, kDumpEnv);
+  own.spec.exported_env["PYTHONPATH"] = "/home/alice/lib:/home/alice/venv";
+  EXPECT_TRUE(supervisor_->on_round(now(), own));
+  EXPECT_EQ(wait_env("pp-2", 1, 0)["PYTHONPATH"],
+            "/home/alice/lib:/home/alice/venv:/opt/elastic/python");
+  RoundStart env = start("pp-3", 1, 1, kDumpEnv);
+  env.spec.env["PYTHONPATH"] = "/job/{job_id}";
+  supervisor_->shutdown(100ms);
+  supervisor_.reset();
+  config_.spawner.python_dir = "";
+  open(cpu_plan(2));
+  EXPECT_TRUE(supervisor_->on_round(now(), env));
+  EXPECT_EQ(wait_env("pp-3", 1, 0)["PYTHONPATH"], "/job/pp-3");
+  EXPECT_TRUE(supervisor_->on_round(now(), start("pp-4", 1, 1, kDumpEnv)));
+  EXPECT_FALSE(wait_env("pp-4", 1, 0).contains("PYTHONPATH"));
+}
+
+// "auto": <prefix>/share/elastic/python beside <prefix>/sbin/elasticd, only when it holds the
+// module; a path is kept, "" stays off.
+TEST(ResolvePythonDir, AutoFindsTheInstalledModuleNextToTheBinary) {
+  TempDir dir;
+  const std::string exe = dir.path() + "/usr/local/sbin/elasticd";
+  EXPECT_EQ(resolve_python_dir("auto", exe), "") << "nothing installed";
+  std::filesystem::create_directories(dir.path() + "/usr/local/share/elastic/python");
+  EXPECT_EQ(resolve_python_dir("auto", exe), "") << "a directory without the module";
+  std::ofstream(dir.path() + "/usr/local/share/elastic/python/elastic_worker.py") << "\n";
+  EXPECT_EQ(resolve_python_dir("auto", exe), dir.path() + "/usr/local/share/elastic/python");
+  EXPECT_EQ(resolve_python_dir("auto", ""), "");
+  EXPECT_EQ(resolve_python_dir("", exe), "");
+  EXPECT_EQ(resolve_python_dir("/srv/py", exe), "/srv/py");
+}
+
+}  // namespace
+}  // namespace elastic::node
