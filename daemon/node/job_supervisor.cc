@@ -110,10 +110,12 @@ JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& confi
       config_(config),
       spawner_(std::move(spawner)),
       plan_(std::move(plan)),
-      hooks_(std::move(hooks)) {
-  log_dir_ =
-      config_.spawner.log_dir.empty() ? config_.node.state_dir + "/logs" : config_.spawner.log_dir;
-}
+      hooks_(std::move(hooks)),
+      // spawner.log_root (shared by every daemon) wins over this daemon's own log_dir.
+      logs_(!config.spawner.log_root.empty() ? config.spawner.log_root
+            : config.spawner.log_dir.empty() ? config.node.state_dir + "/logs"
+                                             : config.spawner.log_dir,
+            config.spawner.log_rounds_kept, self_) {}
 
 bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   const std::string& id = start.round.job_id;
@@ -229,6 +231,11 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
       return;
     }
   }
+  // The owner file and the bound on kept rounds; the workers start either way (the spawner
+  // reports a log it cannot open).
+  if (Status logs = logs_.start_round(id, start.round.round, start.spec.uid); !logs.ok()) {
+    spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
+  }
   for (std::uint32_t local = 0; local < entry->slots; ++local) {
     const std::uint32_t rank = entry->first_rank + local;
     const std::uint32_t slot = free[local];
@@ -343,7 +350,7 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   }
   w.cpus = plan_slot.cpus;
   w.mem_nodes = plan_slot.mem_nodes;
-  w.log_path = log_dir_ + "/" + id + "/rank-" + std::to_string(rank) + ".log";
+  w.log_path = logs_.rank_path(id, start.round.round, rank);
   return w;
 }
 
@@ -478,12 +485,8 @@ std::vector<WorkerRow> JobSupervisor::workers() const {
 
 std::optional<std::uint32_t> JobSupervisor::job_owner(const std::string& job) const {
   const auto it = owners_.find(job);
-  if (it == owners_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::string JobSupervisor::log_path(const std::string& job, std::uint32_t rank) const {
-  return log_dir_ + "/" + job + "/rank-" + std::to_string(rank) + ".log";
+  if (it != owners_.end()) return it->second;
+  return logs_.owner(job);
 }
 
 }  // namespace elastic::node

@@ -35,7 +35,8 @@
 // ELASTIC_CHECKPOINT_DIR = <spec.checkpoint_root or checkpoint.root>/<job id>, absent when
 // neither root is set; the workers create it (as the job's user; the daemon touches no path
 // under a root the user chose).
-// Logs: <log dir>/<job>/rank-<N>.log (spawner.log_dir, default <state_dir>/logs).
+// Logs: <base>/<job>/round-<R>/rank-<N>.log, every round kept up to spawner.log_rounds_kept,
+// and the job's owner beside them (worker_logs.h; base: spawner.log_root, else log_dir).
 //
 // Reports (through Hooks::report, to the leader): "round_ack" once this round's workers run;
 // "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
@@ -80,6 +81,7 @@
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/worker_logs.h"
 #include "daemon/spawner/spawner.h"
 #include "daemon/topology/topology.h"
 
@@ -157,10 +159,10 @@ class JobSupervisor {
   std::uint32_t slots() const { return static_cast<std::uint32_t>(plan_.slots.size()); }
   const topology::Plan& plan() const { return plan_; }
   std::vector<WorkerRow> workers() const;
-  // Where the log file of `job`'s rank `rank` is on this node (it may not exist).
-  std::string log_path(const std::string& job, std::uint32_t rank) const;
-  std::string log_dir() const { return log_dir_; }
-  // The uid that owns `job`, if this daemon ran a round of it since it started.
+  // Where this node's workers' logs are (worker_logs.h).
+  const WorkerLogs& logs() const { return logs_; }
+  // The uid that owns `job`: from the rounds this daemon ran since it started, else from the
+  // owner file beside the job's logs (it outlives a daemon restart).
   std::optional<std::uint32_t> job_owner(const std::string& job) const;
 
   // A "progress" request (trainer/progress.h) from a local peer with uid `uid`: accepted only
@@ -230,7 +232,7 @@ class JobSupervisor {
   std::unique_ptr<spawner::Spawner> spawner_;
   topology::Plan plan_;
   Hooks hooks_;
-  std::string log_dir_;
+  WorkerLogs logs_;
   std::map<std::string, Job> jobs_;
   std::map<std::string, std::uint32_t> owners_;  // job -> uid, for log access (bounded)
   TimePoint next_report_ = kNever;
