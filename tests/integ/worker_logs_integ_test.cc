@@ -178,6 +178,9 @@ TEST(WorkerLogs, EveryRoundOfEveryRankIsReadableFromEitherDaemon) {
   EXPECT_EQ(r.err,
             "elasticctl: --round must be a round number (0, 1, 2, ...; elasticctl status JOB "
             "shows the current one), not \"1x\"\n");
+  r = elasticctl_on(n1, {"logs", id, "--round", "-1"});
+  EXPECT_TRUE(r.status.exited_with(64)) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--round must be a round number (0, 1, 2, ...; "));
   r = elasticctl_on(n1, {"logs", id, "--round", "99"});
   EXPECT_TRUE(r.status.exited_with(1)) << r.err;
   EXPECT_EQ(r.err, "elasticctl: job " + id + " has no worker logs of round 99\n");
