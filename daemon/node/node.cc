@@ -931,14 +931,7 @@ std::optional<std::string> Node::control_topology(const ControlCall&) {
 std::optional<std::string> Node::control_logs(const ControlCall& call) {
   const auto& request = call.request;
   const auto& peer = call.peer;
-  Result<std::string> node = Error{""};
-  if (request.verb == "log_files") {
-    auto args = control::decode_log_files_request(request.text);
-    node = args.ok() ? Result<std::string>(args->node) : Result<std::string>(args.error());
-  } else {
-    auto args = control::decode_logs_request(request.text);
-    node = args.ok() ? Result<std::string>(args->node) : Result<std::string>(args.error());
-  }
+  const Result<std::string> node = worker_log_verb_node(request.verb, request.text);
   if (!node.ok()) return control::encode_error_reply(node.error().message);
   const std::string target = *node;
   if (target.empty() || target == name_) {

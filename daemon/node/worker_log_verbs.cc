@@ -126,6 +126,17 @@ Result<std::string> serve_log_files(const std::string& args_text, const JobSuper
 
 }  // namespace
 
+Result<std::string> worker_log_verb_node(const std::string& verb, const std::string& args) {
+  if (verb == "log_files") {
+    auto request = control::decode_log_files_request(args);
+    if (!request.ok()) return request.error();
+    return request->node;
+  }
+  auto request = control::decode_logs_request(args);
+  if (!request.ok()) return request.error();
+  return request->node;
+}
+
 Result<std::string> serve_worker_log_verb(const std::string& verb, const std::string& args,
                                           const JobSupervisor& supervisor, const std::string& node,
                                           bool shared, LogCaller caller, bool* denied) {

@@ -37,6 +37,10 @@ struct LogCaller {
   bool admin = false;
 };
 
+// The daemon a "logs" or "log_files" request names ("" = the one that received it), or the
+// request's decoding error.
+Result<std::string> worker_log_verb_node(const std::string& verb, const std::string& args);
+
 // `verb` is "logs" or "log_files"; `node` is this daemon's name (in replies and sentences).
 Result<std::string> serve_worker_log_verb(const std::string& verb, const std::string& args,
                                           const JobSupervisor& supervisor, const std::string& node,
