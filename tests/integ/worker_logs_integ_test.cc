@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -223,6 +224,18 @@ TEST(WorkerLogs, ALostMembersLogsReturnWithItsDaemonForTheOwnerOnly) {
   EXPECT_TRUE(r.status.exited_with(77)) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("Only the owner of job " + id));
 
+  // n2 is stopped (SIGSTOP): it does not answer, which costs one warning line, not the command.
+  pair.n2->process().signal(SIGSTOP);
+  r = elasticctl_on(n1, {"logs", id, "--all"}, kAlice);
+  pair.n2->process().signal(SIGCONT);
+  EXPECT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_TRUE(std::regex_match(
+      r.err, std::regex("elasticctl: warning: no logs from n2 \\([^\n]+\\); what they hold is "
+                        "not shown\n")))
+      << r.err;
+  EXPECT_FALSE(both(r.out)) << r.out;
+  ASSERT_TRUE(wait_until([&] { return sees(n1, "n2", "alive"); }, kConverge));
+
   // n2 is killed: its files are missing, named in one warning line; exit 0.
   pair.n2->process().signal(SIGKILL);
   pair.n2->process().wait(std::chrono::seconds(10));
@@ -250,8 +263,9 @@ TEST(WorkerLogs, ALostMembersLogsReturnWithItsDaemonForTheOwnerOnly) {
   EXPECT_TRUE(r.status.exited_with(77)) << r.out << r.err;
 }
 
-// spawner.log_root on a directory both daemons write: the dead n2's output is read through n1
-// while n2 stays down, and only the local daemon is asked (no warning for the dead member).
+// spawner.log_root on a directory both daemons write: each daemon serves the other's output
+// from its own list, and the dead n2's is read through n1 while n2 stays down (only the local
+// daemon is asked: no warning for the dead member).
 TEST(WorkerLogs, ASharedLogRootServesADeadDaemonsOutput) {
   TempDir dir;
   const std::string shared = dir.file("shared-logs");
@@ -264,6 +278,16 @@ TEST(WorkerLogs, ASharedLogRootServesADeadDaemonsOutput) {
   const std::string id = "shared-1";
   ASSERT_TRUE(wait_until([&] { return job_ended(n1, id); }, kRuns)) << job_of(n1, id).dump();
   EXPECT_TRUE(std::filesystem::exists(shared + "/" + id + "/owner"));
+  // Through n2 as well: its own list holds n1's rank too, so only n2 is asked.
+  const json through_n2 = ctl_json(*pair.n2, {"logs", id, "--all", "--json"});
+  ASSERT_FALSE(through_n2.is_null());
+  std::string text;
+  for (const json& reply : through_n2["logs"]) {
+    EXPECT_EQ(reply.value("node", ""), "n2") << reply.dump();
+    text += reply.value("data", "");
+  }
+  EXPECT_THAT(text, HasSubstr("from n1 rank "));
+  EXPECT_THAT(text, HasSubstr("from n2 rank "));
   pair.n2->process().signal(SIGKILL);
   pair.n2->process().wait(std::chrono::seconds(10));
   ASSERT_TRUE(wait_until([&] { return sees(n1, "n2", "dead"); }, kConverge));
