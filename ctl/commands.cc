@@ -646,7 +646,8 @@ class LogReader {
     std::map<std::pair<std::uint64_t, std::uint32_t>, ListedLog> found;
     std::vector<std::string> unanswered;  // "h2 (why)", for the warning line
     json unanswered_json = json::array();
-    const auto note = [&](const std::string& node, const std::string& why) {
+    const auto note = [&](const std::string& node, std::string why) {
+      if (why.ends_with('.')) why.pop_back();  // a sentence inside the warning's parentheses
       unanswered.push_back(node + " (" + why + ")");
       unanswered_json.push_back({{"node", node}, {"error", why}});
     };
