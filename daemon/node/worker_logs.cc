@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "daemon/rendezvous/job_spec.h"
 

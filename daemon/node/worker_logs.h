@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/result.h"
@@ -58,7 +59,6 @@ class WorkerLogs {
       : base_(std::move(base)), kept_(rounds_kept), self_(std::move(self)) {}
 
   const std::string& base() const { return base_; }
-  void set_rounds_kept(int rounds_kept) { kept_ = rounds_kept; }
 
   // <base>/<job>/round-<round>/rank-<rank>.log (`job` must be is_job_id).
   std::string rank_path(const std::string& job, std::uint64_t round, std::uint32_t rank) const;
@@ -67,7 +67,7 @@ class WorkerLogs {
   // the job's oldest round directories beyond rounds_kept (counting `round`'s).
   Status start_round(const std::string& job, std::uint64_t round, std::uint32_t uid) const;
 
-  // The job's owner from its owner file, if there is one this daemon wrote.
+  // The job's owner from its owner file, if there is one owned by the daemon's own uid.
   std::optional<std::uint32_t> owner(const std::string& job) const;
 
   // The current (not rotated) log files of `job`, of one round or of all, by round then rank.
