@@ -25,7 +25,8 @@ DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 pr
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhwloc-dev libtoml11-dev \
   libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
-  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist python3 python3-torch \
+  libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist python3 python3-venv \
+  python3-torch \
   systemd systemd-container slurmctld slurmd slurm-client munge
 
 ifeq ($(MODE),release)

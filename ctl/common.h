@@ -58,6 +58,8 @@ inline constexpr milliseconds kPollInterval{300};
 inline constexpr std::chrono::seconds kReconnectWindow{60};
 inline constexpr std::uint64_t kLogChunk = 64 * 1024;
 inline constexpr std::uint64_t kFollowChunk = 256 * 1024;
+// --round and --all read whole files in chunks of the most a daemon sends at once.
+inline constexpr std::uint64_t kMaxListedChunk = 1 << 20;
 // Ranks probed for a job without a current round (its logs outlive the round).
 inline constexpr std::uint32_t kMaxDiscoveredRanks = 4096;
 

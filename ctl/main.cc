@@ -13,7 +13,10 @@
 //   cancel JOB                            cancel a job (its owner, root or control.admin_group)
 //   events [JOB] [--limit N]              job state changes, cluster events and recovery
 //                                         incident timelines, oldest first
-//   logs JOB [--rank N] [--follow]        worker output (all ranks prefixed, or one raw)
+//   logs JOB [--rank N] [--follow]        worker output of the current round (all ranks
+//                                         prefixed, or one raw)
+//   logs JOB --round R | --all [--rank N] one round's, or every round's, output from every
+//                                         member daemon (a dead one is named in a warning)
 //   drain NODE [--reason T] / undrain NODE   stop / resume placing new rounds on a node (admins)
 //   voters [add|remove NODE]              the Raft voters; change them one at a time (admins)
 //   reload                                the local daemon re-reads its config file now and
@@ -43,6 +46,8 @@
 //
 // Thread safety: single-threaded. Replies are decoded without exceptions (a malformed reply is
 // an error message, never a crash).
+#include <charconv>
+
 #include "ctl/commands.h"
 #include "ctl/common.h"
 
@@ -211,12 +216,22 @@ int run(int argc, char** argv) {
   CLI::App* logs_cmd = app.add_subcommand(
       "logs",
       "Show a job's worker output: every rank of the current round, each line prefixed "
-      "[rank N], or one rank raw");
+      "[rank N], or one rank raw; --round R or --all: that round's or every round's output "
+      "wherever it ran (a member that does not answer is named in a warning, exit status "
+      "unchanged)");
   std::uint32_t rank = 0;
   bool follow = false;
+  std::string logs_round;
+  bool all_rounds = false;
   logs_cmd->add_option("job", job_id, "The job id")->required();
   CLI::Option* rank_opt = logs_cmd->add_option("--rank", rank, "Only this rank, unprefixed");
-  logs_cmd->add_flag("-f,--follow", follow, "Keep printing new output until the job ends");
+  logs_cmd->add_flag("-f,--follow", follow,
+                     "Keep printing new output of the current round until the job ends");
+  CLI::Option* round_opt = logs_cmd->add_option(
+      "--round", logs_round, "Only this round's output, every rank of it (wherever it ran)");
+  logs_cmd->add_flag("--all", all_rounds,
+                     "Every round's output, round then rank, each line prefixed "
+                     "[round R rank N]");
   json_flag(logs_cmd);
 
   CLI::App* drain_cmd = app.add_subcommand(
@@ -348,9 +363,33 @@ int run(int argc, char** argv) {
   if (jobs_cmd->parsed()) return jobs_command(socket, as_json);
   if (events_cmd->parsed()) return events_command(socket, job_id, limit, as_json);
   if (logs_cmd->parsed()) {
-    std::optional<std::uint32_t> only_rank;
-    if (rank_opt->count() > 0) only_rank = rank;
-    return logs_command(socket, job_id, only_rank, follow, as_json);
+    LogsOptions options;
+    options.all = all_rounds;
+    options.follow = follow;
+    options.as_json = as_json;
+    if (rank_opt->count() > 0) options.rank = rank;
+    if (round_opt->count() > 0) {
+      std::uint64_t round = 0;
+      const char* end = logs_round.data() + logs_round.size();
+      const auto parsed = std::from_chars(logs_round.data(), end, round);
+      if (logs_round.empty() || parsed.ec != std::errc() || parsed.ptr != end) {
+        std::cerr << "elasticctl: --round must be a round number (0, 1, 2, ...; elasticctl "
+                     "status JOB shows the current one), not \""
+                  << logs_round << "\"\n";
+        return cfg::kExitUsage;
+      }
+      options.round = round;
+    }
+    if (options.round && options.all) {
+      std::cerr << "elasticctl: logs takes --round R or --all, not both\n";
+      return cfg::kExitUsage;
+    }
+    if (follow && (options.round || options.all)) {
+      std::cerr << "elasticctl: --follow reads the current round; it does not combine with "
+                << (options.all ? "--all" : "--round") << "\n";
+      return cfg::kExitUsage;
+    }
+    return logs_command(socket, job_id, options);
   }
   if (drain_cmd->parsed() || undrain_cmd->parsed()) {
     const bool drain = drain_cmd->parsed();

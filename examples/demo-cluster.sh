@@ -121,7 +121,7 @@ def job(host, jid):
 
 def trainer_lines(jid):
     lines = []
-    for path in sorted(glob.glob(f"{work}/h*/state/logs/{jid}/rank-*.log")):
+    for path in sorted(glob.glob(f"{work}/h*/state/logs/{jid}/round-*/rank-*.log")):
         host = path.split("/state/")[0].rsplit("/", 1)[1]
         with open(path, errors="replace") as f:
             for text in f:

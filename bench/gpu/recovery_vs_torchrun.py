@@ -306,8 +306,7 @@ class Elastic:
         self.job_id = reply.get("job", reply).get("id")
         res["job"], res["submit"] = self.job_id, " ".join(submit + ["--"] + train)
         log(f"submitted job {self.job_id}")
-        tail = Tailer([f"{self.work}/h*/state/logs/{self.job_id}/rank-*.log",
-                       f"{self.work}/h*/state/logs/{self.job_id}/*/rank-*.log"])
+        tail = Tailer([f"{self.work}/h*/state/logs/{self.job_id}/round-*/rank-*.log"])
         self.tail = tail
         first = tail.wait(lambda L: (steps(L, world_size=2) or [None])[0], 180, "training on 2 GPUs")
         if not first:

@@ -144,7 +144,8 @@ class LogTail {
     for (int host = 0; host < kHosts; ++host) {
       std::error_code error;
       const std::string dir = daemons_.worker_log_dir(host) + "/" + job_;
-      for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      // <job>/round-<R>/rank-<N>.log (worker_logs.h).
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, error)) {
         const std::string path = entry.path().string();
         if (path.size() < 4 || path.substr(path.size() - 4) != ".log") continue;
         File& file = files_[path];

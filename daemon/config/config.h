@@ -181,6 +181,13 @@ struct SpawnerConfig {
   Duration stop_grace = 10s;
   // Per-worker stdout/stderr files; "" = <node.state_dir>/logs.
   std::string log_dir = "";
+  // A directory on storage every daemon mounts (NFS): when set, every daemon writes its
+  // workers' logs there instead of log_dir, so any daemon can serve any rank's output of any
+  // round, a dead host's included. "" = each daemon keeps its own under log_dir.
+  std::string log_root = "";
+  // Rounds of worker logs kept per job (<job>/round-<R>/): the oldest round's are removed when a
+  // new round starts, so a job that restarts all day cannot fill the disk.
+  int log_rounds_kept = 20;
   // Rotate a worker log at this size and keep this many rotated files.
   std::int64_t log_max_bytes = 100 * 1024 * 1024;
   int log_keep = 5;

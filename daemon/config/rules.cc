@@ -333,6 +333,8 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
   // spawner
   k.positive("spawner.stop_grace", c.spawner.stop_grace);
   k.absolute_path("spawner.log_dir", c.spawner.log_dir, true);
+  k.absolute_path("spawner.log_root", c.spawner.log_root, true);
+  k.at_least("spawner.log_rounds_kept", c.spawner.log_rounds_kept, 1);
   k.at_least("spawner.log_max_bytes", c.spawner.log_max_bytes, 1);
   k.at_least("spawner.log_keep", c.spawner.log_keep, 0);
   // "auto" (the daemon's own delegated cgroup) is resolved by daemon/spawner/cgroup_root.h,

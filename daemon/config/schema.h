@@ -75,6 +75,8 @@ void visit_config(Config& c, Visitor& v) {
   v.section("spawner");
   v.field("stop_grace", c.spawner.stop_grace);
   v.field("log_dir", c.spawner.log_dir);
+  v.field("log_root", c.spawner.log_root);
+  v.field("log_rounds_kept", c.spawner.log_rounds_kept);
   v.field("log_max_bytes", c.spawner.log_max_bytes);
   v.field("log_keep", c.spawner.log_keep);
   v.field("log_timestamps", c.spawner.log_timestamps);

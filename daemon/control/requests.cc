@@ -16,6 +16,14 @@ class Fields : public JsonFields {
       : JsonFields("The " + std::string(verb) + " request", text) {}
 };
 
+// The optional "round" of the logs verbs: a round number.
+std::optional<std::uint64_t> optional_round(Fields& fields) {
+  if (!fields.has("round")) return std::nullopt;
+  std::uint64_t round = 0;
+  fields.unsigned_number("round", /*required=*/true, "a round number", round);
+  return round;
+}
+
 }  // namespace
 
 Result<JobRequest> decode_job_request(std::string_view verb, std::string_view text) {
@@ -85,6 +93,7 @@ Result<LogsRequest> decode_logs_request(std::string_view text) {
   fields.string("node", /*required=*/false, kMaxRequestIdBytes, "a node name", request.node);
   fields.string("job", /*required=*/true, kMaxRequestIdBytes, "a job id", request.job);
   fields.unsigned_number("rank", /*required=*/true, "a rank", request.rank);
+  request.round = optional_round(fields);
   fields.unsigned_number("max_bytes", /*required=*/false, "how many bytes", request.max_bytes);
   if (fields.has("offset")) {
     std::uint64_t offset = 0;
@@ -93,6 +102,16 @@ Result<LogsRequest> decode_logs_request(std::string_view text) {
   }
   if (!fields.ok()) return Error{fields.error()};
   request.max_bytes = std::clamp<std::uint64_t>(request.max_bytes, 1, kMaxLogBytes);
+  return request;
+}
+
+Result<LogFilesRequest> decode_log_files_request(std::string_view text) {
+  Fields fields("log_files", text);
+  LogFilesRequest request;
+  fields.string("node", /*required=*/false, kMaxRequestIdBytes, "a node name", request.node);
+  fields.string("job", /*required=*/true, kMaxRequestIdBytes, "a job id", request.job);
+  request.round = optional_round(fields);
+  if (!fields.ok()) return Error{fields.error()};
   return request;
 }
 

@@ -6,7 +6,9 @@
 //   events           {"job"?: "<id>", "limit"?: 1..}     (no job: every job)
 //   voters           {"action"?: "add" | "remove", "node": "<name>" (with an action)}
 //   drain, undrain   {"node": "<name>", "reason"?: "<text>"}
-//   logs             {"node"?: "<name>", "job": "<id>", "rank": N, "max_bytes"?: N, "offset"?: N}
+//   logs             {"node"?: "<name>", "job": "<id>", "rank": N, "round"?: R, "max_bytes"?: N,
+//                     "offset"?: N}                      (no round: the newest round here)
+//   log_files        {"node"?: "<name>", "job": "<id>", "round"?: R}   (no round: every round)
 //
 // A request that is not a JSON object, a missing required field, or a field of the wrong type
 // or out of range is an Error with one sentence naming the verb, the field and what it must be,
@@ -64,8 +66,15 @@ struct LogsRequest {
   std::string node;  // "" = the daemon that received the request
   std::string job;
   std::uint64_t rank = 0;
+  std::optional<std::uint64_t> round;          // none: the newest round with this rank's log
   std::uint64_t max_bytes = kDefaultLogBytes;  // clamped to 1..kMaxLogBytes
   std::optional<std::uint64_t> offset;         // none: the last max_bytes
+};
+
+struct LogFilesRequest {
+  std::string node;  // "" = the daemon that received the request
+  std::string job;
+  std::optional<std::uint64_t> round;  // none: every round
 };
 
 // `verb` names the request in error sentences; `text` is the whole request (Request::text).
@@ -75,5 +84,6 @@ Result<EventsRequest> decode_events_request(std::string_view text);
 Result<VotersRequest> decode_voters_request(std::string_view text);
 Result<DrainRequest> decode_drain_request(std::string_view verb, std::string_view text);
 Result<LogsRequest> decode_logs_request(std::string_view text);
+Result<LogFilesRequest> decode_log_files_request(std::string_view text);
 
 }  // namespace elastic::control

@@ -13,6 +13,7 @@ constexpr std::array kVerbs = {
     Verb{"job", Route::kLeader, Caller::kAnyone, "read a job"},
     Verb{"nodes", Route::kLocal, Caller::kAnyone, "list nodes"},
     Verb{"logs", Route::kNode, Caller::kAnyone, "read worker logs"},
+    Verb{"log_files", Route::kNode, Caller::kAnyone, "list worker log files"},
     Verb{"cancel", Route::kLeader, Caller::kAnyone, "cancel jobs"},
     Verb{"events", Route::kLeader, Caller::kAnyone, "read events"},
     Verb{"drain", Route::kLeader, Caller::kAdmin, "drain nodes"},

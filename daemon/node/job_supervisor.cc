@@ -114,9 +114,12 @@ JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& confi
       config_(config),
       spawner_(std::move(spawner)),
       plan_(std::move(plan)),
-      hooks_(std::move(hooks)) {
-  log_dir_ =
-      config_.spawner.log_dir.empty() ? config_.node.state_dir + "/logs" : config_.spawner.log_dir;
+      hooks_(std::move(hooks)),
+      // spawner.log_root (shared by every daemon) wins over this daemon's own log_dir.
+      logs_(!config.spawner.log_root.empty() ? config.spawner.log_root
+            : config.spawner.log_dir.empty() ? config.node.state_dir + "/logs"
+                                             : config.spawner.log_dir,
+            config.spawner.log_rounds_kept, self_) {
   std::error_code error;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
   python_dir_ = resolve_python_dir(config_.spawner.python_dir, error ? "" : exe.string());
@@ -272,6 +275,11 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
       return;
     }
   }
+  // The owner file and the bound on kept rounds; the workers start either way (the spawner
+  // reports a log it cannot open).
+  if (Status logs = logs_.start_round(id, start.round.round, start.spec.uid); !logs.ok()) {
+    spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
+  }
   for (std::uint32_t local = 0; local < entry->slots; ++local) {
     const std::uint32_t rank = entry->first_rank + local;
     const std::uint32_t slot = free[local];
@@ -399,7 +407,7 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   }
   w.cpus = plan_slot.cpus;
   w.mem_nodes = plan_slot.mem_nodes;
-  w.log_path = log_dir_ + "/" + id + "/rank-" + std::to_string(rank) + ".log";
+  w.log_path = logs_.rank_path(id, start.round.round, rank);
   return w;
 }
 
@@ -439,10 +447,8 @@ void JobSupervisor::start_standbys(TimePoint now, const std::string& id, Job& jo
     const std::string label = id + " standby slot " + std::to_string(w.slot);
     Result<spawner::WorkerSpec> worker = worker_spec(start, w.rank - entry->first_rank, w.slot);
     Result<spawner::WorkerSpec> spec =
-        worker.ok()
-            ? standby_spec(std::move(*worker), label,
-                           log_dir_ + "/" + id + "/standby-slot-" + std::to_string(w.slot) + ".log")
-            : Result<spawner::WorkerSpec>(worker.error());
+        worker.ok() ? standby_spec(std::move(*worker), label, logs_.standby_path(id, w.slot))
+                    : Result<spawner::WorkerSpec>(worker.error());
     Result<spawner::WorkerId> spawned =
         spec.ok() ? spawner_->spawn(now, *spec) : Result<spawner::WorkerId>(spec.error());
     if (!spawned.ok()) {
@@ -669,12 +675,8 @@ std::vector<WorkerRow> JobSupervisor::workers() const {
 
 std::optional<std::uint32_t> JobSupervisor::job_owner(const std::string& job) const {
   const auto it = owners_.find(job);
-  if (it == owners_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::string JobSupervisor::log_path(const std::string& job, std::uint32_t rank) const {
-  return log_dir_ + "/" + job + "/rank-" + std::to_string(rank) + ".log";
+  if (it != owners_.end()) return it->second;
+  return logs_.owner(job);
 }
 
 }  // namespace elastic::node

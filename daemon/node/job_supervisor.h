@@ -36,11 +36,12 @@
 // ELASTIC_CHECKPOINT_DIR = <spec.checkpoint_root or checkpoint.root>/<job id>, absent when
 // neither root is set; the workers create it (as the job's user; the daemon touches no path
 // under a root the user chose).
-// Logs: <log dir>/<job>/rank-<N>.log (spawner.log_dir, default <state_dir>/logs).
+// Logs: <base>/<job>/round-<R>/rank-<N>.log, every round kept up to spawner.log_rounds_kept,
+// and the job's owner beside them (worker_logs.h; base: spawner.log_root, else log_dir).
 //
 // Warm jobs (JobSpec::warm, node/warm_standbys.h): kStandbyDelay after a round's workers
-// started here, each slot they run on gets a standby interpreter of the job (log
-// <log dir>/<job>/standby-slot-<S>.log). A later round of the job that starts a rank on such a
+// started here, each slot they run on gets a standby interpreter of the job (its own log:
+// WorkerLogs::standby_path). A later round of the job that starts a rank on such a
 // slot hands the rank to the standby instead of starting a process (the slots holding the
 // job's standbys are taken first); a hand-off that fails kills the standby and starts the rank
 // cold. A standby that exits by itself is forgotten (its log says why; it is no worker failure).
@@ -102,6 +103,7 @@
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/worker_logs.h"
 #include "daemon/spawner/spawner.h"
 #include "daemon/topology/topology.h"
 
@@ -191,10 +193,10 @@ class JobSupervisor {
   std::vector<WorkerRow> workers() const;
   // The directory appended to the workers' PYTHONPATH ("" = none), see resolve_python_dir().
   const std::string& python_dir() const { return python_dir_; }
-  // Where the log file of `job`'s rank `rank` is on this node (it may not exist).
-  std::string log_path(const std::string& job, std::uint32_t rank) const;
-  std::string log_dir() const { return log_dir_; }
-  // The uid that owns `job`, if this daemon ran a round of it since it started.
+  // Where this node's workers' logs are (worker_logs.h).
+  const WorkerLogs& logs() const { return logs_; }
+  // The uid that owns `job`: from the rounds this daemon ran since it started, else from the
+  // owner file beside the job's logs (it outlives a daemon restart).
   std::optional<std::uint32_t> job_owner(const std::string& job) const;
 
   // A "progress" request (trainer/progress.h) from a local peer with uid `uid`: accepted only
@@ -242,6 +244,9 @@ class JobSupervisor {
     };
     std::map<std::string, ProgressOut> progress;
     bool first_step_sent = false;
+    // Hang detection: the newest accepted report of the current round, once it sent a step.
+    std::optional<TimePoint> last_report;
+    std::int64_t last_step = -1;
     TimePoint standbys_at = kNever;  // when the current round's slots get their standbys
   };
   // A warm job's started interpreter on a slot, waiting for the job's next round.
@@ -250,9 +255,6 @@ class JobSupervisor {
     spawner::WorkerId id = 0;
     int pid = 0;
     TimePoint linger_until = kNever;  // kNever while the job has a round here
-    // Hang detection: the newest accepted report of the current round, once it sent a step.
-    std::optional<TimePoint> last_report;
-    std::int64_t last_step = -1;
   };
   // When the current round of `job` counts as hung (kNever: not watched).
   TimePoint hang_deadline(const Job& job) const;
@@ -293,7 +295,7 @@ class JobSupervisor {
   std::unique_ptr<spawner::Spawner> spawner_;
   topology::Plan plan_;
   Hooks hooks_;
-  std::string log_dir_;
+  WorkerLogs logs_;
   std::string python_dir_;
   std::map<std::string, Job> jobs_;
   std::map<std::string, std::uint32_t> owners_;  // job -> uid, for log access (bounded)

@@ -26,6 +26,7 @@
 #include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/port_probe.h"
 #include "daemon/node/reload.h"
+#include "daemon/node/worker_log_verbs.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_spec.h"
 #include "daemon/spawner/spawner.h"
@@ -850,9 +851,10 @@ bool Node::is_admin(const control::PeerCredentials& peer) const {
 // verb without an entry would be answered as unknown: control_abuse_integ sends every verb of
 // the table to a daemon and checks that none is.
 const Node::ControlEntry Node::kControlHandlers[] = {
-    {"status", &Node::control_status}, {"nodes", &Node::control_nodes},
-    {"logs", &Node::control_logs},     {"topology", &Node::control_topology},
-    {"reload", &Node::control_reload}, {"progress", &Node::control_progress},
+    {"status", &Node::control_status},  {"nodes", &Node::control_nodes},
+    {"logs", &Node::control_logs},      {"topology", &Node::control_topology},
+    {"reload", &Node::control_reload},  {"progress", &Node::control_progress},
+    {"log_files", &Node::control_logs},
 };
 
 std::optional<std::string> Node::handle_control(const control::Request& request,
@@ -925,13 +927,14 @@ std::optional<std::string> Node::control_topology(const ControlCall&) {
   return reply.dump();
 }
 
-// A worker log: served here when the request names this node (or none), else by the named one.
+// A worker log, or the list of a job's log files ("logs", "log_files"): served here when the
+// request names this node (or none), else by the named one.
 std::optional<std::string> Node::control_logs(const ControlCall& call) {
   const auto& request = call.request;
   const auto& peer = call.peer;
-  auto args = control::decode_logs_request(request.text);
-  if (!args.ok()) return control::encode_error_reply(args.error().message);
-  const std::string target = args->node;
+  const Result<std::string> node = worker_log_verb_node(request.verb, request.text);
+  if (!node.ok()) return control::encode_error_reply(node.error().message);
+  const std::string target = *node;
   if (target.empty() || target == name_) {
     bool denied = false;
     auto served = serve_node_verb(request.verb, request.text, static_cast<std::uint32_t>(peer.uid),
@@ -1096,63 +1099,9 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
 
 Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
                                           std::uint32_t uid, bool admin, bool* denied) const {
-  *denied = false;
-  if (verb != "logs") return Error{"Unknown node verb \"" + verb + "\"."};
-  auto args = control::decode_logs_request(args_text);
-  if (!args.ok()) return args.error();
-  const std::string& job = args->job;
-  // Job ids are [A-Za-z0-9._-]; anything else could walk out of the log directory.
-  if (job.empty() || job.find('/') != std::string::npos || job == "." || job == "..") {
-    return Error{"\"" + job + "\" is not a job id."};
-  }
-  const std::uint64_t rank = args->rank;
-  if (rank > rendezvous::kMaxNodesPerJob * std::uint64_t{rendezvous::kMaxWorkersPerNode}) {
-    return Error{"rank " + std::to_string(rank) + " is out of range."};
-  }
-  const std::uint64_t max_bytes = args->max_bytes;
-  const std::string path = supervisor_->log_path(job, static_cast<std::uint32_t>(rank));
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return Error{"Rank " + std::to_string(rank) + " of job " + job + " has no log on " + name_ +
-                 " (" + path + ")."};
-  }
-  // Logs hold whatever the workers print: the job's own user, root and admins may read them.
-  // The owner is known from the rounds this daemon ran (not across a restart: then admins only).
-  const std::optional<std::uint32_t> owner = supervisor_->job_owner(job);
-  if (!admin && uid != 0 && owner != uid) {
-    *denied = true;
-    return Error{"Only the owner of job " + job +
-                 ", root or control.admin_group may read its logs" +
-                 (owner ? "." : " (this daemon restarted since it ran the job).")};
-  }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  std::uint64_t offset = size > max_bytes ? size - max_bytes : 0;
-  bool rotated = false;
-  if (args->offset) {
-    offset = *args->offset;
-    if (offset > size) {  // the file was rotated (or truncated) since: start over
-      offset = 0;
-      rotated = true;
-    }
-  }
-  std::string data;
-  if (FILE* file = std::fopen(path.c_str(), "rb"); file != nullptr) {
-    const std::uint64_t want = std::min<std::uint64_t>(max_bytes, size - offset);
-    data.resize(want);
-    if (::fseeko(file, static_cast<off_t>(offset), SEEK_SET) == 0) {
-      data.resize(std::fread(data.data(), 1, want, file));
-    } else {
-      data.clear();
-    }
-    std::fclose(file);
-  } else {
-    return Error{"Cannot read " + path + ": " + std::strerror(errno) + "."};
-  }
-  nlohmann::json reply = {{"ok", true},   {"node", name_},     {"job", job},
-                          {"rank", rank}, {"path", path},      {"offset", offset + data.size()},
-                          {"size", size}, {"rotated", rotated}};
-  reply["data"] = std::move(data);
-  return reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return serve_worker_log_verb(verb, args_text, *supervisor_, name_,
+                               !config_.spawner.log_root.empty(),
+                               LogCaller{.uid = uid, .admin = admin}, denied);
 }
 
 void Node::dispatch(TimePoint now, std::uint64_t id) {
@@ -1306,7 +1255,8 @@ void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
                "enable CURVE.");
     return;
   }
-  if (request->verb == "logs") {
+  if (const control::Verb* verb = control::find_verb(request->verb);
+      verb != nullptr && verb->route == control::Route::kNode) {
     bool denied = false;
     auto served =
         serve_node_verb(request->verb, request->args, request->uid, request->admin, &denied);

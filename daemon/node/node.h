@@ -232,8 +232,9 @@ class Node {
   std::string render_metrics(TimePoint now) const;
   void count_control_request(const std::string& verb);
   // Verbs one daemon answers about itself, for a local client or forwarded from another daemon:
-  // "logs" (a worker log of this node). Returns the reply JSON or an error sentence; *denied is
-  // set when the error is a refusal for lack of rights (not the job's owner, root or an admin).
+  // "logs" and "log_files" (worker_log_verbs.h). Returns the reply JSON or an error sentence;
+  // *denied is set when the error is a refusal for lack of rights (not the job's owner, root or an
+  // admin).
   Result<std::string> serve_node_verb(const std::string& verb, const std::string& args,
                                       std::uint32_t uid, bool admin, bool* denied) const;
 

@@ -46,6 +46,7 @@ void check_request_args(const std::string& text) {
   (void)control::decode_voters_request(text);
   (void)control::decode_drain_request("drain", text);
   (void)control::decode_logs_request(text);
+  (void)control::decode_log_files_request(text);
 }
 
 // A report of the kind `selector` picks (ReportKind's values in order; a number past the last

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -411,10 +412,13 @@ TEST(CtlScripted, LogsOfAllRanksArePrefixedLineByLine) {
   EXPECT_EQ(r.out, "[rank 0] a1\n[rank 0] a2\n[rank 1] b1\n[rank 0] unfinished\n");
   const auto asked = daemon.requests("logs");
   ASSERT_EQ(asked.size(), 3u);
-  // The request names the daemon that runs the rank (from the job's rank map).
-  EXPECT_EQ(
-      asked[0],
-      json({{"verb", "logs"}, {"job", "j-1"}, {"rank", 0}, {"max_bytes", 65536}, {"node", "n1"}}));
+  // The request names the daemon that runs the rank and the round (from the job's rank map).
+  EXPECT_EQ(asked[0], json({{"verb", "logs"},
+                            {"job", "j-1"},
+                            {"rank", 0},
+                            {"max_bytes", 65536},
+                            {"round", 2},
+                            {"node", "n1"}}));
 
   r = ctl(socket, {"logs", "j-1", "--rank", "0"});
   ASSERT_TRUE(r.status.exited_with(0)) << r.err;
@@ -482,6 +486,55 @@ TEST(CtlScripted, FollowReadsOnFromItsOffsetsThroughRotationUntilTheJobEnds) {
   for (const char* line : {"[rank 0] x1\n", "[rank 0] x3\n", "[rank 1] b1\n", "[rank 0] y1\n"}) {
     EXPECT_EQ(out.find(line), out.rfind(line)) << line << " in\n" << out;
   }
+}
+
+// Each round has its own file: when the job moves to a new round, --follow first shows the rest
+// of the rank's old file (what it printed as it died) and then reads the new round's from its
+// start, asking for the round the job's rank map names.
+TEST(CtlScripted, FollowFinishesARanksOldRoundBeforeItsNewOne) {
+  TempDir dir;
+  const std::string socket = dir.file("ctl.sock");
+  std::map<std::uint64_t, std::string> files = {{2, "r2 first\n"}};
+  std::uint64_t round = 2;
+  std::string state = "running";
+  ScriptedDaemon daemon(socket, [&](const json& request) {
+    const std::string verb = request.value("verb", "");
+    if (verb == "job") {
+      json job = job_object(state, 1);
+      job["round"] = round;
+      return ok({{"job", job}});
+    }
+    if (verb == "logs") {
+      const std::uint64_t asked = request.value("round", std::uint64_t{0});
+      if (!files.contains(asked)) {
+        return refused("Rank 0 of job j-1 round " + std::to_string(asked) + " has no log on n1.");
+      }
+      json reply = serve_log(files[asked], request, 0);
+      reply["round"] = asked;
+      return reply;
+    }
+    return refused("Unknown verb \"" + verb + "\".");
+  });
+  auto follow = ctl_background(dir, socket, {"logs", "j-1", "--follow"}, "follow");
+  ASSERT_TRUE(wait_until([&] { return follow->out() == "[rank 0] r2 first\n"; }, kSlow))
+      << follow->out();
+  daemon.locked([&] {
+    files[2] += "Traceback: the last words of round 2\n";
+    round = 3;  // the new round's worker has not written yet
+  });
+  ASSERT_TRUE(wait_until(
+      [&] { return follow->out().find("the last words") != std::string::npos; }, kSlow))
+      << follow->out();
+  daemon.locked([&] {
+    files[3] = "r3 first\n";
+    state = "succeeded";
+  });
+  const auto status = follow->wait(kSlow);
+  ASSERT_TRUE(status.has_value()) << follow->out();
+  EXPECT_TRUE(status->exited_with(0)) << follow->err();
+  EXPECT_EQ(follow->out(),
+            "[rank 0] r2 first\n[rank 0] Traceback: the last words of round 2\n[rank 0] r3 "
+            "first\n");
 }
 
 TEST(CtlScripted, EventsTopologyAndDrain) {
@@ -627,7 +680,8 @@ TEST_F(ScriptedWait, FailedExits3WithTheReason) {
 
 TEST_F(ScriptedWait, JsonKeepsStdoutOneDocument) {
   auto daemon = serve({job_object("running", 1), job_object("succeeded", 1)});
-  const RunResult r = ctl(socket_, {"submit", "--name", "j", "--wait", "--json", "--", "/bin/true"});
+  const RunResult r =
+      ctl(socket_, {"submit", "--name", "j", "--wait", "--json", "--", "/bin/true"});
   EXPECT_TRUE(r.status.exited_with(0)) << r.err;
   const json job = json::parse(r.out, nullptr, false);
   ASSERT_FALSE(job.is_discarded()) << r.out;

@@ -87,15 +87,16 @@ TEST(PythonJobs, APrintWithoutFlushIsInTheLogsWithinASecond) {
 }
 
 // "restart_count node=N round=R count=C" lines the script prints, from every daemon's worker log
-// files (the logs of every round stay in <state_dir>/logs/<job>/rank-<N>.log) by (node, round).
+// files (<state_dir>/logs/<job>/round-<R>/rank-<N>.log) by (node, round).
 std::map<std::pair<std::string, std::uint64_t>, std::string> restart_counts(
     const TempDir& dir, const std::string& job) {
   std::map<std::pair<std::string, std::uint64_t>, std::string> found;
   const std::regex line(R"(restart_count node=(\S+) round=(\d+) count=(\d+))");
   for (const char* node : {"n1", "n2"}) {
     std::error_code error;
-    for (const auto& entry :
-         std::filesystem::directory_iterator(dir.file(node) + "/state/logs/" + job, error)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(
+             dir.file(node) + "/state/logs/" + job, error)) {
+      if (!entry.is_regular_file()) continue;
       const std::string text = read_file(entry.path().string());
       for (auto it = std::sregex_iterator(text.begin(), text.end(), line);
            it != std::sregex_iterator(); ++it) {

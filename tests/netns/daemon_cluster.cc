@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace elastic::netns {
 namespace {
@@ -539,36 +540,57 @@ std::string_view without_log_stamp(std::string_view line) {
   return line.substr(kStamp);
 }
 
-std::string DaemonCluster::worker_log(int host, const std::string& job, int rank) const {
-  return testing::read_file(worker_log_dir(host) + "/" + job + "/rank-" + std::to_string(rank) +
-                            ".log");
-}
-
 namespace {
 
-// The ranks N of the rank-<N>.log files in `dir`, ascending.
-std::vector<int> logged_ranks(const std::string& dir) {
-  std::vector<int> ranks;
+// One rank's log file of one round: <job dir>/round-<R>/rank-<N>.log.
+struct RankLog {
+  long round = -1;
+  int rank = -1;
+  std::string path;
+};
+
+// The rank-<N>.log files of every round-<R> directory in `job_dir`, by round, then rank.
+std::vector<RankLog> rank_logs(const std::string& job_dir) {
+  std::vector<RankLog> logs;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string file = entry.path().filename().string();
-    if (file.rfind("rank-", 0) != 0 || file.size() <= 9 || file.substr(file.size() - 4) != ".log") {
-      continue;
+  for (const auto& round_dir : std::filesystem::directory_iterator(job_dir, error)) {
+    const std::string name = round_dir.path().filename().string();
+    if (name.rfind("round-", 0) != 0) continue;
+    const long round = to_long(name.substr(6), -1);
+    if (round < 0) continue;
+    std::error_code inner;
+    for (const auto& entry : std::filesystem::directory_iterator(round_dir.path(), inner)) {
+      const std::string file = entry.path().filename().string();
+      if (file.rfind("rank-", 0) != 0 || file.size() <= 9 ||
+          file.substr(file.size() - 4) != ".log") {
+        continue;
+      }
+      const long rank = to_long(file.substr(5, file.size() - 9), -1);
+      if (rank >= 0) logs.push_back(RankLog{round, static_cast<int>(rank), entry.path().string()});
     }
-    const long rank = to_long(file.substr(5, file.size() - 9), -1);
-    if (rank >= 0) ranks.push_back(static_cast<int>(rank));
   }
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
+  std::sort(logs.begin(), logs.end(), [](const RankLog& a, const RankLog& b) {
+    return std::tie(a.round, a.rank) < std::tie(b.round, b.rank);
+  });
+  return logs;
 }
 
 }  // namespace
 
+std::string DaemonCluster::worker_log(int host, const std::string& job, int rank) const {
+  std::string text;
+  for (const RankLog& log : rank_logs(worker_log_dir(host) + "/" + job)) {
+    if (log.rank == rank) text += testing::read_file(log.path);
+  }
+  return text;
+}
+
 std::vector<TrainerLine> DaemonCluster::trainer_lines(const std::string& job) const {
   std::vector<TrainerLine> lines;
   for (int host = 0; host < hosts_.size(); ++host) {
-    for (const int rank : logged_ranks(worker_log_dir(host) + "/" + job)) {
-      std::istringstream text(worker_log(host, job, rank));
+    for (const RankLog& log : rank_logs(worker_log_dir(host) + "/" + job)) {
+      const int rank = log.rank;
+      std::istringstream text(testing::read_file(log.path));
       std::string line;
       while (std::getline(text, line)) {
         line = std::string(without_log_stamp(line));
@@ -596,12 +618,13 @@ std::vector<TrainerLine> DaemonCluster::trainer_lines(const std::string& job) co
 
 std::string DaemonCluster::daemon_log_lines(int host, const std::string& job) const {
   std::string result;
-  for (const int rank : logged_ranks(worker_log_dir(host) + "/" + job)) {
-    std::istringstream text(worker_log(host, job, rank));
+  for (const RankLog& log : rank_logs(worker_log_dir(host) + "/" + job)) {
+    std::istringstream text(testing::read_file(log.path));
     std::string line;
     while (std::getline(text, line)) {
       if (line.rfind("[elasticd", 0) == 0) {
-        result += "rank-" + std::to_string(rank) + ".log: " + line + "\n";
+        result += "round-" + std::to_string(log.round) + "/rank-" + std::to_string(log.rank) +
+                  ".log: " + line + "\n";
       }
     }
   }

@@ -21,7 +21,7 @@
 // workers are observed without trusting the daemon: find_workers() scans /proc for processes
 // whose environment (as exec'd by the spawner) carries ELASTIC_JOB_ID, and trainer_lines()
 // parses the JSON lines elastic-trainer wrote into every host's worker logs
-// (<state_dir>/logs/<job>/rank-<N>.log, the spawner's default log_dir). Every host's files are
+// (<state_dir>/logs/<job>/round-<R>/rank-<N>.log, the default log_dir). Every host's files are
 // on this one machine, so the logs of a killed host stay readable.
 //
 // Ownership: borrows the NetnsCluster (which must outlive it) and owns the daemon Processes;
@@ -265,12 +265,13 @@ class DaemonCluster {
   std::string socket(int host) const { return dir(host) + "/ctl.sock"; }
   // Where the spawner of `host` writes worker logs (spawner.log_dir's default).
   std::string worker_log_dir(int host) const { return dir(host) + "/state/logs"; }
-  // The current log file of `job` rank `rank` on `host` ("" if there is none).
+  // Every round's log file of `job` rank `rank` on `host`, in round order ("" if none).
   std::string worker_log(int host, const std::string& job, int rank) const;
-  // Every trainer JSON line of `job` in every host's current rank logs (per file in file order;
-  // files by host, then rank), read past the spawner's time stamps (without_log_stamp).
+  // Every trainer JSON line of `job` in every host's rank logs (per file in file order; files by
+  // host, round, then rank), read past the spawner's time stamps (without_log_stamp).
   std::vector<TrainerLine> trainer_lines(const std::string& job) const;
-  // Every daemon line ("[elasticd ...") of `job`'s worker logs on `host`, "rank-N.log: " first.
+  // Every daemon line ("[elasticd ...") of `job`'s worker logs on `host`, "round-R/rank-N.log: "
+  // first.
   std::string daemon_log_lines(int host, const std::string& job) const;
 
   // elasticctl <args> against `host`'s socket as uid/gid (setpriv; the socket is 0666).

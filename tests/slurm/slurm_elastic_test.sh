@@ -257,7 +257,7 @@ grep -q "elasticctl exit status 0" "$D/out/job-$job.out" || fail "elasticctl did
 grep -q "^$ejob: running (round 1, 3 nodes)" "$D/out/job-$job.out" || fail "$ejob never ran on 3 nodes"
 grep -q "^$ejob: succeeded (round [0-9]*, 2 nodes)" "$D/out/job-$job.out" ||
   fail "$ejob did not finish on the 2 survivors: $(tail -n 3 "$D/out/job-$job.out")"
-resumed=$(cat "$D"/nodes/*/log/job-"$job"/workers/"$ejob"/rank-*.log 2>/dev/null | grep -c '"event":"resume"')
+resumed=$(cat "$D"/nodes/*/log/job-"$job"/workers/"$ejob"/round-*/rank-*.log 2>/dev/null | grep -c '"event":"resume"')
 [ "$resumed" -ge 1 ] || fail "no rank resumed from a checkpoint"
 ts "Slurm job $job COMPLETED, exit code 0:0 ($ejob succeeded; $resumed rank(s) resumed from a checkpoint)"
 
@@ -268,7 +268,7 @@ for n in n1 n2 n3; do
     fail "no completed epilog on $n: $(tail -n 5 "$D/nodes/$n/log/job-$job/hooks.log")"
   [ ! -e "$D/nodes/$n/state/job-$job" ] || fail "the state dir of $n is left"
   [ ! -e "$(sock "$n")" ] || fail "the control socket of $n is left"
-  ls "$D/nodes/$n/log/job-$job/workers/$ejob"/rank-*.log >/dev/null 2>&1 ||
+  ls "$D/nodes/$n/log/job-$job/workers/$ejob"/round-*/rank-*.log >/dev/null 2>&1 ||
     [ "$n" = "$victim" ] || fail "no worker log kept on $n"
 done
 for p in $daemon_pids; do

@@ -102,6 +102,21 @@ TEST(ControlRequests, ValidRequestsDecodeToTheirValues) {
   EXPECT_EQ(logs->max_bytes, 1u);  // clamped to 1..kMaxLogBytes
   EXPECT_EQ(logs->offset, 9u);
   EXPECT_EQ(control::decode_logs_request(R"({"job":"j","rank":3})")->offset, std::nullopt);
+  // The round of the logs verbs: optional (none: the newest round, or every round), a number.
+  EXPECT_EQ(control::decode_logs_request(R"({"job":"j","rank":3})")->round, std::nullopt);
+  EXPECT_EQ(control::decode_logs_request(R"({"job":"j","rank":3,"round":7})")->round, 7u);
+  EXPECT_THAT(error_of(control::decode_logs_request(R"({"job":"j","rank":3,"round":"7"})")),
+              HasSubstr("The logs request's \"round\" must be"));
+  auto files = control::decode_log_files_request(R"({"job":"j","node":"n2","round":0})");
+  ASSERT_TRUE(files.ok()) << files.error().message;
+  EXPECT_EQ(files->job, "j");
+  EXPECT_EQ(files->node, "n2");
+  EXPECT_EQ(files->round, 0u);
+  EXPECT_EQ(control::decode_log_files_request(R"({"job":"j"})")->round, std::nullopt);
+  EXPECT_THAT(error_of(control::decode_log_files_request(R"({"job":"j","round":-1})")),
+              HasSubstr("The log_files request's \"round\" must be"));
+  EXPECT_THAT(error_of(control::decode_log_files_request(R"({"round":1})")),
+              HasSubstr("The log_files request needs \"job\""));
 }
 
 TEST(RoundReports, ForgedReportsAreErrorsNotExceptions) {
@@ -208,7 +223,7 @@ TEST(VerbTable, NamesAreUniqueAndTheUnknownVerbAnswerListsEveryOne) {
   std::vector<std::string> sorted = names;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
-  EXPECT_EQ(names.size(), 15u);
+  EXPECT_EQ(names.size(), 16u);
   const std::string unknown = control::unknown_verb_message("x");
   EXPECT_THAT(unknown,
               ::testing::StartsWith("Unknown request \"x\"; this daemon answers \"submit\", "));
@@ -219,7 +234,8 @@ TEST(VerbTable, NamesAreUniqueAndTheUnknownVerbAnswerListsEveryOne) {
        {"submit", "cancel", "jobs", "job", "events", "drain", "undrain", "drained", "voters"}) {
     EXPECT_TRUE(control::is_leader_verb(leader)) << leader;
   }
-  for (const char* local : {"status", "nodes", "topology", "logs", "reload", "progress", "x"}) {
+  for (const char* local :
+       {"status", "nodes", "topology", "logs", "log_files", "reload", "progress", "x"}) {
     EXPECT_FALSE(control::is_leader_verb(local)) << local;
   }
   ASSERT_NE(control::find_verb("reload"), nullptr);

@@ -692,7 +692,8 @@ TEST_F(JobSupervisorTest, AMemberLostRoundKillsTheOldWorkersAtOnceThenStartsTheN
   EXPECT_NE(rows("ml-1")[0].pid, old_pid);
   ASSERT_TRUE(pump_until([&] { return exists("check"); }));
   EXPECT_EQ(read_file(out_ + "/check"), "gone\n");
-  const std::string log = read_file(supervisor_->log_path("ml-1", 0));
+  // The old worker's end is in its own round's file.
+  const std::string log = read_file(supervisor_->logs().rank_path("ml-1", 1, 0));
   EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " killed by signal 9")) << log;
   // Stopped workers are not failures.
   EXPECT_TRUE(reports("worker_failed").empty());
@@ -714,7 +715,7 @@ TEST_F(JobSupervisorTest, AGrowRoundSendsTermFirstSoTheWorkerCanCheckpoint) {
   EXPECT_EQ(rows("grow-1")[0].state, "stopping");
   ASSERT_TRUE(pump_until([&] { return acked("grow-1", 2); }, 10s));
   EXPECT_FALSE(alive(old_pid));
-  const std::string log = read_file(supervisor_->log_path("grow-1", 0));
+  const std::string log = read_file(supervisor_->logs().rank_path("grow-1", 1, 0));
   EXPECT_TRUE(contains(log, "got TERM")) << log;
   EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " exited with status 0")) << log;
   EXPECT_EQ(running("grow-1"), 2u);
@@ -779,7 +780,7 @@ TEST_F(JobSupervisorTest, StopJobGracefulSendsTermAndForgetsTheJob) {
   supervisor_->stop_job(now(), "stop-1", StopMode::kGraceful, "cancelled by its owner");
   ASSERT_TRUE(pump_until([&] { return rows("stop-1").empty(); }, 10s));
   EXPECT_FALSE(alive(pid));
-  const std::string log = read_file(supervisor_->log_path("stop-1", 0));
+  const std::string log = read_file(supervisor_->logs().rank_path("stop-1", 1, 0));
   EXPECT_TRUE(contains(log, "got TERM")) << log;
   EXPECT_TRUE(contains(log, "exited with status 0 (stopped by the daemon)")) << log;
   EXPECT_TRUE(reports("worker_failed").empty());
@@ -804,7 +805,7 @@ TEST_F(JobSupervisorTest, StopJobGracefulKillsAWorkerThatIgnoresTermAfterTheGrac
   supervisor_->process(t0 + config_.spawner.stop_grace + 1ms);
   ASSERT_TRUE(pump_until([&] { return rows("stop-2").empty(); }, 10s));
   EXPECT_FALSE(alive(pid));
-  const std::string log = read_file(supervisor_->log_path("stop-2", 0));
+  const std::string log = read_file(supervisor_->logs().rank_path("stop-2", 1, 0));
   EXPECT_TRUE(contains(log, "killed by signal 9 (SIGKILL) (stopped by the daemon)")) << log;
   EXPECT_TRUE(reports("worker_failed").empty());
 }
@@ -905,7 +906,7 @@ TEST_F(JobSupervisorTest, ACommandThatDoesNotExistIsAWorkerFailure) {
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
   EXPECT_EQ(reports("worker_failed").size(), 2u);
   // The spawner wrote the reason into the rank's log too.
-  const std::string log = read_file(supervisor_->log_path("nx-1", 0));
+  const std::string log = read_file(supervisor_->logs().rank_path("nx-1", 1, 0));
   EXPECT_TRUE(contains(log, "elastic-no-such-command-for-tests")) << log;
 }
 
@@ -986,16 +987,23 @@ TEST_F(JobSupervisorTest, TheRankLogHoldsTheWorkersOutputAndTheOwnerIsKnown) {
   s.round.ranks = {RankAssignment{kSelf, 1, 2, 10}};
   EXPECT_TRUE(supervisor_->on_round(now(), s));
   ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
-  EXPECT_EQ(supervisor_->log_dir(), config_.node.state_dir + "/logs");
+  EXPECT_EQ(supervisor_->logs().base(), config_.node.state_dir + "/logs");
   for (std::uint32_t rank : {10u, 11u}) {
-    const std::string path = supervisor_->log_path("log-1", rank);
-    EXPECT_EQ(path, config_.node.state_dir + "/logs/log-1/rank-" + std::to_string(rank) + ".log");
+    const std::string path = supervisor_->logs().rank_path("log-1", 1, rank);
+    EXPECT_EQ(path,
+              config_.node.state_dir + "/logs/log-1/round-1/rank-" + std::to_string(rank) + ".log");
     const std::string log = read_file(path);
     EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + "\n")) << log;
     EXPECT_TRUE(contains(log, "oops\n")) << log;
     EXPECT_TRUE(contains(log, "[elasticd ")) << log;
     EXPECT_TRUE(contains(log, "exited with status 0")) << log;
   }
+  const std::vector<WorkerLogFile> files = supervisor_->logs().files("log-1");
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].round, 1u);
+  EXPECT_EQ(files[0].rank, 10u);
+  EXPECT_EQ(files[1].rank, 11u);
+  EXPECT_GT(files[1].size, 0u);
   EXPECT_EQ(supervisor_->job_owner("log-1"), ::getuid());
   EXPECT_EQ(supervisor_->job_owner("no-such-job"), std::nullopt);
 }
@@ -1006,13 +1014,76 @@ TEST_F(JobSupervisorTest, SpawnerLogDirOverridesTheStateDir) {
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("log-2", 1, 1, "echo here")));
   ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
-  EXPECT_EQ(supervisor_->log_dir(), dir_ / "worker-logs");
-  EXPECT_EQ(supervisor_->log_path("log-2", 0), dir_ / "worker-logs/log-2/rank-0.log");
-  EXPECT_TRUE(contains(read_file(supervisor_->log_path("log-2", 0)), "here\n"));
+  EXPECT_EQ(supervisor_->logs().base(), dir_ / "worker-logs");
+  EXPECT_EQ(supervisor_->logs().rank_path("log-2", 1, 0),
+            dir_ / "worker-logs/log-2/round-1/rank-0.log");
+  EXPECT_TRUE(contains(read_file(supervisor_->logs().rank_path("log-2", 1, 0)), "here\n"));
   // The owner outlives the job's workers (logs stay readable after the job ended).
   supervisor_->stop_job(now(), "log-2", StopMode::kKill, "job succeeded");
   supervisor_->process(now());
   EXPECT_EQ(supervisor_->job_owner("log-2"), ::getuid());
+}
+
+// spawner.log_root (shared storage) beats spawner.log_dir for the workers' logs.
+TEST_F(JobSupervisorTest, SpawnerLogRootWinsOverLogDir) {
+  config_.spawner.log_dir = dir_ / "worker-logs";
+  config_.spawner.log_root = dir_ / "shared-logs";
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  EXPECT_TRUE(supervisor_->on_round(now(), start("root-1", 4, 1, "echo shared")));
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  EXPECT_EQ(supervisor_->logs().base(), dir_ / "shared-logs");
+  EXPECT_TRUE(contains(read_file(dir_ / "shared-logs/root-1/round-4/rank-0.log"), "shared\n"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "worker-logs/root-1"));
+}
+
+// Every round keeps its own file (a crashed round's output survives the restart), and at most
+// spawner.log_rounds_kept rounds of a job stay: the oldest go when a new round starts.
+TEST_F(JobSupervisorTest, EachRoundHasItsOwnFileAndOnlyTheNewestRoundsAreKept) {
+  config_.spawner.log_rounds_kept = 2;
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  for (std::uint64_t round = 1; round <= 3; ++round) {
+    (void)supervisor_->on_round(
+        now(), start("keep-1", round, 1, "echo \"round $ELASTIC_ROUND\"; exec sleep 1000"));
+    ASSERT_TRUE(pump_until([&] { return acked("keep-1", round); }, 10s)) << round;
+    const std::string path = supervisor_->logs().rank_path("keep-1", round, 0);
+    ASSERT_TRUE(pump_until([&] {
+      return contains(read_file(path), "round " + std::to_string(round));
+    })) << path;
+  }
+  const std::string job_dir = config_.node.state_dir + "/logs/keep-1";
+  EXPECT_FALSE(std::filesystem::exists(job_dir + "/round-1"));
+  EXPECT_TRUE(contains(read_file(job_dir + "/round-2/rank-0.log"), "round 2\n"));
+  EXPECT_TRUE(contains(read_file(job_dir + "/round-3/rank-0.log"), "round 3\n"));
+  // Round 2's file also tells how its worker ended (killed for round 3).
+  EXPECT_TRUE(contains(read_file(job_dir + "/round-2/rank-0.log"), "killed by signal 9"));
+  std::vector<std::uint64_t> rounds;
+  for (const WorkerLogFile& file : supervisor_->logs().files("keep-1"))
+    rounds.push_back(file.round);
+  EXPECT_EQ(rounds, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(supervisor_->logs().files("keep-1", 3).size(), 1u);
+}
+
+// The owner is written beside the logs, so a restarted daemon (a new supervisor, nothing in
+// memory) still knows whose logs they are; an owner file the daemon did not write is ignored.
+TEST_F(JobSupervisorTest, TheOwnerOfALogOutlivesTheDaemon) {
+  open(cpu_plan(1));
+  ASSERT_TRUE(supervisor_);
+  RoundStart s = start("own-1", 1, 1, "echo mine");
+  EXPECT_TRUE(supervisor_->on_round(now(), s));
+  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  supervisor_->shutdown(100ms);
+  open(cpu_plan(1));  // the daemon restarted
+  ASSERT_TRUE(supervisor_);
+  EXPECT_EQ(supervisor_->job_owner("own-1"), ::getuid());
+  const std::string owner_file = config_.node.state_dir + "/logs/own-1/owner";
+  EXPECT_EQ(read_file(owner_file), std::to_string(::getuid()) + "\n");
+  EXPECT_EQ(supervisor_->job_owner("../own-1"), std::nullopt);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(owner_file.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(supervisor_->job_owner("own-1"), std::nullopt) << "a file the daemon did not write";
+  }
 }
 
 }  // namespace
@@ -1248,7 +1319,7 @@ TEST_F(JobSupervisorTest, AWorkerSilentForTheHangTimeoutIsAbortedAndReportedAsFa
             "reported was 7");
   // SIGABRT: the faulthandler's dump is in the rank's log, then Python dies of the signal.
   ASSERT_TRUE(pump_until([&] { return running("hang-1") == 0; }));
-  const std::string log = read_file(supervisor_->log_path("hang-1", 0));
+  const std::string log = read_file(supervisor_->logs().rank_path("hang-1", 1, 0));
   EXPECT_TRUE(contains(log, "Fatal Python error: Aborted")) << log;
   EXPECT_TRUE(contains(log, "in stuck_in_a_collective")) << log;
   EXPECT_TRUE(contains(log, "no progress report for 5s (hang_timeout)")) << log;
@@ -1287,7 +1358,7 @@ TEST_F(JobSupervisorTest, AHungWorkerIgnoringAbortIsKilledAfterTheGrace) {
   supervisor_->process(t0 + 5s + JobSupervisor::kHangAbortGrace);
   ASSERT_TRUE(pump_until([&] { return exists("pid-2"); }));
   EXPECT_FALSE(alive(pid));
-  EXPECT_TRUE(contains(read_file(supervisor_->log_path("deaf-1", 0)), "killed by signal 9"));
+  EXPECT_TRUE(contains(read_file(supervisor_->logs().rank_path("deaf-1", 1, 0)), "killed by signal 9"));
   EXPECT_TRUE(acked("deaf-1", 2));
 }
 

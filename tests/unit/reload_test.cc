@@ -79,6 +79,7 @@ TEST(Reload, RestartKeysKeepTheRunningValue) {
       {"rendezvous.lease_duration",
        [](config::DaemonConfig& c) { c.rendezvous.lease_duration = 9s; }},
       {"spawner.log_dir", [](config::DaemonConfig& c) { c.spawner.log_dir = "/tmp/logs"; }},
+      {"spawner.log_root", [](config::DaemonConfig& c) { c.spawner.log_root = "/shared/logs"; }},
       {"logging.file", [](config::DaemonConfig& c) { c.logging.file = "/tmp/log"; }},
       {"logging.format",
        [](config::DaemonConfig& c) { c.logging.format = config::LogFormat::kJson; }},

@@ -757,7 +757,7 @@ TEST(SpawnerTest, AHandOffReachesFdThreeAndMovesTheLog) {
   auto spawner = open_spawner(config_in(dir));
   ASSERT_NE(spawner, nullptr);
   WorkerSpec spec = shell(dir,
-                          "ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo waiting; "
+                          "ls /proc/self/fd; echo waiting; "
                           "payload=$(cat <&3); echo \"got $payload\"");
   spec.label = "job-1 standby slot 0";
   spec.log_path = dir / "logs/job-1/standby.log";
@@ -776,8 +776,9 @@ TEST(SpawnerTest, AHandOffReachesFdThreeAndMovesTheLog) {
   EXPECT_NE(before.find("now runs job-1 rank 0"), std::string::npos) << before;
   EXPECT_EQ(before.find("got"), std::string::npos) << before;
   EXPECT_NE(after.find("got round 2\n"), std::string::npos) << after;
-  // The hand-off pipe is the one descriptor beyond 0-2 the worker inherits.
-  EXPECT_NE(before.find("0 1 2 3 waiting\n"), std::string::npos) << before;
+  // The hand-off pipe is the one descriptor beyond 0-2 the worker inherits (4 is ls's own, for
+  // the directory it lists; a pipeline in the shell would race its pipes into the list).
+  EXPECT_NE(before.find("0\n1\n2\n3\n4\nwaiting\n"), std::string::npos) << before;
   EXPECT_NE(after.find("exited with status 0"), std::string::npos) << after;
 
   WorkerSpec plain = shell(dir, "cat <&3 2>/dev/null; sleep 30");
