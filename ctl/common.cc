@@ -47,6 +47,22 @@ std::string cell(const json& j, const char* key) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::uint64_t world_of(const json& job) {
+  if (member(job, "world_size").is_number_integer()) {
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(num(job, "world_size"), 0));
+  }
+  std::uint64_t world = 0;
+  const json& ranks = member(job, "ranks");
+  if (ranks.is_array()) {
+    for (const json& r : ranks) world += static_cast<std::uint64_t>(num(r, "slots"));
+  }
+  return world;
+}
+
+std::size_t nodes_of(const json& job) {
+  const json& ranks = member(job, "ranks");
+  return ranks.is_array() ? ranks.size() : 0;
+}
 
 // ---- output helpers ---------------------------------------------------------------------------
 
@@ -101,6 +117,10 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 
 bool is_terminal(const std::string& state) {
   return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+void add_json_flag(CLI::App* command, bool& as_json) {
+  command->add_flag("--json", as_json, "Print JSON (the daemon's reply) instead of a table");
 }
 
 // ---- talking to the daemon ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 // elasticctl's shared parts: exit codes and timeouts, JSON access that never throws (replies
 // are decoded defensively), table printing, and asking the daemon (the local control socket,
 // or with --connect a remote daemon over CURVE), once or patiently across a daemon restart.
-// The commands themselves are in ctl/commands.h; the command line in ctl/main.cc.
+// The verbs are in one file per family (ctl/main.cc lists them in --help's order).
 // Thread safety: none (one thread). Errors: ask() returns an Answer with the exit code and the
 // sentence to print.
 #pragma once
@@ -81,6 +81,10 @@ inline std::string dump(const json& j) {
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
+// The job's world size (its current round's ranks) and its member count, from a job object.
+std::uint64_t world_of(const json& job);
+std::size_t nodes_of(const json& job);
+
 // ---- output helpers ---------------------------------------------------------------------------
 
 std::string host_name();
@@ -88,6 +92,8 @@ std::string ago(double ms);
 std::string local_time(std::int64_t ms);
 void print_table(const std::vector<std::vector<std::string>>& rows);
 bool is_terminal(const std::string& state);
+// The --json flag every verb that talks to a daemon takes.
+void add_json_flag(CLI::App* command, bool& as_json);
 Answer unreachable(const std::string& socket_path, const std::string& detail);
 extern std::optional<elastic::transport::RemoteControlClient> remote_daemon;
 int refusal_exit_code(const json& reply);

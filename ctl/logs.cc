@@ -1,368 +1,20 @@
-#include "ctl/commands.h"
+#include "ctl/logs.h"
+
+#include <charconv>
 
 #include "ctl/common.h"
 
 namespace elastic::ctl {
+namespace {
 
-// ---- nodes, status, jobs, events ----------------------------------------------------------
-
-int nodes_command(const std::string& socket, bool as_json) {
-  json reply;
-  if (int code = ask_or_report(socket, {{"verb", "nodes"}}, kLocalTimeout, reply)) return code;
-  if (as_json) {
-    std::cout << dump(reply) << "\n";
-    return 0;
-  }
-  const std::string self = str(member(reply, "self"), "name");
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "STATE", "SLOTS", "DRAINED", "INCARNATION", "GENERATION", "ADDRESS", "LAST-HEARD"}};
-  const json& members = member(reply, "members");
-  if (members.is_array()) {
-    for (const json& m : members) {
-      const std::string name = str(m, "name");
-      const bool is_self = name == self;
-      const json& drained = member(m, "drained");
-      rows.push_back({name + (is_self ? " (self)" : ""), cell(m, "state"), cell(m, "slots"),
-                      drained.is_boolean() ? (drained.get<bool>() ? "yes" : "no") : "-",
-                      cell(m, "incarnation"), cell(m, "generation"), cell(m, "address"),
-                      is_self ? "-" : ago(real(m, "last_heard_ms_ago", -1))});
-    }
-  }
-  print_table(rows);
-  return 0;
-}
-
-int topology_command(const std::string& socket, bool as_json) {
-  json reply;
-  if (int code = ask_or_report(socket, {{"verb", "topology"}}, kLocalTimeout, reply)) return code;
-  if (as_json) {
-    std::cout << dump(reply) << "\n";
-    return 0;
-  }
-  const json& topo = member(reply, "topology");
-  std::cout << "node " << str(reply, "node", "?") << ": binding plan from "
-            << str(topo, "source", "?")
-            << " (bind cpus: " << (flag(topo, "bind_cpus") ? "yes" : "no")
-            << ", bind memory: " << (flag(topo, "bind_memory") ? "yes" : "no") << ")\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"SLOT", "GPU", "PCI-BUS", "CPUS", "MEM-NODES", "OMP-THREADS", "LOCALITY"}};
-  const json& slots = member(topo, "slots");
-  if (slots.is_array()) {
-    for (const json& s : slots) {
-      rows.push_back({cell(s, "index"), cell(s, "gpu"), cell(s, "pci_bus_id"), cell(s, "cpus"),
-                      cell(s, "mem_nodes"), cell(s, "omp_threads"), cell(s, "locality")});
-    }
-  }
-  print_table(rows);
-  const json& gpus = member(topo, "gpus");
-  const auto plural = [](std::int64_t n, const char* one, const char* many) {
-    return std::to_string(n) + " " + (n == 1 ? one : many);
-  };
-  std::cout << plural(num(topo, "packages"), "package", "packages") << ", "
-            << plural(num(topo, "numa_nodes"), "NUMA node", "NUMA nodes") << ", "
-            << plural(num(topo, "cores"), "core", "cores") << ", "
-            << plural(num(topo, "pus"), "PU", "PUs") << ", "
-            << plural(gpus.is_array() ? static_cast<std::int64_t>(gpus.size()) : 0, "GPU", "GPUs")
-            << "\n";
-  if (!str(topo, "shared_cpus").empty()) {
-    std::cout << "shared cpus (daemon, unbound work): " << str(topo, "shared_cpus") << "\n";
-  }
-  return 0;
-}
-
-int status_command(const std::string& socket, bool as_json) {
-  json raw;
-  if (int code = ask_or_report(socket, {{"verb", "status"}}, kLocalTimeout, raw)) return code;
-  if (as_json) {
-    std::cout << dump(raw) << "\n";
-    return 0;
-  }
-  auto status = elastic::control::decode_status_reply(raw.dump());
-  if (!status.ok()) {
-    std::cerr << "elasticctl: " << status.error().message << "\n";
-    return cfg::kExitUnavailable;
-  }
-  std::cout << "name:       " << status->self.name << "\n"
-            << "generation: " << status->self.generation << "\n"
-            << "address:    " << status->self.address << "\n"
-            << "cluster:    " << status->self.cluster_id << "\n"
-            << "uptime:     " << ago(status->self.uptime_s * 1000) << "\n"
-            << "members:    " << status->alive << " alive, " << status->suspect << " suspect, "
-            << status->dead << " dead, " << status->left << " left\n";
-  const elastic::control::ConsensusInfo& raft = status->consensus;
-  std::string voters;
-  for (const std::string& voter : raft.voters) voters += (voters.empty() ? "" : ",") + voter;
-  std::cout << "leader:     " << (raft.leader.empty() ? "unknown" : raft.leader) << "\n";
-  if (raft.voter) {
-    std::cout << "raft:       " << raft.role << ", term " << raft.term << ", commit "
-              << raft.commit_index << " of " << raft.last_index << ", voters " << voters << "\n";
-  } else {
-    std::cout << "raft:       not a voter (voters " << voters << ")\n";
-  }
-  // The daemon's configuration, and a refused reload (it runs on with the previous file).
-  const json& config = member(raw, "config");
-  const json& last_reload = member(config, "last_reload");
-  if (config.is_object()) {
-    std::cout << "config:     " << str(config, "source", "?");
-    if (last_reload.is_object()) {
-      std::cout << "; last reload " << local_time(num(last_reload, "at_ms")) << ": "
-                << (flag(last_reload, "ok") ? "" : "REFUSED: ") << str(last_reload, "message");
-    }
-    std::cout << "\n";
-  }
-  for (const auto& r : status->rounds) {
-    std::cout << "round:      job " << r.job << " round " << r.round << " (term " << r.term
-              << "): ranks " << r.first_rank << ".." << r.first_rank + r.slots - 1 << " of "
-              << r.world << ", store " << r.store_endpoint << (r.fenced ? ", FENCED" : "")
-              << "; job tier: " << r.suspicions << " suspicions (" << r.suspicions_cleared
-              << " cleared), " << r.declared << " lost\n";
-  }
-  return 0;
-}
-
-std::uint64_t world_of(const json& job) {
-  if (member(job, "world_size").is_number_integer()) {
-    return static_cast<std::uint64_t>(std::max<std::int64_t>(num(job, "world_size"), 0));
-  }
-  std::uint64_t world = 0;
-  const json& ranks = member(job, "ranks");
-  if (ranks.is_array()) {
-    for (const json& r : ranks) world += static_cast<std::uint64_t>(num(r, "slots"));
-  }
-  return world;
-}
-
-std::size_t nodes_of(const json& job) {
-  const json& ranks = member(job, "ranks");
-  return ranks.is_array() ? ranks.size() : 0;
-}
-
-int jobs_command(const std::string& socket, bool as_json) {
-  json reply;
-  if (int code = ask_or_report(socket, {{"verb", "jobs"}}, kLeaderTimeout, reply)) return code;
-  if (as_json) {
-    std::cout << dump(reply) << "\n";
-    return 0;
-  }
-  std::vector<std::vector<std::string>> rows = {
-      {"JOB", "STATE", "ROUND", "NODES", "WORLD", "RESTARTS", "USER", "REASON"}};
-  const json& jobs = member(reply, "jobs");
-  if (jobs.is_array()) {
-    for (const json& job : jobs) {
-      rows.push_back({cell(job, "id"), cell(job, "state"), cell(job, "round"),
-                      std::to_string(nodes_of(job)), std::to_string(world_of(job)),
-                      cell(job, "restarts"), cell(member(job, "spec"), "user"),
-                      cell(job, "reason")});
-    }
-  }
-  print_table(rows);
-  return 0;
-}
-
-void print_event_line(const json& event, const std::string& job) {
-  std::cout << "  " << local_time(num(event, "at_ms")) << "  " << (job.empty() ? "" : job + "  ")
-            << "round " << cell(event, "round") << "  " << cell(event, "from") << " -> "
-            << cell(event, "to") << "  " << str(event, "reason") << "\n";
-}
-
-// A job's command as one shell-like line: arguments with spaces, quotes or nothing in them are
-// single-quoted, so what `status` shows can be read back and run.
-std::string command_line(const json& command) {
-  if (!command.is_array()) return "-";
-  std::string line;
-  for (const json& arg : command) {
-    std::string text = arg.is_string() ? arg.get<std::string>() : arg.dump();
-    if (text.empty() || text.find_first_of(" \t\n'\"\\$`*?;&|<>()[]{}#~") != std::string::npos) {
-      std::string quoted = "'";
-      for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-      text = quoted + "'";
-    }
-    line += (line.empty() ? "" : " ") + text;
-  }
-  return line;
-}
-
-int job_status_command(const std::string& socket, const std::string& id, bool as_json) {
-  json reply;
-  if (int code = ask_or_report(socket, {{"verb", "job"}, {"job", id}}, kLeaderTimeout, reply)) {
-    return code;
-  }
-  const json& job = member(reply, "job");
-  if (as_json) {
-    std::cout << dump(job) << "\n";
-    return 0;
-  }
-  const json& spec = member(job, "spec");
-  std::cout << "job:      " << cell(job, "id") << "\n"
-            << "state:    " << cell(job, "state") << " (" << cell(job, "reason") << ")\n"
-            << "round:    " << cell(job, "round") << ", " << nodes_of(job) << " nodes, world "
-            << world_of(job) << ", store " << cell(job, "store_endpoint") << "\n"
-            << "restarts: " << cell(job, "restarts") << " of " << cell(spec, "max_restarts") << "\n"
-            << "user:     " << cell(spec, "user") << "\n"
-            << "command:  " << command_line(member(spec, "command")) << "\n";
-  // RESTARTS: the node's TORCHELASTIC_RESTART_COUNT (counted per node, as torchrun's agents).
-  std::vector<std::vector<std::string>> rows = {
-      {"NODE", "GENERATION", "SLOTS", "FIRST-RANK", "RESTARTS"}};
-  const json& ranks = member(job, "ranks");
-  if (ranks.is_array()) {
-    for (const json& r : ranks) {
-      rows.push_back({cell(r, "node"), cell(r, "generation"), cell(r, "slots"),
-                      cell(r, "first_rank"), cell(r, "restarts")});
-    }
-  }
-  if (rows.size() > 1) print_table(rows);
-  const json& events = member(job, "events");
-  if (events.is_array()) {
-    for (const json& event : events) print_event_line(event, "");
-  }
-  return 0;
-}
-
-// One recovery incident as a timeline (seconds after its earliest evidence; "-" unknown).
-void print_incident(const json& i) {
-  const auto point = [&](const char* key) -> std::string {
-    const json& value = member(i, key);
-    if (!value.is_number()) return "-";
-    char text[32];
-    std::snprintf(text, sizeof(text), "+%.2f s", value.get<double>());
-    return text;
-  };
-  const auto padded = [](std::string text) {
-    text.resize(std::max<std::size_t>(text.size(), 10), ' ');
-    return text;
-  };
-  std::cout << "\nincident " << cell(i, "id") << "  job " << str(i, "job") << "  "
-            << str(i, "cause") << (str(i, "node").empty() ? "" : " " + str(i, "node")) << "  round "
-            << cell(i, "from_round") << "  at " << local_time(num(i, "at_ms")) << "\n";
-  std::cout << "  detected      " << point("detected_s") << "\n";
-  std::cout << "  stopped       " << point("stopped_s") << "\n";
-  std::cout << "  rendezvous    " << padded(point("rendezvous_s"));
-  if (num(i, "to_round") > 0) {
-    std::cout << "  (round " << cell(i, "to_round") << ", " << cell(i, "to_nodes")
-              << (num(i, "to_nodes") == 1 ? " node)" : " nodes)");
-  }
-  std::cout << "\n  first step    " << padded(point("first_step_s"));
-  if (member(i, "resumed_from").is_number_integer()) {
-    const std::int64_t from = num(i, "resumed_from");
-    std::cout << "  ("
-              << (from < 0 ? std::string("started fresh")
-                           : "resumed from step " + std::to_string(from));
-    if (member(i, "steps_lost").is_number_integer()) {
-      std::cout << "; " << num(i, "steps_lost") << " steps lost";
-    }
-    std::cout << ")";
-  } else if (member(i, "progress_reports").is_boolean() && !flag(i, "progress_reports") &&
-             member(i, "rendezvous_s").is_number()) {
-    // A script that reports no progress has no first step to wait for (issue 16 item 6).
-    std::cout << "  (no progress reports: the workers started at the rendezvous)";
-  } else if (flag(i, "given_up")) {
-    std::cout << "  (given up: no first step reported)";
-  } else if (!flag(i, "complete")) {
-    std::cout << "  (in progress)";
-  }
-  std::cout << "\n";
-}
-
-int events_command(const std::string& socket, const std::string& job, std::int64_t limit,
-                   bool as_json) {
-  json request{{"verb", "events"}};
-  if (!job.empty()) request["job"] = job;
-  if (limit > 0) request["limit"] = limit;
-  json reply;
-  if (int code = ask_or_report(socket, request, kLeaderTimeout, reply)) return code;
-  if (as_json) {
-    std::cout << dump(reply) << "\n";
-    return 0;
-  }
-  // Job state changes and the leader's cluster events, merged by time.
-  std::vector<std::pair<std::int64_t, std::vector<std::string>>> lines;
-  const json& events = member(reply, "events");
-  if (events.is_array()) {
-    for (const json& e : events) {
-      lines.push_back(
-          {num(e, "at_ms"),
-           {local_time(num(e, "at_ms")), str(e, "job", job.empty() ? "-" : job), cell(e, "round"),
-            cell(e, "from") + "->" + cell(e, "to"), str(e, "reason")}});
-    }
-  }
-  const json& cluster = member(reply, "cluster");
-  if (cluster.is_array()) {
-    for (const json& e : cluster) {
-      const std::string node = str(e, "node");
-      lines.push_back({num(e, "at_ms"),
-                       {local_time(num(e, "at_ms")), str(e, "job").empty() ? "-" : str(e, "job"),
-                        "-", str(e, "kind") + (node.empty() ? "" : " " + node), str(e, "detail")}});
-    }
-  }
-  std::stable_sort(lines.begin(), lines.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::vector<std::string>> rows = {{"TIME", "JOB", "ROUND", "CHANGE", "REASON"}};
-  for (auto& line : lines) rows.push_back(std::move(line.second));
-  print_table(rows);
-  const json& incidents = member(reply, "incidents");
-  if (incidents.is_array()) {
-    for (const json& i : incidents) print_incident(i);
-  }
-  return 0;
-}
-
-// ---- submit --wait ------------------------------------------------------------------------
-
-// "fmnist-1: running (round 2, 3 nodes)"; the reason joins states where it explains them.
-std::string progress_line(const json& job) {
-  const std::string state = str(job, "state", "?");
-  std::string line = str(job, "id", "?") + ": " + state;
-  const std::int64_t round = num(job, "round");
-  const std::size_t nodes = nodes_of(job);
-  if (round > 0 || nodes > 0) {
-    line += " (round " + std::to_string(round) + ", " + std::to_string(nodes) +
-            (nodes == 1 ? " node)" : " nodes)");
-  }
-  const std::string reason = str(job, "reason");
-  if (!reason.empty() && state != "running") line += ": " + reason;
-  return line;
-}
-
-// Polls the job until it ends. Progress goes to stdout, or to stderr with --json so that stdout
-// is one JSON document (the final job object).
-int wait_for_job(const std::string& socket, const std::string& id, bool as_json) {
-  PatientAsker asker(socket, /*patient=*/true);
-  std::string last;
-  std::ostream& progress = as_json ? std::cerr : std::cout;
-  while (true) {
-    const Answer answer = asker.ask({{"verb", "job"}, {"job", id}});
-    if (answer.code != 0) {
-      std::cerr << "elasticctl: " << answer.error << "\n";
-      if (answer.code == cfg::kExitUnavailable) {
-        std::cerr << "elasticctl: gave up waiting for " << id
-                  << "; it may still be running (elasticctl status " << id << ")\n";
-      }
-      return answer.code;
-    }
-    const json& job = member(answer.reply, "job");
-    const std::string line = progress_line(job);
-    if (line != last) {
-      progress << line << std::endl;
-      last = line;
-    }
-    const std::string state = str(job, "state");
-    if (is_terminal(state)) {
-      if (as_json) std::cout << dump(job) << "\n";
-      if (state == "succeeded") return 0;
-      if (state == "failed") {
-        std::cerr << "elasticctl: job " << id << " failed: " << str(job, "reason", "no reason")
-                  << "\n";
-        return kExitJobFailed;
-      }
-      std::cerr << "elasticctl: job " << id << " was cancelled: " << str(job, "reason", "-")
-                << "\n";
-      return kExitJobCancelled;
-    }
-    std::this_thread::sleep_for(kPollInterval);
-  }
-}
-
-// ---- logs ---------------------------------------------------------------------------------
+// What one `elasticctl logs` shows (LogsVerb::run checks the combinations first).
+struct LogsOptions {
+  std::optional<std::uint32_t> rank;   // --rank: only this rank
+  std::optional<std::uint64_t> round;  // --round: this round's files, from every member daemon
+  bool all = false;                    // --all: every round's files, from every member daemon
+  bool follow = false;                 // --follow (current round only)
+  bool as_json = false;
+};
 
 // One rank's position in its current log file, and the tail of a line not yet ended.
 struct RankCursor {
@@ -760,35 +412,57 @@ class LogReader {
   std::optional<std::uint64_t> job_round_;           // the round of that rank map
 };
 
-// ---- keygen -------------------------------------------------------------------------------
+}  // namespace
 
-int keygen_command(const std::string& dir, const std::string& name, bool client) {
-  auto keys = elastic::transport::generate_curve_keypair();
-  if (!keys.ok()) {
-    std::cerr << "elasticctl: " << keys.error().message << "\n";
-    return cfg::kExitUnavailable;
-  }
-  const elastic::Status written = elastic::transport::write_curve_keypair(dir, name, *keys);
-  if (!written.ok()) {
-    std::cerr << "elasticctl: " << written.error().message << "\n";
-    return kExitCantCreate;
-  }
-  if (client) {
-    std::cout << "wrote " << dir << "/" << name << ".key (your secret key for elasticctl "
-              << "--client-key, mode 0600) and " << dir << "/" << name << ".pub (an admin "
-              << "copies it into the daemon's control.client_keys_dir as " << name
-              << ".pub; the file name is the user the key acts as)\n";
-    return 0;
-  }
-  std::cout << "wrote " << dir << "/" << name << ".key (secret, mode 0600) and " << dir << "/"
-            << name << ".pub (public: copy it into every node's transport.public_keys_dir)\n";
-  return 0;
+void LogsVerb::add(CLI::App& app) {
+  logs_ = app.add_subcommand(
+      "logs",
+      "Show a job's worker output: every rank of the current round, each line prefixed "
+      "[rank N], or one rank raw; --round R or --all: that round's or every round's output "
+      "wherever it ran (a member that does not answer is named in a warning, exit status "
+      "unchanged)");
+  logs_->add_option("job", job_, "The job id")->required();
+  rank_opt_ = logs_->add_option("--rank", rank_, "Only this rank, unprefixed");
+  logs_->add_flag("-f,--follow", follow_,
+                  "Keep printing new output of the current round until the job ends");
+  round_opt_ = logs_->add_option("--round", round_,
+                                 "Only this round's output, every rank of it (wherever it ran)");
+  logs_->add_flag("--all", all_,
+                  "Every round's output, round then rank, each line prefixed "
+                  "[round R rank N]");
+  add_json_flag(logs_, as_json_);
 }
 
-// ---- logs -------------------------------------------------------------------------------------
+bool LogsVerb::parsed() const { return logs_->parsed(); }
 
-int logs_command(const std::string& socket, const std::string& job, const LogsOptions& options) {
-  return LogReader(socket, job, options).run();
+int LogsVerb::run(const std::string& socket) const {
+  LogsOptions options;
+  options.all = all_;
+  options.follow = follow_;
+  options.as_json = as_json_;
+  if (rank_opt_->count() > 0) options.rank = rank_;
+  if (round_opt_->count() > 0) {
+    std::uint64_t round = 0;
+    const char* end = round_.data() + round_.size();
+    const auto parsed = std::from_chars(round_.data(), end, round);
+    if (round_.empty() || parsed.ec != std::errc() || parsed.ptr != end) {
+      std::cerr << "elasticctl: --round must be a round number (0, 1, 2, ...; elasticctl "
+                   "status JOB shows the current one), not \""
+                << round_ << "\"\n";
+      return cfg::kExitUsage;
+    }
+    options.round = round;
+  }
+  if (options.round && options.all) {
+    std::cerr << "elasticctl: logs takes --round R or --all, not both\n";
+    return cfg::kExitUsage;
+  }
+  if (follow_ && (options.round || options.all)) {
+    std::cerr << "elasticctl: --follow reads the current round; it does not combine with "
+              << (options.all ? "--all" : "--round") << "\n";
+    return cfg::kExitUsage;
+  }
+  return LogReader(socket, job_, options).run();
 }
 
 }  // namespace elastic::ctl
