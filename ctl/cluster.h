@@ -1,11 +1,11 @@
-// elasticctl's cluster verbs: `nodes` (the member table the local daemon knows) and
-// `nodes --topology` (this host's binding plan), and the admin verbs the leader serves:
-// `drain NODE [--reason T]` / `undrain NODE` (stop / resume placing new rounds on a node),
-// `voters [add|remove NODE]` (the Raft voters, changed one at a time), `reload` (the local
-// daemon re-reads its config file and says how it went; 78 when it refused the file). Each
-// prints a human table or line, or the daemon's JSON with --json, and returns the exit code
-// (ctl/main.cc lists them). The object binds its options to its own members: keep it in place
-// from add_* to run().
+// elasticctl's cluster verbs: `nodes` (the member table the local daemon knows), `nodes
+// --topology` (this host's binding plan), `voters` (the Raft voters) and, for root and
+// control.admin_group only, `voters add|remove NODE` (one change at a time), `drain NODE
+// [--reason T]` / `undrain NODE` (stop / resume placing new rounds on a node) and `reload` (the
+// local daemon re-reads its config file and says how it went; 78 when it refused the file).
+// voters, drain and undrain go through the Raft leader. Each prints a table or one line, or the
+// daemon's JSON with --json, and returns the exit code (ctl/main.cc lists them). The object
+// binds its options to its own members: keep it in place from add_* to run().
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -2,9 +2,9 @@
 // rounds) or `status JOB` (one job: state, round, ranks, command, its state changes), `jobs`
 // (every job the leader knows), `cancel JOB` (its owner, root or control.admin_group) and
 // `events [JOB] [--limit N]` (job state changes, the leader's cluster events and recovery
-// incident timelines, oldest first). The job verbs are forwarded by the local daemon to the
-// Raft leader. Each prints a human table, or the daemon's JSON with --json, and returns the exit
-// code (ctl/main.cc lists them). The object binds its options to its own members: keep it in
+// incident timelines, oldest first). All but `status` without JOB are forwarded by the local daemon
+// to the Raft leader. Each prints a human table, or the daemon's JSON with --json, and returns the
+// exit code (ctl/main.cc lists them). The object binds its options to its own members: keep it in
 // place from add_* to run().
 #pragma once
 
