@@ -466,29 +466,16 @@ int run(int incidents, int idle_s) {
     for (int i = 0; i < incidents && !g_stop.load() && failed.empty(); ++i) {
       std::cerr << kind << " incident " << i + 1 << "/" << incidents << "\n";
       try {
-        const std::vector<std::string> submit = {"--name",
-                                                 "bench" + std::to_string(++serial),
-                                                 "--nodes",
-                                                 "2:3",
-                                                 "--max-restarts",
-                                                 "1000",
-                                                 "--",
-                                                 ELASTIC_TRAINER_PATH,
-                                                 "--model",
-                                                 "fmnist",
-                                                 "--threads",
-                                                 "1",
-                                                 "--batch-size",
-                                                 "32",
-                                                 "--train-limit",
-                                                 "8192",
-                                                 "--no-eval",
-                                                 "--checkpoint-interval",
-                                                 "10",
-                                                 "--log-interval",
-                                                 "1",
-                                                 "--epochs",
-                                                 "100000"};
+        std::vector<std::string> submit = {"--name",
+                                           "bench" + std::to_string(++serial),
+                                           "--nodes",
+                                           "2:3",
+                                           "--max-restarts",
+                                           "1000",
+                                           "--"};
+        for (auto& arg : elastic::netns::small_fmnist_trainer(ELASTIC_TRAINER_PATH, 10, 100000)) {
+          submit.push_back(arg);
+        }
         const auto submitted = daemons.submit_job(leader_host(daemons, all_hosts()), submit);
         if (submitted.exit_code != 0 || submitted.id.empty()) fail("submit: " + submitted.output);
         const std::string id = submitted.id;

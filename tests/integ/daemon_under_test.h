@@ -1,7 +1,9 @@
-// An elasticd under test on 127.0.0.1 (integration tier), shared by the node and consensus
-// integration tests: its files live in <TempDir>/<name>/, it binds port 0 and its address comes
-// from its readiness line, and elasticctl reads it over its control socket. Header-only test
-// support; every wait polls with a deadline.
+// An elasticd under test on 127.0.0.1 (integration tier), shared by the integration tests: its
+// files live in <TempDir>/<name>/, it binds port 0 and its address comes from its readiness line,
+// and elasticctl reads it over its control socket. With it, what several tests would otherwise
+// repeat: elasticctl on a daemon (elasticctl_on, ctl_json), its views (members_of, sees,
+// all_alive), a two-daemon cluster (DaemonPair) and an incident wait. Header-only test support;
+// every wait polls with a deadline.
 //
 // CURVE is on, as in production: each Daemon gets its own key pair (`elasticctl keygen`) in
 // <TempDir>/<name>/keys/ and publishes its .pub in the test's shared allow-list
@@ -29,6 +31,9 @@ namespace elastic::testing {
 
 inline constexpr auto kConverge = std::chrono::seconds(20);
 inline constexpr auto kReady = std::chrono::seconds(10);
+// The interpreter the Python tests run their jobs with: the system one, the same whoever runs
+// the test and whichever user a worker runs as (a test skips when it is not installed).
+inline constexpr const char* kPython = "/usr/bin/python3";
 
 // Short SWIM timers so a test sees joins and deaths within seconds.
 inline const std::vector<std::string> kFastMembership = {
@@ -184,6 +189,33 @@ inline RunResult elasticctl_on(const Daemon& daemon, const std::vector<std::stri
   return run(argv, {}, timeout);
 }
 
+// The JSON reply of `elasticctl ARGS` (ARGS asking for --json) on `daemon`, run as root through
+// elasticctl_on; null when elasticctl failed or printed no JSON, so a poll simply tries again.
+inline nlohmann::json ctl_json(const Daemon& daemon, const std::vector<std::string>& args) {
+  const RunResult r = elasticctl_on(daemon, args);
+  if (!r.status.exited_with(0)) return nullptr;
+  const nlohmann::json reply = nlohmann::json::parse(r.out, nullptr, false);
+  return reply.is_discarded() ? nlohmann::json(nullptr) : reply;
+}
+
+// Polls `elasticctl events JOB --json` on `daemon` until the job's first incident is complete;
+// false after `timeout`. `incident` is the first incident last read (null before there is one),
+// for the failure message and the test's checks.
+inline bool wait_first_incident_complete(const Daemon& daemon, const std::string& job,
+                                         nlohmann::json& incident,
+                                         std::chrono::milliseconds timeout) {
+  return wait_until(
+      [&] {
+        const nlohmann::json reply = ctl_json(daemon, {"events", job, "--json"});
+        if (reply.is_null() || !reply["incidents"].is_array() || reply["incidents"].empty()) {
+          return false;
+        }
+        incident = reply["incidents"][0];
+        return incident["complete"] == true;
+      },
+      timeout);
+}
+
 struct MemberSeen {
   std::string state;
   std::uint64_t generation = 0;
@@ -246,5 +278,28 @@ inline std::string describe(const std::vector<Daemon*>& daemons) {
   }
   return text;
 }
+
+// Two daemons in `dir`: n1 (seeded by nobody, so the default single voter and leader) and n2
+// seeded from n1, each with `settings`. The constructor starts them in that order and waits
+// (kConverge) until each sees both alive; a test failure with both views otherwise.
+struct DaemonPair {
+  explicit DaemonPair(const TempDir& dir, const std::vector<std::string>& settings = {})
+      : n1(dir, "n1", {}) {
+    for (const std::string& s : settings) n1.set(s);
+    n1.start();
+    n2 = std::make_unique<Daemon>(dir, "n2", std::vector<std::string>{n1.seed()});
+    for (const std::string& s : settings) n2->set(s);
+    n2->start();
+    EXPECT_TRUE(wait_until(
+        [&] {
+          return all_alive({&n1, n2.get()});
+        },
+        kConverge))
+        << describe({&n1, n2.get()});
+  }
+
+  Daemon n1;
+  std::unique_ptr<Daemon> n2;  // made once n1 has an address to seed it from
+};
 
 }  // namespace elastic::testing

@@ -33,36 +33,13 @@ std::vector<std::string> ctl_args(const Daemon& daemon, std::vector<std::string>
   return argv;
 }
 
-json ctl_json(const Daemon& daemon, std::vector<std::string> args) {
-  const RunResult r = elasticctl(ctl_args(daemon, std::move(args)));
-  if (!r.status.exited_with(0)) return nullptr;
-  const json reply = json::parse(r.out, nullptr, false);
-  return reply.is_discarded() ? json(nullptr) : reply;
-}
-
-struct Pair {
-  TempDir dir;
-  Daemon n1{dir, "n1", {}};
-  std::unique_ptr<Daemon> n2;
-  Pair() {
-    n1.start();
-    n2 = std::make_unique<Daemon>(dir, "n2", std::vector<std::string>{n1.seed()});
-    n2->start();
-    EXPECT_TRUE(wait_until(
-        [&] {
-          return all_alive({&n1, n2.get()});
-        },
-        kConverge))
-        << describe({&n1, n2.get()});
-  }
-};
-
 double seconds(const json& incident, const char* key) {
   return incident[key].is_number() ? incident[key].get<double>() : -1.0;
 }
 
 TEST(EventsInteg, AWorkerCrashHasACompleteIncidentTimeline) {
-  Pair p;
+  TempDir dir;
+  DaemonPair p(dir);
   const RunResult submitted = elasticctl(ctl_args(
       *p.n2, {"submit", "--name", "steps", "--nodes", "2:2", "--max-restarts", "3",
               "--restart-backoff", "0s", "--env", "CRASH_RANK=1", "--", PROGRESS_WORKER_PATH}));
@@ -71,16 +48,7 @@ TEST(EventsInteg, AWorkerCrashHasACompleteIncidentTimeline) {
   // Round 1: rank 1 exits 3 after 1.5 s; round 2 (a restart on the same two nodes) resumes
   // "from step 5" and keeps reporting steps.
   json incident;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const json reply = ctl_json(*p.n2, {"events", id, "--json"});
-        if (reply.is_null() || !reply["incidents"].is_array() || reply["incidents"].empty()) {
-          return false;
-        }
-        incident = reply["incidents"][0];
-        return incident["complete"] == true;
-      },
-      kRecover))
+  ASSERT_TRUE(wait_first_incident_complete(*p.n2, id, incident, kRecover))
       << incident.dump() << "\n"
       << p.n1.process().err();
   EXPECT_EQ(incident["job"], id);
@@ -255,7 +223,8 @@ TEST(EventsInteg, TheLeadersLossIsOneLostNodeInTheJobsReason) {
 
 TEST(EventsInteg, ProgressFromAUserWhoDoesNotOwnTheJobIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to send progress as another uid";
-  Pair p;
+  TempDir dir;
+  DaemonPair p(dir);
   const RunResult submitted = elasticctl(
       ctl_args(p.n1, {"submit", "--name", "mine", "--nodes", "1:1", "--", "/bin/sleep", "600"}));
   ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
@@ -279,7 +248,7 @@ TEST(EventsInteg, ProgressFromAUserWhoDoesNotOwnTheJobIsRefused) {
       },
       kRecover));
   // Other users must reach the control socket: open the test's own directories to them.
-  if (const std::string closed = p.dir.share_with_others(host->socket()); !closed.empty()) {
+  if (const std::string closed = dir.share_with_others(host->socket()); !closed.empty()) {
     GTEST_SKIP() << closed << " does not let other users through (set TMPDIR to one that does)";
   }
   const std::map<std::string, std::string> env = {{"ELASTIC_CONTROL_SOCKET", host->socket()},

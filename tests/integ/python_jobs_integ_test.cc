@@ -24,6 +24,7 @@
 #include "tests/integ/daemon_under_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wall_clock.h"
 
 namespace elastic::testing {
 namespace {
@@ -31,19 +32,7 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr auto kRecover = std::chrono::seconds(60);
-
-json ctl_json(const Daemon& daemon, const std::vector<std::string>& args) {
-  const RunResult r = elasticctl_on(daemon, args);
-  if (!r.status.exited_with(0)) return nullptr;
-  const json reply = json::parse(r.out, nullptr, false);
-  return reply.is_discarded() ? json(nullptr) : reply;
-}
-
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 TEST(PythonJobs, APrintWithoutFlushIsInTheLogsWithinASecond) {
   if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";

@@ -38,16 +38,8 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr auto kRecover = std::chrono::seconds(60);
 const std::string kPythonDir = std::string(ELASTIC_SOURCE_DIR) + "/python";
-
-json ctl_json(const Daemon& daemon, const std::vector<std::string>& args) {
-  const RunResult r = elasticctl_on(daemon, args);
-  if (!r.status.exited_with(0)) return nullptr;
-  const json reply = json::parse(r.out, nullptr, false);
-  return reply.is_discarded() ? json(nullptr) : reply;
-}
 
 // A daemon whose workers find the module in the source tree, as an installed one finds it in
 // <prefix>/share/elastic/python.
@@ -101,18 +93,8 @@ TEST(PythonWorker, ACrashedScriptsRecoveryHasAFirstStepFromTheModule) {
   ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
   const std::string id = "py-1";
   json incident;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const json reply = ctl_json(*n1, {"events", id, "--json"});
-        if (reply.is_null() || !reply["incidents"].is_array() || reply["incidents"].empty()) {
-          return false;
-        }
-        incident = reply["incidents"][0];
-        return incident["complete"] == true;
-      },
-      kRecover))
-      << incident.dump() << "\n"
-      << n1->process().err();
+  ASSERT_TRUE(wait_first_incident_complete(*n1, id, incident, kRecover)) << incident.dump() << "\n"
+                                                                         << n1->process().err();
   EXPECT_EQ(incident["cause"], "worker_failed");
   EXPECT_EQ(incident["to_round"], 2);
   EXPECT_EQ(incident["progress_reports"], true) << incident.dump();

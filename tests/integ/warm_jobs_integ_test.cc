@@ -27,7 +27,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr auto kLong = std::chrono::seconds(90);
 
 bool have_torch() {

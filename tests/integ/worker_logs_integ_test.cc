@@ -41,38 +41,13 @@ constexpr auto kRuns = std::chrono::seconds(60);
 constexpr int kAlice = 65531;
 constexpr int kBob = 65530;
 
-json ctl_json(const Daemon& daemon, const std::vector<std::string>& args) {
-  const RunResult r = elasticctl_on(daemon, args);
-  if (!r.status.exited_with(0)) return nullptr;
-  const json reply = json::parse(r.out, nullptr, false);
-  return reply.is_discarded() ? json(nullptr) : reply;
-}
-
 // Two daemons of one CPU slot each, n1 the voter, with untimestamped worker output (the lines
 // are compared as printed) plus `extra` settings.
-struct Pair {
-  explicit Pair(const TempDir& dir, const std::vector<std::string>& extra = {})
-      : n1(dir, "n1", {}) {
-    configure(n1, extra);
-    n1.start();
-    n2 = std::make_unique<Daemon>(dir, "n2", std::vector<std::string>{n1.seed()});
-    configure(*n2, extra);
-    n2->start();
-    EXPECT_TRUE(wait_until(
-        [&] {
-          return all_alive({&n1, n2.get()});
-        },
-        kConverge))
-        << describe({&n1, n2.get()});
-  }
-  static void configure(Daemon& d, const std::vector<std::string>& extra) {
-    d.set("node.cpu_slots=1");
-    d.set("spawner.log_timestamps=false");
-    for (const std::string& s : extra) d.set(s);
-  }
-  Daemon n1;
-  std::unique_ptr<Daemon> n2;
-};
+std::vector<std::string> pair_settings(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> settings = {"node.cpu_slots=1", "spawner.log_timestamps=false"};
+  settings.insert(settings.end(), extra.begin(), extra.end());
+  return settings;
+}
 
 // The job as `status JOB --json` shows it (null when it does not answer).
 json job_of(const Daemon& daemon, const std::string& id) {
@@ -91,7 +66,7 @@ std::size_t at(const std::string& text, const std::string& needle) { return text
 // round 2 starts, and both rounds of both ranks are read from either daemon.
 TEST(WorkerLogs, EveryRoundOfEveryRankIsReadableFromEitherDaemon) {
   TempDir dir;
-  Pair pair(dir);
+  DaemonPair pair(dir, pair_settings());
   Daemon& n1 = pair.n1;
   Daemon& n2 = *pair.n2;
   const std::string marker = dir.file("failed-once");
@@ -204,7 +179,7 @@ TEST(WorkerLogs, ALostMembersLogsReturnWithItsDaemonForTheOwnerOnly) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as another user";
   TempDir dir;
   ::chmod(dir.path().c_str(), 0755);
-  Pair pair(dir);
+  DaemonPair pair(dir, pair_settings());
   Daemon& n1 = pair.n1;
   const RunResult submitted = elasticctl_on(
       n1,
@@ -269,7 +244,7 @@ TEST(WorkerLogs, ALostMembersLogsReturnWithItsDaemonForTheOwnerOnly) {
 TEST(WorkerLogs, ASharedLogRootServesADeadDaemonsOutput) {
   TempDir dir;
   const std::string shared = dir.file("shared-logs");
-  Pair pair(dir, {"spawner.log_root=" + shared});
+  DaemonPair pair(dir, pair_settings({"spawner.log_root=" + shared}));
   Daemon& n1 = pair.n1;
   const RunResult submitted =
       elasticctl_on(n1, {"submit", "--name", "shared", "--nodes", "2:2", "--", "/bin/sh", "-c",

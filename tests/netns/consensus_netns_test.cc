@@ -14,7 +14,7 @@
 #include <set>
 
 #include "tests/netns/daemon_cluster.h"
-#include "tests/netns/netns_cluster.h"
+#include "tests/netns/daemon_cluster_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -38,45 +38,27 @@ std::vector<int> all_but(const std::vector<int>& excluded) {
   return hosts;
 }
 
-std::vector<int> all_hosts() { return all_but({}); }
-
 bool has_prefix(const std::vector<std::string>& ids, const std::string& prefix) {
   return std::any_of(ids.begin(), ids.end(),
                      [&](const std::string& id) { return id.rfind(prefix, 0) == 0; });
 }
 
-class ConsensusNetnsTest : public ::testing::Test {
+class ConsensusNetnsTest : public DaemonClusterTest {
  protected:
+  ConsensusNetnsTest() : DaemonClusterTest({.hosts = kHosts}) {}
+
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
-    const auto environment = NetnsCluster::check_environment();
-    ASSERT_TRUE(environment.ok()) << environment.error().message;
-    auto hosts = NetnsCluster::create(kHosts);
-    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
-    hosts_ = std::move(hosts).value();
-    daemons_ = std::make_unique<DaemonCluster>(*hosts_, ELASTICD_PATH, ELASTICCTL_PATH,
-                                               work_.path(), short_timers(), short_raft_timers());
+    DaemonClusterTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_EQ(daemons_->voters(), (std::vector<int>{0, 1, 2}));
-    const auto started = daemons_->start_all();
-    ASSERT_TRUE(started.ok()) << started.error().message;
-    ASSERT_TRUE(daemons_->wait_all_see(all_hosts(), all_hosts(), "alive", 30s))
-        << "the five daemons did not converge:\n"
-        << daemons_->describe(all_hosts());
+    start_converged();
+    if (HasFatalFailure()) return;
     leader_ = daemons_->wait_leader(all_hosts(), kElect);
     ASSERT_FALSE(leader_.empty()) << "no leader was elected:\n"
                                   << daemons_->describe_raft(all_hosts());
   }
 
-  void TearDown() override {
-    if (HasFailure() && daemons_) {
-      std::cerr << daemons_->describe_raft(all_hosts());
-      for (int host = 0; host < kHosts; ++host) {
-        std::cerr << "---- elasticd h" << host << " ----\n" << daemons_->log(host) << "\n";
-      }
-    }
-    daemons_.reset();  // daemons first, then their namespaces
-    hosts_.reset();
-  }
+  void failure_context(std::ostream& out) override { out << daemons_->describe_raft(all_hosts()); }
 
   // Submits through `host`, expecting acceptance; returns the job id ("" on failure).
   std::string submit_ok(int host, const std::string& name) {
@@ -114,9 +96,6 @@ class ConsensusNetnsTest : public ::testing::Test {
     ASSERT_TRUE(daemons_->daemon(host).wait(10s).has_value());
   }
 
-  testing::TempDir work_;
-  std::unique_ptr<NetnsCluster> hosts_;
-  std::unique_ptr<DaemonCluster> daemons_;
   std::string leader_;  // elected in SetUp
 };
 

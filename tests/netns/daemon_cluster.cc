@@ -523,6 +523,26 @@ std::vector<WorkerProc> find_workers(const std::string& job_id) {
   return found;
 }
 
+std::vector<std::string> small_fmnist_trainer(const std::string& trainer, int checkpoint_interval,
+                                              int epochs) {
+  return {trainer,
+          "--model",
+          "fmnist",
+          "--threads",
+          "1",
+          "--batch-size",
+          "32",
+          "--train-limit",
+          "8192",
+          "--no-eval",
+          "--checkpoint-interval",
+          std::to_string(checkpoint_interval),
+          "--log-interval",
+          "1",
+          "--epochs",
+          std::to_string(epochs)};
+}
+
 std::string_view without_log_stamp(std::string_view line) {
   // "YYYY-MM-DDTHH:MM:SS.mmmZ " (spawner.h, Logs).
   constexpr std::size_t kStamp = 25;

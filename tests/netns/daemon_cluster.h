@@ -188,6 +188,13 @@ struct TrainerLine {
   std::string text;  // the line itself
 };
 
+// argv of elastic-trainer (`trainer`, its path) on a small Fashion-MNIST subset, quick to load on
+// a CPU: one thread, batches of 32, 8192 training images, no evaluation, a JSON line per step
+// (for trainer_lines()) and a checkpoint every `checkpoint_interval` steps, for `epochs` epochs.
+// The namespace job tests and the recovery bench run it.
+std::vector<std::string> small_fmnist_trainer(const std::string& trainer, int checkpoint_interval,
+                                              int epochs);
+
 // A worker log line without the time stamp the spawner starts it with
 // ("2026-11-26T21:47:31.123Z ", spawner.log_timestamps, on by default); other lines as they are.
 std::string_view without_log_stamp(std::string_view line);

@@ -34,7 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/netns/daemon_cluster.h"
-#include "tests/netns/netns_cluster.h"
+#include "tests/netns/daemon_cluster_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -45,9 +45,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
 constexpr int kHosts = 3;
-const std::vector<int> kAll = {0, 1, 2};
-// Daemons converge and elect within seconds; the slack is for a loaded 2-core machine.
-constexpr milliseconds kConverge = 30s;
 // Submit -> every worker running and training (the trainer loads the data set and meets its
 // peers through the store first).
 constexpr milliseconds kTrains = 90s;
@@ -58,22 +55,7 @@ constexpr uid_t kNobody = 65534;
 // The trainer: small batches and a subset of Fashion-MNIST (quick to load), a checkpoint every
 // 5 steps and a line per step, so every incident finds fresh checkpoints and progress is visible.
 std::vector<std::string> trainer(const std::string& extra_steps_flag) {
-  std::vector<std::string> argv = {ELASTIC_TRAINER_PATH,
-                                   "--model",
-                                   "fmnist",
-                                   "--threads",
-                                   "1",
-                                   "--batch-size",
-                                   "32",
-                                   "--train-limit",
-                                   "8192",
-                                   "--no-eval",
-                                   "--checkpoint-interval",
-                                   "5",
-                                   "--log-interval",
-                                   "1",
-                                   "--epochs",
-                                   "1000"};
+  std::vector<std::string> argv = small_fmnist_trainer(ELASTIC_TRAINER_PATH, 5, 1000);
   if (!extra_steps_flag.empty()) {
     argv.push_back("--max-steps");
     argv.push_back(extra_steps_flag);
@@ -81,27 +63,18 @@ std::vector<std::string> trainer(const std::string& extra_steps_flag) {
   return argv;
 }
 
-std::string tail(const std::string& text, std::size_t bytes) {
-  return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
-}
-
-class JobNetnsTest : public ::testing::Test {
+class JobNetnsTest : public DaemonClusterTest {
  protected:
+  // The work dir holds every host's control socket and the checkpoints: reachable and the
+  // checkpoint root writable by the non-root submitter of NonRootSubmitterRunsAsSelf.
+  JobNetnsTest() : DaemonClusterTest({.hosts = kHosts, .share_work_dir = true, .log_tail = 6000}) {}
+
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
-    const auto environment = NetnsCluster::check_environment();
-    ASSERT_TRUE(environment.ok()) << environment.error().message;
-    auto hosts = NetnsCluster::create(kHosts);
-    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
-    hosts_ = std::move(hosts).value();
-    // The work dir holds every host's control socket and the checkpoints: reachable and the
-    // checkpoint root writable by the non-root submitter of NonRootSubmitterRunsAsSelf.
-    ::chmod(work_.path().c_str(), 0755);
+    DaemonClusterTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     checkpoints_ = work_.path() + "/checkpoints";
     std::filesystem::create_directories(checkpoints_);
     ::chmod(checkpoints_.c_str(), 01777);
-    daemons_ = std::make_unique<DaemonCluster>(*hosts_, ELASTICD_PATH, ELASTICCTL_PATH,
-                                               work_.path(), short_timers(), short_raft_timers());
   }
 
   // Starts the three daemons with the tests' job settings plus `extra` overrides.
@@ -113,41 +86,31 @@ class JobNetnsTest : public ::testing::Test {
     };
     sets.insert(sets.end(), extra.begin(), extra.end());
     daemons_->set_overrides(sets);
-    const auto started = daemons_->start_all();
-    ASSERT_TRUE(started.ok()) << started.error().message;
-    ASSERT_TRUE(daemons_->wait_all_see(kAll, kAll, "alive", kConverge))
-        << "the daemons did not converge:\n"
-        << daemons_->describe(kAll);
-    leader_ = daemons_->wait_leader(kAll, kConverge);
-    ASSERT_FALSE(leader_.empty()) << "no leader was elected:\n" << daemons_->describe_raft(kAll);
+    start_converged();
+    if (HasFatalFailure()) return;
+    leader_ = daemons_->wait_leader(all_hosts(), kConverge);
+    ASSERT_FALSE(leader_.empty()) << "no leader was elected:\n"
+                                  << daemons_->describe_raft(all_hosts());
   }
 
-  void TearDown() override {
-    if (HasFailure() && daemons_) {
-      for (const auto& id : jobs_) {
-        for (const int host : kAll) {
-          if (!daemons_->running(host)) continue;
-          const auto view = daemons_->job(host, id);
-          std::cerr << "---- job " << id << " through h" << host << ": "
-                    << (view.ok() ? view->json : view.error().message) << "\n";
-          break;
-        }
-        for (const int host : kAll) {
-          std::cerr << "---- worker logs of " << id << " on h" << host << " (daemon lines):\n"
-                    << tail(daemons_->daemon_log_lines(host, id), 3000);
-        }
-        for (const auto& worker : find_workers(id)) {
-          std::cerr << "---- worker left: pid " << worker.pid << " " << worker.node << " rank "
-                    << worker.rank << " round " << worker.round << "\n";
-        }
+  void failure_context(std::ostream& out) override {
+    for (const auto& id : jobs_) {
+      for (const int host : all_hosts()) {
+        if (!daemons_->running(host)) continue;
+        const auto view = daemons_->job(host, id);
+        out << "---- job " << id << " through h" << host << ": "
+            << (view.ok() ? view->json : view.error().message) << "\n";
+        break;
       }
-      for (const int host : kAll) {
-        std::cerr << "---- elasticd h" << host << " ----\n"
-                  << tail(daemons_->log(host), 6000) << "\n";
+      for (const int host : all_hosts()) {
+        out << "---- worker logs of " << id << " on h" << host << " (daemon lines):\n"
+            << tail(daemons_->daemon_log_lines(host, id), 3000);
+      }
+      for (const auto& worker : find_workers(id)) {
+        out << "---- worker left: pid " << worker.pid << " " << worker.node << " rank "
+            << worker.rank << " round " << worker.round << "\n";
       }
     }
-    daemons_.reset();  // daemons first (their workers die with them), then the namespaces
-    hosts_.reset();
   }
 
   // Submits through `host`; fails the test unless accepted. Returns the id.
@@ -162,7 +125,7 @@ class JobNetnsTest : public ::testing::Test {
 
   // The first host whose daemon runs (ctl calls go there).
   int any_running() const {
-    for (const int host : kAll) {
+    for (const int host : all_hosts()) {
       if (daemons_->running(host)) return host;
     }
     return 0;
@@ -231,17 +194,14 @@ class JobNetnsTest : public ::testing::Test {
 
   // A node of `view`'s round that is not the Raft leader.
   std::string non_leader(const JobView& view) {
-    const std::string leader = daemons_->wait_leader(kAll, kConverge);
+    const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
     for (auto it = view.ranks.rbegin(); it != view.ranks.rend(); ++it) {
       if (it->node != leader) return it->node;
     }
     return "";
   }
 
-  testing::TempDir work_;
   std::string checkpoints_;
-  std::unique_ptr<NetnsCluster> hosts_;
-  std::unique_ptr<DaemonCluster> daemons_;
   std::string leader_;
   std::vector<std::string> jobs_;  // submitted, for failure messages
 };
@@ -319,7 +279,7 @@ TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   const std::string victim = non_leader(first);
   ASSERT_FALSE(victim.empty());
   const int v = daemons_->host_of(victim);
-  const int leader = daemons_->host_of(daemons_->wait_leader(kAll, kConverge));
+  const int leader = daemons_->host_of(daemons_->wait_leader(all_hosts(), kConverge));
   daemons_->daemon(v).signal(SIGKILL);
   ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
 
@@ -428,7 +388,7 @@ TEST_F(JobNetnsTest, MinorityIsFenced) {
   const std::string minority = non_leader(first);
   const int m = daemons_->host_of(minority);
   std::vector<int> majority;
-  for (const int host : kAll) {
+  for (const int host : all_hosts()) {
     if (host != m) majority.push_back(host);
   }
   const auto fenced = workers_on(job, minority);
@@ -476,7 +436,7 @@ TEST_F(JobNetnsTest, TwoJobsUseDisjointSlots) {
   }
   ASSERT_TRUE(testing::wait_until(
       [&] { return workers_on(a, "").size() == 3 && workers_on(b, "").size() == 3; }, 30s));
-  for (const int host : kAll) {
+  for (const int host : all_hosts()) {
     const auto left = workers_on(a, DaemonCluster::name(host));
     const auto right = workers_on(b, DaemonCluster::name(host));
     ASSERT_EQ(left.size(), 1u);

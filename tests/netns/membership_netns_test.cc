@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "tests/netns/daemon_cluster.h"
-#include "tests/netns/netns_cluster.h"
+#include "tests/netns/daemon_cluster_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -31,40 +31,22 @@ std::vector<int> all_but(int excluded) {
   return hosts;
 }
 
-std::vector<int> all_hosts() { return all_but(-1); }
-
-class MembershipNetnsTest : public ::testing::Test {
+class MembershipNetnsTest : public DaemonClusterTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
-    const auto environment = NetnsCluster::check_environment();
-    ASSERT_TRUE(environment.ok()) << environment.error().message;
-    auto hosts = NetnsCluster::create(kHosts);
-    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
-    hosts_ = std::move(hosts).value();
-    daemons_ = std::make_unique<DaemonCluster>(*hosts_, ELASTICD_PATH, ELASTICCTL_PATH,
-                                               work_.path(), timers_);
-    const auto started = daemons_->start_all();
-    ASSERT_TRUE(started.ok()) << started.error().message;
-    ASSERT_TRUE(daemons_->wait_all_see(all_hosts(), all_hosts(), "alive", 30s))
-        << "the five daemons did not converge:\n"
-        << daemons_->describe(all_hosts());
-  }
+  MembershipNetnsTest()
+      : DaemonClusterTest(
+            {.hosts = kHosts, .timers = short_timers(), .raft = default_raft_timers()}) {}
 
-  void TearDown() override {
-    if (HasFailure() && daemons_) {
-      for (int host = 0; host < kHosts; ++host) {
-        std::cerr << "---- elasticd h" << host << " ----\n" << daemons_->log(host) << "\n";
-      }
-    }
-    daemons_.reset();  // daemons first, then their namespaces
-    hosts_.reset();
+  void SetUp() override {
+    DaemonClusterTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    start_converged();
   }
 
   // Time for every survivor to declare a silent node dead: a probe round over the members, the
   // longest (unconfirmed) suspicion timeout, dissemination, plus slack for a loaded machine.
   milliseconds death_deadline() const {
-    return timers_.probe_interval * kHosts + timers_.max_suspicion(kHosts) + 10s;
+    return timers().probe_interval * kHosts + timers().max_suspicion(kHosts) + 10s;
   }
 
   // Polls every view in `observers` until `period` has passed; false (with `why`) as soon as
@@ -102,11 +84,6 @@ class MembershipNetnsTest : public ::testing::Test {
           << DaemonCluster::name(host) << " logged a death";
     }
   }
-
-  Timers timers_ = short_timers();
-  testing::TempDir work_;
-  std::unique_ptr<NetnsCluster> hosts_;
-  std::unique_ptr<DaemonCluster> daemons_;
 };
 
 TEST_F(MembershipNetnsTest, FiveDaemonsJoinAndConverge) {
@@ -140,14 +117,14 @@ TEST_F(MembershipNetnsTest, StopShorterThanTheSuspicionTimeoutIsNeverADeath) {
   const int victim = 3;
   // Half the shortest suspicion timeout: even a suspicion raised at once, fully confirmed,
   // cannot expire before the node is back to refute it.
-  const milliseconds stop = timers_.min_suspicion(kHosts) / 2;
+  const milliseconds stop = timers().min_suspicion(kHosts) / 2;
   std::string why;
   daemons_->daemon(victim).signal(SIGSTOP);
   const bool alive_while_stopped = nobody_dead_for(all_but(victim), {victim}, stop, why);
   daemons_->daemon(victim).signal(SIGCONT);
   EXPECT_TRUE(alive_while_stopped) << why;
   // Long enough for any suspicion raised meanwhile to have expired had it not been refuted.
-  EXPECT_TRUE(nobody_dead_for(all_but(victim), {victim}, timers_.max_suspicion(kHosts) + 2s, why))
+  EXPECT_TRUE(nobody_dead_for(all_but(victim), {victim}, timers().max_suspicion(kHosts) + 2s, why))
       << why;
   EXPECT_TRUE(daemons_->wait_all_see(all_hosts(), all_hosts(), "alive", 10s))
       << daemons_->describe(all_hosts());
@@ -190,8 +167,8 @@ TEST_F(MembershipNetnsTest, PartitionTwoThreeSplitsTheViewsAndHealMergesThem) {
   ASSERT_TRUE(hosts_->heal_all().ok());
   // Reconnect probes of dead members (reconnect_interval) and re-joins through the seeds
   // (rejoin_interval) find the other side; refutations then make every view one again.
-  const milliseconds merge = timers_.reconnect_interval * kHosts + timers_.rejoin_interval * 2 +
-                             timers_.max_suspicion(kHosts) + 20s;
+  const milliseconds merge = timers().reconnect_interval * kHosts + timers().rejoin_interval * 2 +
+                             timers().max_suspicion(kHosts) + 20s;
   EXPECT_TRUE(daemons_->wait_all_see(all_hosts(), all_hosts(), "alive", merge))
       << daemons_->describe(all_hosts());
 }

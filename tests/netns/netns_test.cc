@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/netns/namespaced_test.h"
 #include "tests/netns/netns_cluster.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
@@ -24,14 +25,8 @@ using testing::TempDir;
 
 constexpr const char* kPort = "7000";
 
-class NetnsTest : public ::testing::Test {
+class NetnsTest : public NamespacedTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
-    const auto environment = NetnsCluster::check_environment();
-    ASSERT_TRUE(environment.ok()) << environment.error().message;
-  }
-
   std::unique_ptr<NetnsCluster> make(int hosts) {
     auto cluster = NetnsCluster::create(hosts);
     EXPECT_TRUE(cluster.ok()) << cluster.error().message;

@@ -30,9 +30,10 @@
 #include <vector>
 
 #include "tests/netns/daemon_cluster.h"
-#include "tests/netns/netns_cluster.h"
+#include "tests/netns/daemon_cluster_test.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wall_clock.h"
 
 namespace elastic::netns {
 namespace {
@@ -41,8 +42,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
 constexpr int kHosts = 3;
-const std::vector<int> kAll = {0, 1, 2};
-constexpr milliseconds kConverge = 30s;
 // Submit -> three workers past `import torch` and their first all-reduce.
 constexpr milliseconds kRuns = 40s;
 constexpr const char* kPython = "/usr/bin/python3";
@@ -67,40 +66,18 @@ while True:
     time.sleep(60)
 )";
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-class TorchrunScriptNetnsTest : public ::testing::Test {
+class TorchrunScriptNetnsTest : public DaemonClusterTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "The namespace harness needs root (CI runs as root).";
+  // The work dir holds the control sockets, the venv and the script the workers run.
+  TorchrunScriptNetnsTest()
+      : DaemonClusterTest({.hosts = kHosts, .share_work_dir = true, .log_tail = 6000}) {}
+
+  std::string missing_prerequisite() override {
     const testing::RunResult torch =
         testing::run({kPython, "-c", "import torch.distributed"}, {}, 60s);
-    if (!torch.status.exited_with(0)) {
-      GTEST_SKIP() << kPython << " cannot import torch.distributed (apt-get install "
-                   << "python3-torch): " << torch.err;
-    }
-    const auto environment = NetnsCluster::check_environment();
-    ASSERT_TRUE(environment.ok()) << environment.error().message;
-    auto hosts = NetnsCluster::create(kHosts);
-    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
-    hosts_ = std::move(hosts).value();
-    ::chmod(work_.path().c_str(), 0755);
-    daemons_ = std::make_unique<DaemonCluster>(*hosts_, ELASTICD_PATH, ELASTICCTL_PATH,
-                                               work_.path(), short_timers(), short_raft_timers());
-  }
-
-  void TearDown() override {
-    if (HasFailure() && daemons_) {
-      for (const int host : kAll) {
-        const std::string log = daemons_->log(host);
-        std::cerr << "---- elasticd h" << host << " ----\n"
-                  << (log.size() > 6000 ? log.substr(log.size() - 6000) : log) << "\n";
-      }
-    }
-    daemons_.reset();  // daemons first (their workers die with them), then the namespaces
-    hosts_.reset();
+    if (torch.status.exited_with(0)) return "";
+    return std::string(kPython) + " cannot import torch.distributed (apt-get install " +
+           "python3-torch): " + torch.err;
   }
 
   // elasticctl through `host` with the submitter's shell environment.
@@ -111,10 +88,6 @@ class TorchrunScriptNetnsTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     return testing::run(argv, env, 30s);
   }
-
-  testing::TempDir work_;
-  std::unique_ptr<NetnsCluster> hosts_;
-  std::unique_ptr<DaemonCluster> daemons_;
 };
 
 TEST_F(TorchrunScriptNetnsTest, AVenvScriptRunsUnchangedAndEveryRoundsLogsOutliveAHostLoss) {
@@ -148,11 +121,9 @@ TEST_F(TorchrunScriptNetnsTest, AVenvScriptRunsUnchangedAndEveryRoundsLogsOutliv
   const std::string shared_logs = work_.path() + "/shared-logs";
   daemons_->set_overrides({"rendezvous.last_call=1s", "spawner.stop_grace=3s", "node.cpu_slots=1",
                            "spawner.log_root=" + shared_logs});
-  const auto started = daemons_->start_all();
-  ASSERT_TRUE(started.ok()) << started.error().message;
-  ASSERT_TRUE(daemons_->wait_all_see(kAll, kAll, "alive", kConverge)) << daemons_->describe(kAll);
-  const std::string leader = daemons_->wait_leader(kAll, kConverge);
-  ASSERT_FALSE(leader.empty()) << daemons_->describe_raft(kAll);
+  ASSERT_NO_FATAL_FAILURE(start_converged());
+  const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
+  ASSERT_FALSE(leader.empty()) << daemons_->describe_raft(all_hosts());
   std::cerr << "daemons up after " << elapsed() << "\n";
 
   const testing::RunResult submitted = ctl_env(
@@ -172,7 +143,7 @@ TEST_F(TorchrunScriptNetnsTest, AVenvScriptRunsUnchangedAndEveryRoundsLogsOutliv
   ASSERT_TRUE(testing::wait_until(
       [&] {
         const testing::RunResult r = daemons_->ctl(0, {"logs", id});
-        const double seen = wall_seconds();
+        const double seen = testing::wall_seconds();
         out = r.out;
         for (auto it = std::sregex_iterator(out.begin(), out.end(), reduced);
              it != std::sregex_iterator(); ++it) {
