@@ -1,11 +1,6 @@
 #include "daemon/spawner/spawner.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <linux/close_range.h>
-#include <linux/mempolicy.h>
-#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
@@ -13,32 +8,24 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "daemon/spawner/cgroup_root.h"
-#include "daemon/spawner/read_as_user.h"
+#include "daemon/spawner/child_exec.h"
+#include "daemon/spawner/leftovers.h"
+#include "daemon/spawner/posix_files.h"
 
 namespace elastic::spawner {
 namespace {
 
-// Bounds on what one spawn may ask for, so a hostile or mistaken index cannot make us allocate
-// a huge mask; far above any real host.
-constexpr unsigned kMaxCpuIndex = 1 << 16;
-constexpr unsigned kMaxNodeIndex = 1 << 12;
 // Bytes read from one worker's pipe per process() call, so one chatty worker cannot starve the
 // loop; the epoll set stays readable and the next call continues.
 constexpr std::size_t kPumpBudget = 1 << 20;
@@ -56,192 +43,9 @@ constexpr Duration kOrphanSweepFor = std::chrono::seconds(2);
 // (a process stuck in uninterruptible sleep); their records let the next open() end them.
 constexpr Duration kShutdownKillWait = std::chrono::seconds(5);
 
-// Which step of the child failed; sent with errno through the CLOEXEC pipe.
-enum class Step : int {
-  kSetpgid = 1,
-  kCgroup,
-  kCpus,
-  kMemory,
-  kSetgroups,
-  kSetgid,
-  kSetuid,
-  kChdir,
-  kStdio,
-  kExec,
-};
-
-struct ChildFailure {
-  int step;
-  int error;
-};
-
-std::string errno_text(int error) { return std::strerror(error); }
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// "2026-11-26T21:47:31.123Z ": the wall time, to the millisecond, that starts each line of
-// worker output (SpawnerConfig::log_timestamps).
-std::string output_stamp() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) %
-                  std::chrono::seconds(1);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[40];
-  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ ", static_cast<int>(ms.count()));
-  return buf;
-}
-
-std::string daemon_line(std::string_view line) {
-  std::string out = "[elasticd " + utc_now() + "] ";
-  out.append(line);
-  out.push_back('\n');
-  return out;
-}
-
-// mkdir -p with mode 0755 for each directory it creates.
-bool make_dirs(const std::string& dir, int* error) {
-  if (dir.empty()) return true;
-  std::string partial;
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      *error = errno;
-      return false;
-    }
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    *error = errno;
-    return false;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    *error = ENOTDIR;
-    return false;
-  }
-  return true;
-}
-
-std::string parent_dir(const std::string& path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos) return "";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool write_file(const std::string& path, std::string_view content, int* error) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = errno;
-    return false;
-  }
-  const bool ok = write_all(fd, content.data(), content.size());
-  if (!ok) *error = errno;
-  ::close(fd);
-  return ok;
-}
-
-std::optional<std::string> read_small_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  while (out.size() < (1 << 16)) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-template <typename T>
-std::optional<T> parse_number(std::string_view text) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
-struct ProcStat {
-  pid_t pgid = 0;
-  std::uint64_t start_time = 0;
-};
-
-// Fields 5 (pgrp) and 22 (starttime) of /proc/<pid>/stat; the command name (field 2) may hold
-// spaces and parentheses, so fields are counted after its last ')'.
-std::optional<ProcStat> read_proc_stat(pid_t pid) {
-  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!text) return std::nullopt;
-  const auto close = text->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(text->substr(close + 1));
-  std::vector<std::string> fields;  // fields[0] is field 3
-  std::string field;
-  while (rest >> field && fields.size() < 20) fields.push_back(field);
-  if (fields.size() < 20) return std::nullopt;
-  const auto pgid = parse_number<pid_t>(fields[2]);
-  const auto start = parse_number<std::uint64_t>(fields[19]);
-  if (!pgid || !start) return std::nullopt;
-  return ProcStat{*pgid, *start};
-}
-
 void sort_unique(std::vector<unsigned>& v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
-}
-
-// The argv[0] candidates execvp would try, computed before fork (getenv and malloc are not
-// async-signal-safe in the child).
-std::vector<std::string> exec_candidates(const std::string& file,
-                                         const std::map<std::string, std::string>& env) {
-  if (file.find('/') != std::string::npos) return {file};
-  const auto path_it = env.find("PATH");
-  const std::string path =
-      path_it != env.end() ? path_it->second : std::string("/usr/local/bin:/usr/bin:/bin");
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const auto colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? colon : colon - start);
-    if (dir.empty()) dir = ".";
-    out.push_back(dir + "/" + file);
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  return out;
-}
-
-void cgroup_kill(const std::string& cgroup) {
-  int error = 0;
-  // ENOENT: the kernel predates cgroup.kill (< 5.14); the process-group kill still runs.
-  (void)write_file(cgroup + "/cgroup.kill", "1", &error);
 }
 
 }  // namespace
@@ -266,63 +70,6 @@ std::string WorkerExit::describe() const {
   return "killed by signal " + std::to_string(status) +
          (abbrev != nullptr ? " (SIG" + std::string(abbrev) + ")" : std::string());
 }
-
-// One open log file, shared by the workers that write to the same path.
-struct Spawner::LogFile {
-  std::string path;
-  int fd = -1;
-  std::uint64_t size = 0;
-  bool at_line_start = true;
-  bool warned = false;
-
-  ~LogFile() {
-    if (fd >= 0) ::close(fd);
-  }
-
-  void rotate(int keep) {
-    if (keep <= 0) {
-      if (::ftruncate(fd, 0) != 0) warn("truncate", errno);
-      size = 0;
-      return;
-    }
-    for (int i = keep - 1; i >= 1; --i) {
-      const std::string from = path + "." + std::to_string(i);
-      const std::string to = path + "." + std::to_string(i + 1);
-      if (::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT) warn("rotate", errno);
-    }
-    if (::rename(path.c_str(), (path + ".1").c_str()) != 0) warn("rotate", errno);
-    const int fresh = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fresh < 0) {
-      warn("reopen", errno);  // keep writing into the rotated file rather than losing output
-      return;
-    }
-    ::close(fd);
-    fd = fresh;
-    size = 0;
-  }
-
-  void append(const char* data, std::size_t n, std::uint64_t max_bytes, int keep) {
-    if (n == 0) return;
-    at_line_start = data[n - 1] == '\n';
-    while (n > 0) {
-      if (max_bytes > 0 && size > 0 && size + n > max_bytes) rotate(keep);
-      const std::size_t chunk = max_bytes > 0 ? std::min<std::uint64_t>(n, max_bytes) : n;
-      if (!write_all(fd, data, chunk)) {
-        warn("write", errno);
-        return;  // output is dropped rather than blocking the loop on a broken disk
-      }
-      size += chunk;
-      data += chunk;
-      n -= chunk;
-    }
-  }
-
-  void warn(const char* what, int error) {
-    if (warned) return;  // once per file, so a full disk does not flood the daemon log
-    warned = true;
-    spdlog::warn("spawner: cannot {} worker log {}: {}", what, path, errno_text(error));
-  }
-};
 
 struct Spawner::Worker {
   Worker() = default;
@@ -366,60 +113,15 @@ Status Spawner::init() {
     auto root = resolve_cgroup_root(config_.cgroup_root, this_process_cgroup_layout());
     if (!root.ok()) return Error{"spawner.cgroup_root " + root.error().message + "."};
     config_.cgroup_root = *root;
-    // Worker cgroups of daemons that are gone (named w-<daemon pid>-<id>).
-    if (DIR* dir = ::opendir(config_.cgroup_root.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name.rfind("w-", 0) != 0) continue;
-        const auto dash = name.find('-', 2);
-        const auto owner = parse_number<pid_t>(name.substr(2, dash - 2));
-        if (!owner || (*owner != self_pid_ && ::kill(*owner, 0) == 0)) continue;
-        const std::string path = config_.cgroup_root + "/" + name;
-        cgroup_kill(path);
-        if (::rmdir(path.c_str()) != 0) cgroups_to_remove_.push_back(path);
-      }
-      ::closedir(dir);
-    }
+    // Worker cgroups of daemons that are gone.
+    cgroups_to_remove_ = end_leftover_cgroups(config_.cgroup_root, self_pid_);
     if (!cgroups_to_remove_.empty()) cgroup_retry_at_ = TimePoint{};
   }
 
   if (!config_.state_dir.empty()) {
-    const std::string dir = config_.state_dir + "/workers";
-    int error = 0;
-    if (!make_dirs(dir, &error)) {
-      return Error{"cannot create the worker record directory " + dir + ": " + errno_text(error) +
-                   "."};
-    }
-    DIR* handle = ::opendir(dir.c_str());
-    if (handle == nullptr) {
-      return Error{"cannot read the worker record directory " + dir + ": " + errno_text(errno) +
-                   "."};
-    }
-    std::vector<std::string> names;
-    while (const dirent* entry = ::readdir(handle)) {
-      if (entry->d_name[0] != '.') names.push_back(entry->d_name);
-    }
-    ::closedir(handle);
-    for (const auto& name : names) {
-      const std::string path = dir + "/" + name;
-      const auto pid = parse_number<pid_t>(name);
-      const auto content = read_small_file(path);
-      if (pid && *pid > 0 && content) {
-        std::istringstream in(*content);
-        long long pgid = 0;
-        unsigned long long start = 0;
-        if (in >> pgid >> start && pgid > 0) {
-          const auto now = read_proc_stat(*pid);
-          // Same pid and same start time: the very process the record was written for.
-          if (now && now->start_time == start) {
-            ::kill(-static_cast<pid_t>(pgid), SIGKILL);
-            ::kill(*pid, SIGKILL);
-            ++leftovers_ended_;
-          }
-        }
-      }
-      ::unlink(path.c_str());
-    }
+    auto ended = end_leftover_workers(config_.state_dir);
+    if (!ended.ok()) return ended.error();
+    leftovers_ended_ = *ended;
     if (leftovers_ended_ > 0) {
       spdlog::warn("spawner: ended {} worker(s) left running by an earlier elasticd",
                    leftovers_ended_);
@@ -438,385 +140,180 @@ Spawner::~Spawner() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-std::shared_ptr<Spawner::LogFile> Spawner::open_log(const std::string& path, std::string* error) {
-  if (auto it = logs_.find(path); it != logs_.end()) {
-    if (auto shared = it->second.lock()) return shared;
+namespace {
+
+// The descriptors of one spawn. The child's ends go into its ChildPlan and are closed in the
+// parent right after fork; the parent's ends are taken by the Worker. Whatever is still held
+// when this goes out of scope is closed, so no early return of spawn() leaks a descriptor.
+struct SpawnPipes {
+  int log[2] = {-1, -1};
+  int report[2] = {-1, -1};
+  int handoff[2] = {-1, -1};
+  int dev_null = -1;
+
+  SpawnPipes() = default;
+  SpawnPipes(const SpawnPipes&) = delete;
+  SpawnPipes& operator=(const SpawnPipes&) = delete;
+  ~SpawnPipes() {
+    for (int fd : {log[0], log[1], report[0], report[1], handoff[0], handoff[1], dev_null}) {
+      if (fd >= 0) ::close(fd);
+    }
   }
-  int err = 0;
-  const std::string dir = parent_dir(path);
-  if (!make_dirs(dir, &err)) {
-    *error = "creating the log directory " + dir + " failed: " + errno_text(err);
-    return nullptr;
+
+  // An Error is a sentence without the "cannot start <label>: " prefix.
+  Status open(bool with_handoff, ChildPlan* plan) {
+    if (::pipe2(log, O_CLOEXEC) != 0) {
+      return Error{"creating the log pipe failed: " + errno_text(errno) + "."};
+    }
+    if (::pipe2(report, O_CLOEXEC) != 0) {
+      return Error{"creating the report pipe failed: " + errno_text(errno) + "."};
+    }
+    if (with_handoff && ::pipe2(handoff, O_CLOEXEC) != 0) {
+      return Error{"creating the hand-off pipe failed: " + errno_text(errno) + "."};
+    }
+    dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (dev_null < 0) return Error{"opening /dev/null failed: " + errno_text(errno) + "."};
+    plan->log_write = log[1];
+    plan->report_write = report[1];
+    plan->handoff_read = handoff[0];
+    plan->dev_null = dev_null;
+    return ok_status();
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "opening the log file " + path + " failed: " + errno_text(errno);
-    return nullptr;
+
+  // In the parent after fork: the child holds its own copies now.
+  void close_child_ends() {
+    for (int* fd : {&log[1], &report[1], &handoff[0], &dev_null}) {
+      if (*fd >= 0) ::close(std::exchange(*fd, -1));
+    }
   }
-  auto log = std::make_shared<LogFile>();
-  log->path = path;
-  log->fd = fd;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0) log->size = static_cast<std::uint64_t>(st.st_size);
-  // Erase expired entries so the map does not grow with every job ever run.
-  std::erase_if(logs_, [](const auto& entry) { return entry.second.expired(); });
-  logs_[path] = log;
-  return log;
-}
+};
+
+}  // namespace
 
 Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
   (void)now;  // exits and deadlines are stamped by the caller's clock; spawning needs none
   const std::string prefix = "cannot start " + spec.label + ": ";
   if (spec.argv.empty() || spec.argv[0].empty()) return Error{prefix + "the command is empty."};
   if (spec.log_path.empty()) return Error{prefix + "no log file was given."};
-
-  // Who the worker runs as.
-  const uid_t my_uid = ::geteuid();
-  const gid_t my_gid = ::getegid();
-  bool switch_user = false;
-  std::vector<gid_t> groups;
-  if (spec.run_as) {
-    const auto& as = *spec.run_as;
-    if (my_uid == 0) {
-      switch_user = true;
-      groups = supplementary_groups(as);
-    } else if (as.uid != my_uid || as.gid != my_gid) {
-      return Error{prefix + "the daemon runs as uid " + std::to_string(my_uid) +
-                   " and cannot start workers as uid " + std::to_string(as.uid) + " (gid " +
-                   std::to_string(as.gid) + "); run elasticd as root to run jobs as their users."};
-    }
+  ChildPlan plan;
+  if (auto planned = plan_child(spec, &plan); !planned) {
+    return Error{prefix + planned.error().message};
   }
-  const uid_t worker_uid = spec.run_as ? spec.run_as->uid : my_uid;
-
-  // Bindings, computed before fork.
-  std::vector<unsigned> cpus = spec.cpus;
-  std::vector<unsigned> nodes = spec.mem_nodes;
-  sort_unique(cpus);
-  sort_unique(nodes);
-  if (!cpus.empty() && cpus.back() >= kMaxCpuIndex) {
-    return Error{prefix + "cpu index " + std::to_string(cpus.back()) + " is out of range."};
-  }
-  if (!nodes.empty() && nodes.back() >= kMaxNodeIndex) {
-    return Error{prefix + "NUMA node index " + std::to_string(nodes.back()) + " is out of range."};
-  }
-  cpu_set_t* cpu_set = nullptr;
-  std::size_t cpu_set_size = 0;
-  if (!cpus.empty()) {
-    cpu_set = CPU_ALLOC(cpus.back() + 1);
-    cpu_set_size = CPU_ALLOC_SIZE(cpus.back() + 1);
-    CPU_ZERO_S(cpu_set_size, cpu_set);
-    for (unsigned c : cpus) CPU_SET_S(c, cpu_set_size, cpu_set);
-  }
-  struct CpuSetFree {
-    cpu_set_t* set;
-    ~CpuSetFree() {
-      if (set != nullptr) CPU_FREE(set);
-    }
-  } cpu_set_free{cpu_set};
-  constexpr unsigned kBitsPerWord = 8 * sizeof(unsigned long);
-  std::vector<unsigned long> node_mask;
-  unsigned long node_mask_bits = 0;
-  if (!nodes.empty()) {
-    node_mask.assign(nodes.back() / kBitsPerWord + 1, 0);
-    for (unsigned n : nodes) node_mask[n / kBitsPerWord] |= 1UL << (n % kBitsPerWord);
-    // The kernel reads maxnode - 1 bits (as libnuma passes it).
-    node_mask_bits = node_mask.size() * kBitsPerWord + 1;
-  }
-
-  // argv, envp and the exec candidates as C arrays.
-  std::vector<std::string> argv_strings = spec.argv;
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const std::vector<std::string> candidates = exec_candidates(spec.argv[0], spec.env);
-  std::vector<const char*> candidate_ptrs;
-  for (const auto& c : candidates) candidate_ptrs.push_back(c.c_str());
-  const std::string working_dir = spec.working_dir.empty() ? "/" : spec.working_dir;
 
   std::string log_error;
-  std::shared_ptr<LogFile> log = open_log(spec.log_path, &log_error);
+  std::shared_ptr<LogFile> log = logs_.open(spec.log_path, &log_error);
   if (!log) return Error{prefix + log_error + "."};
+  // From here on a failure is also written into the worker's log.
   auto fail = [&](const std::string& sentence) -> Error {
     const std::string line = daemon_line(sentence);
-    if (!log->at_line_start) log->append("\n", 1, config_.log_max_bytes, config_.log_keep);
+    if (!log->at_line_start()) log->append("\n", 1, config_.log_max_bytes, config_.log_keep);
     log->append(line.data(), line.size(), config_.log_max_bytes, config_.log_keep);
     return Error{sentence};
   };
 
   const WorkerId id = next_id_++;
-  std::string cgroup;
-  std::string cgroup_procs;
   if (!config_.cgroup_root.empty()) {
-    cgroup = config_.cgroup_root + "/w-" + std::to_string(self_pid_) + "-" + std::to_string(id);
-    if (::mkdir(cgroup.c_str(), 0755) != 0 && errno != EEXIST) {
-      return fail(prefix + "creating the cgroup " + cgroup + " failed: " + errno_text(errno) + ".");
+    plan.cgroup = worker_cgroup_path(config_.cgroup_root, self_pid_, id);
+    if (::mkdir(plan.cgroup.c_str(), 0755) != 0 && errno != EEXIST) {
+      return fail(prefix + "creating the cgroup " + plan.cgroup + " failed: " + errno_text(errno) +
+                  ".");
     }
-    cgroup_procs = cgroup + "/cgroup.procs";
+    plan.cgroup_procs = plan.cgroup + "/cgroup.procs";
   }
   auto drop_cgroup = [&] {
-    if (!cgroup.empty()) ::rmdir(cgroup.c_str());
+    if (!plan.cgroup.empty()) ::rmdir(plan.cgroup.c_str());
   };
 
-  int log_pipe[2];
-  if (::pipe2(log_pipe, O_CLOEXEC) != 0) {
+  SpawnPipes pipes;
+  if (auto opened = pipes.open(spec.handoff, &plan); !opened) {
     drop_cgroup();
-    return fail(prefix + "creating the log pipe failed: " + errno_text(errno) + ".");
+    return fail(prefix + opened.error().message);
   }
-  int report_pipe[2];
-  if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
-    const int error = errno;
-    ::close(log_pipe[0]);
-    ::close(log_pipe[1]);
-    drop_cgroup();
-    return fail(prefix + "creating the report pipe failed: " + errno_text(error) + ".");
-  }
-  int handoff_pipe[2] = {-1, -1};
-  if (spec.handoff && ::pipe2(handoff_pipe, O_CLOEXEC) != 0) {
-    const int error = errno;
-    for (int fd : {log_pipe[0], log_pipe[1], report_pipe[0], report_pipe[1]}) ::close(fd);
-    drop_cgroup();
-    return fail(prefix + "creating the hand-off pipe failed: " + errno_text(error) + ".");
-  }
-  const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (dev_null < 0) {
-    const int error = errno;
-    for (int fd : {log_pipe[0], log_pipe[1], report_pipe[0], report_pipe[1], handoff_pipe[0],
-                   handoff_pipe[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
-    drop_cgroup();
-    return fail(prefix + "opening /dev/null failed: " + errno_text(error) + ".");
-  }
-  const int handoff_read = handoff_pipe[0];
-
-  // Block every signal across fork, so no handler of the daemon runs in the child before the
-  // child has reset the dispositions to their defaults.
-  sigset_t all_signals, old_mask, empty_mask;
-  ::sigfillset(&all_signals);
-  ::sigemptyset(&empty_mask);
-  ::pthread_sigmask(SIG_SETMASK, &all_signals, &old_mask);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Child: async-signal-safe calls only until exec.
-    int report = report_pipe[1];
-    auto die = [&report](Step step, int error) {
-      const ChildFailure failure{static_cast<int>(step), error};
-      ssize_t ignored = ::write(report, &failure, sizeof failure);
-      (void)ignored;
-      ::_exit(127);
-    };
-    if (::setpgid(0, 0) != 0) die(Step::kSetpgid, errno);
-    if (!cgroup_procs.empty()) {
-      const int fd = ::open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0) die(Step::kCgroup, errno);
-      if (::write(fd, "0", 1) != 1) die(Step::kCgroup, errno);
-      ::close(fd);
-    }
-    if (cpu_set != nullptr && ::sched_setaffinity(0, cpu_set_size, cpu_set) != 0) {
-      die(Step::kCpus, errno);
-    }
-    if (!node_mask.empty() &&
-        ::syscall(SYS_set_mempolicy, MPOL_BIND, node_mask.data(), node_mask_bits) != 0) {
-      die(Step::kMemory, errno);
-    }
-    if (switch_user) {
-      if (::setgroups(groups.size(), groups.data()) != 0) die(Step::kSetgroups, errno);
-      if (::setgid(spec.run_as->gid) != 0) die(Step::kSetgid, errno);
-      if (::setuid(spec.run_as->uid) != 0) die(Step::kSetuid, errno);
-    }
-    // Armed only now: the kernel clears the parent-death signal on every change of euid, egid,
-    // fsuid or fsgid, so armed before setuid it would end root's workers only, and every other
-    // user's worker would train on as an orphan after a kill -9 of the daemon. A daemon that
-    // died before this point is caught by the parent check (its child was reparented).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    if (::chdir(working_dir.c_str()) != 0) die(Step::kChdir, errno);
-    if (::dup2(dev_null, STDIN_FILENO) < 0 || ::dup2(log_pipe[1], STDOUT_FILENO) < 0 ||
-        ::dup2(log_pipe[1], STDERR_FILENO) < 0) {
-      die(Step::kStdio, errno);
-    }
-    // The hand-off pipe becomes fd 3 (without close-on-exec), out of the report pipe's way.
-    if (handoff_read >= 0) {
-      if (report == kHandoffFd) {
-        report = ::fcntl(report, F_DUPFD_CLOEXEC, kHandoffFd + 1);
-        if (report < 0) ::_exit(127);
-      }
-      if (handoff_read == kHandoffFd) {
-        if (::fcntl(kHandoffFd, F_SETFD, 0) != 0) die(Step::kStdio, errno);
-      } else if (::dup2(handoff_read, kHandoffFd) < 0) {
-        die(Step::kStdio, errno);
-      }
-    }
-    // Nothing of the daemon's leaks into the worker, whatever flags its fds were opened with.
-    ::syscall(SYS_close_range, handoff_read >= 0 ? unsigned{kHandoffFd} + 1 : 3U, ~0U,
-              CLOSE_RANGE_CLOEXEC);
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &default_action, nullptr);
-    ::sigprocmask(SIG_SETMASK, &empty_mask, nullptr);
-    int exec_error = ENOENT;
-    bool saw_eacces = false;
-    for (const char* candidate : candidate_ptrs) {
-      ::execve(candidate, argv.data(), envp.data());
-      exec_error = errno;
-      if (exec_error == EACCES) {
-        saw_eacces = true;
-      } else if (exec_error != ENOENT && exec_error != ENOTDIR && exec_error != ESTALE &&
-                 exec_error != ENODEV && exec_error != ETIMEDOUT) {
-        break;  // as execvp: a real error with an existing file ends the search
-      }
-    }
-    // As execvp: a candidate that exists but may not be executed beats "not found".
-    die(Step::kExec, saw_eacces && exec_error == ENOENT ? EACCES : exec_error);
-  }
-  const int fork_error = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  ::close(log_pipe[1]);
-  ::close(report_pipe[1]);
-  ::close(dev_null);
-  if (handoff_read >= 0) ::close(handoff_read);
-  // From here on the write end belongs to whoever holds this guard (the Worker, once made).
-  struct FdGuard {
-    int fd;
-    ~FdGuard() {
-      if (fd >= 0) ::close(fd);
-    }
-  } handoff_write{handoff_pipe[1]};
+  int fork_error = 0;
+  const pid_t pid = fork_child(plan, &fork_error);
+  pipes.close_child_ends();
   if (pid < 0) {
-    ::close(log_pipe[0]);
-    ::close(report_pipe[0]);
     drop_cgroup();
     return fail(prefix + "fork failed: " + errno_text(fork_error) + ".");
   }
   // Also in the parent, so a stop() right after spawn() finds the group whatever the order.
   ::setpgid(pid, pid);
 
-  ChildFailure failure{0, 0};
-  std::size_t got = 0;
-  while (got < sizeof failure) {
-    const ssize_t n =
-        ::read(report_pipe[0], reinterpret_cast<char*>(&failure) + got, sizeof failure - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(report_pipe[0]);
-
+  ChildFailure failure{};
+  const bool child_failed = read_child_failure(pipes.report[0], &failure);
+  ::close(std::exchange(pipes.report[0], -1));
   auto reap_child = [pid] {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
   };
-  if (got != 0) {
-    ::close(log_pipe[0]);
+  if (child_failed) {
     reap_child();
     drop_cgroup();
-    std::string step;
-    switch (static_cast<Step>(failure.step)) {
-      case Step::kSetpgid:
-        step = "setpgid";
-        break;
-      case Step::kCgroup:
-        step = "joining the cgroup " + cgroup;
-        break;
-      case Step::kCpus:
-        step = "binding to cpus " + format_index_list(cpus);
-        break;
-      case Step::kMemory:
-        step = "binding memory to NUMA nodes " + format_index_list(nodes);
-        break;
-      case Step::kSetgroups:
-        step = "setting the supplementary groups of " +
-               (spec.run_as->user.empty() ? "gid " + std::to_string(spec.run_as->gid)
-                                          : "user '" + spec.run_as->user + "'");
-        break;
-      case Step::kSetgid:
-        step = "setgid(" + std::to_string(spec.run_as->gid) + ")";
-        break;
-      case Step::kSetuid:
-        step = "setuid(" + std::to_string(spec.run_as->uid) + ")";
-        break;
-      case Step::kChdir:
-        step = "changing to the working directory '" + working_dir + "'";
-        break;
-      case Step::kStdio:
-        step = "redirecting stdin/stdout/stderr";
-        break;
-      case Step::kExec:
-        step = "exec of '" + spec.argv[0] + "'";
-        break;
-      default:
-        step = "an unknown step (" + std::to_string(failure.step) + ")";
-        break;
-    }
-    return fail(prefix + step + " failed: " + errno_text(failure.error) + ".");
+    return fail(prefix + describe_child_failure(failure, plan, spec));
   }
+
   auto worker = std::make_unique<Worker>();
   worker->id = id;
   worker->label = spec.label;
   worker->pid = pid;
   worker->log = log;
-  worker->cgroup = cgroup;
-  worker->pipe_fd = log_pipe[0];
-  if (handoff_write.fd >= 0) {
-    worker->handoff_fd = std::exchange(handoff_write.fd, -1);
+  worker->cgroup = plan.cgroup;
+  worker->pipe_fd = std::exchange(pipes.log[0], -1);
+  if (pipes.handoff[1] >= 0) {
+    worker->handoff_fd = std::exchange(pipes.handoff[1], -1);
     ::fcntl(worker->handoff_fd, F_SETFL, ::fcntl(worker->handoff_fd, F_GETFL) | O_NONBLOCK);
     // Best effort: where the kernel refuses (pipe-max-size), hand_off() reports a payload that
     // does not fit.
     ::fcntl(worker->handoff_fd, F_SETPIPE_SZ, static_cast<int>(kMaxHandoffBytes));
   }
-  auto abandon = [&](const std::string& sentence) -> Error {
+  if (auto watched = watch(*worker); !watched) {
     ::kill(-pid, SIGKILL);
-    if (!cgroup.empty()) cgroup_kill(cgroup);
-    ::close(log_pipe[0]);
+    if (!plan.cgroup.empty()) cgroup_kill(plan.cgroup);
+    ::close(worker->pipe_fd);
     if (worker->pidfd >= 0) ::close(worker->pidfd);
     reap_child();
     drop_cgroup();
-    return fail(prefix + sentence);
-  };
-  ::fcntl(worker->pipe_fd, F_SETFL, ::fcntl(worker->pipe_fd, F_GETFL) | O_NONBLOCK);
-  worker->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (worker->pidfd < 0) return abandon("pidfd_open failed: " + errno_text(errno) + ".");
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.u64 = id << 1;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, worker->pipe_fd, &event) != 0) {
-    return abandon("watching the log pipe failed: " + errno_text(errno) + ".");
-  }
-  event.data.u64 = (id << 1) | 1;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, worker->pidfd, &event) != 0) {
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker->pipe_fd, nullptr);
-    return abandon("watching the process failed: " + errno_text(errno) + ".");
-  }
-  if (!config_.state_dir.empty()) {
-    const auto stat = read_proc_stat(pid);
-    const std::string record = config_.state_dir + "/workers/" + std::to_string(pid);
-    int error = ESRCH;
-    if (!stat ||
-        !write_file(record, std::to_string(pid) + " " + std::to_string(stat->start_time) + "\n",
-                    &error)) {
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker->pipe_fd, nullptr);
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker->pidfd, nullptr);
-      ::unlink(record.c_str());
-      return abandon("recording the worker in " + record + " failed: " + errno_text(error) + ".");
-    }
-    worker->record = record;
+    return fail(prefix + watched.error().message);
   }
 
   std::string started = spec.label + ": started pid " + std::to_string(pid) + " as uid " +
-                        std::to_string(worker_uid) + " in " + working_dir + ", cpus " +
-                        (cpus.empty() ? "unbound" : format_index_list(cpus)) + ", mem nodes " +
-                        (nodes.empty() ? "unbound" : format_index_list(nodes));
-  if (!cgroup.empty()) started += ", cgroup " + cgroup;
+                        std::to_string(plan.uid) + " in " + plan.working_dir + ", cpus " +
+                        (plan.cpus.empty() ? "unbound" : format_index_list(plan.cpus)) +
+                        ", mem nodes " +
+                        (plan.nodes.empty() ? "unbound" : format_index_list(plan.nodes));
+  if (!plan.cgroup.empty()) started += ", cgroup " + plan.cgroup;
   workers_.emplace(id, std::move(worker));
   note(id, started);
   return id;
+}
+
+Status Spawner::watch(Worker& worker) {
+  ::fcntl(worker.pipe_fd, F_SETFL, ::fcntl(worker.pipe_fd, F_GETFL) | O_NONBLOCK);
+  worker.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker.pid, 0));
+  if (worker.pidfd < 0) return Error{"pidfd_open failed: " + errno_text(errno) + "."};
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = worker.id << 1;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, worker.pipe_fd, &event) != 0) {
+    return Error{"watching the log pipe failed: " + errno_text(errno) + "."};
+  }
+  event.data.u64 = (worker.id << 1) | 1;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, worker.pidfd, &event) != 0) {
+    const int error = errno;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker.pipe_fd, nullptr);
+    return Error{"watching the process failed: " + errno_text(error) + "."};
+  }
+  if (!config_.state_dir.empty()) {
+    auto record = record_worker(config_.state_dir, worker.pid);
+    if (!record.ok()) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker.pipe_fd, nullptr);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, worker.pidfd, nullptr);
+      return record.error();
+    }
+    worker.record = *record;
+  }
+  return ok_status();
 }
 
 Spawner::Worker* Spawner::find(WorkerId id) {
@@ -846,7 +343,7 @@ Status Spawner::hand_off(WorkerId id, std::string_view payload, const std::strin
                  " bytes, more than the limit of " + std::to_string(kMaxHandoffBytes) + "."};
   }
   std::string log_error;
-  std::shared_ptr<LogFile> log = open_log(log_path, &log_error);
+  std::shared_ptr<LogFile> log = logs_.open(log_path, &log_error);
   if (!log) return Error{prefix + log_error + "."};
   std::size_t written = 0;
   while (written < payload.size()) {
@@ -879,7 +376,7 @@ void Spawner::note(WorkerId id, std::string_view line) {
   if (worker == nullptr) return;
   LogFile& log = *worker->log;
   // A daemon line never glues onto a half-written worker line.
-  std::string text = log.at_line_start ? "" : "\n";
+  std::string text = log.at_line_start() ? "" : "\n";
   text += daemon_line(line);
   log.append(text.data(), text.size(), config_.log_max_bytes, config_.log_keep);
   worker->at_line_start = true;  // the rest of a half-written line continues on a stamped line
@@ -924,7 +421,7 @@ void Spawner::write_output(Worker& worker, std::string_view data) {
   while (!data.empty()) {
     if (worker.at_line_start) {
       // Another writer of a shared file left half a line: never glue a stamp onto it.
-      if (text.empty() && !log.at_line_start) text.push_back('\n');
+      if (text.empty() && !log.at_line_start()) text.push_back('\n');
       text += stamp;
     }
     const auto newline = data.find('\n');

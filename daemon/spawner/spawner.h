@@ -45,6 +45,10 @@
 //    worker's output to another log under another label. Warm Python interpreters use it
 //    (daemon/node/warm_standbys.h): started early, told what to run when a round comes.
 //
+// Where each part lives: the child's side of fork/exec and its rules (async-signal-safe only)
+// in child_exec.h, the log files and their rotation in log_file.h, the leftover records and
+// cgroups in leftovers.h; this class composes them and owns the running workers.
+//
 // Reaping: each worker has a pidfd (pidfd_open) registered in the epoll set that fd() returns,
 // next to its log pipe; a readable pidfd means the leader is a zombie. process() then also
 // reaps every other exited child of the process (waitid(P_ALL) — descendants adopted through
@@ -74,6 +78,7 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/spawner/log_file.h"
 
 namespace elastic::spawner {
 
@@ -185,7 +190,6 @@ class Spawner {
   void shutdown(Duration grace, std::vector<WorkerExit>* exits = nullptr);
 
   struct Worker;
-  struct LogFile;
 
  private:
   explicit Spawner(SpawnerConfig config);
@@ -200,7 +204,10 @@ class Spawner {
   void retry_cgroup_removal();
   Worker* find(WorkerId id);
   const Worker* find(WorkerId id) const;
-  std::shared_ptr<LogFile> open_log(const std::string& path, std::string* error);
+  // Registers a just started worker: opens its pidfd, adds it and the log pipe to the epoll
+  // set, writes its leftover record. An Error (a sentence without the label) leaves nothing in
+  // the epoll set and no record; the caller closes the pidfd and ends the process.
+  Status watch(Worker& worker);
 
   SpawnerConfig config_;
   int epoll_fd_ = -1;
@@ -208,7 +215,7 @@ class Spawner {
   WorkerId next_id_ = 1;
   std::size_t leftovers_ended_ = 0;
   std::map<WorkerId, std::unique_ptr<Worker>> workers_;
-  std::map<std::string, std::weak_ptr<LogFile>> logs_;
+  LogFiles logs_;
   std::vector<std::string> cgroups_to_remove_;
   TimePoint cgroup_retry_at_ = kNever;
   TimePoint orphan_sweep_until_{};
