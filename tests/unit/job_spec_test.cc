@@ -35,6 +35,16 @@ JobSpec good_spec() {
   return s;
 }
 
+// Both encodings give `spec` back.
+void expect_round_trips(const JobSpec& spec) {
+  Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
+  ASSERT_OK(from_json);
+  EXPECT_EQ(*from_json, spec);
+  Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
+  ASSERT_OK(from_msgpack);
+  EXPECT_EQ(*from_msgpack, spec);
+}
+
 TEST(JobSpecTest, GoodSpecIsValid) { EXPECT_OK(validate(good_spec())); }
 
 struct BadCase {
@@ -239,12 +249,7 @@ TEST(JobSpecTest, HangTimeoutIsOptionalAndRoundTrips) {
   EXPECT_OK(validate(spec));
   spec.hang_timeout = 90s;
   EXPECT_NE(to_json(spec).find(R"("hang_timeout":"1m30s")"), std::string::npos) << to_json(spec);
-  Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
-  ASSERT_OK(from_json);
-  EXPECT_EQ(*from_json, spec);
-  Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
-  ASSERT_OK(from_msgpack);
-  EXPECT_EQ(*from_msgpack, spec);
+  expect_round_trips(spec);
   // Off: no key in either encoding, so older daemons' entries and views stay the same.
   const JobSpec off = good_spec();
   EXPECT_EQ(to_json(off).find("hang_timeout"), std::string::npos);
@@ -329,16 +334,6 @@ TEST(JobSpecTest, MsgpackRoundTrip) {
     EXPECT_EQ(*back, spec);
     EXPECT_EQ(encode_job_spec(*back), bytes);
   }
-}
-
-// Both encodings give `spec` back.
-void expect_round_trips(const JobSpec& spec) {
-  Result<JobSpec> from_json = job_spec_from_json(to_json(spec));
-  ASSERT_OK(from_json);
-  EXPECT_EQ(*from_json, spec);
-  Result<JobSpec> from_msgpack = decode_job_spec(encode_job_spec(spec));
-  ASSERT_OK(from_msgpack);
-  EXPECT_EQ(*from_msgpack, spec);
 }
 
 // Issue 16: the exported environment round-trips in both encodings; an entry written before
