@@ -23,11 +23,6 @@ namespace {
 constexpr unsigned kMaxCpuIndex = 1 << 16;
 constexpr unsigned kMaxNodeIndex = 1 << 12;
 
-void sort_unique(std::vector<unsigned>& v) {
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-}
-
 // The argv[0] candidates execvp would try, computed before fork (getenv and malloc are not
 // async-signal-safe in the child).
 std::vector<std::string> exec_candidates(const std::string& file,
@@ -58,6 +53,11 @@ std::vector<std::string> exec_candidates(const std::string& file,
 }
 
 }  // namespace
+
+void sort_unique(std::vector<unsigned>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
 
 Status plan_child(const WorkerSpec& spec, ChildPlan* plan) {
   // Who the worker runs as.

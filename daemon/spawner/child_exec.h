@@ -115,6 +115,9 @@ struct ChildPlan {
 // root), a cpu or NUMA node index out of range.
 Status plan_child(const WorkerSpec& spec, ChildPlan* plan);
 
+// Sorts `v` and drops repeats (cpu and NUMA node lists; format_index_list too).
+void sort_unique(std::vector<unsigned>& v);
+
 // Forks with every signal blocked; the child runs exec_child and never returns. Returns the
 // child's pid, or -1 with *fork_error set.
 pid_t fork_child(const ChildPlan& plan, int* fork_error);

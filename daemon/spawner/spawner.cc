@@ -43,11 +43,6 @@ constexpr Duration kOrphanSweepFor = std::chrono::seconds(2);
 // (a process stuck in uninterruptible sleep); their records let the next open() end them.
 constexpr Duration kShutdownKillWait = std::chrono::seconds(5);
 
-void sort_unique(std::vector<unsigned>& v) {
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-}
-
 }  // namespace
 
 std::string format_index_list(std::vector<unsigned> indices) {
