@@ -187,6 +187,16 @@ struct Persist {
   bool empty() const { return !hard_state && !snapshot && !truncate_from && append.empty(); }
 };
 
+// Where a voter's durable state goes: RaftLog (raft_log.h) on disk in elasticd, the simulator's
+// storage map in the sim tier. persist() carries out one Persist in the order of the durability
+// contract above and returns only once it is durable; an Error means this voter can no longer
+// promise durability (the caller stops it).
+class RaftStore {
+ public:
+  virtual ~RaftStore() = default;
+  virtual Status persist(const Persist& persist) = 0;
+};
+
 enum class Role : std::uint8_t { kFollower, kPreCandidate, kCandidate, kLeader };
 const char* role_name(Role role);
 

@@ -68,7 +68,7 @@ namespace elastic::consensus {
 // is 0xE3069283.
 std::uint32_t crc32c(std::string_view data);
 
-class RaftLog {
+class RaftLog final : public RaftStore {
  public:
   static constexpr const char* kStateFile = "raft-state";
   static constexpr const char* kLogFile = "raft-log";
@@ -81,7 +81,7 @@ class RaftLog {
   // Opens a bootstrapped directory, repairing a torn tail (see above).
   static Result<std::unique_ptr<RaftLog>> open(const std::string& dir);
 
-  ~RaftLog();
+  ~RaftLog() override;
   RaftLog(const RaftLog&) = delete;
   RaftLog& operator=(const RaftLog&) = delete;
 
@@ -100,7 +100,7 @@ class RaftLog {
   bool mark_was_missing() const { return mark_was_missing_; }
 
   // Carries out Effects::persist in the contract's order; durable when it returns ok.
-  Status persist(const Persist& persist);
+  Status persist(const Persist& persist) override;
   Status save_hard_state(const HardState& hard_state);
 
  private:

@@ -97,21 +97,21 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
                                                    std::uint64_t generation, StateMachine& machine,
                                                    Clock& clock, OpenFailure& failure) {
   const TimePoint now = clock.now();
-  std::unique_ptr<ConsensusHost> host(new ConsensusHost());
-  host->self_ = self;
-  host->self_id_ = voter_id(self);
-  host->machine_ = &machine;
   const std::vector<std::string> voters = effective_voters(config, self);
   std::vector<consensus::NodeId> ids;
-  for (const std::string& name : voters) {
-    const consensus::NodeId id = voter_id(name);
-    if (!host->names_.emplace(id, name).second) {
-      failure = {config::kExitConfig, "consensus.voters: the names " + host->names_[id] + " and " +
-                                          name + " hash to the same Raft id; rename one."};
-      return nullptr;
+  {
+    std::map<consensus::NodeId, std::string> names;
+    for (const std::string& name : voters) {
+      const consensus::NodeId id = voter_id(name);
+      if (!names.emplace(id, name).second) {
+        failure = {config::kExitConfig, "consensus.voters: the names " + names[id] + " and " +
+                                            name + " hash to the same Raft id; rename one."};
+        return nullptr;
+      }
+      ids.push_back(id);
     }
-    ids.push_back(id);
   }
+  const bool single_voter = ids.size() == 1 && ids.front() == voter_id(self);
 
   const std::string dir = raft_dir(config);
   if (auto made = make_dirs(dir); !made.ok()) {
@@ -124,9 +124,9 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
   // moved the old files aside and bootstrapped afresh it says so, and later starts keep the
   // new state while the voter catches up.
   const std::string marker = dir + "/" + kRebuildFile;
-  host->rebuilding_ = exists(marker);
-  if (host->rebuilding_) {
-    if (ids.size() == 1 && ids.front() == host->self_id_) {
+  const bool rebuilding = exists(marker);
+  if (rebuilding) {
+    if (single_voter) {
       failure = {config::kExitConfig,
                  "consensus.data_dir: " + marker +
                      " asks to rebuild this voter from its peers, but it is the cluster's only "
@@ -147,7 +147,7 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
     }
   }
   if (!has_state) {
-    if (generation != 1 && !host->rebuilding_) {
+    if (generation != 1 && !rebuilding) {
       failure = {config::kExitConfig,
                  "consensus.data_dir: " + dir + " holds no Raft state, but this node has run " +
                      "before (generation " + std::to_string(generation) +
@@ -160,7 +160,7 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
       return nullptr;
     }
     spdlog::info("raft: bootstrapped {} with voters {}", dir, join_names(voters));
-    if (host->rebuilding_) {
+    if (rebuilding) {
       const int fd = ::open(marker.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
       const std::string note = "bootstrapped afresh; catching up from the leader\n";
       const bool noted =
@@ -181,25 +181,24 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
                                  rebuild_advice(dir) + " (consensus.data_dir)"};
     return nullptr;
   }
-  host->log_ = std::move(log.value());
-  if (host->log_->repaired_bytes() > 0) {
-    spdlog::warn("raft: cut {} torn bytes off the end of the log in {}",
-                 host->log_->repaired_bytes(), dir);
+  std::unique_ptr<consensus::RaftLog> disk = std::move(log.value());
+  if (disk->repaired_bytes() > 0) {
+    spdlog::warn("raft: cut {} torn bytes off the end of the log in {}", disk->repaired_bytes(),
+                 dir);
   }
-  if (host->log_->mark_was_missing()) {
+  if (disk->mark_was_missing()) {
     spdlog::warn(
         "raft: {}/{} was missing (a log from before marks); this start could not check "
         "the log for lost entries, later ones will",
         dir, consensus::RaftLog::kMarkFile);
   }
-  if (host->rebuilding_) {
+  if (rebuilding) {
     spdlog::warn(
         "raft: rebuilding this voter from its peers ({}): it grants no vote until a "
         "leader has reached it, and none in that leader's term",
         marker);
   }
-  host->dir_ = dir;
-  std::vector<consensus::NodeId> on_disk = host->log_->voters();
+  std::vector<consensus::NodeId> on_disk = disk->voters();
   std::vector<consensus::NodeId> configured = ids;
   std::sort(on_disk.begin(), on_disk.end());
   std::sort(configured.begin(), configured.end());
@@ -210,21 +209,50 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
                    " was bootstrapped with; every node must list the same voters."};
     return nullptr;
   }
-  host->names_.emplace(host->self_id_, self);
-
   consensus::RaftConfig raft_config;
   raft_config.election_timeout = config.consensus.election_timeout;
   raft_config.heartbeat_interval = config.consensus.heartbeat_interval;
-  const std::uint64_t seed = clock.seed() ^ generation;
-  host->snapshot_every_ =
-      static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries));
-  consensus::Recovered recovered = host->log_->recovered();
+  consensus::Recovered recovered = disk->recovered();
+  auto host = start(self, voters, raft_config,
+                    static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries)),
+                    std::move(recovered), std::move(disk), machine, clock.seed() ^ generation, now,
+                    failure);
+  if (!host) {
+    failure.message += " (consensus.data_dir " + dir + ")";
+    return nullptr;
+  }
+  host->dir_ = dir;
+  host->rebuilding_ = rebuilding;
+  return host;
+}
+
+std::unique_ptr<ConsensusHost> ConsensusHost::start(
+    const std::string& self, const std::vector<std::string>& voters,
+    const consensus::RaftConfig& raft_config, std::uint64_t snapshot_every,
+    consensus::Recovered recovered, std::unique_ptr<consensus::RaftStore> store,
+    StateMachine& machine, std::uint64_t seed, TimePoint now, OpenFailure& failure) {
+  std::unique_ptr<ConsensusHost> host(new ConsensusHost());
+  host->self_ = self;
+  host->self_id_ = voter_id(self);
+  host->machine_ = &machine;
+  host->store_ = std::move(store);
+  std::vector<consensus::NodeId> ids;
+  for (const std::string& name : voters) {
+    const consensus::NodeId id = voter_id(name);
+    if (!host->names_.emplace(id, name).second) {
+      failure = {config::kExitConfig, "consensus.voters: the names " + host->names_[id] + " and " +
+                                          name + " hash to the same Raft id; rename one."};
+      return nullptr;
+    }
+    ids.push_back(id);
+  }
+  host->names_.emplace(host->self_id_, self);
+  host->snapshot_every_ = std::max<std::uint64_t>(1, snapshot_every);
   if (recovered.snapshot) {
     // The state machine starts from the snapshot; Raft applies the entries after it.
     if (auto restored = machine.restore(recovered.snapshot->last_index, recovered.snapshot->data);
         !restored.ok()) {
-      failure = {kExitIoError, "The Raft snapshot in " + dir + " does not restore: " +
-                                   restored.error().message + " (consensus.data_dir)"};
+      failure = {kExitIoError, "The Raft snapshot does not restore: " + restored.error().message};
       return nullptr;
     }
   }
@@ -369,7 +397,7 @@ void ConsensusHost::propose(TimePoint now, std::string command, Completion done)
 void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
   (void)now;
   if (!effects.persist.empty()) {
-    const Status persisted = log_->persist(effects.persist);
+    const Status persisted = store_->persist(effects.persist);
     if (!persisted.ok()) {
       // Nothing of this step may leave the node: a vote or ack must never outrun the disk.
       spdlog::critical("raft: {}; this voter stops (it can no longer promise durability)",
@@ -421,7 +449,7 @@ void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
     const Status compacted =
         raft_->compact(raft_->last_applied(), machine_->snapshot(), compaction);
     if (compacted.ok() && !compaction.persist.empty()) {
-      if (const Status written = log_->persist(compaction.persist); !written.ok()) {
+      if (const Status written = store_->persist(compaction.persist); !written.ok()) {
         spdlog::critical("raft: {}; this voter stops", written.error().message);
         failed_ = true;
         return;

@@ -132,6 +132,14 @@ class ConsensusHost {
                                              StateMachine& machine, Clock& clock,
                                              OpenFailure& failure);
 
+  // A voter whose durable state is `store` (no files of its own: the simulator's storage),
+  // starting from `recovered` with `voters` as the bootstrap set; open() ends here too.
+  static std::unique_ptr<ConsensusHost> start(
+      const std::string& self, const std::vector<std::string>& voters,
+      const consensus::RaftConfig& raft, std::uint64_t snapshot_every,
+      consensus::Recovered recovered, std::unique_ptr<consensus::RaftStore> store,
+      StateMachine& machine, std::uint64_t seed, TimePoint now, OpenFailure& failure);
+
   void tick(TimePoint now);
   // A Raft envelope from the transport; undecodable or foreign ones are counted and dropped.
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
@@ -167,7 +175,7 @@ class ConsensusHost {
   std::string self_;
   consensus::NodeId self_id_ = consensus::kNoNode;
   std::map<consensus::NodeId, std::string> names_;  // voter id -> name
-  std::unique_ptr<consensus::RaftLog> log_;
+  std::unique_ptr<consensus::RaftStore> store_;  // RaftLog in elasticd
   std::unique_ptr<consensus::Raft> raft_;
   StateMachine* machine_ = nullptr;
   std::vector<Outgoing> sends_;

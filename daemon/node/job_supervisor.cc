@@ -107,7 +107,7 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 }  // namespace
 
 JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
-                             std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan,
+                             std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
                              Hooks hooks, const Clock& clock)
     : clock_(&clock),
       self_(std::move(self)),
@@ -637,7 +637,7 @@ void JobSupervisor::shutdown(Duration grace) {
     spdlog::info("stopping {} worker(s) before exit (grace {} ms)", spawner_->running(),
                  std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
   }
-  spawner_->shutdown(grace);
+  spawner_->shutdown(grace, nullptr);
   jobs_.clear();
   standbys_.clear();
 }

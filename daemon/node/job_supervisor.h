@@ -104,7 +104,7 @@
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
 #include "daemon/node/worker_logs.h"
-#include "daemon/spawner/spawner.h"
+#include "daemon/spawner/launcher.h"
 #include "daemon/topology/topology.h"
 
 namespace elastic::node {
@@ -153,7 +153,7 @@ class JobSupervisor {
 
   // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
   JobSupervisor(std::string self, const config::DaemonConfig& config,
-                std::unique_ptr<spawner::Spawner> spawner, topology::Plan plan, Hooks hooks,
+                std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan, Hooks hooks,
                 const Clock& clock = system_clock());
 
   // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
@@ -292,7 +292,7 @@ class JobSupervisor {
 
   std::string self_;
   config::DaemonConfig config_;
-  std::unique_ptr<spawner::Spawner> spawner_;
+  std::unique_ptr<spawner::Launcher> spawner_;
   topology::Plan plan_;
   Hooks hooks_;
   WorkerLogs logs_;

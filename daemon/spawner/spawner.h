@@ -78,34 +78,10 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/spawner/launcher.h"
 #include "daemon/spawner/log_file.h"
 
 namespace elastic::spawner {
-
-// The user a worker runs as. `user` is the name for the supplementary groups
-// (getgrouplist); "" = only `gid`.
-struct RunAs {
-  std::uint32_t uid = 0;
-  std::uint32_t gid = 0;
-  std::string user;
-};
-
-struct WorkerSpec {
-  std::string label;                       // e.g. "fmnist-1 rank 3", for log lines and errors
-  std::vector<std::string> argv;           // argv[0] searched in env's PATH like execvp, or a path
-  std::map<std::string, std::string> env;  // the COMPLETE environment (the caller builds it)
-  std::string working_dir;                 // must exist; "" = "/"
-  std::optional<RunAs> run_as;             // nullopt = the daemon's own uid/gid
-  std::vector<unsigned> cpus;              // OS cpu indices (sched_setaffinity); empty = unbound
-  std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
-  std::string log_path;                    // stdout+stderr appended here
-  bool handoff = false;                    // give it a hand-off pipe as fd 3 (see Hand-off)
-};
-
-// The descriptor on which a worker started with WorkerSpec::handoff reads its hand-off.
-inline constexpr int kHandoffFd = 3;
-// The largest payload hand_off() takes (the pipe is enlarged to hold it unread).
-inline constexpr std::size_t kMaxHandoffBytes = 1024 * 1024;
 
 struct SpawnerConfig {
   Duration stop_grace = std::chrono::seconds(10);   // SIGTERM, then SIGKILL after this
@@ -117,20 +93,7 @@ struct SpawnerConfig {
   std::string state_dir;  // worker records go to <state_dir>/workers; "" = none
 };
 
-using WorkerId = std::uint64_t;
-
-struct WorkerExit {
-  WorkerId id = 0;
-  int pid = 0;
-  bool signaled = false;  // killed by a signal (status is the signal) or exited (exit code)
-  int status = 0;
-  bool stopped = false;  // stop() or kill() had been called for this worker
-  TimePoint at{};        // the `now` of the process() call that reaped it
-  // "exited with status 3" / "killed by signal 9 (SIGKILL)".
-  std::string describe() const;
-};
-
-class Spawner {
+class Spawner final : public Launcher {
  public:
   // Makes the process a child subreaper, resolves and checks cgroup_root (an Error naming it
   // unless it is, or "auto" finds, a writable cgroup v2 directory), ends leftover workers (see
@@ -143,16 +106,16 @@ class Spawner {
   Spawner& operator=(const Spawner&) = delete;
 
   // Starts one worker; returns once its exec succeeded or failed (see Errors above).
-  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec);
+  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) override;
   // SIGTERM to the worker's group now, SIGKILL at now + stop_grace. Idempotent: a second call
   // keeps the first deadline. Unknown or already reaped ids are ignored.
-  void stop(TimePoint now, WorkerId id);
+  void stop(TimePoint now, WorkerId id) override;
   // stop() with another first signal and grace: the job supervisor ends a hung worker with
   // SIGABRT (a Python faulthandler prints every thread's stack into the log) and SIGKILL at
   // now + grace. Idempotent like stop().
-  void stop(TimePoint now, WorkerId id, int signal, Duration grace);
+  void stop(TimePoint now, WorkerId id, int signal, Duration grace) override;
   // SIGKILL to the worker's group (and cgroup) now.
-  void kill(WorkerId id);
+  void kill(WorkerId id) override;
   // Writes `payload` (at most kMaxHandoffBytes) to the hand-off pipe of worker `id` and closes
   // it; the worker's output so far stays in its old log, what it writes from now on goes to
   // `log_path`, and its lines are labelled `label`. Nothing blocks: a payload the pipe cannot
@@ -160,34 +123,35 @@ class Spawner {
   // handed off already) and a log that cannot be opened; after an Error the caller should
   // kill() the worker (it may hold part of a payload).
   Status hand_off(WorkerId id, std::string_view payload, const std::string& label,
-                  const std::string& log_path);
+                  const std::string& log_path) override;
   // Appends "[elasticd <UTC time>] <line>\n" to the worker's log. Unknown ids are ignored.
-  void note(WorkerId id, std::string_view line);
+  void note(WorkerId id, std::string_view line) override;
   // A configuration reload: later stop() calls use the new grace (a running escalation keeps its
   // deadline), later log writes the new rotation limits.
-  void set_limits(Duration stop_grace, std::uint64_t log_max_bytes, int log_keep) {
+  void set_limits(Duration stop_grace, std::uint64_t log_max_bytes, int log_keep) override {
     config_.stop_grace = stop_grace;
     config_.log_max_bytes = log_max_bytes;
     config_.log_keep = log_keep;
   }
 
   // An epoll descriptor that is readable when process() has work (log output, an exit).
-  int fd() const { return epoll_fd_; }
+  int fd() const override { return epoll_fd_; }
   // Pumps logs, escalates TERM -> KILL whose deadline is <= now, reaps, and appends the exits
   // of tracked workers to *exits. Never blocks.
-  void process(TimePoint now, std::vector<WorkerExit>* exits);
+  void process(TimePoint now, std::vector<WorkerExit>* exits) override;
   // The earliest pending KILL escalation, cgroup clean-up retry or sweep for the zombies of a
   // recently exited worker's group (every 50 ms for 2 s after an exit), or kNever.
-  TimePoint next_deadline() const;
+  TimePoint next_deadline() const override;
 
-  std::optional<int> pid(WorkerId id) const;
-  std::size_t running() const { return workers_.size(); }
+  std::optional<int> pid(WorkerId id) const override;
+  std::size_t running() const override { return workers_.size(); }
   // Workers of an earlier daemon that open() ended.
   std::size_t leftovers_ended() const { return leftovers_ended_; }
 
   // At daemon exit: SIGTERM every worker, wait up to `grace` (blocking) for them to exit,
   // SIGKILL the rest, reap them all. Their exits are appended to *exits when given.
-  void shutdown(Duration grace, std::vector<WorkerExit>* exits = nullptr);
+  void shutdown(Duration grace, std::vector<WorkerExit>* exits) override;
+  void shutdown(Duration grace) { shutdown(grace, nullptr); }
 
   struct Worker;
 

@@ -6,6 +6,7 @@
 // into files. No fixed sleeps: waits poll the supervisor's fd with a deadline; time-driven
 // behaviour (report resend, TERM -> KILL escalation) is driven by passing a later `now`.
 #include "daemon/node/job_supervisor.h"
+#include "daemon/spawner/spawner.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

@@ -1,0 +1,103 @@
+// Launcher: the seam between the job supervisor's decisions and the processes that carry them
+// out. The supervisor (daemon/node/job_supervisor.h) says which worker to start, stop, kill or
+// hand a rank to; a Launcher does it and reports exits from process(). elasticd's Launcher is
+// the Spawner (spawner.h: fork/exec, process groups, cgroups, logs); the simulator's runs no
+// process at all (tests/sim/sim_launcher.h), so the same supervisor code runs in both.
+//
+// Contract every Launcher keeps (the supervisor relies on it):
+//  - spawn() returns a new id or an Error sentence; a failed spawn leaves nothing running;
+//  - every id returned by spawn() is reported exactly once by process() as a WorkerExit, unless
+//    the Launcher is destroyed first (then nothing of it outlives the Launcher);
+//  - stop()/kill() of an unknown or reaped id is ignored; stop() is idempotent (the first
+//    deadline stands); WorkerExit::stopped tells an exit after stop()/kill() from one on its own;
+//  - nothing but shutdown() blocks.
+// Thread safety: none; the supervisor's thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/time.h"
+
+namespace elastic::spawner {
+
+// The user a worker runs as. `user` is the name for the supplementary groups
+// (getgrouplist); "" = only `gid`.
+struct RunAs {
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::string user;
+};
+
+struct WorkerSpec {
+  std::string label;                       // e.g. "fmnist-1 rank 3", for log lines and errors
+  std::vector<std::string> argv;           // argv[0] searched in env's PATH like execvp, or a path
+  std::map<std::string, std::string> env;  // the COMPLETE environment (the caller builds it)
+  std::string working_dir;                 // must exist; "" = "/"
+  std::optional<RunAs> run_as;             // nullopt = the daemon's own uid/gid
+  std::vector<unsigned> cpus;              // OS cpu indices (sched_setaffinity); empty = unbound
+  std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
+  std::string log_path;                    // stdout+stderr appended here
+  bool handoff = false;                    // give it a hand-off pipe as fd 3 (see Hand-off)
+};
+
+// The descriptor on which a worker started with WorkerSpec::handoff reads its hand-off.
+inline constexpr int kHandoffFd = 3;
+// The largest payload hand_off() takes (the pipe is enlarged to hold it unread).
+inline constexpr std::size_t kMaxHandoffBytes = 1024 * 1024;
+
+using WorkerId = std::uint64_t;
+
+struct WorkerExit {
+  WorkerId id = 0;
+  int pid = 0;
+  bool signaled = false;  // killed by a signal (status is the signal) or exited (exit code)
+  int status = 0;
+  bool stopped = false;  // stop() or kill() had been called for this worker
+  TimePoint at{};        // the `now` of the process() call that reaped it
+  // "exited with status 3" / "killed by signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+
+  // Starts one worker (see the contract above).
+  virtual Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) = 0;
+  // SIGTERM now, SIGKILL at now + stop_grace; a second call keeps the first deadline.
+  virtual void stop(TimePoint now, WorkerId id) = 0;
+  // stop() with another first signal and grace (a hung worker: SIGABRT, then SIGKILL).
+  virtual void stop(TimePoint now, WorkerId id, int signal, Duration grace) = 0;
+  // SIGKILL now.
+  virtual void kill(WorkerId id) = 0;
+  // Gives a worker started with WorkerSpec::handoff the rank it runs (warm_standbys.h); its
+  // output from now on goes to `log_path` under `label`.
+  virtual Status hand_off(WorkerId id, std::string_view payload, const std::string& label,
+                          const std::string& log_path) = 0;
+  // One line of the daemon's own into the worker's log.
+  virtual void note(WorkerId id, std::string_view line) = 0;
+  // A configuration reload of the stop grace and the log rotation limits.
+  virtual void set_limits(Duration stop_grace, std::uint64_t log_max_bytes, int log_keep) = 0;
+
+  // A descriptor readable when process() has work; -1 when there is none to wait on (the
+  // caller then relies on next_deadline()).
+  virtual int fd() const = 0;
+  // Escalations due at `now`, and the exits of tracked workers appended to *exits.
+  virtual void process(TimePoint now, std::vector<WorkerExit>* exits) = 0;
+  virtual TimePoint next_deadline() const = 0;
+
+  virtual std::optional<int> pid(WorkerId id) const = 0;
+  // Workers not reaped yet.
+  virtual std::size_t running() const = 0;
+  // SIGTERM to every worker, up to `grace` for them to exit, SIGKILL to the rest (blocks).
+  virtual void shutdown(Duration grace, std::vector<WorkerExit>* exits) = 0;
+};
+
+}  // namespace elastic::spawner
