@@ -133,7 +133,14 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
       return done(ForwardOutcome::kError,
                   "The cluster already has 5 voters; remove one before adding " + node + ".");
     }
-    if (!is_member_ || !is_member_(node)) {
+    const auto alive = [&] {
+      if (members_ == nullptr) return false;
+      for (const membership::MemberView& m : members_->members()) {
+        if (m.name == node) return m.state == membership::MemberState::kAlive;
+      }
+      return false;
+    };
+    if (!alive()) {
       return done(ForwardOutcome::kError,
                   node + " is not an alive member of the cluster; start its daemon first.");
     }
@@ -297,8 +304,9 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
       events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(limit));
     }
     json reply{{"ok", true}, {"events", std::move(events)}};
-    if (events_source_) {
-      json extra = json::parse(events_source_(only, limit), nullptr, /*allow_exceptions=*/false);
+    if (incidents_ != nullptr) {
+      json extra =
+          json::parse(incidents_->to_json(only, limit), nullptr, /*allow_exceptions=*/false);
       if (extra.is_object()) {
         reply["cluster"] = std::move(extra["cluster"]);
         reply["incidents"] = std::move(extra["incidents"]);

@@ -40,8 +40,10 @@
 #include "daemon/config/config.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/time.h"
+#include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/incidents.h"
 
 namespace elastic::rendezvous {
 class JobTable;
@@ -85,19 +87,17 @@ class JobService : public StateMachine {
   // On the leader only. Calls done exactly once (maybe before returning).
   void serve(TimePoint now, const ClientRequest& request, ConsensusHost& consensus, ServeDone done);
   const rendezvous::JobTable& table() const { return *table_; }
-  // How the leader checks that a voter to add is an alive cluster member.
-  void set_member_check(std::function<bool(const std::string&)> is_member) {
-    is_member_ = std::move(is_member);
+  // What the leader reads beside the table (both owned by the node core, which outlives this):
+  // cluster membership, to check that a voter to add is an alive member, and the leader's
+  // cluster events and incidents for the events verb. Null: neither is consulted.
+  void set_views(const membership::Membership* members, const IncidentLog* incidents) {
+    members_ = members;
+    incidents_ = incidents;
   }
   std::size_t job_count() const;
   void set_submit_limits(const SubmitLimits& limits);
   // Requests whose handler threw (caught in serve(), answered with an error).
   std::uint64_t handler_failures() const { return handler_failures_; }
-  // Where the events verb gets the leader's cluster events and incidents: JSON text of
-  // {"cluster":[...],"incidents":[...]} for one job ("" = all), the newest `limit` of each.
-  void set_events_source(std::function<std::string(const std::string&, std::size_t)> source) {
-    events_source_ = std::move(source);
-  }
 
  private:
   const Clock* clock_;
@@ -109,8 +109,8 @@ class JobService : public StateMachine {
   Status admit_submit(TimePoint now, std::uint32_t uid);
 
   std::unique_ptr<rendezvous::JobTable> table_;
-  std::function<bool(const std::string&)> is_member_;
-  std::function<std::string(const std::string&, std::size_t)> events_source_;
+  const membership::Membership* members_ = nullptr;
+  const IncidentLog* incidents_ = nullptr;
   SubmitLimits limits_;
   struct Bucket {
     double tokens = 0;

@@ -151,16 +151,9 @@ class JobSupervisorTest : public ::testing::Test {
     sc.state_dir = config_.node.state_dir;
     auto spawner = spawner::Spawner::open(sc);
     ASSERT_OK(spawner);
-    JobSupervisor::Hooks hooks;
-    hooks.report = [this](const std::string& job, const std::string& verb,
-                          const std::string& args) {
-      json parsed = json::parse(args, nullptr, false);
-      EXPECT_FALSE(parsed.is_discarded()) << verb << " args are not JSON: " << args;
-      reports_.push_back(Report{job, verb, parsed});
-    };
-    hooks.port_in_use = port_in_use_;
-    supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
-                                                  std::move(plan), std::move(hooks), wall_clock_);
+    supervisor_ = std::make_unique<JobSupervisor>(
+        kSelf, config_, std::move(spawner).value(), std::move(plan),
+        [this](std::uint16_t port) { return port_in_use_ && port_in_use_(port); }, wall_clock_);
   }
 
   // Round `round` of `job` with this node alone holding `slots` ranks from 0.
@@ -201,14 +194,22 @@ class JobSupervisorTest : public ::testing::Test {
     }
   }
 
-  std::vector<Report> reports(const std::string& verb, const std::string& job = "") const {
+  // Every report the supervisor made so far (taken from it on each call).
+  std::vector<Report> reports(const std::string& verb, const std::string& job = "") {
+    if (supervisor_) {
+      for (JobSupervisor::Report& r : supervisor_->take_reports()) {
+        json parsed = json::parse(r.args, nullptr, false);
+        EXPECT_FALSE(parsed.is_discarded()) << r.verb << " args are not JSON: " << r.args;
+        reports_.push_back(Report{r.job, r.verb, parsed});
+      }
+    }
     std::vector<Report> out;
     for (const Report& r : reports_) {
       if (r.verb == verb && (job.empty() || r.job == job)) out.push_back(r);
     }
     return out;
   }
-  bool acked(const std::string& job, std::uint64_t round) const {
+  bool acked(const std::string& job, std::uint64_t round) {
     for (const Report& r : reports("round_ack", job)) {
       if (r.args.value("round", std::uint64_t{0}) == round) return true;
     }
@@ -1359,7 +1360,8 @@ TEST_F(JobSupervisorTest, AHungWorkerIgnoringAbortIsKilledAfterTheGrace) {
   supervisor_->process(t0 + 5s + JobSupervisor::kHangAbortGrace);
   ASSERT_TRUE(pump_until([&] { return exists("pid-2"); }));
   EXPECT_FALSE(alive(pid));
-  EXPECT_TRUE(contains(read_file(supervisor_->logs().rank_path("deaf-1", 1, 0)), "killed by signal 9"));
+  EXPECT_TRUE(
+      contains(read_file(supervisor_->logs().rank_path("deaf-1", 1, 0)), "killed by signal 9"));
   EXPECT_TRUE(acked("deaf-1", 2));
 }
 
