@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   write(MsgType::kControlRequest,
         rdv::encode_command(rdv::DrainNode{"n1/1/8", 2, "gpu-07", true, "bad DIMM", 0, true,
                                            rdv::WallTime(std::chrono::milliseconds(5))}));
-  // MessagePack bombs (issue 13 item 5), small enough for the fuzzer's 1 MB envelope limit:
+  // MessagePack bombs, small enough for the fuzzer's 1 MB envelope limit:
   // a map {"x": [an array of 100,000 one-byte integers]} (100 KB; 2.4 MB of msgpack objects
   // without a decode budget), as a body and as an unknown key of a valid envelope; and 16 nested
   // arrays that each declare 100,000 elements in 80 bytes.

@@ -338,7 +338,7 @@ TEST_F(JobSupervisorTest, PythonWorkersAreUnbufferedUnlessTheJobSaysOtherwise) {
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "");
 }
 
-// Issue 16: the submitter's exported environment beats the daemon's defaults (PATH, LANG,
+// The submitter's exported environment beats the daemon's defaults (PATH, LANG,
 // OMP_NUM_THREADS) and the job's env beats it; placeholders in env values and arguments are
 // expanded per round; exported values are passed verbatim.
 TEST_F(JobSupervisorTest, ExportedEnvironmentAndPlaceholdersReachTheWorker) {
@@ -924,7 +924,7 @@ TEST_F(JobSupervisorTest, AnAbsoluteCommandThatDoesNotExistIsAWorkerFailure) {
   EXPECT_EQ(running("nx-2"), 0u);
 }
 
-// Issue 13 item 11: rank 0's node finds the round's store port held by another process: it
+// Rank 0's node finds the round's store port held by another process: it
 // starts no worker and tells the leader (re-sent while the round stands), which moves the
 // round to another port; it is no worker failure and no ack.
 TEST_F(JobSupervisorTest, RankZeroWhoseStorePortIsTakenStartsNothingAndReportsIt) {
@@ -1091,7 +1091,7 @@ TEST_F(JobSupervisorTest, TheOwnerOfALogOutlivesTheDaemon) {
 }  // namespace
 }  // namespace elastic::node
 
-// --- Incidents and progress (issue 6) -------------------------------------------------------
+// --- Incidents and progress ---------------------------------------------------------------
 
 namespace elastic::node {
 namespace {
@@ -1270,7 +1270,7 @@ TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
 }  // namespace
 }  // namespace elastic::node
 
-// --- Hang detection and the Python module's directory (issue 16) ----------------------------
+// --- Hang detection and the Python module's directory -------------------------------------
 
 namespace elastic::node {
 namespace {

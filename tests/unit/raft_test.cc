@@ -1219,7 +1219,7 @@ TEST(RaftLog, BadCrcOnTheLastRecordIsATornWrite) {
   EXPECT_GT((*log)->repaired_bytes(), 100000u);
 }
 
-// --- damage that is not a torn write (issue 13, item 9) ---------------------------------------
+// --- damage that is not a torn write ----------------------------------------------------------
 
 // Entries 1..n of term 1 (small, of varied lengths), one persist each as a voter writes them.
 // Returns the byte offset at which each record starts: offsets[k - 1] for record k.
