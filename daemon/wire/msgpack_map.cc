@@ -282,15 +282,25 @@ bool MapReader::uint_value(std::string_view key, Need need, std::uint64_t max, s
 }
 
 void MapReader::str(std::string_view key, std::string* out, Need need) {
+  string_value(key, out, need, kMaxNameBytes, DecodeError::kMalformed);
+}
+
+void MapReader::bounded_str(std::string_view key, std::string* out, Need need,
+                            std::size_t max_bytes) {
+  string_value(key, out, need, max_bytes, DecodeError::kOversized);
+}
+
+void MapReader::string_value(std::string_view key, std::string* out, Need need,
+                             std::size_t max_bytes, DecodeError too_long) {
   const msgpack::object* v = find(key, need);
   if (v == nullptr) return;
   if (v->type != msgpack::type::STR) {
     fail("has key '" + std::string(key) + "' that is not a string");
     return;
   }
-  if (v->via.str.size > kMaxNameBytes) {
-    fail("has key '" + std::string(key) + "' longer than " + std::to_string(kMaxNameBytes) +
-         " bytes");
+  if (v->via.str.size > max_bytes) {
+    fail("has key '" + std::string(key) + "' longer than " + std::to_string(max_bytes) + " bytes",
+         too_long);
     return;
   }
   out->assign(v->via.str.ptr, v->via.str.size);

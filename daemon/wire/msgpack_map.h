@@ -92,6 +92,9 @@ class MapReader {
 
   // A string of at most kMaxNameBytes.
   void str(std::string_view key, std::string* out, Need need = Need::kRequired);
+  // A string of at most `max_bytes`; longer is kOversized (str's is kMalformed), in the same
+  // sentence.
+  void bounded_str(std::string_view key, std::string* out, Need need, std::size_t max_bytes);
   // Binary data of at most `max_bytes` (beyond that kOversized).
   void bin(std::string_view key, std::string* out, Need need = Need::kRequired,
            std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
@@ -107,6 +110,8 @@ class MapReader {
 
  private:
   bool uint_value(std::string_view key, Need need, std::uint64_t max, std::uint64_t* out);
+  void string_value(std::string_view key, std::string* out, Need need, std::size_t max_bytes,
+                    DecodeError too_long);
 
   std::string what_;
   Failure* failure_;
