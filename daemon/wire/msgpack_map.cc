@@ -11,28 +11,6 @@ void put_key(Packer& p, std::string_view key) {
   p.pack_str(static_cast<std::uint32_t>(key.size()));
   p.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
 }
-void put_str(Packer& p, std::string_view key, const std::string& value) {
-  put_key(p, key);
-  p.pack_str(static_cast<std::uint32_t>(value.size()));
-  p.pack_str_body(value.data(), static_cast<std::uint32_t>(value.size()));
-}
-void put_uint(Packer& p, std::string_view key, std::uint64_t value) {
-  put_key(p, key);
-  p.pack_uint64(value);
-}
-void put_bool(Packer& p, std::string_view key, bool value) {
-  put_key(p, key);
-  if (value) {
-    p.pack_true();
-  } else {
-    p.pack_false();
-  }
-}
-void put_bin(Packer& p, std::string_view key, std::string_view value) {
-  put_key(p, key);
-  p.pack_bin(static_cast<std::uint32_t>(value.size()));
-  p.pack_bin_body(value.data(), static_cast<std::uint32_t>(value.size()));
-}
 
 namespace {
 
