@@ -18,6 +18,8 @@ using wire::internal::Via;
 // ---------------------------------------------------------------------------------------------
 // The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required.
 
+namespace {
+
 // The Raft node ids of every body; written after the body's own keys, read before them.
 struct Addressing {
   NodeId from = kNoNode;
@@ -28,6 +30,8 @@ void visit_fields(V& v, M& a) {
   v.field("fr", a.from);
   v.field("to", a.to);
 }
+
+}  // namespace
 
 template <typename V, Like<Entry> M>
 void visit_fields(V& v, M& e) {
@@ -43,6 +47,8 @@ void check_fields(MapReader& r, const Entry& e) {
     r.fail("is a config entry whose data is not a valid voter list");
   }
 }
+
+namespace {
 
 // AppendEntries' entries: the generic array of maps, plus a bound on their data in all.
 struct EntriesField {
@@ -100,6 +106,8 @@ struct VotersField {
     *out = std::move(*checked);
   }
 };
+
+}  // namespace
 
 template <typename V, Like<VoteRequest> M>
 void visit_fields(V& v, M& m) {

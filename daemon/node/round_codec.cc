@@ -9,6 +9,8 @@ namespace elastic::node {
 using wire::internal::AsBin;
 using wire::internal::Like;
 
+namespace {
+
 // What goes on the wire: the command and the spec as their own encodings (bins), so a member
 // decodes them exactly as the job table does.
 struct RoundStartBody {
@@ -31,6 +33,8 @@ void check_fields(wire::internal::MapReader& r, const RoundStartBody& b) {
     r.fail("has an unknown job state");
   }
 }
+
+}  // namespace
 
 std::string encode_round_start(const RoundStart& start) {
   return wire::internal::encode_fields(

@@ -16,6 +16,8 @@ using wire::internal::Via;
 // ---------------------------------------------------------------------------------------------
 // The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required.
 
+namespace {
+
 // A lease longer than a day is not a lease; it also keeps the nanosecond Duration far from
 // overflow.
 constexpr std::uint64_t kMaxLeaseMillis = 24ULL * 3600 * 1000;
@@ -38,6 +40,8 @@ struct LeaseMillis {
     *out = std::chrono::milliseconds(static_cast<std::int64_t>(millis));
   }
 };
+
+}  // namespace
 
 // Every job message starts with the round it is about.
 template <typename V, Like<JobRoundRef> M>

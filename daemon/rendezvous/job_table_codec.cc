@@ -34,6 +34,8 @@ using wire::internal::Within;
 // The schema (daemon/wire/msgpack_schema.h): keys in the order they are persisted in Raft logs
 // and snapshots. Every field is required unless it says otherwise.
 
+namespace {
+
 // Only ever appended: a number once used keeps its meaning in every Raft log.
 enum class Kind : std::uint8_t { kSubmit = 1, kCancel = 2, kOpen = 3, kSet = 4, kDrain = 5 };
 
@@ -61,6 +63,8 @@ void visit_fields(V& v, M& h) {
   v.field("v", h.version, Via<Version<kCommandVersion>>{});
   v.field("k", h.kind);
 }
+
+}  // namespace
 
 constexpr Items kRankMap{"rank map entry", kMaxNodesPerJob};
 constexpr Within kSpecOf{"the spec of"};
@@ -186,6 +190,8 @@ void visit_fields(V& v, M& d) {
   v.field("bu", d.by_uid);
 }
 
+namespace {
+
 // The jobs of a snapshot, by id (each record carries its own id), and no more than a table
 // keeps of either kind.
 struct SnapshotJobs {
@@ -235,8 +241,6 @@ void visit_fields(V& v, const TableImage<kConst>& t) {
   v.field("dr", t.drained, Items{"drained node", kMaxDrainedNodes},
           KeyField{"n", kMaxDrainNodeBytes, &drained_node_problem}, When{!t.drained.empty()});
 }
-
-namespace {
 
 constexpr Kind kind_of(const SubmitJob&) { return Kind::kSubmit; }
 constexpr Kind kind_of(const CancelJob&) { return Kind::kCancel; }

@@ -129,6 +129,10 @@ struct ViaOf<Via<C>, Rest...> {
 template <typename First, typename... Rest>
 struct ViaOf<First, Rest...> : ViaOf<Rest...> {};
 
+// True when an option of type Want is among Options.
+template <typename Want, typename... Options>
+inline constexpr bool kHas = (std::is_same_v<Options, Want> || ...);
+
 // The first option of type Want; nullptr when none.
 template <typename Want, typename... Options>
 const Want* option(const Options&... options) {
@@ -326,8 +330,8 @@ void read_value(MapReader& r, std::string_view key, Need need, T& value,
       r.str(key, &value, need);
     }
   } else if constexpr (IsVector<T>::value) {
+    static_assert(kHas<Items, Options...>, "an array field needs Items");
     const Items* items = option<Items>(options...);
-    static_assert(sizeof...(Options) > 0, "an array field needs Items");
     const msgpack::object_array* array = r.array(key, items->max, need);
     if (array == nullptr) return;
     // No reserve(): a vector sized from the count would cost far more than 1-byte elements.
@@ -343,6 +347,9 @@ void read_value(MapReader& r, std::string_view key, Need need, T& value,
     }
   } else if constexpr (IsStringMap<T>::value) {
     using Element = typename T::mapped_type;
+    static_assert(kHas<Items, Options...>, "a map field needs Items");
+    static_assert(kHas<KeyField, Options...> || kHas<KeyMember<Element>, Options...>,
+                  "a map field needs KeyField or KeyMember");
     const Items* items = option<Items>(options...);
     const KeyField* key_field = option<KeyField>(options...);
     const KeyMember<Element>* key_member = option<KeyMember<Element>>(options...);
@@ -372,8 +379,8 @@ void read_value(MapReader& r, std::string_view key, Need need, T& value,
       }
     }
   } else {
+    static_assert(kHas<Within, Options...>, "a nested map needs Within");
     const Within* within = option<Within>(options...);
-    static_assert(sizeof...(Options) > 0, "a nested map needs Within");
     const msgpack::object* object = r.find(key, need);
     if (object == nullptr) return;
     if (!read_map(*object, within->prefix + (" " + r.what()), r.failure(), value)) {
