@@ -1,11 +1,11 @@
 // The wire encoding of Raft messages: consensus::Message <-> the body of a wire::Envelope.
 //
 // Layering: daemon/wire knows nothing of consensus types; this codec lives in the consensus
-// library and builds on the internal helpers of daemon/wire/msgpack_map.h, so Raft bodies are
-// packed and checked exactly like membership bodies (map-encoded MessagePack with short keys;
-// unknown keys ignored; missing required keys, wrong types, out-of-range numbers and enums,
-// over-limit sizes and trailing bytes rejected). The envelope carries the sender's name and
-// address; the body carries the Raft node ids so the receiver can check `to` against itself.
+// library and lists its fields for the internal schema codec of daemon/wire/msgpack_schema.h,
+// so Raft bodies are packed and checked exactly like membership bodies (map-encoded MessagePack
+// with short keys; unknown keys ignored; missing required keys, wrong types, out-of-range numbers
+// and enums, over-limit sizes and trailing bytes rejected). The envelope carries the sender's name
+// and address; the body carries the Raft node ids so the receiver can check `to` against itself.
 //   every body:     fr from, to to                                             (required)
 //   VoteRequest:    pv pre_vote, t term, li last_log_index, lt last_log_term   (required)
 //   VoteReply:      pv pre_vote, t term, ok granted                            (required)
