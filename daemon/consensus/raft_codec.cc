@@ -40,11 +40,12 @@ void pack_body(Packer& p, const VoteReply& m) {
   put_bool(p, "ok", m.granted);
 }
 void pack_body(Packer& p, const AppendEntries& m) {
-  p.pack_map(kCommonFields + 5);
+  p.pack_map(kCommonFields + 6);
   put_uint(p, "t", m.term);
   put_uint(p, "pi", m.prev_log_index);
   put_uint(p, "pt", m.prev_log_term);
   put_uint(p, "c", m.leader_commit);
+  put_uint(p, "rs", m.read_round);
   put_key(p, "e");
   p.pack_array(static_cast<std::uint32_t>(m.entries.size()));
   for (const Entry& e : m.entries) {
@@ -71,12 +72,13 @@ void pack_body(Packer& p, const InstallSnapshotReply& m) {
   put_uint(p, "m", m.match_index);
 }
 void pack_body(Packer& p, const AppendReply& m) {
-  p.pack_map(kCommonFields + 5);
+  p.pack_map(kCommonFields + 6);
   put_uint(p, "t", m.term);
   put_bool(p, "ok", m.success);
   put_uint(p, "m", m.match_index);
   put_uint(p, "ci", m.conflict_index);
   put_uint(p, "ct", m.conflict_term);
+  put_uint(p, "rs", m.read_round);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -98,6 +100,7 @@ void read_body(MapReader& r, AppendEntries* m) {
   r.uint("pi", &m->prev_log_index);
   r.uint("pt", &m->prev_log_term);
   r.uint("c", &m->leader_commit);
+  r.uint("rs", &m->read_round, Need::kOptional);  // added later: an older peer sends none
   const msgpack::object_array* entries = r.array("e", kMaxRaftEntriesPerMessage, Need::kRequired);
   if (entries == nullptr) return;
   // No reserve(): a vector sized from the count would cost far more than its 1-byte elements.
@@ -138,6 +141,7 @@ void read_body(MapReader& r, AppendReply* m) {
   r.uint("m", &m->match_index);
   r.uint("ci", &m->conflict_index);
   r.uint("ct", &m->conflict_term);
+  r.uint("rs", &m->read_round, Need::kOptional);
 }
 
 void read_body(MapReader& r, InstallSnapshot* m) {
