@@ -16,7 +16,8 @@ using wire::internal::Packer;
 using wire::internal::Via;
 
 // ---------------------------------------------------------------------------------------------
-// The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required.
+// The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required but
+// "rs" (the read round), which peers from before read index do not send.
 
 namespace {
 
@@ -128,6 +129,8 @@ void visit_fields(V& v, M& m) {
   v.field("pi", m.prev_log_index);
   v.field("pt", m.prev_log_term);
   v.field("c", m.leader_commit);
+  // The read round (read index confirmation) came later: an older peer sends none.
+  v.field("rs", m.read_round, wire::internal::kOptional);
   v.field("e", m.entries, Via<EntriesField>{});
 }
 template <typename V, Like<AppendReply> M>
@@ -137,6 +140,7 @@ void visit_fields(V& v, M& m) {
   v.field("m", m.match_index);
   v.field("ci", m.conflict_index);
   v.field("ct", m.conflict_term);
+  v.field("rs", m.read_round, wire::internal::kOptional);  // added later, like AppendEntries'
 }
 template <typename V, Like<InstallSnapshot> M>
 void visit_fields(V& v, M& m) {

@@ -11,15 +11,19 @@
 //   VoteReply:      pv pre_vote, t term, ok granted                            (required)
 //   AppendEntries:  t term, pi prev_log_index, pt prev_log_term, c leader_commit,
 //                   e entries (array of Entry)                                 (required)
+//                   rs read_round                              (optional, absent = 0)
 //   Entry:          t term, i index, y type (0 no-op, 1 command), d data (bin) (required)
 //   AppendReply:    t term, ok success, m match_index, ci conflict_index, ct conflict_term
 //                                                                              (required)
+//                   rs read_round (the echo)                   (optional, absent = 0)
 //   InstallSnapshot: t term, li last_index, lt last_term, v voters (array of uint, 1 to
 //                   kMaxVoters distinct non-zero ids), d data (bin, <= kMaxSnapshotBytes)
 //                                                                              (required)
 //   InstallSnapshotReply: t term, m match_index                                (required)
 // Entry type 2 (kConfig) must carry a valid encode_voters() list in d, so Raft can trust it.
-// Every field is required: a defaulted pre_vote or success would silently change meaning.
+// Every field is required (a defaulted pre_vote or success would silently change meaning) but
+// those added later, marked optional: a peer of an older version does not send them, and their
+// 0 is safe (read_round 0 confirms no read; raft.h READ INDEX).
 //
 // Hostile bytes: decoding never throws, never crashes and allocates at most a bounded multiple
 // of the input (entry data references the input until it is copied into its Entry).

@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
   const raft::Message raft_messages[] = {
       {1, 2, raft::VoteRequest{true, 5, 11, 4}},
       {2, 1, raft::VoteReply{false, 5, true}},
-      {1, 3, raft::AppendEntries{4, 9, 3, {noop, command}, 9}},
-      {3, 1, raft::AppendReply{4, false, 0, 7, 3}},
+      {1, 3, raft::AppendEntries{4, 9, 3, {noop, command}, 9, 17}},
+      {3, 1, raft::AppendReply{4, false, 0, 7, 3, 17}},
       {1, 3,
        raft::AppendEntries{
            4, 11, 4, {{4, 12, raft::EntryType::kConfig, raft::encode_voters({1, 2, 3, 4})}}, 11}},
