@@ -24,6 +24,16 @@ inline std::vector<std::uint64_t> scenario_seeds(std::initializer_list<std::uint
   return defaults;
 }
 
+// `count` seeds from `first` on, for scenarios run over many seeds (or ELASTIC_SIM_SEED's).
+inline std::vector<std::uint64_t> scenario_seed_range(std::uint64_t first, std::size_t count) {
+  if (const char* env = std::getenv("ELASTIC_SIM_SEED"); env != nullptr && *env != '\0') {
+    return {std::strtoull(env, nullptr, 10)};
+  }
+  std::vector<std::uint64_t> seeds;
+  for (std::size_t i = 0; i < count; ++i) seeds.push_back(first + i);
+  return seeds;
+}
+
 // The ctest name of the running test: binary prefix "sim." + suite + "." + name.
 inline std::string current_ctest_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -1,0 +1,204 @@
+// NodeCoreCluster: a scenario harness over NodeCoreProcess (node_core_process.h), so every
+// daemon of the simulated cluster runs the production node::NodeCore, with clients and safety
+// checkers.
+//
+// Clients (submit/drive_clients): each request is its own session "client-<n>" with a unique
+// job name "c<n>"; it goes to a random up daemon as NodeCore::call("submit", {"spec": ...}), the
+// JSON the control socket carries (ctl/submit.cc), from this process's uid. A request that got
+// no acknowledgement (an error reply, or none because the daemon crashed) is retried through a
+// random up daemon with the same session, so the job table applies it once.
+// Workers: the daemons' SimLaunchers tell the cluster every spawn and exit (a job's workers exit
+// 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1.
+//
+// Checkers (after every simulator event; the first failure stops the run):
+//  1. one rank map per (job, round) in every voter's applied table (NodeCore::jobs().table());
+//  2. members act only on committed rank maps: a spawned worker's (job, round, rank, slot count,
+//     world) is in the committed rank map for its daemon's (name, generation);
+//  3. no daemon acts on a round older, by (term, round), than one it saw in a RoundStart (per
+//     generation) or acted on (per daemon name, across generations);
+//  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
+//  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
+//     jobs never hold more of a daemon's slots than it has;
+//  6. no worker of a superseded round still running: a worker of (job, round R) must be gone
+//     by the time a newer round (or the job's end) was first applied + rendezvous.lease_duration
+//     + spawner.stop_grace + options.stale_slack; and a round its daemon marked fenced (its
+//     lease ran out, RoundService::member_rounds) has no live worker there;
+//  7. every request is created at most once: no voter's table holds two jobs of one name.
+// At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
+// every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
+// once every request is acknowledged, the voters applied what the leader committed, and every
+// job succeeded after running or runs its current round's workers on up daemons of the
+// generation its rank map names.
+// Ownership: the cluster owns its Simulator (so the processes) and a temp directory for the
+// daemons' state_dirs, removed with it. Thread safety: none. Errors: misuse aborts loudly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/rendezvous/fencing.h"
+#include "daemon/rendezvous/job_table.h"
+#include "tests/sim/node_core_process.h"
+#include "tests/sim/simulator.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::sim {
+
+struct NodeCoreClusterOptions {
+  NodeCoreOptions core;  // daemons, voters, slots, timings, worker behaviour
+  LinkModel link{};
+  Duration call_timeout = std::chrono::seconds(5);  // one client call; retried after
+  Duration client_retry = std::chrono::seconds(1);  // after an error reply
+  Duration stale_slack = std::chrono::seconds(3);   // checker 6 (RoundStart resends, loss)
+  std::uint32_t max_restarts = 50;                  // of every submitted job
+  // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
+  // poll() only (large clusters).
+  bool lease_check_every_event = true;
+};
+
+// The settings the scenarios share: the netns tests' short timers (tests/integ).
+NodeCoreClusterOptions default_cluster_options();
+
+struct NodeCoreCounters {
+  std::uint64_t requests = 0;        // distinct client requests
+  std::uint64_t attempts = 0;        // calls incl. retries
+  std::uint64_t error_replies = 0;   // calls answered with an error (then retried)
+  std::uint64_t acknowledged = 0;    // requests a client saw acknowledged
+  std::uint64_t rounds_opened = 0;   // distinct committed (job, round)
+  std::uint64_t open_proposals = 0;  // OpenRound entries leaders appended
+  std::uint64_t spawns = 0;
+  std::uint64_t exits = 0;
+  std::uint64_t worker_crashes = 0;  // injected
+  std::uint64_t round_starts = 0;    // RoundStarts delivered
+  std::uint64_t stale_starts = 0;    // refused by the fence (RoundService::stale_starts)
+  std::uint64_t crashes = 0;
+  std::uint64_t restarts = 0;
+  std::uint64_t partitions = 0;
+  std::uint64_t voters_lost = 0;
+};
+
+class NodeCoreCluster : public NodeCoreObserver {
+ public:
+  NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions options);
+  ~NodeCoreCluster() override;
+  NodeCoreCluster(const NodeCoreCluster&) = delete;
+  NodeCoreCluster& operator=(const NodeCoreCluster&) = delete;
+
+  Simulator& sim() { return sim_; }
+  const NodeCoreClusterOptions& options() const { return options_; }
+  std::size_t daemons() const { return options_.core.daemons; }
+  std::size_t voters() const { return options_.core.voters; }
+  NodeCoreProcess* process(NodeId id);  // nullptr while down
+  std::optional<NodeId> leader();       // the up leader in the highest term
+  // A voter's applied job table (nullptr while down or for a non-voter).
+  const rendezvous::JobTable* table(NodeId id);
+
+  void crash(NodeId id);
+  void restart(NodeId id);
+  void lose(NodeId id);  // for good: never restarted
+  bool lost(NodeId id) const { return lost_.contains(id); }
+  void partition(const std::vector<std::vector<NodeId>>& groups);
+  void heal() { sim_.heal(); }
+  void restart_all();
+
+  // A new client request through a random up daemon; returns its index.
+  std::size_t submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
+                     std::uint32_t workers_per_node = 1);
+  // Retries due requests (call every ~100 ms of virtual time), and runs the polled checks.
+  void drive_clients();
+  // A random live worker exits with status 1; false when none runs.
+  bool crash_worker();
+
+  // The next OpenRound a leader appends crashes that leader right after the event, or, with
+  // `after_commit`, right after the event in which it applied it.
+  void arm_leader_crash_on_open(bool after_commit) { crash_arm_ = after_commit ? 2 : 1; }
+  bool leader_crash_fired() const { return crash_fired_; }
+  std::uint64_t open_proposals_by(NodeId id) const {
+    const auto it = open_proposals_by_.find(id);
+    return it == open_proposals_by_.end() ? 0 : it->second;
+  }
+
+  bool all_acknowledged() const;
+  std::optional<std::string> unsettled();
+  std::optional<std::string> final_problem();
+  // The job of request `name` in the leader's table.
+  std::optional<rendezvous::JobRecord> job_by_name(const std::string& name);
+
+  NodeCoreCounters& counters() { return counters_; }
+  std::size_t live_workers() const { return live_.size(); }
+  std::string summary();
+
+  // NodeCoreObserver.
+  void on_spawn(const SimWorker& worker) override;
+  void on_exit(const SimWorker& worker, const spawner::WorkerExit& exit) override;
+  void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) override;
+  void on_round_start(NodeId node, std::uint64_t generation,
+                      const node::RoundStart& start) override;
+  void on_persist(NodeId node, const consensus::Persist& persist) override;
+
+ private:
+  struct Request {
+    std::string session;
+    std::string name;
+    std::string args;  // the submit request's JSON
+    TimePoint next_try{};
+    std::optional<std::string> job_id;  // acknowledged
+    std::string last_error;
+  };
+  using WorkerKey = std::pair<NodeId, spawner::WorkerId>;
+
+  void attempt(std::size_t index, NodeId via);
+  void note_violation(std::string problem);
+  std::optional<std::string> check();
+  void record_table(NodeId id, const rendezvous::JobTable& table);
+  void check_spawn(const SimWorker& worker);
+  void check_stale_workers();
+  void check_leases(NodeId id);
+  void count_stale_starts(NodeId id);
+
+  // Declared first: destroyed after the processes, which write under it.
+  testing::TempDir dir_;
+  NodeCoreClusterOptions options_;
+  std::vector<Request> requests_;
+  std::map<std::tuple<NodeId, std::uint64_t, std::uint64_t>, std::size_t> calls_;
+  std::set<NodeId> lost_;
+  std::optional<std::string> violation_;
+  // Checker 1: committed rank maps, and when each (job, round) was first seen applied.
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::RankMap> ranks_;
+  // Checker 6: per job its newest committed round and when it was first seen; when it ended.
+  std::map<std::string, std::pair<std::uint64_t, TimePoint>> newest_round_;
+  std::map<std::string, TimePoint> ended_;
+  std::map<std::tuple<NodeId, std::uint64_t, std::string, std::uint64_t>, TimePoint> fenced_;
+  bool stale_dirty_ = true;
+  TimePoint stale_due_ = kNever;
+  // Checker 3, by (term, round) as the fence orders them: per (node, generation, job) the
+  // newest RoundStart received, and the highest term each round came with; per (daemon, job)
+  // the newest acted on. A spawn is stamped with the highest term its round came with.
+  std::map<std::tuple<NodeId, std::uint64_t, std::string>, rendezvous::RoundStamp> seen_;
+  std::map<std::tuple<NodeId, std::uint64_t, std::string, std::uint64_t>, std::uint64_t>
+      round_terms_;
+  std::map<std::pair<std::string, std::string>, rendezvous::RoundStamp> acted_;
+  // Checker 4: per voter the (generation, applied index) last recorded; digests by index.
+  std::map<NodeId, std::pair<std::uint64_t, consensus::Index>> recorded_;
+  std::map<consensus::Index, std::pair<std::uint64_t, NodeId>> digests_;
+  // Checker 5 and the worker ledger.
+  std::map<WorkerKey, SimWorker> live_;
+  std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
+  std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
+  int crash_arm_ = 0;                        // 0 off, 1 on append, 2 on apply
+  std::optional<std::pair<NodeId, consensus::Index>> crash_watch_;
+  std::optional<NodeId> crash_now_;
+  bool crash_fired_ = false;
+  std::map<NodeId, std::uint64_t> open_proposals_by_;
+  std::map<NodeId, std::uint64_t> stale_counted_;  // RoundService::stale_starts counted so far
+  NodeCoreCounters counters_;
+  // Declared last: destroyed first, while everything its processes report to still exists.
+  Simulator sim_;
+};
+
+}  // namespace elastic::sim
