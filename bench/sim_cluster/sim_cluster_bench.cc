@@ -22,6 +22,8 @@
 #include <map>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "bench/stats.h"
 #include "tests/sim/node_core_cluster.h"
 
@@ -94,7 +96,8 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  NodeCoreClusterOptions options;  // the shipped timing defaults
+  spdlog::set_level(spdlog::level::warn);  // 200 daemons log every round
+  NodeCoreClusterOptions options;          // the shipped timing defaults
   options.core.daemons = o.daemons;
   options.core.voters = 3;
   options.core.seeds = 3;  // everyone joins through the voters, as a deployment would

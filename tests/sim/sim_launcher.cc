@@ -106,10 +106,17 @@ void SimLauncher::kill(spawner::WorkerId id) {
   schedule(it->second, TimePoint::min(), true, SIGKILL);
 }
 
-bool SimLauncher::crash(spawner::WorkerId id) {
+bool SimLauncher::fail(spawner::WorkerId id, TimePoint at, int status) {
   const auto it = workers_.find(id);
   if (it == workers_.end()) return false;
-  schedule(it->second, TimePoint::min(), false, 1);
+  Running& running = it->second;
+  const bool clean = !running.exit.signaled && running.exit.status == 0 && !running.exit.stopped;
+  if (at < running.exit_at) {
+    schedule(running, at, false, status);
+  } else if (clean) {
+    // Its last steps are collectives too: a rank cannot finish once it has failed.
+    running.exit.status = status;
+  }
   return true;
 }
 

@@ -4,7 +4,7 @@
 // ELASTIC_ROUND, ELASTIC_NODE, ELASTIC_SLOT, RANK, LOCAL_RANK, WORLD_SIZE), and process()
 // reports its exit when it is due:
 //  - on its own: exit status 0 `job_runtime` after it started (never when job_runtime is 0);
-//  - crash(): exit status 1 at the next process() (the scenario's worker crash);
+//  - fail(): exit with a status at a given time (a worker crash; a rank that lost a peer);
 //  - stop(): SIGTERM; the worker exits `term_exit` later (a trainer checkpointing on SIGTERM),
 //    or is SIGKILLed at the stop deadline if that comes first; stop() with another signal
 //    (SIGABRT for a hung worker) likewise; kill(): SIGKILL, reported at the next process().
@@ -81,9 +81,12 @@ class SimLauncher final : public spawner::Launcher {
   std::size_t running() const override { return workers_.size(); }
   void shutdown(Duration grace, std::vector<spawner::WorkerExit>* exits) override;
 
-  // The scenario's worker crash: the worker exits with status 1 at the next process().
-  // False when `id` is not running.
-  bool crash(spawner::WorkerId id);
+  // The worker exits with `status` at `at` (or at the next process() after it): the scenario's
+  // worker crash (status 1, now), or a rank whose peer died (elastic-trainer exits 69 when a
+  // collective loses a peer). One due to exit 0 before `at` exits with `status` then instead
+  // (the round's last steps need every rank); one stopping keeps its stop. False when `id` is
+  // not running.
+  bool fail(spawner::WorkerId id, TimePoint at, int status);
 
  private:
   struct Running {
