@@ -213,10 +213,10 @@ std::unique_ptr<ConsensusHost> ConsensusHost::open(const config::DaemonConfig& c
   raft_config.election_timeout = config.consensus.election_timeout;
   raft_config.heartbeat_interval = config.consensus.heartbeat_interval;
   consensus::Recovered recovered = disk->recovered();
-  auto host = start(self, voters, raft_config,
-                    static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries)),
-                    std::move(recovered), std::move(disk), machine, clock.seed() ^ generation, now,
-                    failure);
+  auto host = start(
+      self, voters, raft_config,
+      static_cast<std::uint64_t>(std::max(1, config.consensus.snapshot_every_entries)),
+      std::move(recovered), std::move(disk), machine, clock.seed() ^ generation, now, failure);
   if (!host) {
     failure.message += " (consensus.data_dir " + dir + ")";
     return nullptr;

@@ -175,7 +175,7 @@ class ConsensusHost {
   std::string self_;
   consensus::NodeId self_id_ = consensus::kNoNode;
   std::map<consensus::NodeId, std::string> names_;  // voter id -> name
-  std::unique_ptr<consensus::RaftStore> store_;  // RaftLog in elasticd
+  std::unique_ptr<consensus::RaftStore> store_;     // RaftLog in elasticd
   std::unique_ptr<consensus::Raft> raft_;
   StateMachine* machine_ = nullptr;
   std::vector<Outgoing> sends_;

@@ -43,20 +43,6 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-const char* state_name(membership::MemberState state) {
-  switch (state) {
-    case membership::MemberState::kAlive:
-      return "alive";
-    case membership::MemberState::kSuspect:
-      return "suspect";
-    case membership::MemberState::kDead:
-      return "dead";
-    case membership::MemberState::kLeft:
-      return "left";
-  }
-  return "unknown";
-}
-
 // Splits "tcp://HOST:PORT" (HOST may be [v6]); false when it does not look like that.
 bool split_endpoint(const std::string& endpoint, std::string& host, std::string& port) {
   constexpr std::string_view kScheme = "tcp://";
@@ -120,20 +106,6 @@ std::string host_name() {
   return name;
 }
 
-// The kForwardRequest carrying client call `id` (the call id doubles as its sequence number).
-wire::Envelope forward_envelope(std::uint64_t id, const ClientRequest& request) {
-  wire::Envelope envelope;
-  envelope.type = wire::MsgType::kForwardRequest;
-  envelope.body = encode_forward(ForwardRequest{.id = id,
-                                                .verb = request.verb,
-                                                .args = request.args,
-                                                .uid = request.uid,
-                                                .gid = request.gid,
-                                                .admin = request.admin,
-                                                .client_seq = id});
-  return envelope;
-}
-
 }  // namespace
 
 Seed parse_seed(const std::string& seed) {
@@ -154,7 +126,7 @@ std::string derive_advertise_host(const std::vector<std::string>& seeds) {
   return address.empty() ? "127.0.0.1" : address;
 }
 
-Node::Node(Clock& clock) : clock_(&clock), jobs_(clock) {}
+Node::Node(Clock& clock) : clock_(&clock) {}
 
 std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure,
                                   Clock& clock) {
@@ -251,26 +223,13 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   }
 
   const std::uint64_t seed = clock.seed() ^ node->generation_;
-  node->membership_ = std::make_unique<membership::Membership>(
-      membership::Self{node->name_, node->generation_, node->address_}, config.membership, seed,
-      clock.now());
-
-  node->jobs_.set_submit_limits(submit_limits(config.control));
-  node->jobs_.set_events_source([self](const std::string& job, std::size_t limit) {
-    return self->rounds_->events_json(job, limit);
-  });
-  node->jobs_.set_member_check([self](const std::string& name) {
-    for (const membership::MemberView& m : self->membership_->members()) {
-      if (m.name == name) return m.state == membership::MemberState::kAlive;
-    }
-    return false;
-  });
   // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
-  node->voters_ = effective_voters(config, node->name_);
+  CoreParts parts;
+  parts.jobs = std::make_unique<JobService>(clock);
   OpenFailure raft_failure;
-  node->consensus_ =
-      ConsensusHost::open(config, node->name_, node->generation_, node->jobs_, clock, raft_failure);
-  if (!node->consensus_) {
+  parts.consensus =
+      ConsensusHost::open(config, node->name_, node->generation_, *parts.jobs, clock, raft_failure);
+  if (!parts.consensus) {
     failure = {raft_failure.exit_code, raft_failure.message};
     return nullptr;
   }
@@ -304,40 +263,12 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     spdlog::warn("ended {} worker(s) left running by an earlier elasticd on this host",
                  (*spawner)->leftovers_ended());
   }
-  node->supervisor_ = std::make_unique<JobSupervisor>(
-      node->name_, config, std::move(spawner.value()), std::move(plan.value()),
-      JobSupervisor::Hooks{
-          .report = [self](const std::string& job, const std::string& verb,
-                           const std::string& args) { self->rounds_->report_for(job, verb, args); },
-          .port_in_use = tcp_port_in_use},
-      *node->clock_);
-
-  node->rounds_ = std::make_unique<RoundService>(
-      node->name_, node->generation_, config, seed ^ 0x9e3779b97f4a7c15ULL,
-      RoundService::Hooks{
-          .send =
-              [self](const std::string& to, const std::string& address, wire::Envelope envelope) {
-                if (address.empty()) {
-                  self->send_to(to, std::move(envelope));
-                  return;
-                }
-                ++self->sends_attempted_;
-                (void)self->transport_->send(transport::PeerAddress{.address = address, .name = to},
-                                             std::move(envelope));
-              },
-          .on_round =
-              [self](TimePoint now, const RoundStart& start) {
-                if (self->life_.draining) return false;  // a draining node takes no new rounds
-                return self->supervisor_->on_round(now, start);
-              },
-          .stop_job =
-              [self](TimePoint now, const std::string& job, bool graceful, const std::string& why,
-                     bool final) {
-                self->supervisor_->stop_job(
-                    now, job, graceful ? StopMode::kGraceful : StopMode::kKill, why, final);
-              }},
-      *node->clock_);
-  node->rounds_->set_slots(node->supervisor_->slots());
+  parts.launcher = std::move(spawner.value());
+  parts.plan = std::move(plan.value());
+  parts.port_in_use = tcp_port_in_use;
+  node->core_ = std::make_unique<NodeCore>(
+      Identity{.name = node->name_, .generation = node->generation_, .address = node->address_},
+      config, std::move(parts), clock, seed);
   // Only now is the generation used up: a start that failed above never ran, so its retry is
   // still this node's first (a new voter bootstraps Raft only at generation 1).
   if (auto committed = transport::commit_generation(config.node.state_dir); !committed.ok()) {
@@ -351,10 +282,7 @@ Node::~Node() {
   // Control and metrics first (they call back into this Node), then the transport's sockets.
   metrics_.reset();
   control_.reset();
-  rounds_.reset();
-  supervisor_.reset();  // the Spawner kills and reaps any worker still running
-  consensus_.reset();
-  membership_.reset();
+  core_.reset();  // the Spawner kills and reaps any worker still running
   transport_.reset();
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
@@ -369,11 +297,11 @@ void Node::set_reload(Reloader reload, std::string source) {
 
 void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t from_pid) {
   if (life_.draining) {
-    if (!life_.killed && supervisor_->running_workers() > 0) {
+    if (!life_.killed && core_->supervisor().running_workers() > 0) {
       spdlog::warn("{} received from pid {} during the drain: killing {} now", signal_name,
-                   from_pid, plural(supervisor_->running_workers(), "worker", "workers"));
+                   from_pid, plural(core_->supervisor().running_workers(), "worker", "workers"));
       life_.killed = true;
-      supervisor_->kill_all(now);
+      core_->kill_all(now);
     }
     return;
   }
@@ -386,11 +314,9 @@ void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t 
   }
   spdlog::info(
       "{} received from pid {}: draining ({}, grace {} ms), then leaving the cluster", signal_name,
-      from_pid, plural(supervisor_->running_workers(), "worker", "workers"),
+      from_pid, plural(core_->supervisor().running_workers(), "worker", "workers"),
       std::chrono::duration_cast<std::chrono::milliseconds>(config_.spawner.stop_grace).count());
-  // The leader hears first, so the failures the stop causes in its rounds are excused.
-  rounds_->announce_leaving();
-  supervisor_->drain(now);
+  core_->drain(now);
   update_lifecycle(now);
 }
 
@@ -436,14 +362,7 @@ void Node::reload(TimePoint now) {
         spdlog::error("reload: {}", set.error().message);
       }
     }
-    if (supervisor_ && (plan.apply.spawner.stop_grace != config_.spawner.stop_grace ||
-                        plan.apply.spawner.log_max_bytes != config_.spawner.log_max_bytes ||
-                        plan.apply.spawner.log_keep != config_.spawner.log_keep)) {
-      supervisor_->set_spawner_limits(plan.apply.spawner);
-    }
-    if (submit_limits(plan.apply.control) != submit_limits(config_.control)) {
-      jobs_.set_submit_limits(submit_limits(plan.apply.control));
-    }
+    core_->apply_config(plan.apply);
     config_ = plan.apply;
     life_.source = loaded->source;
     life_.loaded_at_ms = life_.reload_at_ms;
@@ -471,7 +390,7 @@ void Node::reload(TimePoint now) {
 
 std::string Node::status_line() const {
   if (life_.draining) {
-    const std::size_t running = supervisor_->running_workers();
+    const std::size_t running = core_->supervisor().running_workers();
     if (running == 0) return "draining: leaving the cluster";
     if (life_.killed) return "draining: " + plural(running, "worker", "workers") + " killed";
     return "draining: " + plural(running, "worker", "workers") + " stopping (grace " +
@@ -486,26 +405,25 @@ std::string Node::status_line() const {
            "; still running with the previous configuration; ";
   }
   if (!life_.ready) return line + "joining via " + plural(life_.seeds, "seed", "seeds");
-  line += "member of " + plural(membership_->member_count(), "node", "nodes") + " (" +
-          std::to_string(membership_->alive_count()) + " alive); ";
-  std::string leader = consensus_ ? consensus_->leader() : std::string();
+  line += "member of " + plural(core_->membership().member_count(), "node", "nodes") + " (" +
+          std::to_string(core_->membership().alive_count()) + " alive); ";
+  const std::string leader = core_->leader();
   if (!leader.empty()) {
-    line += "leader " + leader + " term " + std::to_string(consensus_->term());
-  } else if (!leader_hint_.empty()) {
-    line += "leader " + leader_hint_ + " term " + std::to_string(leader_hint_term_);
+    line += "leader " + leader + " term " + std::to_string(core_->leader_term());
   } else {
     line += "no leader yet";
   }
-  return line + "; " + plural(rounds_->member_rounds().size(), "job", "jobs") + ", " +
-         plural(supervisor_->running_workers(), "worker", "workers");
+  return line + "; " + plural(core_->rounds().member_rounds().size(), "job", "jobs") + ", " +
+         plural(core_->supervisor().running_workers(), "worker", "workers");
 }
 
 void Node::update_lifecycle(TimePoint now) {
   // Joined: no seed to wait for, or some other member is alive (a seed or member answered).
-  if (!life_.ready && !life_.draining && (life_.seeds == 0 || membership_->alive_count() > 1)) {
+  if (!life_.ready && !life_.draining &&
+      (life_.seeds == 0 || core_->membership().alive_count() > 1)) {
     life_.ready = true;
     spdlog::info("elasticd joined: {} alive of {} known; notifying systemd: {}",
-                 membership_->alive_count(), membership_->member_count(),
+                 core_->membership().alive_count(), core_->membership().member_count(),
                  life_.notifier.enabled() ? life_.notifier.socket_path() : "no NOTIFY_SOCKET");
     if (const Status sent = life_.notifier.ready(); !sent.ok()) {
       spdlog::warn("{}", sent.error().message);
@@ -514,16 +432,16 @@ void Node::update_lifecycle(TimePoint now) {
   }
   if (life_.draining) {
     if (now >= life_.next_announce) {
-      rounds_->announce_leaving();
+      core_->announce_leaving();
       life_.next_announce = now + std::chrono::seconds(1);
     }
-    if (!life_.killed && now >= life_.drain_deadline && supervisor_->running_workers() > 0) {
+    if (!life_.killed && now >= life_.drain_deadline && core_->supervisor().running_workers() > 0) {
       spdlog::warn("drain: {} still running after the grace; killing them",
-                   plural(supervisor_->running_workers(), "worker", "workers"));
+                   plural(core_->supervisor().running_workers(), "worker", "workers"));
       life_.killed = true;
-      supervisor_->kill_all(now);
+      core_->kill_all(now);
     }
-    if (supervisor_->running_workers() == 0) stop_ = true;
+    if (core_->supervisor().running_workers() == 0) stop_ = true;
   }
   if (const Status sent = life_.notifier.status(status_line()); !sent.ok()) {
     spdlog::debug("{}", sent.error().message);
@@ -549,196 +467,80 @@ std::string Node::config_json() const {
 }
 
 int Node::run() {
-  std::vector<std::string> seeds;
   for (const std::string& entry : config_.membership.seeds) {
     const Seed seed = parse_seed(entry);
     // A seed list shared by every node names this node too; skip it by address or by name.
     if (seed.endpoint == address_ || seed.name == name_) continue;
-    if (std::find(seeds.begin(), seeds.end(), seed.endpoint) != seeds.end()) continue;
-    seeds.push_back(seed.endpoint);
-    if (!seed.name.empty()) seed_names_.emplace(seed.endpoint, seed.name);
+    const bool known = std::any_of(seeds_.begin(), seeds_.end(),
+                                   [&](const SeedPeer& s) { return s.endpoint == seed.endpoint; });
+    if (!known) seeds_.push_back(SeedPeer{.endpoint = seed.endpoint, .name = seed.name});
   }
-  membership::Effects effects;
-  membership_->join(clock_->now(), seeds, effects);
-  carry_out(clock_->now(), std::move(effects));
+  carry_out(clock_->now(), core_->join(clock_->now(), seeds_));
   spdlog::info("elasticd ready: name={} generation={} address={} control={}{}", name_, generation_,
                address_, control_->path(),
                metrics_ ? " metrics=" + metrics_->bound_address() : std::string());
-  life_.seeds = seeds.size();
+  life_.seeds = seeds_.size();
   update_lifecycle(clock_->now());
 
   while (!stop_) {
     TimePoint now = clock_->now();
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
-    std::vector<int> watched = {control_->fd(), signal_fd_, supervisor_->fd()};
+    std::vector<int> watched = {control_->fd(), signal_fd_, core_->launcher_fd()};
     if (metrics_) watched.push_back(metrics_->fd());
     transport::Received received = transport_->receive(wait, watched);
     now = clock_->now();
-    effects = {};
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
         received.readable_fds.end()) {
-      handle_signals(now, effects);
+      handle_signals(now);
     }
     control_->process(now);
     for (const transport::ControlRequest& remote : received.control_requests) {
       control_->handle_remote(now, remote.route, remote.user, remote.body);
     }
     if (metrics_) metrics_->process(now);
-    deliver(now, received.envelopes, effects);
+    carry_out(now, core_->take_output());
     if (stop_) break;
-    // A peer whose TCP connection dropped (kill -9 closes it at once): its round peers suspect
-    // it now instead of after job_peer_timeout of silence.
+    CoreInput input;
+    input.envelopes = std::move(received.envelopes);
     for (const transport::PeerDisconnect& lost : transport_->take_disconnects()) {
-      if (!lost.name.empty()) rounds_->on_peer_disconnected(now, lost.name);
+      input.disconnected.push_back(lost.name);
     }
-    membership_->tick(now, effects);
-    carry_out(now, std::move(effects));
-    if (consensus_) {
-      consensus_->tick(now);
-      const bool leading = consensus_->is_leader();
-      if (rounds_->lead_due(now, leading)) {
-        rounds_->lead(now, leading, jobs_.table(),
-                      leading ? membership_->members() : std::vector<membership::MemberView>{},
-                      consensus_.get());
-      }
-      flush_consensus();
-      if (consensus_->failed()) {
-        exit_code_ = kExitIoError;
-        break;
-      }
+    carry_out(now, core_->step(now, std::move(input)));
+    if (core_->raft_failed()) {
+      exit_code_ = kExitIoError;
+      break;
     }
-    rounds_->tick(now);
-    supervisor_->process(now);
     update_lifecycle(now);
     if (stop_) break;
-    {
-      std::string leader = consensus_ ? consensus_->leader() : std::string();
-      if (leader.empty()) leader = leader_hint_;
-      const auto address = addresses_.find(leader);
-      rounds_->set_leader(now, leader, address == addresses_.end() ? "" : address->second);
+    // The transport stamps the leader this daemon believes in on every envelope (gossip hints).
+    std::pair<std::string, std::uint64_t> hint{core_->leader(), core_->leader_term()};
+    if (!hint.first.empty() && hint != stamped_hint_) {
+      stamped_hint_ = hint;
+      transport_->set_leader_hint(hint.first, hint.second);
     }
-    refresh_stamped_hint();
-    expire_calls(now);
     transport_->close_idle(now);
   }
   // Workers first: none may outlive the daemon, and a graceful stop lets them checkpoint (after
   // a drain there are none left; after a Raft log failure this blocks up to the grace).
-  supervisor_->shutdown(config_.spawner.stop_grace);
+  core_->shutdown(config_.spawner.stop_grace);
   leave_gracefully();
-  for (auto& [id, call] : calls_) {
-    control_->reply(
-        control::ReplyHandle{.fd = static_cast<int>(call.handle_fd), .serial = call.handle_serial},
-        control::encode_error_reply("The daemon is stopping."));
-  }
-  calls_.clear();
+  core_->abandon_calls("The daemon is stopping.");
+  carry_out(clock_->now(), core_->take_output());
   spdlog::info("elasticd stopped: name={} generation={}", name_, generation_);
   return exit_code_;
 }
 
 TimePoint Node::next_deadline(TimePoint now) const {
   // Wake at least once a second so idle peers get closed even when membership is quiet.
-  TimePoint deadline = std::min(
-      {membership_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
-  if (consensus_) deadline = std::min(deadline, consensus_->next_deadline());
+  TimePoint deadline =
+      std::min({core_->next_deadline(), control_->next_deadline(), now + std::chrono::seconds(1)});
   deadline = std::min(deadline, life_.next_watchdog);
   if (life_.draining) deadline = std::min({deadline, life_.drain_deadline, life_.next_announce});
   if (metrics_) deadline = std::min(deadline, metrics_->next_deadline());
-  deadline = std::min({deadline, rounds_->next_deadline(), supervisor_->next_deadline()});
-  for (const auto& [id, call] : calls_) {
-    deadline = std::min({deadline, call.deadline, call.attempt_deadline});
-  }
   return deadline;
 }
 
-void Node::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes,
-                   membership::Effects& effects) {
-  for (wire::Envelope& envelope : envelopes) {
-    // Without CURVE the sender is whoever reached the port (any local user on a loopback bind):
-    // only membership gossip and forwarded requests (answered with a refusal below) are taken.
-    // Raft could commit a forged job and a round start names a spec to run, as any user.
-    if (!config_.transport.curve && !wire::is_membership_type(envelope.type) &&
-        envelope.type != wire::MsgType::kForwardRequest &&
-        envelope.type != wire::MsgType::kForwardReply) {
-      if (++unauthenticated_peer_drops_ % 100 == 1) {
-        spdlog::warn(
-            "dropped a message of type {} from {}: with transport.curve = false this daemon acts "
-            "on no message but membership from other daemons (nobody vouches for the sender); "
-            "{} dropped so far",
-            static_cast<int>(envelope.type), envelope.sender, unauthenticated_peer_drops_);
-      }
-      continue;
-    }
-    observe_hint(envelope);
-    if (wire::is_raft_type(envelope.type)) {
-      if (consensus_) {
-        consensus_->on_envelope(now, envelope);
-      } else {
-        ++undecodable_bodies_;  // Raft traffic to a non-voter: misconfigured or hostile
-      }
-      continue;
-    }
-    if (envelope.type == wire::MsgType::kForwardRequest) {
-      on_forward_request(now, envelope);
-      continue;
-    }
-    if (envelope.type == wire::MsgType::kRoundStart || rendezvous::is_job_type(envelope.type) ||
-        rendezvous::is_lease_type(envelope.type)) {
-      rounds_->on_envelope(now, envelope);
-      continue;
-    }
-    if (envelope.type == wire::MsgType::kForwardReply) {
-      on_forward_reply(now, envelope);
-      continue;
-    }
-    auto message = wire::decode_membership(envelope.type, envelope.body);
-    if (!message.ok()) {
-      // The transport checked the envelope; a body that does not decode is still hostile.
-      ++undecodable_bodies_;
-      spdlog::debug("dropped a message from {} gen {}: {}", envelope.sender, envelope.generation,
-                    message.error().message);
-      continue;
-    }
-    membership_->on_message(now,
-                            membership::Inbound{.from = std::move(envelope.sender),
-                                                .from_generation = envelope.generation,
-                                                .from_address = std::move(envelope.sender_address),
-                                                .message = std::move(message.value())},
-                            effects);
-  }
-  if (consensus_) flush_consensus();
-}
-
-void Node::observe_hint(const wire::Envelope& envelope) {
-  if (envelope.leader_hint.empty() || envelope.leader_term <= leader_hint_term_) return;
-  leader_hint_ = envelope.leader_hint;
-  leader_hint_term_ = envelope.leader_term;
-}
-
-void Node::refresh_stamped_hint() {
-  std::pair<std::string, std::uint64_t> hint{consensus_->leader(), consensus_->term()};
-  if (hint.first.empty()) hint = {leader_hint_, leader_hint_term_};
-  if (hint.first.empty() || hint == stamped_hint_) return;
-  stamped_hint_ = hint;
-  transport_->set_leader_hint(hint.first, hint.second);
-}
-
-bool Node::send_to(const std::string& name, wire::Envelope envelope) {
-  const auto found = addresses_.find(name);
-  if (found == addresses_.end()) return false;
-  ++sends_attempted_;
-  return transport_
-      ->send(transport::PeerAddress{.address = found->second, .name = name}, std::move(envelope))
-      .ok();
-}
-
-void Node::flush_consensus() {
-  for (ConsensusHost::Outgoing& out : consensus_->take_sends()) {
-    // Lost Raft messages are retried by Raft itself (heartbeats repair), so failures only count.
-    send_to(out.to, std::move(out.envelope));
-  }
-}
-
-void Node::handle_signals(TimePoint now, membership::Effects& effects) {
+void Node::handle_signals(TimePoint now) {
   signalfd_siginfo info{};
   while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     if (info.ssi_signo == SIGHUP) {
@@ -750,67 +552,43 @@ void Node::handle_signals(TimePoint now, membership::Effects& effects) {
   }
 }
 
-void Node::carry_out(TimePoint now, membership::Effects effects) {
-  // A failed send is fed back as unreachable, which may produce more sends (indirect probes);
-  // a few rounds settle it, and anything left waits for the next tick.
-  for (int round = 0; round < 4; ++round) {
-    log_events(effects.events);
-    membership::Effects more;
-    for (membership::Outgoing& send : effects.sends) {
-      wire::Envelope envelope;
-      envelope.type = wire::message_type(send.message);
-      envelope.body = wire::encode_body(send.message);
+void Node::carry_out(TimePoint now, CoreOutput output) {
+  // A failed membership send is fed back as unreachable, which may produce more sends
+  // (indirect probes); a few passes settle it, and anything left waits for the next loop pass.
+  for (int pass = 0; pass < 4; ++pass) {
+    for (const CallReply& reply : output.replies) {
+      const auto waiting = replies_.find(reply.call);
+      if (waiting == replies_.end()) continue;
+      const control::ReplyHandle handle{.fd = waiting->second.first,
+                                        .serial = waiting->second.second};
+      replies_.erase(waiting);
+      control_->reply(handle, reply.outcome == ForwardOutcome::kOk
+                                  ? reply.body
+                                  : control::encode_error_reply(
+                                        reply.body, reply.outcome == ForwardOutcome::kDenied
+                                                        ? control::ErrorCode::kPermission
+                                                        : control::ErrorCode::kNone));
+    }
+    CoreInput failed;
+    for (PeerSend& send : output.sends) {
       ++sends_attempted_;
-      // Membership addresses a seed it has not met yet by address only; CURVE needs its name.
-      std::string name = send.to;
-      if (name.empty()) {
-        const auto seed = seed_names_.find(send.to_address);
-        if (seed != seed_names_.end()) name = seed->second;
-      }
+      const std::string address = send.address;
       const Status sent = transport_->send(
-          transport::PeerAddress{.address = send.to_address, .name = std::move(name)},
-          std::move(envelope));
-      if (!sent.ok()) {
-        spdlog::debug("send to {} ({}) failed: {}", send.to.empty() ? "seed" : send.to,
-                      send.to_address, sent.error().message);
-        membership_->on_unreachable(now, send.to_address, more);
-      }
+          transport::PeerAddress{.address = send.address, .name = std::move(send.to)},
+          std::move(send.envelope));
+      if (sent.ok()) continue;
+      spdlog::debug("send to {} failed: {}", address, sent.error().message);
+      if (send.membership) failed.unreachable.push_back(address);
+      if (send.call != 0) failed.unsent_calls.push_back(send.call);
     }
-    if (more.sends.empty() && more.events.empty()) return;
-    effects = std::move(more);
-  }
-  log_events(effects.events);
-}
-
-void Node::log_events(const std::vector<membership::MemberEvent>& events) {
-  for (const membership::MemberEvent& event : events) {
-    auto [it, inserted] = logged_states_.try_emplace({event.name, event.generation}, event.state);
-    const char* old_state = inserted ? "none" : state_name(it->second);
-    it->second = event.state;
-    if (!event.address.empty()) addresses_[event.name] = event.address;
-    if (consensus_) consensus_->learn_name(event.name);
-    spdlog::info("member {} gen {}: {} -> {} ({})", event.name, event.generation, old_state,
-                 state_name(event.state), event.address);
-    // Cluster events for `elasticctl events` (incidents.h).
-    if (rounds_) {
-      const bool joined = inserted && event.state == membership::MemberState::kAlive;
-      rounds_->record_event(
-          ClusterEvent{.at_ms = clock_->wall_ms(),
-                       .kind = joined ? std::string("member_joined")
-                                      : std::string("member_") + state_name(event.state),
-                       .node = event.name,
-                       .job = "",
-                       .detail = "generation " + std::to_string(event.generation) + ": " +
-                                 old_state + " -> " + state_name(event.state)});
-    }
+    if (failed.unreachable.empty() && failed.unsent_calls.empty()) return;
+    output = core_->step(now, std::move(failed));
   }
 }
 
 void Node::leave_gracefully() {
-  membership::Effects effects;
   TimePoint now = clock_->now();
-  membership_->leave(now, effects);
-  carry_out(now, std::move(effects));
+  carry_out(now, core_->leave(now));
   // Keep serving (peers may probe us and learn we left) until every queued send has gone to
   // ZeroMQ or failed, or kLeaveFlush passes.
   const TimePoint deadline = now + kLeaveFlush;
@@ -826,9 +604,9 @@ void Node::leave_gracefully() {
     transport::Received received =
         transport_->receive(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
     now = clock_->now();
-    effects = {};
-    deliver(now, received.envelopes, effects);
-    carry_out(now, std::move(effects));
+    CoreInput input;
+    input.envelopes = std::move(received.envelopes);
+    carry_out(now, core_->step(now, std::move(input)));
   }
 }
 
@@ -882,24 +660,19 @@ std::optional<std::string> Node::handle_control(const control::Request& request,
   return (this->*handler)(ControlCall{request, peer, handle, clock_->now()});
 }
 
-void Node::start_call(const ControlCall& call, std::string client_id, std::string target,
-                      Duration timeout) {
-  const std::uint64_t id = next_call_id_++;
-  Call waiting;
-  waiting.request = ClientRequest{
-      .verb = call.request.verb,
-      .args = call.request.text,
-      .uid = static_cast<std::uint32_t>(call.peer.uid),
-      .gid = static_cast<std::uint32_t>(call.peer.gid),
-      .admin = is_admin(call.peer),
-      .client_id = client_id.empty() ? std::string() : client_id + "/" + std::to_string(id),
-      .client_seq = 1};
-  waiting.target = std::move(target);
-  waiting.handle_fd = static_cast<std::uint64_t>(call.handle.fd);
-  waiting.handle_serial = call.handle.serial;
-  waiting.deadline = call.now + timeout;
-  calls_.emplace(id, std::move(waiting));
-  dispatch(call.now, id);
+void Node::start_call(const ControlCall& call, const std::string& session,
+                      const std::string& target, Duration timeout) {
+  const std::uint64_t id =
+      core_->call(call.now,
+                  ClientRequest{.verb = call.request.verb,
+                                .args = call.request.text,
+                                .uid = static_cast<std::uint32_t>(call.peer.uid),
+                                .gid = static_cast<std::uint32_t>(call.peer.gid),
+                                .admin = is_admin(call.peer),
+                                .client_id = "",
+                                .client_seq = 1},
+                  session, target, timeout);
+  replies_.emplace(id, std::make_pair(call.handle.fd, call.handle.serial));
 }
 
 // The job table's verbs: served by the Raft leader, wherever it is.
@@ -914,15 +687,14 @@ std::optional<std::string> Node::control_progress(const ControlCall& call) {
   const auto& request = call.request;
   const auto& peer = call.peer;
   const TimePoint now = call.now;
-  Status accepted =
-      supervisor_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
+  Status accepted = core_->on_progress(now, static_cast<std::uint32_t>(peer.uid), request.text);
   if (!accepted.ok()) return control::encode_error_reply(accepted.error().message);
   return std::string(R"({"ok":true})");
 }
 
 std::optional<std::string> Node::control_topology(const ControlCall&) {
   nlohmann::json reply = {{"ok", true}, {"node", name_}};
-  reply["topology"] = nlohmann::json::parse(topology::to_json(supervisor_->plan()), nullptr,
+  reply["topology"] = nlohmann::json::parse(topology::to_json(core_->supervisor().plan()), nullptr,
                                             /*allow_exceptions=*/false);
   return reply.dump();
 }
@@ -937,8 +709,8 @@ std::optional<std::string> Node::control_logs(const ControlCall& call) {
   const std::string target = *node;
   if (target.empty() || target == name_) {
     bool denied = false;
-    auto served = serve_node_verb(request.verb, request.text, static_cast<std::uint32_t>(peer.uid),
-                                  is_admin(peer), &denied);
+    auto served = core_->serve_node_verb(
+        request.verb, request.text, static_cast<std::uint32_t>(peer.uid), is_admin(peer), &denied);
     if (served.ok()) return *served;
     return control::encode_error_reply(served.error().message, denied
                                                                    ? control::ErrorCode::kPermission
@@ -952,10 +724,10 @@ std::optional<std::string> Node::control_nodes(const ControlCall& call) {
   const TimePoint now = call.now;
   control::NodesReply reply;
   reply.self = self_info(now);
-  for (const membership::MemberView& member : membership_->members()) {
+  for (const membership::MemberView& member : core_->membership().members()) {
     reply.members.push_back(control::MemberRow{
         .name = member.name,
-        .state = state_name(member.state),
+        .state = wire::member_state_name(member.state),
         .incarnation = member.incarnation,
         .generation = member.generation,
         .address = member.address,
@@ -963,7 +735,7 @@ std::optional<std::string> Node::control_nodes(const ControlCall& call) {
             member.last_heard == TimePoint{} ? -1.0 : to_ms(now - member.last_heard),
         .state_since_ms_ago = to_ms(now - member.state_since)});
   }
-  const membership::Stats& s = membership_->stats();
+  const membership::Stats& s = core_->membership().stats();
   reply.stats = control::MembershipCounters{.probes = s.probes,
                                             .probe_timeouts = s.probe_timeouts,
                                             .indirect_probes = s.indirect_probes,
@@ -975,42 +747,43 @@ std::optional<std::string> Node::control_nodes(const ControlCall& call) {
                                             .messages_received = s.messages_received,
                                             .local_health = s.local_health};
   const transport::TransportStats t = transport_->stats();
-  reply.transport = control::TransportCounters{
-      .sent = t.sent,
-      .received = t.received,
-      .send_failures = t.send_failures,
-      .dropped_malformed = t.dropped_malformed,
-      .dropped_oversized = t.dropped_oversized,
-      .dropped_wrong_version = t.dropped_wrong_version,
-      .dropped_wrong_cluster = t.dropped_wrong_cluster,
-      .dropped_unauthenticated = t.dropped_unauthenticated,
-      // Round reports whose args do not decode count too.
-      .dropped_undecodable = undecodable_bodies_ + rounds_->malformed_reports(),
-      .control_received = t.control_received,
-      .control_dropped = t.control_dropped,
-      .control_unauthenticated = t.control_unauthenticated,
-      .peers_opened = t.peers_opened,
-      .peers_closed = t.peers_closed,
-      .open_peers = transport_->open_peers(),
-      .accept_failures = t.accept_failures,
-      .accept_pauses = t.accept_pauses};
+  reply.transport =
+      control::TransportCounters{.sent = t.sent,
+                                 .received = t.received,
+                                 .send_failures = t.send_failures,
+                                 .dropped_malformed = t.dropped_malformed,
+                                 .dropped_oversized = t.dropped_oversized,
+                                 .dropped_wrong_version = t.dropped_wrong_version,
+                                 .dropped_wrong_cluster = t.dropped_wrong_cluster,
+                                 .dropped_unauthenticated = t.dropped_unauthenticated,
+                                 // Round reports whose args do not decode count too.
+                                 .dropped_undecodable = core_->counters().undecodable_bodies +
+                                                        core_->rounds().malformed_reports(),
+                                 .control_received = t.control_received,
+                                 .control_dropped = t.control_dropped,
+                                 .control_unauthenticated = t.control_unauthenticated,
+                                 .peers_opened = t.peers_opened,
+                                 .peers_closed = t.peers_closed,
+                                 .open_peers = transport_->open_peers(),
+                                 .accept_failures = t.accept_failures,
+                                 .accept_pauses = t.accept_pauses};
   // What this daemon's copy of the job table says about drains (voters; a non-voter's table
   // is empty), and the slots each node offered (known to the leader).
   nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
-  const auto& drained = jobs_.table().drained();
-  const auto& slots = rounds_->node_slots();
+  const auto& drained = core_->jobs().table().drained();
+  const auto& slots = core_->rounds().node_slots();
   for (auto& row : body["members"]) {
     const std::string name = row.value("name", "");
     const auto d = drained.find(name);
     row["drained"] = d != drained.end();
     if (d != drained.end()) row["drain_reason"] = d->second.reason;
     if (name == name_) {
-      row["slots"] = supervisor_->slots();
+      row["slots"] = core_->supervisor().slots();
     } else if (const auto offered = slots.find(name); offered != slots.end()) {
       row["slots"] = offered->second.second;
     }
   }
-  body["table_known"] = consensus_ && consensus_->status().voter;
+  body["table_known"] = core_->consensus().status().voter;
   return body.dump();
 }
 
@@ -1036,7 +809,7 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
   const TimePoint now = call.now;
   control::StatusReply reply;
   reply.self = self_info(now);
-  for (const membership::MemberView& member : membership_->members()) {
+  for (const membership::MemberView& member : core_->membership().members()) {
     switch (member.state) {
       case membership::MemberState::kAlive:
         ++reply.alive;
@@ -1053,18 +826,18 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
     }
   }
   control::ConsensusInfo& raft = reply.consensus;
-  const RaftStatus status = consensus_->status();
+  const RaftStatus status = core_->consensus().status();
   raft.voters = status.voters;
   raft.voter = status.voter;
-  raft.leader = status.leader.empty() ? leader_hint_ : status.leader;
+  raft.leader = core_->leader();
   if (status.voter) {
     raft.role = status.role;
     raft.term = status.term;
     raft.commit_index = status.commit_index;
     raft.last_index = status.last_index;
-    raft.jobs = jobs_.job_count();
+    raft.jobs = core_->jobs().job_count();
   }
-  for (const MemberRound& r : rounds_->member_rounds()) {
+  for (const MemberRound& r : core_->rounds().member_rounds()) {
     reply.rounds.push_back(control::RoundRow{.job = r.job,
                                              .term = r.term,
                                              .round = r.round,
@@ -1079,7 +852,7 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
   }
   nlohmann::json body = nlohmann::json::parse(control::encode_reply(reply), nullptr, false);
   nlohmann::json workers = nlohmann::json::array();
-  for (const WorkerRow& w : supervisor_->workers()) {
+  for (const WorkerRow& w : core_->supervisor().workers()) {
     workers.push_back({{"job", w.job},
                        {"round", w.round},
                        {"rank", w.rank},
@@ -1089,226 +862,12 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
                        {"detail", w.detail}});
   }
   body["workers"] = std::move(workers);
-  body["slots"] = supervisor_->slots();
+  body["slots"] = core_->supervisor().slots();
   body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
   body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
   body["lifecycle"] = {
       {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
   return body.dump();
-}
-
-Result<std::string> Node::serve_node_verb(const std::string& verb, const std::string& args_text,
-                                          std::uint32_t uid, bool admin, bool* denied) const {
-  return serve_worker_log_verb(verb, args_text, *supervisor_, name_,
-                               !config_.spawner.log_root.empty(),
-                               LogCaller{.uid = uid, .admin = admin}, denied);
-}
-
-void Node::dispatch(TimePoint now, std::uint64_t id) {
-  auto it = calls_.find(id);
-  if (it == calls_.end()) return;
-  Call& call = it->second;
-  ++call.attempts;
-  call.in_flight = true;
-  if (!call.target.empty()) {
-    // A node verb for one named daemon: retried there until the call's deadline.
-    const bool sent = send_to(call.target, forward_envelope(id, call.request));
-    call.last_error =
-        sent ? call.target + " did not answer" : call.target + " is not a member this daemon knows";
-    call.attempt_deadline = now + (sent ? kForwardAttemptTimeout : std::chrono::milliseconds(200));
-    return;
-  }
-  if (consensus_ && consensus_->is_leader()) {
-    call.attempt_deadline = call.deadline;  // the proposal answers, or leadership moves
-    jobs_.serve(now, call.request, *consensus_,
-                [this, id](ForwardOutcome outcome, std::string body) {
-                  const auto found = calls_.find(id);
-                  if (found == calls_.end()) return;
-                  if (outcome == ForwardOutcome::kRedirect) {
-                    // Not the leader after all (or deposed before the commit): try again where it
-                    // moved.
-                    found->second.in_flight = false;
-                    found->second.last_error = body;
-                    found->second.attempt_deadline = clock_->now() + std::chrono::milliseconds(50);
-                    return;
-                  }
-                  finish_call(id, outcome, body);
-                });
-    if (consensus_) flush_consensus();
-    return;
-  }
-  // Whom to ask: the leader we believe in, else the voters in turn (never ourselves): the
-  // current set as this node's Raft knows it, plus the configured initial set.
-  std::string target = consensus_->leader();
-  if (target.empty()) target = leader_hint_;
-  if (target.empty() || target == name_) {
-    target.clear();
-    std::vector<std::string> voters = consensus_->voters();
-    for (const std::string& v : voters_) {
-      if (std::find(voters.begin(), voters.end(), v) == voters.end()) voters.push_back(v);
-    }
-    for (std::size_t i = 0; i < voters.size() && target.empty(); ++i) {
-      const std::string& voter = voters[next_voter_++ % voters.size()];
-      if (voter != name_) target = voter;
-    }
-  }
-  if (target.empty()) {
-    // A lone voter that is not leader yet: it will be in an election timeout or two.
-    call.in_flight = false;
-    call.last_error = "no leader is elected yet";
-    call.attempt_deadline = now + std::chrono::milliseconds(50);
-    return;
-  }
-  if (!send_to(target, forward_envelope(id, call.request))) {
-    call.in_flight = false;
-    call.last_error = target + " is not reachable";
-    leader_hint_.clear();
-    call.attempt_deadline = now + std::chrono::milliseconds(100);
-    return;
-  }
-  call.attempt_deadline = now + kForwardAttemptTimeout;
-  call.last_error = target + " did not answer";
-}
-
-void Node::finish_call(std::uint64_t id, ForwardOutcome outcome, const std::string& body) {
-  const auto it = calls_.find(id);
-  if (it == calls_.end()) return;
-  const control::ReplyHandle handle{.fd = static_cast<int>(it->second.handle_fd),
-                                    .serial = it->second.handle_serial};
-  calls_.erase(it);
-  control_->reply(handle,
-                  outcome == ForwardOutcome::kOk
-                      ? body
-                      : control::encode_error_reply(body, outcome == ForwardOutcome::kDenied
-                                                              ? control::ErrorCode::kPermission
-                                                              : control::ErrorCode::kNone));
-}
-
-void Node::expire_calls(TimePoint now) {
-  std::vector<std::uint64_t> due;
-  for (auto& [id, call] : calls_) {
-    if (now >= call.deadline && !call.target.empty()) {
-      finish_call(id, ForwardOutcome::kError,
-                  "No answer from " + call.target + " (" + call.last_error + ").");
-      return;
-    }
-    if (now >= call.deadline) {
-      std::string voters;
-      for (const std::string& voter : voters_) voters += (voters.empty() ? "" : ", ") + voter;
-      finish_call(id, ForwardOutcome::kError,
-                  "No Raft leader answered within " +
-                      std::to_string(kClientRequestTimeout.count()) + " s (voters: " + voters +
-                      "; last attempt: " + call.last_error +
-                      "); a majority of the voters must be up and reachable.");
-      return;  // finish_call erased from calls_; the rest waits for the next pass
-    }
-    if (now >= call.attempt_deadline) due.push_back(id);
-  }
-  for (const std::uint64_t id : due) {
-    calls_[id].in_flight = false;
-    dispatch(now, id);
-  }
-}
-
-void Node::on_forward_request(TimePoint now, const wire::Envelope& envelope) {
-  auto request = decode_forward_request(envelope.body);
-  if (!request.ok()) {
-    ++undecodable_bodies_;
-    spdlog::debug("dropped a forwarded request from {}: {}", envelope.sender,
-                  request.error().message);
-    return;
-  }
-  if (is_round_report_verb(request->verb)) {
-    // A member daemon's report about a round (no reply: it repeats until the round changes).
-    if (consensus_ && consensus_->is_leader()) {
-      rounds_->on_report(now, envelope.sender, envelope.generation, request->verb, request->args);
-    }
-    return;
-  }
-  const transport::PeerAddress reply_to{.address = envelope.sender_address,
-                                        .name = envelope.sender};
-  const std::uint64_t id = request->id;
-  auto answer = [this, reply_to, id](ForwardOutcome outcome, std::string body) {
-    wire::Envelope reply;
-    reply.type = wire::MsgType::kForwardReply;
-    const std::string leader = consensus_->leader().empty() ? leader_hint_ : consensus_->leader();
-    reply.body = encode_forward(
-        ForwardReply{.id = id, .outcome = outcome, .body = std::move(body), .leader = leader});
-    ++sends_attempted_;
-    (void)transport_->send(reply_to, std::move(reply));
-  };
-  if (!config_.transport.curve) {
-    // Without CURVE the sender is whoever reached the port (any local user on a loopback
-    // bind), so the uid, gid and admin flag in the body are claims nobody vouches for.
-    // One line per refusal would let a flood fill the log: the first, then every 100th.
-    if (++forwards_refused_ % 100 == 1) {
-      spdlog::warn(
-          "refused a request forwarded from {} ({}): forwarding needs transport.curve = true "
-          "({} refused so far)",
-          envelope.sender, request->verb, forwards_refused_);
-    }
-    answer(ForwardOutcome::kDenied,
-           "Refused: " + name_ + " does not act on requests forwarded from another daemon (" +
-               envelope.sender +
-               ") because forwarding needs transport.curve = true (without CURVE the forwarded "
-               "user cannot be trusted); use the control socket of the leader's host, or "
-               "enable CURVE.");
-    return;
-  }
-  if (const control::Verb* verb = control::find_verb(request->verb);
-      verb != nullptr && verb->route == control::Route::kNode) {
-    bool denied = false;
-    auto served =
-        serve_node_verb(request->verb, request->args, request->uid, request->admin, &denied);
-    if (served.ok()) {
-      answer(ForwardOutcome::kOk, std::move(*served));
-    } else {
-      answer(denied ? ForwardOutcome::kDenied : ForwardOutcome::kError, served.error().message);
-    }
-    return;
-  }
-  if (!consensus_ || !consensus_->is_leader() || !control::is_leader_verb(request->verb)) {
-    answer(ForwardOutcome::kRedirect, control::is_leader_verb(request->verb)
-                                          ? name_ + " is not the leader"
-                                          : "unknown verb " + request->verb);
-    return;
-  }
-  jobs_.serve(
-      now,
-      ClientRequest{.verb = request->verb,
-                    .args = std::move(request->args),
-                    .uid = request->uid,
-                    .gid = request->gid,
-                    .admin = request->admin,
-                    .client_id = envelope.sender + "/" + std::to_string(envelope.generation) + "/" +
-                                 std::to_string(request->client_seq),
-                    .client_seq = 1},
-      *consensus_, answer);
-  flush_consensus();
-}
-
-void Node::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {
-  auto reply = decode_forward_reply(envelope.body);
-  if (!reply.ok()) {
-    ++undecodable_bodies_;
-    spdlog::debug("dropped a forwarded reply from {}: {}", envelope.sender, reply.error().message);
-    return;
-  }
-  const auto it = calls_.find(reply->id);
-  if (it == calls_.end()) return;  // answered already, or timed out
-  if (reply->outcome != ForwardOutcome::kRedirect) {
-    if (it->second.target.empty()) leader_hint_ = envelope.sender;
-    finish_call(reply->id, reply->outcome, reply->body);
-    return;
-  }
-  Call& call = it->second;
-  call.in_flight = false;
-  call.last_error = envelope.sender + " redirected: " + reply->body;
-  const bool new_hint =
-      !reply->leader.empty() && reply->leader != envelope.sender && reply->leader != name_;
-  leader_hint_ = new_hint ? reply->leader : std::string();
-  // Straight to a named leader; otherwise pause briefly so an election can finish.
-  call.attempt_deadline = now + (new_hint ? Duration::zero() : std::chrono::milliseconds(100));
 }
 
 }  // namespace elastic::node

@@ -94,9 +94,8 @@
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/job_service.h"
-#include "daemon/node/job_supervisor.h"
+#include "daemon/node/node_core.h"
 #include "daemon/node/notify.h"
-#include "daemon/node/round_service.h"
 
 namespace elastic::transport {
 class ZmqTransport;
@@ -113,10 +112,6 @@ class MetricsEndpoint;
 
 inline constexpr int kExitCantCreate = 73;  // EX_CANTCREAT: state dir or control socket
 inline constexpr std::chrono::milliseconds kLeaveFlush{500};
-// How long a client request may look for a Raft leader before it fails with a reason.
-inline constexpr std::chrono::seconds kClientRequestTimeout{10};
-// One forwarding attempt waits this long for an answer before trying another voter.
-inline constexpr std::chrono::milliseconds kForwardAttemptTimeout{1000};
 
 // A failed start: what to print and which exit code to use.
 struct StartFailure {
@@ -160,27 +155,11 @@ class Node {
   void set_reload(Reloader reload, std::string source);
 
  private:
-  // A client request waiting for the leader (see "Client requests" above).
-  struct Call {
-    ClientRequest request;
-    std::uint64_t handle_fd = 0;
-    std::uint64_t handle_serial = 0;
-    TimePoint deadline{};          // give up and answer with an error
-    TimePoint attempt_deadline{};  // the current forward got no answer: try another voter
-    bool in_flight = false;        // forwarded, or being served by the local leader
-    std::size_t attempts = 0;
-    std::string last_error;
-    // A node verb (logs) for one named daemon rather than the leader; "" = the leader.
-    std::string target;
-  };
-
   explicit Node(Clock& clock);
-  // Decodes membership bodies and feeds them to Membership; undecodable ones are counted.
-  void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes, membership::Effects& effects);
-  void handle_signals(TimePoint now, membership::Effects& effects);
-  // Sends, and feeds failed sends back as unreachable until no new sends come of it.
-  void carry_out(TimePoint now, membership::Effects effects);
-  void log_events(const std::vector<membership::MemberEvent>& events);
+  // Carries out the core's output: sends (failed membership sends and call forwards go back in
+  // as input, a few passes until nothing new comes of it) and replies to control clients.
+  void carry_out(TimePoint now, CoreOutput output);
+  void handle_signals(TimePoint now);
   void leave_gracefully();
   // Control requests: one handler per verb of control::verbs() (control/verbs.h): the leader's
   // verbs go to control_to_leader, the others to their entry in kControlHandlers, after the
@@ -208,35 +187,16 @@ class Node {
   std::optional<std::string> control_nodes(const ControlCall& call);
   std::optional<std::string> control_reload(const ControlCall& call);
   std::optional<std::string> control_status(const ControlCall& call);
-  // Queues `call` for the leader (target "") or for the named node; answered by finish_call.
-  void start_call(const ControlCall& call, std::string client_id, std::string target,
+  // Hands `call` to the core (target "" = the leader, else the named node); the reply goes back
+  // through the call's handle when the core answers it.
+  void start_call(const ControlCall& call, const std::string& session, const std::string& target,
                   Duration timeout);
   bool is_admin(const control::PeerCredentials& peer) const;
-  // Client requests: try the leader (local or remote) until one answers or the deadline.
-  void dispatch(TimePoint now, std::uint64_t id);
-  // Answers a client's call: `body` as the reply on kOk, else as an error reply (kDenied marks
-  // it as a permission refusal).
-  void finish_call(std::uint64_t id, ForwardOutcome outcome, const std::string& body);
-  void expire_calls(TimePoint now);
-  void on_forward_request(TimePoint now, const wire::Envelope& envelope);
-  void on_forward_reply(TimePoint now, const wire::Envelope& envelope);
-  // Sends to a daemon by name at its last known address; false when unknown or refused.
-  bool send_to(const std::string& name, wire::Envelope envelope);
-  void flush_consensus();
-  // Learns a gossip hint from a received envelope; refreshes the one this node stamps.
-  void observe_hint(const wire::Envelope& envelope);
-  void refresh_stamped_hint();
   TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
   // Metrics (node_metrics.cc): the text of one scrape, and control requests counted by verb.
   std::string render_metrics(TimePoint now) const;
   void count_control_request(const std::string& verb);
-  // Verbs one daemon answers about itself, for a local client or forwarded from another daemon:
-  // "logs" and "log_files" (worker_log_verbs.h). Returns the reply JSON or an error sentence;
-  // *denied is set when the error is a refusal for lack of rights (not the job's owner, root or an
-  // admin).
-  Result<std::string> serve_node_verb(const std::string& verb, const std::string& args,
-                                      std::uint32_t uid, bool admin, bool* denied) const;
 
   // Lifecycle (see the header comment): readiness, STATUS, reload and drain.
   struct Lifecycle {
@@ -270,42 +230,19 @@ class Node {
   std::string address_;
   TimePoint started_{};
   std::unique_ptr<transport::ZmqTransport> transport_;
-  std::unique_ptr<membership::Membership> membership_;
   std::unique_ptr<control::Server> control_;
   std::unique_ptr<MetricsEndpoint> metrics_;  // control.metrics_listen; null when "" (off)
+  std::unique_ptr<NodeCore> core_;            // every decision (node_core.h)
   std::map<std::string, std::uint64_t> control_requests_;  // by verb (bounded: node_metrics.cc)
   std::uint64_t control_requests_other_ = 0;
   int signal_fd_ = -1;
   bool stop_ = false;
   std::uint64_t sends_attempted_ = 0;
-  std::uint64_t undecodable_bodies_ = 0;  // envelopes whose membership body did not decode
-  // Forwarded client requests refused because transport.curve = false (nobody vouches for them).
-  std::uint64_t forwards_refused_ = 0;
-  // Raft, round start, job-tier and lease messages from other daemons dropped because
-  // transport.curve = false: any local user could send them (a forged round start names a spec,
-  // and so the user its workers run as).
-  std::uint64_t unauthenticated_peer_drops_ = 0;
-  // Seed endpoint -> the node name configured for it ("name@host:port"); unnamed seeds absent.
-  std::map<std::string, std::string> seed_names_;
-  // Raft (voters only) and the job table it replicates.
-  JobService jobs_;  // after clock_ (constructed with it)
-  std::unique_ptr<ConsensusHost> consensus_;
-  std::unique_ptr<RoundService> rounds_;
-  std::unique_ptr<JobSupervisor> supervisor_;
-  std::vector<std::string> voters_;
-  // The leader this node believes in when its own Raft does not know one (non-voters): from
-  // the gossip hints every envelope carries (highest term wins) and from redirects.
-  std::string leader_hint_;
-  std::uint64_t leader_hint_term_ = 0;
+  std::vector<SeedPeer> seeds_;                         // membership.seeds without this node
   std::pair<std::string, std::uint64_t> stamped_hint_;  // what the transport stamps now
-  std::size_t next_voter_ = 0;
-  // Member name -> the address it was last seen at (from membership events).
-  std::map<std::string, std::string> addresses_;
-  std::map<std::uint64_t, Call> calls_;
-  std::uint64_t next_call_id_ = 1;
+  // Core call id -> the control client waiting for it (ReplyHandle fd, serial).
+  std::map<std::uint64_t, std::pair<int, std::uint64_t>> replies_;
   int exit_code_ = 0;
-  // Last state logged per (name, generation), so events log as old -> new.
-  std::map<std::pair<std::string, std::uint64_t>, membership::MemberState> logged_states_;
 };
 
 }  // namespace elastic::node

@@ -91,12 +91,15 @@ struct CoreParts {
   std::unique_ptr<ConsensusHost> consensus;
   std::unique_ptr<spawner::Launcher> launcher;
   topology::Plan plan;
+  // Whether a TCP port is taken on this host (port_probe.h in elasticd; null: never checked).
+  bool (*port_in_use)(std::uint16_t port) = nullptr;
 };
 
 struct CoreInput {
-  std::vector<wire::Envelope> envelopes;  // checked by the transport (version, cluster, size)
-  std::vector<std::string> disconnected;  // peer names whose connection dropped
-  std::vector<std::string> unreachable;   // addresses a membership send failed to
+  std::vector<wire::Envelope> envelopes;    // checked by the transport (version, cluster, size)
+  std::vector<std::string> disconnected;    // peer names whose connection dropped
+  std::vector<std::string> unreachable;     // addresses a membership send failed to
+  std::vector<std::uint64_t> unsent_calls;  // calls whose forward (PeerSend::call) failed
 };
 
 struct PeerSend {
@@ -105,6 +108,8 @@ struct PeerSend {
   wire::Envelope envelope;
   // A membership message: a failure to send it goes back as CoreInput::unreachable.
   bool membership = false;
+  // A client call's forward (non-zero): a failure to send it goes back as unsent_calls.
+  std::uint64_t call = 0;
 };
 
 struct CallReply {
@@ -200,7 +205,8 @@ class NodeCore {
     TimePoint attempt_deadline{};  // the current forward got no answer: try another voter
     bool in_flight = false;        // forwarded, or being served by the local leader
     std::string last_error;
-    std::string target;  // a node verb's daemon; "" = the leader
+    std::string target;      // a node verb's daemon; "" = the leader
+    std::string attempt_to;  // whom the current attempt went to
   };
 
   void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes);
@@ -224,7 +230,7 @@ class NodeCore {
   std::unique_ptr<membership::Membership> membership_;
   std::unique_ptr<JobSupervisor> supervisor_;
   std::unique_ptr<RoundService> rounds_;
-  std::vector<std::string> voters_;  // the configured initial voters
+  std::vector<std::string> voters_;                // the configured initial voters
   std::map<std::string, std::string> seed_names_;  // seed endpoint -> configured name
   std::map<std::string, std::string> addresses_;   // member name -> last address
   // The leader hint: from envelopes' stamps (highest term wins) and redirects.

@@ -174,21 +174,8 @@ std::string Node::render_metrics(TimePoint now) const {
   std::map<std::string, std::uint64_t> by_state = {
       {"alive", 0}, {"suspect", 0}, {"dead", 0}, {"left", 0}};
   std::uint32_t incarnation = 0;
-  for (const membership::MemberView& member : membership_->members()) {
-    switch (member.state) {
-      case membership::MemberState::kAlive:
-        ++by_state["alive"];
-        break;
-      case membership::MemberState::kSuspect:
-        ++by_state["suspect"];
-        break;
-      case membership::MemberState::kDead:
-        ++by_state["dead"];
-        break;
-      case membership::MemberState::kLeft:
-        ++by_state["left"];
-        break;
-    }
+  for (const membership::MemberView& member : core_->membership().members()) {
+    ++by_state[wire::member_state_name(member.state)];
     if (member.name == name_ && member.generation == generation_) incarnation = member.incarnation;
   }
   m.family("elastic_members", MetricType::kGauge,
@@ -197,7 +184,7 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_membership_incarnation", MetricType::kGauge,
            "This daemon's SWIM incarnation (raised each time it refutes a suspicion).");
   m.sample(incarnation);
-  const membership::Stats& s = membership_->stats();
+  const membership::Stats& s = core_->membership().stats();
   const std::pair<const char*, std::pair<const char*, std::uint64_t>> membership_counters[] = {
       {"elastic_membership_probes_total", {"Direct SWIM probes sent.", s.probes}},
       {"elastic_membership_probe_timeouts_total",
@@ -221,19 +208,19 @@ std::string Node::render_metrics(TimePoint now) const {
   m.sample(s.local_health);
 
   // Consensus.
-  const RaftStatus raft = consensus_->status();
-  const std::string leader = raft.leader.empty() ? leader_hint_ : raft.leader;
+  const RaftStatus raft = core_->consensus().status();
+  const std::string leader = core_->leader();
   m.family("elastic_raft_voter", MetricType::kGauge, "1 when this daemon is a Raft voter.");
   m.sample(raft.voter ? 1 : 0);
   m.family("elastic_raft_leader", MetricType::kGauge,
            "1 when this daemon is the Raft leader (the cluster leader).");
-  m.sample(consensus_->is_leader() ? 1 : 0);
+  m.sample(core_->consensus().is_leader() ? 1 : 0);
   m.family("elastic_raft_leader_known", MetricType::kGauge,
            "1 when this daemon knows a leader (from Raft on a voter, from gossip elsewhere).");
   m.sample(leader.empty() ? 0 : 1);
   m.family("elastic_raft_term", MetricType::kGauge,
            "Raft term: a voter's own; elsewhere the term of the leader hint it gossips.");
-  m.sample(as_double(raft.voter ? raft.term : leader_hint_term_));
+  m.sample(as_double(raft.voter ? raft.term : core_->leader_term()));
   if (raft.voter) {
     m.family("elastic_raft_commit_index", MetricType::kGauge,
              "Index of the newest committed Raft log entry (voters only).");
@@ -243,7 +230,8 @@ std::string Node::render_metrics(TimePoint now) const {
   // The job table (voters hold a copy).
   if (raft.voter) {
     std::array<std::uint64_t, rendezvous::kMaxJobState + 1> jobs{};
-    for (const auto& [id, job] : jobs_.table().jobs()) ++jobs[static_cast<std::size_t>(job.state)];
+    for (const auto& [id, job] : core_->jobs().table().jobs())
+      ++jobs[static_cast<std::size_t>(job.state)];
     m.family("elastic_jobs", MetricType::kGauge,
              "Jobs in the job table by state (terminal jobs while the table retains them; "
              "voters only).");
@@ -253,34 +241,34 @@ std::string Node::render_metrics(TimePoint now) const {
     }
     m.family("elastic_job_restarts_total", MetricType::kCounter,
              "Restarts (worker-failure rounds) each job has used (voters only).");
-    for (const auto& [id, job] : jobs_.table().jobs()) {
+    for (const auto& [id, job] : core_->jobs().table().jobs()) {
       m.sample(job.restarts, {{"job", id}});
     }
     m.family("elastic_job_round", MetricType::kGauge,
              "Current rendezvous round of each job (0 before its first; voters only).");
-    for (const auto& [id, job] : jobs_.table().jobs()) {
+    for (const auto& [id, job] : core_->jobs().table().jobs()) {
       m.sample(as_double(job.round), {{"job", id}});
     }
   }
-  leader_families(m, *rounds_, consensus_->is_leader());
+  leader_families(m, core_->rounds(), core_->consensus().is_leader());
   m.family("elastic_stale_round_starts_total", MetricType::kCounter,
            "Round starts this daemon ignored as stale (an older round or a deposed leader's).");
-  m.sample(as_double(rounds_->stale_starts()));
+  m.sample(as_double(core_->rounds().stale_starts()));
 
   // Workers on this node.
   std::map<std::string, std::uint64_t> workers = {{"running", 0}, {"stopping", 0}, {"exited", 0}};
-  for (const WorkerRow& w : supervisor_->workers()) ++workers[w.state];
+  for (const WorkerRow& w : core_->supervisor().workers()) ++workers[w.state];
   m.family("elastic_workers", MetricType::kGauge, "Worker processes on this node by state.");
   for (const auto& [state, count] : workers) m.sample(as_double(count), {{"state", state}});
   m.family("elastic_worker_slots", MetricType::kGauge,
            "Worker slots (GPUs, or CPU slots) this node offers.");
-  m.sample(supervisor_->slots());
-  checkpoint_families(m, *supervisor_, clock_->wall_ms());
+  m.sample(core_->supervisor().slots());
+  checkpoint_families(m, core_->supervisor(), clock_->wall_ms());
   m.family("elastic_progress_reports_total", MetricType::kCounter,
            "Progress reports of this node's workers: forwarded to the leader, or coalesced "
            "(replaced by a newer one of the same job and kind within 100 ms, never sent).");
-  m.sample(as_double(supervisor_->progress_forwarded()), {{"outcome", "forwarded"}});
-  m.sample(as_double(supervisor_->progress_coalesced()), {{"outcome", "coalesced"}});
+  m.sample(as_double(core_->supervisor().progress_forwarded()), {{"outcome", "forwarded"}});
+  m.sample(as_double(core_->supervisor().progress_coalesced()), {{"outcome", "coalesced"}});
 
   // Transport.
   const transport::TransportStats t = transport_->stats();
@@ -298,10 +286,10 @@ std::string Node::render_metrics(TimePoint now) const {
       {"wrong_version", t.dropped_wrong_version},
       {"wrong_cluster", t.dropped_wrong_cluster},
       {"unauthenticated", t.dropped_unauthenticated},
-      {"undecodable", undecodable_bodies_},
-      {"malformed_report", rounds_->malformed_reports()},
-      {"forward_without_curve", forwards_refused_},
-      {"peer_without_curve", unauthenticated_peer_drops_},
+      {"undecodable", core_->counters().undecodable_bodies},
+      {"malformed_report", core_->rounds().malformed_reports()},
+      {"forward_without_curve", core_->counters().forwards_refused},
+      {"peer_without_curve", core_->counters().unauthenticated_peer_drops},
   };
   for (const auto& [reason, count] : drops) m.sample(as_double(count), {{"reason", reason}});
   m.family("elastic_send_failures_total", MetricType::kCounter,
@@ -359,7 +347,7 @@ std::string Node::render_metrics(TimePoint now) const {
            "Requests and reports whose handler failed with an exception, caught and answered "
            "with an error (a bug to report: the daemon went on), by where.");
   m.sample(as_double(c.handler_errors), {{"where", "control"}});
-  m.sample(as_double(jobs_.handler_failures()), {{"where", "job_service"}});
+  m.sample(as_double(core_->jobs().handler_failures()), {{"where", "job_service"}});
   if (metrics_) {
     const MetricsEndpointStats& e = metrics_->stats();
     m.family("elastic_metrics_scrapes_total", MetricType::kCounter,

@@ -64,7 +64,6 @@ struct WorkerExit {
   std::string describe() const;
 };
 
-
 class Launcher {
  public:
   virtual ~Launcher() = default;

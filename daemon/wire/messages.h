@@ -69,6 +69,21 @@ struct Envelope {
 
 enum class MemberState : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
 
+// "alive", "suspect", "dead", "left" (logs, `elasticctl nodes`, metrics labels); "?" otherwise.
+constexpr const char* member_state_name(MemberState state) {
+  switch (state) {
+    case MemberState::kAlive:
+      return "alive";
+    case MemberState::kSuspect:
+      return "suspect";
+    case MemberState::kDead:
+      return "dead";
+    case MemberState::kLeft:
+      return "left";
+  }
+  return "?";
+}
+
 // What one node says about one member; piggybacked on probes and carried by push-pull.
 // Versions order as (generation, incarnation), then state alive < suspect < dead/left.
 struct MemberUpdate {
