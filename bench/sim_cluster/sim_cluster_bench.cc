@@ -184,14 +184,7 @@ int main(int argc, char** argv) {
   if (!ok) {
     verdict = "FAILED " + c.sim().violation().value_or("?");
   } else {
-    c.heal();
-    c.restart_all();
-    const bool settled = c.sim().run_until_condition(
-        [&] {
-          c.drive_clients();
-          return !c.unsettled().has_value();
-        },
-        c.sim().now() + 10min, 1s);
+    const bool settled = c.settle(10min, 1s);
     if (c.sim().violation()) {
       verdict = "FAILED " + *c.sim().violation();
     } else if (!settled) {

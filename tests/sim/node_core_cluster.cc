@@ -247,6 +247,17 @@ bool NodeCoreCluster::crash_worker() {
   return true;
 }
 
+bool NodeCoreCluster::settle(Duration limit, Duration poll) {
+  heal();
+  restart_all();
+  return sim_.run_until_condition(
+      [&] {
+        drive_clients();
+        return !unsettled().has_value();
+      },
+      sim_.now() + limit, poll);
+}
+
 bool NodeCoreCluster::all_acknowledged() const {
   return std::all_of(requests_.begin(), requests_.end(),
                      [](const Request& r) { return r.job_id.has_value(); });

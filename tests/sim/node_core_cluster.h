@@ -20,8 +20,8 @@
 //  1. one rank map per (job, round) in every voter's applied table (NodeCore::jobs().table());
 //  2. members act only on committed rank maps: a spawned worker's (job, round, rank, slot count,
 //     world) is in the committed rank map for its daemon's (name, generation);
-//  3. no daemon acts on a round older, by (term, round), than one it saw in a RoundStart (per
-//     generation) or acted on (per daemon name, across generations);
+//  3. no daemon acts on a round older (round, then term: RoundFence's order) than one it saw
+//     in a RoundStart (per generation) or acted on (per daemon name, across generations);
 //  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
 //  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
 //     jobs never hold more of a daemon's slots than it has;
@@ -150,6 +150,9 @@ class NodeCoreCluster : public NodeCoreObserver {
     return it == open_proposals_by_.end() ? 0 : it->second;
   }
 
+  // Heals the network, restarts every daemon not lost for good and runs (clients driven) until
+  // unsettled() is nullopt: true; false on a checker's violation or once `limit` has passed.
+  bool settle(Duration limit, Duration poll = std::chrono::milliseconds(100));
   bool all_acknowledged() const;
   std::optional<std::string> unsettled();
   // Jobs the last unsettled() let pass as stuck in a known liveness bug -> which.
@@ -207,7 +210,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::map<std::tuple<NodeId, std::uint64_t, std::string, std::uint64_t>, TimePoint> fenced_;
   bool stale_dirty_ = true;
   TimePoint stale_due_ = kNever;
-  // Checker 3, by (term, round) as the fence orders them: per (node, generation, job) the
+  // Checker 3, in RoundFence's order (round, then term): per (node, generation, job) the
   // newest RoundStart received, and the highest term each round came with; per (daemon, job)
   // the newest acted on. A spawn is stamped with the highest term its round came with.
   std::map<std::tuple<NodeId, std::uint64_t, std::string>, rendezvous::RoundStamp> seen_;
