@@ -708,6 +708,8 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
         // a lease the leader keeps renewing, and the leader waits for that lease to run out.
         const auto m = member_round(r, id, job.round);
         waits_for_lease = waits_for_lease || (m && !m->fenced && n == 0);
+        if (m && m->fenced) *problem += " (it fenced itself out of the round: lease ran out)";
+        if (m && !m->fenced && n == 0) *problem += " (it still holds the round)";
       }
     }
     if (problem && options_.tolerate_known_stuck_rounds && waits_for_lease) {

@@ -131,18 +131,20 @@ void NodeCoreProcess::start(SimContext& ctx) {
   auto launcher = std::make_unique<SimLauncher>(info_.id, info_.generation, options_->launcher,
                                                 observer_, *sim_);
   launcher_ = launcher.get();
+  // No port probe: a simulated host has no TCP ports, and this one's belong to the test run.
   node::CoreParts parts{.jobs = std::move(jobs),
                         .consensus = std::move(consensus),
                         .launcher = std::move(launcher),
-                        .plan = synthetic_plan(options_->slots_per_node)};
+                        .plan = synthetic_plan(options_->slots_per_node),
+                        .port_in_use = nullptr};
   core_ = std::make_unique<node::NodeCore>(
       node::Identity{.name = self, .generation = info_.generation, .address = ctx.address()},
       config_, std::move(parts), clock_, clock_.seed());
+  // membership.seeds as elasticd reads them: "name@endpoint".
   std::vector<node::SeedPeer> seeds;
-  const std::size_t count = options_->seeds == 0 ? options_->daemons : options_->seeds;
-  for (NodeId s = 0; s < count && s < options_->daemons; ++s) {
-    if (s != info_.id)
-      seeds.push_back(node::SeedPeer{.endpoint = address_for(s), .name = name_for(s)});
+  for (const std::string& seed : config_.membership.seeds) {
+    const auto at = seed.find('@');
+    seeds.push_back(node::SeedPeer{.endpoint = seed.substr(at + 1), .name = seed.substr(0, at)});
   }
   carry_out(ctx, core_->join(ctx.now(), seeds));
 }

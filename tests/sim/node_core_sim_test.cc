@@ -436,5 +436,38 @@ TEST(NodeCoreSim, MinorityLeaderDecidesNothing) {
   totals.print("MinorityLeaderDecidesNothing");
 }
 
+// Known liveness bug 1 (NodeCoreClusterOptions::tolerate_known_stuck_rounds) on its own: the
+// leader of a cluster running jobs is cut off; members that cannot renew their lease in time
+// fence themselves out of their rounds, and nothing re-plans those rounds once it heals. Disabled
+// until RoundService re-plans a round whose members fenced themselves (run it with
+// --gtest_also_run_disabled_tests: today seed 703 ends with d3 fenced out of job c0's running
+// round, its workers gone for good).
+TEST(NodeCoreSim, DISABLED_RoundsOfSelfFencedMembersAreReplanned) {
+  for (std::uint64_t seed : scenario_seeds({701, 702, 703, 704, 705, 706, 707, 708})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = default_cluster_options();
+    options.tolerate_known_stuck_rounds = false;
+    NodeCoreCluster c(seed, options);
+    await_leader(c);
+    for (int i = 0; i < 2; ++i) c.submit(2, 2);
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] {
+          c.drive_clients();
+          const auto a = c.job_by_name("c0");
+          const auto b = c.job_by_name("c1");
+          return a && b && a->state == JobState::kRunning && b->state == JobState::kRunning;
+        },
+        c.sim().now() + 30s))
+        << c.sim().violation().value_or("the jobs never ran");
+    // The leader alone on one side for three leases' time.
+    const NodeId leader = *c.leader();
+    std::vector<std::vector<NodeId>> groups(2);
+    for (NodeId id = 0; id < c.daemons(); ++id) groups[id == leader ? 0 : 1].push_back(id);
+    c.partition(groups);
+    ASSERT_TRUE(c.sim().run_for(3s)) << *c.sim().violation();
+    settle_and_check(c);
+  }
+}
+
 }  // namespace
 }  // namespace elastic::sim
