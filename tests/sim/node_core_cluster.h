@@ -6,11 +6,10 @@
 // NodeCore::call("submit", {"spec": ...}), the JSON the control socket carries (ctl/submit.cc),
 // from this process's uid, in the session elasticd gives it ("<daemon>/<generation>"). The core
 // retries a call itself (forwards, redirects, new leaders) under one client id, so the job table
-// applies a call once. A request
-// whose call ended without an acknowledgement (an error reply, or none because the daemon
-// crashed) is submitted again through a random up daemon as a new call named "c<n>.<k>": like a
-// user re-running elasticctl submit, it may add a second job for the request, which is
-// legitimate; every job in the table must still run and succeed.
+// applies a call once. A request whose call ended without an acknowledgement (an error reply,
+// or none because the daemon crashed) is submitted again through a random up daemon as a new
+// call named "c<n>.<k>": like a user re-running elasticctl submit, it may add a second job for
+// the request, which is legitimate; every job in the table must still run and succeed.
 // Workers: the daemons' SimLaunchers tell the cluster every spawn and exit (a job's workers exit
 // 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1, and
 // a rank that leaves abnormally takes the other ranks of its round down with it
@@ -102,7 +101,7 @@ struct NodeCoreCounters {
   std::uint64_t worker_crashes = 0;  // injected
   std::uint64_t peer_losses = 0;     // peer-loss exits scheduled (options.peer_loss_exit)
   std::uint64_t round_starts = 0;    // RoundStarts delivered
-  std::uint64_t stale_starts = 0;    // refused by the fence (RoundService::stale_starts)
+  std::uint64_t stale_starts = 0;    // fence refusals of crashed processes (summary() adds up)
   std::uint64_t crashes = 0;
   std::uint64_t restarts = 0;
   std::uint64_t partitions = 0;
