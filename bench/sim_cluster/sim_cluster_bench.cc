@@ -197,6 +197,11 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   const double simulated = std::chrono::duration<double>(c.sim().now() - start).count();
   std::printf("seed %llu: %s\n", static_cast<unsigned long long>(o.seed), c.summary().c_str());
+  // Settled, but only because NodeCoreClusterOptions::tolerate_known_stuck_rounds let them pass.
+  for (const auto& [job, why] : c.known_stuck()) {
+    std::printf("job %s stuck in a known liveness bug: %s\n", job.c_str(), why.c_str());
+  }
+  std::printf("%zu jobs stuck in a known liveness bug\n", c.known_stuck().size());
   const auto& net = c.sim().network_counters();
   std::printf(
       "network: %llu sent, %llu delivered, %llu lost, %llu duplicated, %llu partitioned, "

@@ -18,6 +18,10 @@ namespace {
 using namespace std::chrono_literals;
 using rendezvous::JobState;
 
+// How long a job must show a known liveness bug's signature to count as stuck in it: past the
+// job tier's 30 s memory of a lost member and any restart backoff or quarantine step.
+constexpr Duration kKnownStuckFor = std::chrono::seconds(60);
+
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "node core cluster: %s\n", what);
   std::abort();
@@ -666,11 +670,29 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
     return std::nullopt;
   };
   known_stuck_.clear();
+  // A job counts as stuck in a known bug only once it has shown the signature for
+  // kKnownStuckFor without a break (a passing state, e.g. a failure inside its grace, does not).
+  std::map<std::string, TimePoint> still;
+  const auto stuck = [&](const std::string& id, std::string why) {
+    const auto earlier = stuck_since_.find(id);
+    const TimePoint since = earlier == stuck_since_.end() ? sim_.now() : earlier->second;
+    still[id] = since;
+    if (sim_.now() - since < kKnownStuckFor) return false;
+    known_stuck_[id] = std::move(why);
+    return true;
+  };
+  // Called on every return below: signatures not seen in this pass start over.
+  const auto done = [&](std::optional<std::string> result) {
+    stuck_since_ = std::move(still);
+    return result;
+  };
+  std::vector<std::pair<std::string, std::string>> waiting;  // jobs not running yet: (id, why)
+  std::optional<std::string> first;                          // the first problem found
   for (const auto& [id, job] : table(*l)->jobs()) {
     if (job.state == JobState::kSucceeded) {
       const bool ran = std::any_of(job.events.begin(), job.events.end(),
                                    [](const auto& e) { return e.to == JobState::kRunning; });
-      if (!ran) return "job " + id + " succeeded without ever running";
+      if (!ran && !first) first = "job " + id + " succeeded without ever running";
       continue;
     }
     // Known liveness bug 1 (see tolerate_known_stuck_rounds): a member fenced itself out of the
@@ -681,13 +703,14 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
         const auto m = member_round(r, id, job.round);
         return m && m->fenced;
       });
-      if (fenced) {
-        known_stuck_[id] = "a member fenced itself out of round " + std::to_string(job.round);
+      if (fenced && stuck(id, "a member fenced itself out of round " + std::to_string(job.round))) {
         continue;
       }
     }
     if (job.state != JobState::kRunning) {
-      return "job " + id + " is " + rendezvous::to_string(job.state) + " (" + job.reason + ")";
+      waiting.emplace_back(
+          id, "job " + id + " is " + rendezvous::to_string(job.state) + " (" + job.reason + ")");
+      continue;
     }
     std::optional<std::string> problem;
     bool waits_for_lease = false;
@@ -712,13 +735,53 @@ std::optional<std::string> NodeCoreCluster::unsettled() {
         if (m && !m->fenced && n == 0) *problem += " (it still holds the round)";
       }
     }
-    if (problem && options_.tolerate_known_stuck_rounds && waits_for_lease) {
-      known_stuck_[id] = "the round's workers failed while every member still holds it";
+    if (problem && options_.tolerate_known_stuck_rounds && waits_for_lease &&
+        stuck(id, "its workers failed while its members still hold the round")) {
       continue;
     }
-    if (problem) return problem;
+    if (problem && !first) first = problem;
   }
-  return std::nullopt;
+  // Every job was looked at (so each signature's clock runs); the first problem is the answer.
+  if (first || waiting.empty()) return done(first);
+  if (!options_.tolerate_known_stuck_rounds || known_stuck_.empty()) {
+    return done(waiting.front().second);
+  }
+  // A stuck round keeps its slots. Once the stuck rounds are the only ones left, a job that
+  // cannot get min_nodes nodes with its workers' slots besides theirs waits on them for good.
+  const rendezvous::JobTable& t = *table(*l);
+  std::map<std::string, std::uint32_t> held;  // node -> slots the stuck rounds hold
+  for (const auto& [id, job] : t.jobs()) {
+    if (job.state != JobState::kRendezvous && job.state != JobState::kRunning) continue;
+    if (!known_stuck_.contains(id)) return done(waiting.front().second);  // a round moves
+    for (const auto& r : job.ranks) held[r.node] += r.slots;
+  }
+  const std::uint32_t slots = options_.core.slots_per_node;
+  for (const auto& [id, why] : waiting) {
+    const rendezvous::JobRecord& job = *t.job(id);
+    const std::uint32_t needs = job.spec.workers_per_node == 0 ? slots : job.spec.workers_per_node;
+    std::uint32_t fit = 0;
+    for (NodeId n = 0; n < options_.core.daemons; ++n) {
+      const auto h = held.find(NodeCoreProcess::name_for(n));
+      fit += sim_.is_up(n) && slots - (h == held.end() ? 0 : h->second) >= needs;
+    }
+    const bool blocked = fit < job.spec.min_nodes &&
+                         stuck(id, "waits for slots that stuck rounds hold (" + why + ")");
+    if (!blocked && !first) first = why;
+  }
+  return done(first);
+}
+
+std::string NodeCoreCluster::describe_jobs() {
+  const auto l = leader();
+  if (!l) return "no leader";
+  std::string out;
+  for (const auto& [id, job] : table(*l)->jobs()) {
+    if (rendezvous::is_terminal(job.state)) continue;
+    out += "\n  " + id + " " + rendezvous::to_string(job.state) + " round " +
+           std::to_string(job.round) + " " + ranks_text(job.ranks) + " (" + job.reason + ")";
+  }
+  return out.empty() ? "every job ended"
+                     : "unfinished jobs in d" + std::to_string(*l) + "'s table:" + out;
 }
 
 std::optional<std::string> NodeCoreCluster::final_problem() {

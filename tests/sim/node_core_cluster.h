@@ -70,8 +70,8 @@ struct NodeCoreClusterOptions {
   Duration peer_loss_exit = std::chrono::milliseconds(200);
   std::uint32_t max_restarts = 50;  // of every submitted job
   // Two liveness bugs of RoundService (rendezvous/leases) that these scenarios hit; while they
-  // stand, unsettled() counts a job stuck in exactly one of these states as settled and lists
-  // it in known_stuck() (turn this off to see them fail):
+  // stand, unsettled() counts a job that has shown exactly one of these states for 60 s as
+  // settled and lists it in known_stuck() (turn this off to see them fail):
   //  1. a member's lease ran out (it could not reach the leader for lease_duration) and it
   //     fenced itself out of the round "until a new round names it": SIGKILLed workers are no
   //     worker failure and the member stays alive, so no new round ever comes; the job stays
@@ -80,6 +80,9 @@ struct NodeCoreClusterOptions {
   //     says its lease ran out, but leases are per node and the leader keeps renewing it (it
   //     is still in this or another active round; it may be the leader itself), and its peers
   //     re-report the loss every second, so the job waits forever with its workers failed.
+  // A stuck round keeps its slots: once the stuck rounds are the only active ones, a job waiting
+  // for a round (pending, recovering) that cannot get min_nodes nodes besides their slots passes
+  // too.
   bool tolerate_known_stuck_rounds = true;
   // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
   // drive_clients() only (large clusters).
@@ -157,6 +160,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   // Jobs the last unsettled() let pass as stuck in a known liveness bug -> which.
   const std::map<std::string, std::string>& known_stuck() const { return known_stuck_; }
   std::optional<std::string> final_problem();
+  // The unfinished jobs of the leader's table, their rounds and rank maps (for failure messages).
+  std::string describe_jobs();
   // The job of request `name` in the leader's table.
   std::optional<rendezvous::JobRecord> job_by_name(const std::string& name);
 
@@ -234,6 +239,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::map<NodeId, std::uint64_t> stale_counted_;  // RoundService::stale_starts counted so far
   NodeCoreCounters counters_;
   std::map<std::string, std::string> known_stuck_;
+  std::map<std::string, TimePoint> stuck_since_;  // job -> since when it shows a known signature
   // Declared last: destroyed first, while everything its processes report to still exists.
   Simulator sim_;
 };

@@ -85,7 +85,8 @@ struct Totals {
 void settle_and_check(NodeCoreCluster& c, Duration limit = 300s) {
   const bool settled = c.settle(limit);
   ASSERT_FALSE(c.sim().violation().has_value()) << *c.sim().violation();
-  ASSERT_TRUE(settled) << "not settled: " << c.unsettled().value_or("?");
+  ASSERT_TRUE(settled) << "not settled: " << c.unsettled().value_or("?") << "\n"
+                       << c.describe_jobs();
   EXPECT_EQ(c.final_problem(), std::nullopt);
   for (const auto& [job, why] : c.known_stuck()) {
     std::printf("seed %llu: job %s stuck in a known liveness bug: %s\n",
@@ -176,7 +177,7 @@ TEST(NodeCoreSim, RandomFaults) {
   Totals totals;
   for (std::uint64_t seed : scenario_seed_range(1, 100)) {
     SeedReport report(seed);
-    run_random(seed, Chaos{}, 20s, totals);
+    run_random(seed, Chaos{}, 40s, totals);
   }
   totals.print("RandomFaults");
 }
@@ -234,7 +235,7 @@ TEST(NodeCoreSim, RandomFaultsWithLongDelays) {
 
 TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
   Totals totals;
-  for (std::uint64_t seed : scenario_seeds({101, 102, 103, 104})) {
+  for (std::uint64_t seed : scenario_seeds({101, 102, 103, 104, 105, 106, 107, 108})) {
     for (NodeId voter = 0; voter < 3; ++voter) {
       SeedReport report(seed);
       NodeCoreCluster c(seed * 10 + voter, default_cluster_options());
@@ -267,7 +268,8 @@ TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
 // committed rounds) runs after every event; at the end every job has run and succeeded.
 TEST(NodeCoreSim, JobsCompetingForSlotsNeverShareOne) {
   Totals totals;
-  for (std::uint64_t seed : scenario_seeds({501, 502, 503, 504, 505, 506, 507, 508})) {
+  for (std::uint64_t seed : scenario_seeds(
+           {501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 512, 513, 514, 515, 516})) {
     SeedReport report(seed);
     NodeCoreClusterOptions options = default_cluster_options();
     options.core.daemons = 3;
@@ -349,7 +351,8 @@ void leader_crash_mid_round(bool after_commit, std::uint64_t seed, Totals& total
 
 TEST(NodeCoreSim, LeaderCrashRightAfterProposingOpenRound) {
   Totals totals;
-  for (std::uint64_t seed : scenario_seeds({201, 202, 203, 204, 205, 206, 207, 208, 209, 210})) {
+  for (std::uint64_t seed : scenario_seeds({201, 202, 203, 204, 205, 206, 207, 208, 209, 210,
+                                            211, 212, 213, 214, 215, 216, 217, 218, 219, 220})) {
     SeedReport report(seed);
     leader_crash_mid_round(false, seed, totals);
   }
@@ -358,7 +361,8 @@ TEST(NodeCoreSim, LeaderCrashRightAfterProposingOpenRound) {
 
 TEST(NodeCoreSim, LeaderCrashRightAfterCommittingOpenRound) {
   Totals totals;
-  for (std::uint64_t seed : scenario_seeds({301, 302, 303, 304, 305, 306, 307, 308, 309, 310})) {
+  for (std::uint64_t seed : scenario_seeds({301, 302, 303, 304, 305, 306, 307, 308, 309, 310,
+                                            311, 312, 313, 314, 315, 316, 317, 318, 319, 320})) {
     SeedReport report(seed);
     leader_crash_mid_round(true, seed, totals);
   }
@@ -368,7 +372,8 @@ TEST(NodeCoreSim, LeaderCrashRightAfterCommittingOpenRound) {
 TEST(NodeCoreSim, MinorityLeaderDecidesNothing) {
   Totals totals;
   std::uint64_t minority_proposals = 0;
-  for (std::uint64_t seed : scenario_seeds({401, 402, 403, 404, 405, 406, 407, 408})) {
+  for (std::uint64_t seed : scenario_seeds(
+           {401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416})) {
     SeedReport report(seed);
     // An election timeout well above the job tier's loss detection (job_peer_timeout) and the
     // lease: a leader cut off from the majority sees its members vanish and tries to re-place
@@ -407,7 +412,8 @@ TEST(NodeCoreSim, MinorityLeaderDecidesNothing) {
     const std::uint64_t proposals_before = c.open_proposals_by(old_leader);
     c.partition(groups);
     c.submit(1, 1);  // a client may also hit the minority
-    for (int step = 0; step < 50; ++step) {
+    // Two election timeouts (3 s, randomized up to 6 s): the majority elects a new leader.
+    for (int step = 0; step < 120; ++step) {
       ASSERT_TRUE(c.sim().run_for(100ms)) << *c.sim().violation();
       c.drive_clients();
       // Nothing commits in the minority: the old leader never passes its commit index.
