@@ -171,7 +171,7 @@ void print_incident(const json& i) {
     std::cout << ")";
   } else if (member(i, "progress_reports").is_boolean() && !flag(i, "progress_reports") &&
              member(i, "rendezvous_s").is_number()) {
-    // A script that reports no progress has no first step to wait for (issue 16 item 6).
+    // A script that reports no progress has no first step to wait for.
     std::cout << "  (no progress reports: the workers started at the rendezvous)";
   } else if (flag(i, "given_up")) {
     std::cout << "  (given up: no first step reported)";

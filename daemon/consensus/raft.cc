@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -140,6 +141,9 @@ void Raft::set_leader(NodeId leader, Effects& out) {
 void Raft::become_follower(TimePoint now, Term term, NodeId leader, Effects& out) {
   const bool new_term = term > hard_.term;
   if (new_term) set_hard_state(term, kNoNode, out);
+  // Whatever made this node follow, it can no longer confirm that it leads.
+  for (const PendingRead& read : reads_) out.reads_failed.push_back(read.id);
+  reads_.clear();
   role_ = Role::kFollower;
   progress_.clear();
   votes_.clear();
@@ -247,6 +251,7 @@ void Raft::send_append(TimePoint now, NodeId to, Effects& out) {
   m.prev_log_index = p.next - 1;
   m.prev_log_term = term_at(m.prev_log_index);
   m.leader_commit = commit_;
+  m.read_round = read_round_;
   for (Index i = p.next; i <= last_index() && m.entries.size() < config_.max_entries_per_append;
        ++i) {
     m.entries.push_back(entry(i));
@@ -277,6 +282,7 @@ void Raft::maybe_commit(TimePoint now, Effects& out) {
     for (const auto& [id, p] : progress_) count += p.match >= n && is_voter(id) ? 1 : 0;
     if (count >= quorum()) {
       advance_commit(n, out);
+      start_waiting_reads(now, out);  // n is of this term: the commit index is known now
       if (commit_ >= config_index_) sync_progress();  // drops removed voters for good
       break;
     }
@@ -297,6 +303,40 @@ void Raft::advance_commit(Index commit, Effects& out) {
     ++applied_;
     out.apply.push_back(entry(applied_));
   }
+}
+
+void Raft::start_waiting_reads(TimePoint now, Effects& out) {
+  // Before this leader's first commit of its term every read waits; after it none does.
+  if (reads_.empty() || reads_.front().round != 0) return;
+  ++read_round_;
+  for (PendingRead& read : reads_) {
+    read.index = commit_;
+    read.round = read_round_;
+  }
+  broadcast_append(now, out);
+  release_reads(out);
+}
+
+void Raft::release_reads(Effects& out) {
+  if (reads_.empty() || role_ != Role::kLeader) return;
+  // The highest round a majority of the current voters has echoed: this leader counts with
+  // every round it started, the others with what they echoed in this term.
+  std::vector<std::uint64_t> echoed;
+  if (is_voter(self_)) echoed.push_back(read_round_);
+  for (const auto& [id, p] : progress_) {
+    if (is_voter(id)) echoed.push_back(p.read_round);
+  }
+  if (echoed.size() < quorum()) return;
+  std::nth_element(echoed.begin(), echoed.begin() + static_cast<std::ptrdiff_t>(quorum() - 1),
+                   echoed.end(), std::greater<>());
+  const std::uint64_t confirmed = echoed[quorum() - 1];
+  std::size_t released = 0;
+  while (released < reads_.size() && reads_[released].round != 0 &&
+         reads_[released].round <= confirmed) {
+    out.reads_ready.push_back(ReadState{reads_[released].id, reads_[released].index});
+    ++released;
+  }
+  reads_.erase(reads_.begin(), reads_.begin() + static_cast<std::ptrdiff_t>(released));
 }
 
 void Raft::tick(TimePoint now, Effects& out) {
@@ -342,6 +382,34 @@ ProposeOutcome Raft::propose(TimePoint now, std::string data, Effects& out) {
   broadcast_append(now, out);
   maybe_commit(now, out);
   return ProposeOutcome{true, index, hard_.term, self_};
+}
+
+ReadOutcome Raft::read_index(TimePoint now, Effects& out) {
+  out.clear();
+  ReadOutcome outcome;
+  outcome.leader_hint = leader_;
+  if (role_ != Role::kLeader) {
+    outcome.refusal = "This node is not the Raft leader.";
+    return outcome;
+  }
+  if (reads_.size() >= kMaxPendingReads) {
+    outcome.refusal = "The leader has " + std::to_string(reads_.size()) +
+                      " reads waiting for a majority to confirm it leads; retry shortly.";
+    return outcome;
+  }
+  outcome.accepted = true;
+  outcome.id = next_read_id_++;
+  if (term_at(commit_) != hard_.term) {
+    // Until its no-op commits, this leader's commit index may lag what an earlier leader
+    // committed: the read waits for it (start_waiting_reads), and so does every later read.
+    reads_.push_back(PendingRead{outcome.id, 0, 0});
+    return outcome;
+  }
+  // A new round: only replies to AppendEntries sent from now on confirm this read.
+  reads_.push_back(PendingRead{outcome.id, commit_, ++read_round_});
+  broadcast_append(now, out);
+  release_reads(out);  // a single voter confirms at once
+  return outcome;
 }
 
 VoterChangeOutcome Raft::propose_voter_change(TimePoint now, VoterChange change, Effects& out) {
@@ -486,7 +554,7 @@ void Raft::handle_append(TimePoint now, NodeId from, const AppendEntries& m, Eff
   last_leader_contact_ = now;
   reset_election_deadline(now);
 
-  AppendReply reply{hard_.term, false, 0, 0, 0};
+  AppendReply reply{hard_.term, false, 0, 0, 0, m.read_round};
   Index prev_index = m.prev_log_index;
   Term prev_term = m.prev_log_term;
   std::size_t skip = 0;
@@ -536,6 +604,11 @@ void Raft::handle_append_reply(TimePoint now, NodeId from, const AppendReply& m,
   if (it == progress_.end()) return;  // not a voter of this leader's config (any more)
   Progress& p = it->second;
   p.recent_active = true;
+  // An echo above the latest round did not come from this leader's AppendEntries: ignored.
+  if (m.read_round > p.read_round && m.read_round <= read_round_) {
+    p.read_round = m.read_round;
+    release_reads(out);
+  }
   if (m.success) {
     if (m.match_index > last_index()) die("follower matched beyond the leader's log");
     if (m.match_index > p.match) p.match = m.match_index;

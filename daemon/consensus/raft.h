@@ -28,6 +28,19 @@
 //  - propose(bytes) on the leader appends and returns (index, term); elsewhere it returns the
 //    known leader as a redirect hint;
 //  - committed entries are handed out in index order, each once per process lifetime;
+//  - READ INDEX (dissertation 6.4), linearizable reads without a log entry: read_index() on
+//    the leader takes the commit index as the read's index, once this leader has committed an
+//    entry of its term (before that the read waits: until then the leader does not know the
+//    commit index). It then confirms it is still the leader: every AppendEntries carries the
+//    latest read round (a counter bumped per read and sent out at once), every AppendReply
+//    echoes the round of the AppendEntries it answers, and a read of round r is released
+//    (Effects::reads_ready) once a majority of voters, this leader included while it is one,
+//    echoed a round >= r in this term -- i.e. answered an AppendEntries sent after the read
+//    began, so no later leader had been elected by then. A single voter releases at once. A
+//    leader that steps down fails its waiting reads (Effects::reads_failed); a follower refuses
+//    (the caller asks the leader). A lost AppendEntries delays the read to the next heartbeat.
+//    Peers that do not echo rounds (older versions: the field decodes as 0) confirm no read;
+//    reads then wait until the leader steps down or a majority echoes;
 //  - SNAPSHOTS: the owner decides when (compact(upto, state machine bytes) for an applied
 //    index); Raft keeps Snapshot{last_index, last_term, voters at that index, data} and drops
 //    the entries it covers. The data is opaque: Raft never knows what the state machine is.
@@ -64,7 +77,10 @@
 //      entry up to restore->last_index);
 //   4. effects.apply: apply the committed entries to the state machine in order (kNoop and
 //      kConfig entries carry no command: skip them, but they do advance the applied index);
-//   5. effects.leader_change: informational.
+//   5. effects.leader_change: informational;
+//   6. effects.reads_ready: each read may be answered from the state machine once it has
+//      applied up to the read's index (on the leader it has, after step 4);
+//      effects.reads_failed: answer those reads with an error (the client retries elsewhere).
 // A leader counts its own log as replicated, which is sound because of step 1.
 //
 // Thread safety: none; one owner calls everything. Errors: the core has no environment
@@ -94,6 +110,8 @@ using Term = std::uint64_t;
 using Index = std::uint64_t;  // log indices start at 1; 0 is "before the log"
 
 inline constexpr NodeId kNoNode = 0;
+
+using ReadId = std::uint64_t;  // one read_index() request, unique per Raft instance
 
 // kConfig: data is encode_voters(the whole new voter list). Values are on disk and on the wire:
 // append only.
@@ -148,6 +166,7 @@ struct AppendEntries {
   Term prev_log_term = 0;
   std::vector<Entry> entries;
   Index leader_commit = 0;
+  std::uint64_t read_round = 0;  // the leader's latest read round (READ INDEX above)
 };
 
 struct AppendReply {
@@ -156,6 +175,7 @@ struct AppendReply {
   Index match_index = 0;     // success: the last index known to match the leader's log
   Index conflict_index = 0;  // failure: where the leader should try next (fast backtracking)
   Term conflict_term = 0;    // failure: the follower's term at prev_log_index (0: log too short)
+  std::uint64_t read_round = 0;  // echoes the answered AppendEntries' read_round
 };
 
 // The leader's whole snapshot, for a follower whose next index lies inside it.
@@ -205,12 +225,21 @@ struct LeaderChange {
   NodeId leader = kNoNode;  // kNoNode: this node knows no leader now
 };
 
+// A confirmed read: answer it from the state machine once that has applied up to `index`.
+struct ReadState {
+  ReadId id = 0;
+  Index index = 0;
+  bool operator==(const ReadState&) const = default;
+};
+
 struct Effects {
   Persist persist;
   std::vector<Message> sends;
   std::optional<Snapshot> restore;  // reset the state machine from it before `apply`
   std::vector<Entry> apply;
   std::optional<LeaderChange> leader_change;
+  std::vector<ReadState> reads_ready;
+  std::vector<ReadId> reads_failed;  // this node stopped leading before confirming them
   void clear() { *this = Effects{}; }
 };
 
@@ -231,6 +260,17 @@ struct ProposeOutcome {
   Term term = 0;
   NodeId leader_hint = kNoNode;  // not accepted: the leader this node believes in, if any
 };
+
+struct ReadOutcome {
+  bool accepted = false;
+  ReadId id = 0;  // accepted: comes back in reads_ready or reads_failed, exactly once
+  NodeId leader_hint = kNoNode;  // not accepted: the leader this node believes in, if any
+  std::string refusal;           // not accepted: why, one sentence
+};
+
+// Reads a leader holds unconfirmed at most; more are refused (a partitioned leader without
+// CheckQuorum would otherwise collect them for ever).
+inline constexpr std::size_t kMaxPendingReads = 4096;
 
 struct VoterChange {
   enum class Kind : std::uint8_t { kAdd, kRemove };
@@ -270,6 +310,9 @@ class Raft {
   // Leader only: appends a kConfig entry with the changed voter list (see the header comment
   // for the refusals). Never moves next_deadline().
   VoterChangeOutcome propose_voter_change(TimePoint now, VoterChange change, Effects& out);
+  // Leader only: starts a linearizable read (READ INDEX in the header comment). Refused on a
+  // follower or with kMaxPendingReads waiting. Never moves next_deadline().
+  ReadOutcome read_index(TimePoint now, Effects& out);
   // Replaces the entries up to `upto` (<= last_applied()) with a snapshot holding
   // `state_machine`, the caller's state after applying exactly the entries up to `upto`.
   // Effects carry only persist.snapshot. A no-op (ok, empty effects) if `upto` is not above the
@@ -312,7 +355,13 @@ class Raft {
     Index next = 1;
     Index match = 0;
     bool recent_active = false;
-    TimePoint snapshot_due{};  // no InstallSnapshot to this follower before then
+    TimePoint snapshot_due{};      // no InstallSnapshot to this follower before then
+    std::uint64_t read_round = 0;  // the highest read round it echoed in this term
+  };
+  struct PendingRead {
+    ReadId id = 0;
+    Index index = 0;
+    std::uint64_t round = 0;  // 0: waits for this leader's first commit in its term
   };
 
   std::size_t quorum() const { return voters_.size() / 2 + 1; }
@@ -336,6 +385,8 @@ class Raft {
   bool in_lease(TimePoint now) const;
   void maybe_commit(TimePoint now, Effects& out);
   void advance_commit(Index commit, Effects& out);
+  void start_waiting_reads(TimePoint now, Effects& out);
+  void release_reads(Effects& out);
 
   void handle_vote_request(TimePoint now, NodeId from, const VoteRequest& m, Effects& out);
   void handle_vote_reply(TimePoint now, NodeId from, const VoteReply& m, Effects& out);
@@ -365,6 +416,12 @@ class Raft {
   std::map<NodeId, Progress> progress_;
   TimePoint heartbeat_due_{};
   TimePoint quorum_check_due_{};
+  // Unconfirmed reads in request order (rounds never decrease along it).
+  std::vector<PendingRead> reads_;
+  // Any role: read ids and rounds only grow in one process, so no echo of an earlier
+  // leadership can confirm a later read (replies are also checked against the term).
+  ReadId next_read_id_ = 1;
+  std::uint64_t read_round_ = 0;
   // (Pre-)candidate only.
   std::set<NodeId> votes_;
 };

@@ -4,170 +4,163 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/wire/msgpack_map.h"
+#include "daemon/wire/msgpack_schema.h"
 
 namespace elastic::consensus {
+
+using wire::internal::AsBin;
+using wire::internal::Like;
+using wire::internal::MapReader;
+using wire::internal::Need;
+using wire::internal::Packer;
+using wire::internal::Via;
+
+// ---------------------------------------------------------------------------------------------
+// The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required but
+// "rs" (the read round), which peers from before read index do not send.
+
+namespace {
+
+// The Raft node ids of every body; written after the body's own keys, read before them.
+struct Addressing {
+  NodeId from = kNoNode;
+  NodeId to = kNoNode;
+};
+template <typename V, Like<Addressing> M>
+void visit_fields(V& v, M& a) {
+  v.field("fr", a.from);
+  v.field("to", a.to);
+}
+
+}  // namespace
+
+template <typename V, Like<Entry> M>
+void visit_fields(V& v, M& e) {
+  v.field("t", e.term);
+  v.field("i", e.index);
+  v.field("y", e.type);
+  v.field("d", e.data, AsBin{kMaxRaftEntryBytes});
+}
+void check_fields(MapReader& r, const Entry& e) {
+  if (static_cast<std::uint8_t>(e.type) > kMaxEntryType) {
+    r.fail("has an unknown entry type " + std::to_string(static_cast<unsigned>(e.type)));
+  } else if (e.type == EntryType::kConfig && !decode_voters(e.data)) {
+    r.fail("is a config entry whose data is not a valid voter list");
+  }
+}
+
+namespace {
+
+// AppendEntries' entries: the generic array of maps, plus a bound on their data in all.
+struct EntriesField {
+  static void pack(Packer& p, const std::vector<Entry>& entries) {
+    wire::internal::pack_value(p, entries);
+  }
+  static void read(MapReader& r, std::string_view key, Need need, std::vector<Entry>* out) {
+    const msgpack::object_array* entries = r.array(key, kMaxRaftEntriesPerMessage, need);
+    if (entries == nullptr) return;
+    // No reserve(): a vector sized from the count would cost far more than its 1-byte elements.
+    std::size_t total = 0;
+    for (std::uint32_t i = 0; i < entries->size; ++i) {
+      Entry e;
+      if (!wire::internal::read_map(
+              entries->ptr[i], "entry " + std::to_string(i) + " of " + r.what(), r.failure(), e)) {
+        r.mark_failed();
+        return;
+      }
+      total += e.data.size();
+      if (total > kMaxRaftEntriesTotalBytes) {
+        r.fail("carries more than " + std::to_string(kMaxRaftEntriesTotalBytes) +
+                   " bytes of entry data",
+               wire::DecodeError::kOversized);
+        return;
+      }
+      out->push_back(std::move(e));
+    }
+  }
+};
+
+// A snapshot's voters: unsigned ids, checked the way a config entry is.
+struct VotersField {
+  static void pack(Packer& p, const std::vector<NodeId>& voters) {
+    p.pack_array(static_cast<std::uint32_t>(voters.size()));
+    for (NodeId v : voters) p.pack_uint64(v);
+  }
+  static void read(MapReader& r, std::string_view key, Need need, std::vector<NodeId>* out) {
+    const msgpack::object_array* voters = r.array(key, kMaxVoters, need);
+    if (voters == nullptr) return;
+    std::vector<NodeId> ids;
+    for (std::uint32_t i = 0; i < voters->size; ++i) {
+      const msgpack::object& o = voters->ptr[i];
+      if (o.type != msgpack::type::POSITIVE_INTEGER) {
+        r.fail("has a voter id that is not an unsigned integer");
+        return;
+      }
+      ids.push_back(o.via.u64);
+    }
+    // Re-encoded so that decode_voters judges the list exactly as it judges a config entry.
+    auto checked = decode_voters(encode_voters(ids));
+    if (!checked) {
+      r.fail("has an empty voter list, a zero voter id or a duplicate one");
+      return;
+    }
+    *out = std::move(*checked);
+  }
+};
+
+}  // namespace
+
+template <typename V, Like<VoteRequest> M>
+void visit_fields(V& v, M& m) {
+  v.field("pv", m.pre_vote);
+  v.field("t", m.term);
+  v.field("li", m.last_log_index);
+  v.field("lt", m.last_log_term);
+}
+template <typename V, Like<VoteReply> M>
+void visit_fields(V& v, M& m) {
+  v.field("pv", m.pre_vote);
+  v.field("t", m.term);
+  v.field("ok", m.granted);
+}
+template <typename V, Like<AppendEntries> M>
+void visit_fields(V& v, M& m) {
+  v.field("t", m.term);
+  v.field("pi", m.prev_log_index);
+  v.field("pt", m.prev_log_term);
+  v.field("c", m.leader_commit);
+  // The read round (read index confirmation) came later: an older peer sends none.
+  v.field("rs", m.read_round, wire::internal::kOptional);
+  v.field("e", m.entries, Via<EntriesField>{});
+}
+template <typename V, Like<AppendReply> M>
+void visit_fields(V& v, M& m) {
+  v.field("t", m.term);
+  v.field("ok", m.success);
+  v.field("m", m.match_index);
+  v.field("ci", m.conflict_index);
+  v.field("ct", m.conflict_term);
+  v.field("rs", m.read_round, wire::internal::kOptional);  // added later, like AppendEntries'
+}
+template <typename V, Like<InstallSnapshot> M>
+void visit_fields(V& v, M& m) {
+  v.field("t", m.term);
+  v.field("li", m.snapshot.last_index);
+  v.field("lt", m.snapshot.last_term);
+  v.field("v", m.snapshot.voters, Via<VotersField>{});
+  v.field("d", m.snapshot.data, AsBin{kMaxSnapshotBytes});
+}
+template <typename V, Like<InstallSnapshotReply> M>
+void visit_fields(V& v, M& m) {
+  v.field("t", m.term);
+  v.field("m", m.match_index);
+}
+
 namespace {
 
 using wire::DecodeError;
 using wire::MsgType;
 using wire::internal::Failure;
-using wire::internal::MapReader;
-using wire::internal::Need;
-using wire::internal::Packer;
-using wire::internal::put_bin;
-using wire::internal::put_bool;
-using wire::internal::put_key;
-using wire::internal::put_uint;
-
-// ---------------------------------------------------------------------------------------------
-// Encoding. Each pack_body writes its fields after the common fr/to pair, so the map size is
-// theirs + 2.
-
-constexpr std::uint32_t kCommonFields = 2;
-
-void pack_body(Packer& p, const VoteRequest& m) {
-  p.pack_map(kCommonFields + 4);
-  put_bool(p, "pv", m.pre_vote);
-  put_uint(p, "t", m.term);
-  put_uint(p, "li", m.last_log_index);
-  put_uint(p, "lt", m.last_log_term);
-}
-void pack_body(Packer& p, const VoteReply& m) {
-  p.pack_map(kCommonFields + 3);
-  put_bool(p, "pv", m.pre_vote);
-  put_uint(p, "t", m.term);
-  put_bool(p, "ok", m.granted);
-}
-void pack_body(Packer& p, const AppendEntries& m) {
-  p.pack_map(kCommonFields + 5);
-  put_uint(p, "t", m.term);
-  put_uint(p, "pi", m.prev_log_index);
-  put_uint(p, "pt", m.prev_log_term);
-  put_uint(p, "c", m.leader_commit);
-  put_key(p, "e");
-  p.pack_array(static_cast<std::uint32_t>(m.entries.size()));
-  for (const Entry& e : m.entries) {
-    p.pack_map(4);
-    put_uint(p, "t", e.term);
-    put_uint(p, "i", e.index);
-    put_uint(p, "y", static_cast<std::uint64_t>(e.type));
-    put_bin(p, "d", e.data);
-  }
-}
-void pack_body(Packer& p, const InstallSnapshot& m) {
-  p.pack_map(kCommonFields + 5);
-  put_uint(p, "t", m.term);
-  put_uint(p, "li", m.snapshot.last_index);
-  put_uint(p, "lt", m.snapshot.last_term);
-  put_key(p, "v");
-  p.pack_array(static_cast<std::uint32_t>(m.snapshot.voters.size()));
-  for (NodeId v : m.snapshot.voters) p.pack_uint64(v);
-  put_bin(p, "d", m.snapshot.data);
-}
-void pack_body(Packer& p, const InstallSnapshotReply& m) {
-  p.pack_map(kCommonFields + 2);
-  put_uint(p, "t", m.term);
-  put_uint(p, "m", m.match_index);
-}
-void pack_body(Packer& p, const AppendReply& m) {
-  p.pack_map(kCommonFields + 5);
-  put_uint(p, "t", m.term);
-  put_bool(p, "ok", m.success);
-  put_uint(p, "m", m.match_index);
-  put_uint(p, "ci", m.conflict_index);
-  put_uint(p, "ct", m.conflict_term);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decoding
-
-void read_body(MapReader& r, VoteRequest* m) {
-  r.boolean("pv", &m->pre_vote, Need::kRequired);
-  r.uint("t", &m->term);
-  r.uint("li", &m->last_log_index);
-  r.uint("lt", &m->last_log_term);
-}
-void read_body(MapReader& r, VoteReply* m) {
-  r.boolean("pv", &m->pre_vote, Need::kRequired);
-  r.uint("t", &m->term);
-  r.boolean("ok", &m->granted, Need::kRequired);
-}
-void read_body(MapReader& r, AppendEntries* m) {
-  r.uint("t", &m->term);
-  r.uint("pi", &m->prev_log_index);
-  r.uint("pt", &m->prev_log_term);
-  r.uint("c", &m->leader_commit);
-  const msgpack::object_array* entries = r.array("e", kMaxRaftEntriesPerMessage, Need::kRequired);
-  if (entries == nullptr) return;
-  // No reserve(): a vector sized from the count would cost far more than its 1-byte elements.
-  std::size_t total = 0;
-  for (std::uint32_t i = 0; i < entries->size; ++i) {
-    MapReader er(entries->ptr[i], "entry " + std::to_string(i) + " of " + r.what(), r.failure());
-    Entry e;
-    std::uint8_t type = 0;
-    er.uint("t", &e.term);
-    er.uint("i", &e.index);
-    er.uint("y", &type);
-    er.bin("d", &e.data, Need::kRequired, kMaxRaftEntryBytes);
-    if (er.ok() && type > kMaxEntryType) {
-      er.fail("has an unknown entry type " + std::to_string(type));
-    }
-    if (er.ok() && type == static_cast<std::uint8_t>(EntryType::kConfig) &&
-        !decode_voters(e.data)) {
-      er.fail("is a config entry whose data is not a valid voter list");
-    }
-    if (!er.ok()) {
-      r.mark_failed();
-      return;
-    }
-    total += e.data.size();
-    if (total > kMaxRaftEntriesTotalBytes) {
-      r.fail(
-          "carries more than " + std::to_string(kMaxRaftEntriesTotalBytes) + " bytes of entry data",
-          DecodeError::kOversized);
-      return;
-    }
-    e.type = static_cast<EntryType>(type);
-    m->entries.push_back(std::move(e));
-  }
-}
-void read_body(MapReader& r, AppendReply* m) {
-  r.uint("t", &m->term);
-  r.boolean("ok", &m->success, Need::kRequired);
-  r.uint("m", &m->match_index);
-  r.uint("ci", &m->conflict_index);
-  r.uint("ct", &m->conflict_term);
-}
-
-void read_body(MapReader& r, InstallSnapshot* m) {
-  r.uint("t", &m->term);
-  r.uint("li", &m->snapshot.last_index);
-  r.uint("lt", &m->snapshot.last_term);
-  const msgpack::object_array* voters = r.array("v", kMaxVoters, Need::kRequired);
-  if (voters == nullptr) return;
-  // Checked the way a config entry is: re-encode and let decode_voters judge the list.
-  std::vector<NodeId> ids;
-  for (std::uint32_t i = 0; i < voters->size; ++i) {
-    const msgpack::object& o = voters->ptr[i];
-    if (o.type != msgpack::type::POSITIVE_INTEGER) {
-      r.fail("has a voter id that is not an unsigned integer");
-      return;
-    }
-    ids.push_back(o.via.u64);
-  }
-  auto checked = decode_voters(encode_voters(ids));
-  if (!checked) {
-    r.fail("has an empty voter list, a zero voter id or a duplicate one");
-    return;
-  }
-  m->snapshot.voters = std::move(*checked);
-  r.bin("d", &m->snapshot.data, Need::kRequired, kMaxSnapshotBytes);
-}
-void read_body(MapReader& r, InstallSnapshotReply* m) {
-  r.uint("t", &m->term);
-  r.uint("m", &m->match_index);
-}
 
 template <typename T>
 Result<Message> decode_as(std::string_view body, const char* name, DecodeError* reason) {
@@ -186,15 +179,11 @@ Result<Message> decode_as(std::string_view body, const char* name, DecodeError* 
   }
   if (wire::internal::parse(body, {max_values, bin_limit}, what, &handle, &failure)) {
     MapReader r(handle.get(), what, &failure);
-    Message message;
-    r.uint("fr", &message.from);
-    r.uint("to", &message.to);
+    Addressing addressing;
     T typed;
-    read_body(r, &typed);
-    if (r.ok()) {
-      message.body = std::move(typed);
-      return message;
-    }
+    wire::internal::read_fields(r, addressing);
+    wire::internal::read_fields(r, typed);
+    if (r.ok()) return Message{addressing.from, addressing.to, std::move(typed)};
   }
   if (reason != nullptr) *reason = failure.reason;
   return Error{std::move(failure.message)};
@@ -236,9 +225,8 @@ std::string encode_raft(const Message& message) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
   // The common keys follow the type's own (a map's order carries no meaning).
-  std::visit([&p](const auto& m) { pack_body(p, m); }, message.body);
-  put_uint(p, "fr", message.from);
-  put_uint(p, "to", message.to);
+  const Addressing addressing{message.from, message.to};
+  std::visit([&](const auto& m) { wire::internal::pack_fields(p, m, addressing); }, message.body);
   return std::string(buffer.data(), buffer.size());
 }
 

@@ -1,25 +1,29 @@
 // The wire encoding of Raft messages: consensus::Message <-> the body of a wire::Envelope.
 //
 // Layering: daemon/wire knows nothing of consensus types; this codec lives in the consensus
-// library and builds on the internal helpers of daemon/wire/msgpack_map.h, so Raft bodies are
-// packed and checked exactly like membership bodies (map-encoded MessagePack with short keys;
-// unknown keys ignored; missing required keys, wrong types, out-of-range numbers and enums,
-// over-limit sizes and trailing bytes rejected). The envelope carries the sender's name and
-// address; the body carries the Raft node ids so the receiver can check `to` against itself.
+// library and lists its fields for the internal schema codec of daemon/wire/msgpack_schema.h,
+// so Raft bodies are packed and checked exactly like membership bodies (map-encoded MessagePack
+// with short keys; unknown keys ignored; missing required keys, wrong types, out-of-range numbers
+// and enums, over-limit sizes and trailing bytes rejected). The envelope carries the sender's name
+// and address; the body carries the Raft node ids so the receiver can check `to` against itself.
 //   every body:     fr from, to to                                             (required)
 //   VoteRequest:    pv pre_vote, t term, li last_log_index, lt last_log_term   (required)
 //   VoteReply:      pv pre_vote, t term, ok granted                            (required)
 //   AppendEntries:  t term, pi prev_log_index, pt prev_log_term, c leader_commit,
 //                   e entries (array of Entry)                                 (required)
+//                   rs read_round                              (optional, absent = 0)
 //   Entry:          t term, i index, y type (0 no-op, 1 command), d data (bin) (required)
 //   AppendReply:    t term, ok success, m match_index, ci conflict_index, ct conflict_term
 //                                                                              (required)
+//                   rs read_round (the echo)                   (optional, absent = 0)
 //   InstallSnapshot: t term, li last_index, lt last_term, v voters (array of uint, 1 to
 //                   kMaxVoters distinct non-zero ids), d data (bin, <= kMaxSnapshotBytes)
 //                                                                              (required)
 //   InstallSnapshotReply: t term, m match_index                                (required)
 // Entry type 2 (kConfig) must carry a valid encode_voters() list in d, so Raft can trust it.
-// Every field is required: a defaulted pre_vote or success would silently change meaning.
+// Every field is required (a defaulted pre_vote or success would silently change meaning) but
+// those added later, marked optional: a peer of an older version does not send them, and their
+// 0 is safe (read_round 0 confirms no read; raft.h READ INDEX).
 //
 // Hostile bytes: decoding never throws, never crashes and allocates at most a bounded multiple
 // of the input (entry data references the input until it is copied into its Entry).

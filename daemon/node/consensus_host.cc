@@ -385,13 +385,49 @@ void ConsensusHost::propose(TimePoint now, std::string command, Completion done)
   consensus::Effects effects;
   const consensus::ProposeOutcome outcome = raft_->propose(now, std::move(command), effects);
   if (!outcome.accepted) {
-    const std::string hint = name_of(outcome.leader_hint);
-    done(Error{hint.empty() ? "No leader is known yet; retry shortly."
-                            : "Not the leader; the leader is " + hint + "."});
+    done(Error{not_leader(outcome.leader_hint)});
     return;
   }
   pending_.emplace(outcome.index, std::make_pair(outcome.term, std::move(done)));
   carry_out(now, effects);
+}
+
+std::string ConsensusHost::not_leader(consensus::NodeId hint) const {
+  const std::string name = name_of(hint);
+  return name.empty() ? "No leader is known yet; retry shortly."
+                      : "Not the leader; the leader is " + name + ".";
+}
+
+void ConsensusHost::read(TimePoint now, ReadDone done) {
+  if (failed_) {
+    done(Error{"This voter cannot write its Raft log."});
+    return;
+  }
+  consensus::Effects effects;
+  consensus::ReadOutcome outcome = raft_->read_index(now, effects);
+  if (!outcome.accepted) {
+    done(Error{raft_->role() == consensus::Role::kLeader ? std::move(outcome.refusal)
+                                                         : not_leader(outcome.leader_hint)});
+    return;
+  }
+  unconfirmed_reads_.emplace(outcome.id, std::move(done));
+  carry_out(now, effects);
+}
+
+void ConsensusHost::answer_applied_reads() {
+  // Completions may start new reads: take each out before calling it.
+  while (!confirmed_reads_.empty() && confirmed_reads_.begin()->first <= raft_->last_applied()) {
+    ReadDone done = std::move(confirmed_reads_.begin()->second);
+    confirmed_reads_.erase(confirmed_reads_.begin());
+    done(ok_status());
+  }
+}
+
+void ConsensusHost::fail_all_waiting() {
+  const Error error{"This voter cannot write its Raft log."};
+  for (auto& [index, waiting] : std::exchange(pending_, {})) waiting.second(error);
+  for (auto& [id, done] : std::exchange(unconfirmed_reads_, {})) done(error);
+  for (auto& [index, done] : std::exchange(confirmed_reads_, {})) done(error);
 }
 
 void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
@@ -403,10 +439,7 @@ void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
       spdlog::critical("raft: {}; this voter stops (it can no longer promise durability)",
                        persisted.error().message);
       failed_ = true;
-      for (auto& [index, waiting] : pending_) {
-        waiting.second(Error{"This voter cannot write its Raft log."});
-      }
-      pending_.clear();
+      fail_all_waiting();
       return;
     }
   }
@@ -452,6 +485,7 @@ void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
       if (const Status written = store_->persist(compaction.persist); !written.ok()) {
         spdlog::critical("raft: {}; this voter stops", written.error().message);
         failed_ = true;
+        fail_all_waiting();
         return;
       }
       spdlog::info("raft: compacted the log into a snapshot at index {}", raft_->snapshot_index());
@@ -472,6 +506,20 @@ void ConsensusHost::carry_out(TimePoint now, consensus::Effects& effects) {
       pending_.clear();
     }
   }
+  for (const consensus::ReadState& ready : effects.reads_ready) {
+    const auto waiting = unconfirmed_reads_.find(ready.id);
+    if (waiting == unconfirmed_reads_.end()) continue;
+    confirmed_reads_.emplace(ready.index, std::move(waiting->second));
+    unconfirmed_reads_.erase(waiting);
+  }
+  for (const consensus::ReadId id : effects.reads_failed) {
+    const auto waiting = unconfirmed_reads_.find(id);
+    if (waiting == unconfirmed_reads_.end()) continue;
+    ReadDone done = std::move(waiting->second);
+    unconfirmed_reads_.erase(waiting);
+    done(Error{"Leadership was lost before the read was confirmed; retry."});
+  }
+  answer_applied_reads();
 }
 
 }  // namespace elastic::node

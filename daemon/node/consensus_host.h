@@ -41,6 +41,15 @@
 // Error does not mean "not applied" (a lost leader's entry may still commit): clients retry
 // with the same (client id, sequence) and the state machine deduplicates.
 //
+// Reads: read() makes a read of the state machine linearizable (Raft's read index, raft.h):
+// done(ok) once this leader confirmed, with a heartbeat round answered by a majority, that it
+// still led after the call, and the state machine here has applied up to the commit index it
+// had then -- so the state machine reflects every write acknowledged to anyone before the call.
+// done(Error) when this node is not the leader or stops leading first (the caller retries at
+// the leader). Without a majority the read waits: until CheckQuorum deposes this leader (within
+// an election timeout), when it fails. done runs exactly once, never before read() returns when
+// there are other voters (a single voter answers at once).
+//
 // Snapshots: once consensus.snapshot_every_entries entries were applied since the last
 // snapshot, the state machine's bytes become the new snapshot and the log before it is dropped
 // (RaftLog rewrites its file). A follower too far behind gets the leader's snapshot
@@ -120,6 +129,7 @@ class ConsensusHost {
   // In consensus.data_dir: asks (empty) for a rebuild from the peers, then marks one under way.
   static constexpr const char* kRebuildFile = "rebuild";
   using Completion = std::function<void(Result<std::string>)>;
+  using ReadDone = std::function<void(Status)>;
   // A message to a voter, by name; the node resolves its address.
   struct Outgoing {
     std::string to;
@@ -144,6 +154,8 @@ class ConsensusHost {
   // A Raft envelope from the transport; undecodable or foreign ones are counted and dropped.
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
   void propose(TimePoint now, std::string command, Completion done);
+  // A linearizable read (see "Reads" above): done(ok) once the state machine may be read.
+  void read(TimePoint now, ReadDone done);
   // On the leader: adds or removes one voter (by name); done() once the change is applied here,
   // or with the refusal / the reason it did not commit.
   void change_voter(TimePoint now, bool add, const std::string& name, Completion done);
@@ -169,6 +181,12 @@ class ConsensusHost {
   ConsensusHost() = default;
   void carry_out(TimePoint now, consensus::Effects& effects);
   std::string name_of(consensus::NodeId id) const;
+  // Why this node cannot take a leader's request: names the leader it believes in, if any.
+  std::string not_leader(consensus::NodeId hint) const;
+  // Answers the confirmed reads whose index the state machine has applied.
+  void answer_applied_reads();
+  // Fails every proposal and read still waiting (this voter cannot write its log).
+  void fail_all_waiting();
   // While rebuilding: learns the first leader's term, and ends the rebuild after it.
   void note_rebuild_progress();
 
@@ -181,6 +199,10 @@ class ConsensusHost {
   std::vector<Outgoing> sends_;
   // Proposals of this leader awaiting their entry: index -> (term, completion).
   std::map<consensus::Index, std::pair<consensus::Term, Completion>> pending_;
+  // Reads waiting for Raft to confirm this leader, by read id; then for the state machine to
+  // apply their index, by index.
+  std::map<consensus::ReadId, ReadDone> unconfirmed_reads_;
+  std::multimap<consensus::Index, ReadDone> confirmed_reads_;
   std::uint64_t snapshot_every_ = 10000;
   bool failed_ = false;
   std::uint64_t dropped_ = 0;

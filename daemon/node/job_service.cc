@@ -116,8 +116,10 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
   if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
   using Action = control::VotersRequest::Action;
   if (args->action == Action::kList) {
-    json voters = consensus.voters();
-    return done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", voters}}.dump());
+    return after_read_index(now, request, consensus, done, [&consensus, done] {
+      json voters = consensus.voters();
+      done(ForwardOutcome::kOk, json{{"ok", true}, {"voters", voters}}.dump());
+    });
   }
   if (!request.admin) {
     return done(ForwardOutcome::kDenied,
@@ -133,7 +135,14 @@ void JobService::serve_voters(TimePoint now, const ClientRequest& request, Conse
       return done(ForwardOutcome::kError,
                   "The cluster already has 5 voters; remove one before adding " + node + ".");
     }
-    if (!is_member_ || !is_member_(node)) {
+    const auto alive = [&] {
+      if (members_ == nullptr) return false;
+      for (const membership::MemberView& m : members_->members()) {
+        if (m.name == node) return m.state == membership::MemberState::kAlive;
+      }
+      return false;
+    };
+    if (!alive()) {
       return done(ForwardOutcome::kError,
                   node + " is not an alive member of the cluster; start its daemon first.");
     }
@@ -232,37 +241,90 @@ void JobService::serve(TimePoint now, const ClientRequest& request, ConsensusHos
     *answered = true;
     done(outcome, std::move(body));
   };
+  guarded(request, once, [&] { serve_request(now, request, consensus, once); });
+}
+
+void JobService::guarded(const ClientRequest& request, const ServeDone& done,
+                         const std::function<void()>& handler) {
   try {
-    serve_request(now, request, consensus, once);
+    handler();
   } catch (const std::exception& e) {
     ++handler_failures_;
     spdlog::error("job service: the \"{}\" request of uid {} failed: {}", request.verb, request.uid,
                   e.what());
-    once(ForwardOutcome::kError, "The daemon could not serve this \"" + request.verb +
+    done(ForwardOutcome::kError, "The daemon could not serve this \"" + request.verb +
                                      "\" request (an internal error, logged); nothing changed.");
   }
 }
 
+void JobService::after_read_index(TimePoint now, const ClientRequest& request,
+                                  ConsensusHost& consensus, const ServeDone& done,
+                                  std::function<void()> answer) {
+  // The answer may run later, from ConsensusHost's effects, outside serve()'s guard: it gets
+  // its own.
+  consensus.read(now, [this, request, done, answer = std::move(answer)](Status confirmed) {
+    if (!confirmed.ok()) return done(ForwardOutcome::kRedirect, confirmed.error().message);
+    guarded(request, done, answer);
+  });
+}
+
+void JobService::answer_events(const std::string& only, std::size_t limit, const ServeDone& done) {
+  if (!only.empty() && table_->job(only) == nullptr) {
+    return done(ForwardOutcome::kError, "No job \"" + only + "\" is known.");
+  }
+  json events = json::array();
+  for (const auto& [id, job] : table_->jobs()) {
+    if (!only.empty() && id != only) continue;
+    for (const rendezvous::JobEvent& e : job.events) {
+      events.push_back({{"job", id},
+                        {"at_ms", e.at.time_since_epoch().count()},
+                        {"round", e.round},
+                        {"from", rendezvous::to_string(e.from)},
+                        {"to", rendezvous::to_string(e.to)},
+                        {"reason", e.reason}});
+    }
+  }
+  // Oldest first across jobs; the most recent `limit` of them.
+  std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
+    return a["at_ms"].get<std::int64_t>() < b["at_ms"].get<std::int64_t>();
+  });
+  if (events.size() > limit) {
+    events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(limit));
+  }
+  json reply{{"ok", true}, {"events", std::move(events)}};
+  if (incidents_ != nullptr) {
+    json extra = json::parse(incidents_->to_json(only, limit), nullptr, /*allow_exceptions=*/false);
+    if (extra.is_object()) {
+      reply["cluster"] = std::move(extra["cluster"]);
+      reply["incidents"] = std::move(extra["incidents"]);
+    }
+  }
+  done(ForwardOutcome::kOk, reply.dump());
+}
+
 void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                ConsensusHost& consensus, const ServeDone& done) {
-  // Reads answer from this leader's applied table. A leader deposed a moment ago may answer
-  // slightly stale data; writes never are (they go through the log).
+  // Reads answer from this leader's applied table once after_read_index() confirmed that it
+  // still leads and has applied everything committed when the request came: a leader deposed
+  // without knowing it yet never answers stale data. Writes go through the log.
   if (request.verb == "jobs") {
-    json jobs = json::array();
-    for (const auto& [id, job] : table_->jobs()) {
-      jobs.push_back(job_json(job, 0, request.uid, request.admin));
-    }
-    done(ForwardOutcome::kOk, json{{"ok", true}, {"jobs", std::move(jobs)}}.dump());
-    return;
+    return after_read_index(now, request, consensus, done, [this, request, done] {
+      json jobs = json::array();
+      for (const auto& [id, job] : table_->jobs()) {
+        jobs.push_back(job_json(job, 0, request.uid, request.admin));
+      }
+      done(ForwardOutcome::kOk, json{{"ok", true}, {"jobs", std::move(jobs)}}.dump());
+    });
   }
   if (request.verb == "job") {
     auto args = control::decode_job_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
-    if (table_->job(args->job) == nullptr) {
-      return done(ForwardOutcome::kError, "No job \"" + args->job + "\" is known.");
-    }
-    return done(ForwardOutcome::kOk,
-                job_reply(*table_, args->job, false, request.uid, request.admin));
+    return after_read_index(now, request, consensus, done, [this, request, job = args->job, done] {
+      if (table_->job(job) == nullptr) {
+        return done(ForwardOutcome::kError, "No job \"" + job + "\" is known.");
+      }
+      done(ForwardOutcome::kOk, job_reply(*table_, job, false, request.uid, request.admin));
+    });
   }
 
   if (request.verb == "voters") {
@@ -272,47 +334,17 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
   if (request.verb == "events") {
     auto args = control::decode_events_request(request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
-    const std::string& only = args->job;
-    const std::size_t limit = args->limit;
-    if (!only.empty() && table_->job(only) == nullptr) {
-      return done(ForwardOutcome::kError, "No job \"" + only + "\" is known.");
-    }
-    json events = json::array();
-    for (const auto& [id, job] : table_->jobs()) {
-      if (!only.empty() && id != only) continue;
-      for (const rendezvous::JobEvent& e : job.events) {
-        events.push_back({{"job", id},
-                          {"at_ms", e.at.time_since_epoch().count()},
-                          {"round", e.round},
-                          {"from", rendezvous::to_string(e.from)},
-                          {"to", rendezvous::to_string(e.to)},
-                          {"reason", e.reason}});
-      }
-    }
-    // Oldest first across jobs; the most recent `limit` of them.
-    std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
-      return a["at_ms"].get<std::int64_t>() < b["at_ms"].get<std::int64_t>();
-    });
-    if (events.size() > limit) {
-      events.erase(events.begin(), events.end() - static_cast<std::ptrdiff_t>(limit));
-    }
-    json reply{{"ok", true}, {"events", std::move(events)}};
-    if (events_source_) {
-      json extra = json::parse(events_source_(only, limit), nullptr, /*allow_exceptions=*/false);
-      if (extra.is_object()) {
-        reply["cluster"] = std::move(extra["cluster"]);
-        reply["incidents"] = std::move(extra["incidents"]);
-      }
-    }
-    done(ForwardOutcome::kOk, reply.dump());
-    return;
+    return after_read_index(
+        now, request, consensus, done,
+        [this, only = args->job, limit = args->limit, done] { answer_events(only, limit, done); });
   }
   if (request.verb == "drained") {
-    done(ForwardOutcome::kOk,
-         json{{"ok", true},
-              {"drained", json::parse(rendezvous::drained_to_json(*table_), nullptr, false)}}
-             .dump());
-    return;
+    return after_read_index(now, request, consensus, done, [this, done] {
+      done(ForwardOutcome::kOk,
+           json{{"ok", true},
+                {"drained", json::parse(rendezvous::drained_to_json(*table_), nullptr, false)}}
+               .dump());
+    });
   }
 
   rendezvous::Command command;

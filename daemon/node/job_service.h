@@ -17,9 +17,15 @@
 //                               events source: the leader's own memory, see incidents.h)
 //   voters [{action, node}]  -> the current voters; with action "add"/"remove" (root or
 //                               control.admin_group only) one voter change, answered once applied
+// Reads (jobs, job, events, drained, voters without action) are linearizable: each waits for
+// ConsensusHost::read() (Raft's read index) before answering from the applied table, so a
+// leader deposed by a partition that does not know it yet answers no stale data; when the
+// read cannot be confirmed (leadership lost) the reply is kRedirect and the caller retries at
+// the new leader. Mutating verbs are proposals and need no such step.
 // Arguments are decoded by daemon/control/requests.h: a malformed request gets one error reply.
-// No exception leaves serve(): one that escapes a handler is caught, logged, counted
-// (handler_failures()) and answered as an error, so no request can stop the leader.
+// No exception leaves serve() nor a deferred read's answer: one that escapes a handler is
+// caught, logged, counted (handler_failures()) and answered as an error, so no request can
+// stop the leader.
 // Submit limits (control.max_active_jobs_per_user, control.submits_per_minute_per_user,
 // control.submit_burst_per_user; 0 = none) hold for every uid but root. Active jobs count the
 // applied table plus this leader's submits not yet applied; the rate is a token bucket per uid
@@ -40,8 +46,10 @@
 #include "daemon/config/config.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/time.h"
+#include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/incidents.h"
 
 namespace elastic::rendezvous {
 class JobTable;
@@ -82,22 +90,21 @@ class JobService : public StateMachine {
   std::string apply(consensus::Index index, std::string_view command) override;
   std::string snapshot() const override;
   Status restore(consensus::Index index, std::string_view bytes) override;
-  // On the leader only. Calls done exactly once (maybe before returning).
+  // On the leader only. Calls done exactly once (maybe before returning; a read, later, once
+  // the consensus confirmed it).
   void serve(TimePoint now, const ClientRequest& request, ConsensusHost& consensus, ServeDone done);
   const rendezvous::JobTable& table() const { return *table_; }
-  // How the leader checks that a voter to add is an alive cluster member.
-  void set_member_check(std::function<bool(const std::string&)> is_member) {
-    is_member_ = std::move(is_member);
+  // What the leader reads beside the table (both owned by the node core, which outlives this):
+  // cluster membership, to check that a voter to add is an alive member, and the leader's
+  // cluster events and incidents for the events verb. Null: neither is consulted.
+  void set_views(const membership::Membership* members, const IncidentLog* incidents) {
+    members_ = members;
+    incidents_ = incidents;
   }
   std::size_t job_count() const;
   void set_submit_limits(const SubmitLimits& limits);
   // Requests whose handler threw (caught in serve(), answered with an error).
   std::uint64_t handler_failures() const { return handler_failures_; }
-  // Where the events verb gets the leader's cluster events and incidents: JSON text of
-  // {"cluster":[...],"incidents":[...]} for one job ("" = all), the newest `limit` of each.
-  void set_events_source(std::function<std::string(const std::string&, std::size_t)> source) {
-    events_source_ = std::move(source);
-  }
 
  private:
   const Clock* clock_;
@@ -105,12 +112,20 @@ class JobService : public StateMachine {
                      const ServeDone& done);
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
                     const ServeDone& done);
+  // Runs `answer` (which replies through `done`) once consensus.read() confirmed the read;
+  // kRedirect with the reason when it cannot be.
+  void after_read_index(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
+                        const ServeDone& done, std::function<void()> answer);
+  void answer_events(const std::string& only, std::size_t limit, const ServeDone& done);
+  // Runs `handler`; an exception it throws is logged, counted and answered through `done`.
+  void guarded(const ClientRequest& request, const ServeDone& done,
+               const std::function<void()>& handler);
   // An Error naming the cap and its config key when `uid` may not submit now.
   Status admit_submit(TimePoint now, std::uint32_t uid);
 
   std::unique_ptr<rendezvous::JobTable> table_;
-  std::function<bool(const std::string&)> is_member_;
-  std::function<std::string(const std::string&, std::size_t)> events_source_;
+  const membership::Membership* members_ = nullptr;
+  const IncidentLog* incidents_ = nullptr;
   SubmitLimits limits_;
   struct Bucket {
     double tokens = 0;

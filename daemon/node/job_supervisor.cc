@@ -108,13 +108,13 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 
 JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
                              std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
-                             Hooks hooks, const Clock& clock)
+                             PortProbe port_in_use, const Clock& clock)
     : clock_(&clock),
       self_(std::move(self)),
       config_(config),
       spawner_(std::move(spawner)),
       plan_(std::move(plan)),
-      hooks_(std::move(hooks)),
+      port_in_use_(std::move(port_in_use)),
       // spawner.log_root (shared by every daemon) wins over this daemon's own log_dir.
       logs_(!config.spawner.log_root.empty() ? config.spawner.log_root
             : config.spawner.log_dir.empty() ? config.node.state_dir + "/logs"
@@ -256,9 +256,9 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
   job.started = true;
   // The store runs in rank 0's worker: a port another process holds would fail it and cost the
   // job a restart for someone else's socket. The leader picks another port instead.
-  if (entry->first_rank == 0 && hooks_.port_in_use) {
+  if (entry->first_rank == 0 && port_in_use_) {
     const std::uint16_t port = rendezvous::endpoint_port(start.round.store_endpoint);
-    if (port != 0 && hooks_.port_in_use(port)) {
+    if (port != 0 && port_in_use_(port)) {
       const std::string detail = "another process on node " + self_ + " holds TCP port " +
                                  std::to_string(port) + " before rank 0's store could bind it";
       spdlog::warn("job {} round {}: {}; starting no workers", id, start.round.round, detail);
@@ -270,7 +270,7 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
       conflict.port = port;
       job.failure = encode_round_report(conflict);
       job.failure_verb = "store_port_busy";
-      hooks_.report(id, job.failure_verb, *job.failure);
+      reports_.push_back(Report{id, job.failure_verb, *job.failure});
       next_report_ = std::min(next_report_, now + kReportResend);
       return;
     }
@@ -312,7 +312,8 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
                  rank, w.pid, slot, warm ? ", in its warm standby" : "");
   }
   if (start.spec.warm) job.standbys_at = now + kStandbyDelay;
-  hooks_.report(id, "round_ack", json{{"job", id}, {"round", start.round.round}}.dump());
+  reports_.push_back(
+      Report{id, "round_ack", json{{"job", id}, {"round", start.round.round}}.dump()});
 }
 
 Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, std::uint32_t local,
@@ -586,8 +587,8 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
           [](const Worker& w) { return w.exit && !w.exit->signaled && w.exit->status == 0; });
       if (all_zero && !job.done && !job.failure) {
         job.done = true;
-        hooks_.report(id, "workers_done",
-                      json{{"job", id}, {"round", job.current->round.round}}.dump());
+        reports_.push_back(Report{id, "workers_done",
+                                  json{{"job", id}, {"round", job.current->round.round}}.dump()});
         next_report_ = std::min(next_report_, now + kReportResend);
       }
       return;
@@ -604,7 +605,7 @@ void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::ui
                      {"at_ms", clock_->wall_ms()}}
                     .dump();
   job.failure_verb = "worker_failed";
-  hooks_.report(id, job.failure_verb, *job.failure);
+  reports_.push_back(Report{id, job.failure_verb, *job.failure});
   next_report_ = std::min(next_report_, now + kReportResend);
 }
 
@@ -613,10 +614,10 @@ void JobSupervisor::send_reports(TimePoint now) {
   for (const auto& [id, job] : jobs_) {
     if (!job.current) continue;
     if (job.failure) {
-      hooks_.report(id, job.failure_verb, *job.failure);
+      reports_.push_back(Report{id, job.failure_verb, *job.failure});
     } else if (job.done) {
-      hooks_.report(id, "workers_done",
-                    json{{"job", id}, {"round", job.current->round.round}}.dump());
+      reports_.push_back(Report{id, "workers_done",
+                                json{{"job", id}, {"round", job.current->round.round}}.dump()});
     } else {
       continue;
     }
@@ -687,7 +688,7 @@ void JobSupervisor::worker_gone(const std::string& id, Job& job, std::uint64_t r
   const auto it = job.live.find(round);
   if (it == job.live.end() || --it->second > 0) return;
   job.live.erase(it);
-  hooks_.report(id, "workers_stopped", json{{"job", id}, {"round", round}}.dump());
+  reports_.push_back(Report{id, "workers_stopped", json{{"job", id}, {"round", round}}.dump()});
 }
 
 Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {
@@ -772,7 +773,7 @@ void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& jo
 void JobSupervisor::forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out) {
   out.last_sent = now;
   ++progress_forwarded_;
-  hooks_.report(id, "progress", *out.held);
+  reports_.push_back(Report{id, "progress", *out.held});
   out.held.reset();
 }
 

@@ -49,12 +49,12 @@
 // at drain, when another job's round takes their slot, and kStandbyLinger after any other
 // stop_job (recovering, fenced) unless a new round of the job comes first.
 //
-// Reports (through Hooks::report, to the leader): "round_ack" once this round's workers run;
+// Reports (take_reports(), for the leader): "round_ack" once this round's workers run;
 // "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
 // start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
 // done reports repeat every kReportResend while the round stands (reports may be lost; the
 // leader deduplicates). The node of rank 0 runs the round's store: before starting workers it
-// checks the store port (Hooks::port_in_use) and, when another process holds it, starts none
+// checks the store port (the PortProbe) and, when another process holds it, starts none
 // and reports "store_port_busy" {job, round, port, detail} instead (re-sent like a failure, no
 // ack): the leader moves the round to another port. For the leader's incident timelines
 // (incidents.h): "worker_failed"
@@ -62,8 +62,8 @@
 // goes out once when the last local worker of a round is gone, whatever ended it.
 //
 // Progress (the optional worker protocol, trainer/progress.h): on_progress() checks a worker's
-// "progress" frame from the control socket and forwards it to the leader (Hooks::report
-// "progress"); the newest "checkpoint" per job is kept for checkpoints(), which otherwise falls
+// "progress" frame from the control socket and forwards it to the leader (a "progress"
+// report); the newest "checkpoint" per job is kept for checkpoints(), which otherwise falls
 // back to the job's <checkpoint dir>/LATEST (its step and mtime; read as the job's user, see
 // spawner/read_as_user.h, since the user chose that path), so any worker using our checkpoint
 // layout shows a checkpoint age. Forwarding is rate-limited per job and event kind,
@@ -96,6 +96,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/config/config.h"
@@ -142,23 +143,27 @@ class JobSupervisor {
   // A hung worker's SIGABRT -> SIGKILL grace: a faulthandler's stack dump takes milliseconds.
   static constexpr std::chrono::seconds kHangAbortGrace{2};
 
-  struct Hooks {
-    // Sends a report about `job` to the leader (RoundService knows where that is).
-    std::function<void(const std::string& job, const std::string& verb, const std::string& args)>
-        report;
-    // Whether a TCP port is taken on this host (port_probe.h's tcp_port_in_use in the daemon;
-    // unset: never checked). See "store_port_busy" in the header comment.
-    std::function<bool(std::uint16_t port)> port_in_use;
+  // Whether a TCP port is taken on this host (port_probe.h's tcp_port_in_use in the daemon;
+  // empty: never checked). See "store_port_busy" in the header comment.
+  using PortProbe = std::function<bool(std::uint16_t port)>;
+  // A report about `job` for the leader of its round (RoundService::report_for carries it).
+  struct Report {
+    std::string job;
+    std::string verb;
+    std::string args;  // JSON
   };
 
   // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
   JobSupervisor(std::string self, const config::DaemonConfig& config,
-                std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan, Hooks hooks,
-                const Clock& clock = system_clock());
+                std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
+                PortProbe port_in_use, const Clock& clock = system_clock());
+
+  // The reports made since the last take, in order (see "Reports" in the header comment).
+  std::vector<Report> take_reports() { return std::exchange(reports_, {}); }
 
   // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
   // the same round are no-ops). Returns true when this round's workers are running, so the
-  // caller may acknowledge it at once; otherwise an ack follows through Hooks when they are.
+  // caller may acknowledge it at once; otherwise a "round_ack" report follows when they are.
   bool on_round(TimePoint now, const RoundStart& start);
   // The job no longer has a round for this daemon (ended, recovering, not a member, fenced).
   // `final`: the job will not run here again (ended, left out of its round): its warm standbys
@@ -294,7 +299,8 @@ class JobSupervisor {
   config::DaemonConfig config_;
   std::unique_ptr<spawner::Launcher> spawner_;
   topology::Plan plan_;
-  Hooks hooks_;
+  PortProbe port_in_use_;
+  std::vector<Report> reports_;
   WorkerLogs logs_;
   std::string python_dir_;
   std::map<std::string, Job> jobs_;

@@ -1,8 +1,10 @@
-// Node: the elasticd runtime. It owns the transport, the control and metrics sockets, the signal
-// fd and the parts that decide (Membership, ConsensusHost with the JobService it replicates,
-// RoundService, JobSupervisor), and runs the event loop that feeds them time, messages and
-// requests and carries out what they return. Control requests are dispatched by verb from one
-// table (control/verbs.h, kControlHandlers); verbs of the job table go to the Raft leader.
+// Node: the elasticd shell. It owns what touches the world -- the ZeroMQ transport, the control
+// and metrics sockets, the signal fd, systemd notification, the Raft files and the Spawner it
+// opens -- and one NodeCore (node_core.h) that makes every decision. Its loop gathers inputs for
+// the core (envelopes, dropped connections, failed sends, client calls, worker progress, the
+// time) and carries out the core's outputs (sends, replies). Control requests are dispatched by
+// verb from one table (control/verbs.h, kControlHandlers); verbs of the job table become core
+// calls to the Raft leader.
 //
 // Identity (start()):
 //  - name: node.name, or the hostname when "";
@@ -15,14 +17,16 @@
 //  - cluster: node.cluster_id; messages of other clusters are dropped by the transport.
 //
 // Seeds: Membership knows a seed only by its address (its joins carry an empty Outgoing::to).
-// The Node remembers the name configured as "name@host:port" per seed address and sends to that
+// The core remembers the name configured as "name@host:port" per seed address and sends to that
 // name, so a CURVE client can find the seed's public key; an unnamed seed with CURVE on fails to
 // send (config validation already refuses that combination).
 //
-// Loop (run()): wait in transport.receive() on the ROUTER, the control socket and the signal fd
-// until Membership::next_deadline(); feed decoded envelopes and failed sends (on_unreachable)
-// to Membership; tick(now); send its Effects and log member events as
-// `member <name> gen <g>: <old> -> <new>`; close idle peers. Time is std::chrono::steady_clock.
+// Loop (run()): wait in transport.receive() on the ROUTER, the control socket, the signal fd and
+// the spawner's fd until the core's next_deadline() (at least once a second); handle signals
+// and control requests; hand the envelopes and dropped connections to NodeCore::step() and carry
+// out its output (a failed membership send or call forward goes back in as the next input);
+// stamp the leader the core believes in on outgoing envelopes; close idle peers. Time is the
+// Clock's (steady_clock in elasticd).
 // Lifecycle (systemd: notify.h; the unit is systemd/elasticd.service):
 //  - Bound and listening: logs one line (tests read the address from it)
 //      elasticd ready: name=<n> generation=<g> address=<a> control=<path>[ metrics=<host:port>]
@@ -50,17 +54,12 @@
 //    verb "reload" (root and control.admin_group; `elasticctl reload`, the unit's ExecReload)
 //    runs the same reload and answers with its outcome: refused files get "code":"config".
 //
-// Raft: a node named in consensus.voters (or every node of a one-node cluster) owns a
-// ConsensusHost; Raft envelopes go to it, its sends go to the voters' member addresses, its
-// deadline joins the loop's. A voter whose log cannot be written stops the node (exit 74).
+// Raft: start() opens the ConsensusHost over its files (consensus_host.h) and hands it to the
+// core. A voter whose log cannot be written stops the node (exit 74).
 //
-// Client requests (submit, cancel, jobs, job): served by the leader. A request reaching any
-// other daemon is forwarded (kForwardRequest) to the leader it believes in -- Raft's own
-// knowledge on a voter, the hint of the last redirect elsewhere -- or else to the voters in
-// turn; a non-leader answers with a redirect naming the leader it knows. Each attempt waits
-// kForwardAttemptTimeout, the whole request kClientRequestTimeout, then the client gets one
-// sentence saying no leader answered. Retries keep the request's (client id, sequence), so the
-// job table applies a retried submission once.
+// Client requests (submit, cancel, jobs, job, events, voters): NodeCore::call() (node_core.h
+// says how a call finds the leader, retries and is answered); the Node keeps which control
+// client waits for which call and answers it when the core's reply comes out.
 // A forwarded request carries the caller's uid, gid and admin flag, which the receiver acts on:
 // that is safe only because CURVE (transport.curve) proves the sender holds a node key. With
 // transport.curve = false (loopback only) a daemon refuses every forwarded client request

@@ -42,47 +42,12 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
       membership::Self{self_.name, self_.generation, self_.address}, config.membership, seed,
       last_now_);
   jobs_->set_submit_limits(submit_limits(config.control));
-  // The hooks below are the only wiring between the parts, each one way (node_core.h).
-  jobs_->set_events_source([this](const std::string& job, std::size_t limit) {
-    return rounds_->events_json(job, limit);
-  });
-  jobs_->set_member_check([this](const std::string& name) {
-    for (const membership::MemberView& m : membership_->members()) {
-      if (m.name == name) return m.state == membership::MemberState::kAlive;
-    }
-    return false;
-  });
-  supervisor_ = std::make_unique<JobSupervisor>(
-      self_.name, config, std::move(parts.launcher), std::move(parts.plan),
-      JobSupervisor::Hooks{
-          .report = [this](const std::string& job, const std::string& verb,
-                           const std::string& args) { rounds_->report_for(job, verb, args); },
-          .port_in_use = parts.port_in_use},
-      clock);
-  rounds_ = std::make_unique<RoundService>(
-      self_.name, self_.generation, config, seed ^ 0x9e3779b97f4a7c15ULL,
-      RoundService::Hooks{
-          .send =
-              [this](const std::string& to, const std::string& address, wire::Envelope envelope) {
-                if (address.empty()) {
-                  send_to(to, std::move(envelope));
-                } else {
-                  send_at(to, address, std::move(envelope));
-                }
-              },
-          .on_round =
-              [this](TimePoint now, const RoundStart& start) {
-                if (draining_) return false;  // a draining node takes no new rounds
-                return supervisor_->on_round(now, start);
-              },
-          .stop_job =
-              [this](TimePoint now, const std::string& job, bool graceful, const std::string& why,
-                     bool final) {
-                supervisor_->stop_job(now, job, graceful ? StopMode::kGraceful : StopMode::kKill,
-                                      why, final);
-              }},
-      clock);
+  supervisor_ = std::make_unique<JobSupervisor>(self_.name, config, std::move(parts.launcher),
+                                                std::move(parts.plan), parts.port_in_use, clock);
+  rounds_ = std::make_unique<RoundService>(self_.name, self_.generation, config,
+                                           seed ^ 0x9e3779b97f4a7c15ULL, clock);
   rounds_->set_slots(supervisor_->slots());
+  jobs_->set_views(membership_.get(), &rounds_->incident_log());
 }
 
 NodeCore::~NodeCore() = default;
@@ -157,14 +122,15 @@ CoreOutput NodeCore::step(TimePoint now, CoreInput input) {
                   leading ? membership_->members() : std::vector<membership::MemberView>{},
                   consensus_.get());
   }
-  flush_consensus();
+  settle(now);
   if (consensus_->failed()) return take_output();
   rounds_->tick(now);
+  settle(now);
   supervisor_->process(now);
   const std::string believed = leader();
   rounds_->set_leader(now, believed, address_of(believed));
   expire_calls(now);
-  flush_consensus();
+  settle(now);
   return take_output();
 }
 
@@ -229,7 +195,7 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
                             effects);
   }
   on_membership(now, std::move(effects));
-  flush_consensus();
+  settle(now);
 }
 
 void NodeCore::on_membership(TimePoint now, membership::Effects effects) {
@@ -300,6 +266,41 @@ void NodeCore::flush_consensus() {
   }
 }
 
+void NodeCore::settle(TimePoint now) {
+  // Each part's output is another's input, one way each: the round service's orders go to the
+  // supervisor, whose reports go back to the round service (to the leader, or to itself on the
+  // leader), and both send. A few passes drain it; what a pass adds waits for the next one.
+  for (int pass = 0; pass < 8; ++pass) {
+    bool busy = false;
+    for (RoundService::WorkerOrder& order : rounds_->take_orders()) {
+      busy = true;
+      if (order.kind == RoundService::WorkerOrder::Kind::kStop) {
+        supervisor_->stop_job(now, order.job,
+                              order.graceful ? StopMode::kGraceful : StopMode::kKill, order.why,
+                              order.final);
+      } else if (!draining_ && supervisor_->on_round(now, *order.start)) {
+        // A draining node takes no new rounds; a round whose workers run is acknowledged now
+        // (otherwise the supervisor reports round_ack once they do).
+        rounds_->acknowledge(*order.start);
+      }
+    }
+    for (JobSupervisor::Report& report : supervisor_->take_reports()) {
+      busy = true;
+      rounds_->report_for(report.job, report.verb, report.args);
+    }
+    for (RoundService::Send& send : rounds_->take_sends()) {
+      busy = true;
+      if (send.address.empty()) {
+        send_to(send.to, std::move(send.envelope));
+      } else {
+        send_at(send.to, send.address, std::move(send.envelope));
+      }
+    }
+    if (!busy) break;
+  }
+  flush_consensus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Drain, reload, local requests
 
@@ -308,11 +309,18 @@ void NodeCore::drain(TimePoint now) {
   // The leader hears first, so the failures the stop causes in its rounds are excused.
   rounds_->announce_leaving();
   supervisor_->drain(now);
+  settle(now);
 }
 
-void NodeCore::announce_leaving() { rounds_->announce_leaving(); }
+void NodeCore::announce_leaving() {
+  rounds_->announce_leaving();
+  settle(last_now_);
+}
 
-void NodeCore::kill_all(TimePoint now) { supervisor_->kill_all(now); }
+void NodeCore::kill_all(TimePoint now) {
+  supervisor_->kill_all(now);
+  settle(now);
+}
 
 CoreOutput NodeCore::leave(TimePoint now) {
   membership::Effects effects;
@@ -337,7 +345,7 @@ void NodeCore::apply_config(const config::DaemonConfig& config) {
 
 Status NodeCore::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {
   Status accepted = supervisor_->on_progress(now, uid, request);
-  flush_consensus();
+  settle(now);
   return accepted;
 }
 
@@ -363,7 +371,7 @@ std::uint64_t NodeCore::call(TimePoint now, ClientRequest request, const std::st
   waiting.deadline = now + timeout;
   calls_.emplace(id, std::move(waiting));
   dispatch(now, id);
-  flush_consensus();
+  settle(now);
   return id;
 }
 
@@ -555,7 +563,7 @@ void NodeCore::on_forward_request(TimePoint now, const wire::Envelope& envelope)
                                  std::to_string(request->client_seq),
                     .client_seq = 1},
       *consensus_, answer);
-  flush_consensus();
+  settle(now);
 }
 
 void NodeCore::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {

@@ -213,6 +213,9 @@ class NodeCore {
   void on_membership(TimePoint now, membership::Effects effects);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void flush_consensus();
+  // Carries the round service's orders to the supervisor and the supervisor's reports back,
+  // and queues their sends (node_core.cc), until nothing new comes of it.
+  void settle(TimePoint now);
   void observe_hint(const wire::Envelope& envelope);
   bool send_to(const std::string& name, wire::Envelope envelope);
   void send_at(const std::string& name, const std::string& address, wire::Envelope envelope);

@@ -100,13 +100,12 @@ bool member_slots_unknown(
 bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
-                           const config::DaemonConfig& config, std::uint64_t seed, Hooks hooks,
+                           const config::DaemonConfig& config, std::uint64_t seed,
                            const Clock& clock)
     : clock_(&clock),
       self_(std::move(self)),
       generation_(generation),
       config_(config),
-      hooks_(std::move(hooks)),
       seed_(seed),
       // The margin covers a deposed leader granting until CheckQuorum demotes it (one election
       // timeout) and clock-rate differences.
@@ -588,8 +587,8 @@ void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, 
       continue;
     }
     const auto address = addresses.find(member.node);
-    hooks_.send(member.node, address == addresses.end() ? "" : address->second,
-                std::move(envelope));
+    sends_.push_back(
+        Send{member.node, address == addresses.end() ? "" : address->second, std::move(envelope)});
   }
 }
 
@@ -843,7 +842,7 @@ void RoundService::on_envelope(TimePoint now, const wire::Envelope& envelope) {
         reply.generation = generation_;
         on_envelope(now, reply);
       } else {
-        hooks_.send(envelope.sender, envelope.sender_address, std::move(reply));
+        sends_.push_back(Send{envelope.sender, envelope.sender_address, std::move(reply)});
       }
     } else if (const auto* grant = std::get_if<rendezvous::LeaseGrant>(&*message)) {
       rendezvous::LeaseHolderEffects effects;
@@ -881,11 +880,13 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
     }
     // Cancelled by its owner: the round is healthy, so the workers get TERM and a grace period
     // to checkpoint; a recovering or failed round's collectives are broken: kill at once.
-    if (hooks_.stop_job) {
-      hooks_.stop_job(now, round.job_id, start->state == JobState::kCancelled,
-                      std::string("the job is ") + rendezvous::to_string(start->state),
-                      rendezvous::is_terminal(start->state));
-    }
+    orders_.push_back(
+        WorkerOrder{.kind = WorkerOrder::Kind::kStop,
+                    .start = std::nullopt,
+                    .job = round.job_id,
+                    .graceful = start->state == JobState::kCancelled,
+                    .why = std::string("the job is ") + rendezvous::to_string(start->state),
+                    .final = rendezvous::is_terminal(start->state)});
     if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);
     return;
   }
@@ -901,11 +902,13 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
   });
   if (self == round.ranks.end()) {
     if (watched_.erase(round.job_id) > 0) update_lease_want(now);
-    if (hooks_.stop_job) {
-      hooks_.stop_job(now, round.job_id, false,
-                      "round " + std::to_string(round.round) + " does not include this node",
-                      /*final=*/true);
-    }
+    orders_.push_back(
+        WorkerOrder{.kind = WorkerOrder::Kind::kStop,
+                    .start = std::nullopt,
+                    .job = round.job_id,
+                    .graceful = false,
+                    .why = "round " + std::to_string(round.round) + " does not include this node",
+                    .final = true});
     return;
   }
   // The fence passed: the sender leads the newest term this daemon knows of.
@@ -947,10 +950,22 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
   // A round this daemon fenced itself out of stays stopped: its lease may already count as run
   // out at the leader, which can re-place the work at any moment.
   if (watched.info.fenced) return;
-  const bool running = hooks_.on_round ? hooks_.on_round(now, *start) : true;
-  if (running) {
-    report(watched, "round_ack", json{{"job", round.job_id}, {"round", round.round}}.dump());
+  orders_.push_back(WorkerOrder{.kind = WorkerOrder::Kind::kRun,
+                                .start = std::move(*start),
+                                .job = round.job_id,
+                                .graceful = false,
+                                .why = "",
+                                .final = false});
+}
+
+void RoundService::acknowledge(const RoundStart& start) {
+  const auto it = watched_.find(start.round.job_id);
+  if (it == watched_.end() || it->second.info.round != start.round.round ||
+      it->second.info.fenced) {
+    return;
   }
+  report(it->second, "round_ack",
+         json{{"job", start.round.job_id}, {"round", start.round.round}}.dump());
 }
 
 void RoundService::announce_leaving() {
@@ -1006,7 +1021,7 @@ void RoundService::send_report(const std::string& leader, const std::string& add
                                                 .gid = 0,
                                                 .admin = false,
                                                 .client_seq = ++report_seq_});
-  hooks_.send(leader, address, std::move(envelope));
+  sends_.push_back(Send{leader, address, std::move(envelope)});
 }
 
 void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects) {
@@ -1014,7 +1029,7 @@ void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects
     wire::Envelope envelope;
     envelope.type = rendezvous::job_message_type(out.message);
     envelope.body = rendezvous::encode_job(out.message);
-    hooks_.send(out.to, out.to_address, std::move(envelope));
+    sends_.push_back(Send{out.to, out.to_address, std::move(envelope)});
   }
   for (const rendezvous::PeerLost& lost : effects.lost) {
     const auto it = watched_.find(lost.job);
@@ -1080,7 +1095,7 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
       envelope.generation = generation_;
       on_envelope(now, envelope);
     } else if (!lease_leader_.empty()) {
-      hooks_.send(lease_leader_, lease_leader_address_, std::move(envelope));
+      sends_.push_back(Send{lease_leader_, lease_leader_address_, std::move(envelope)});
     }
   }
   if (effects.stop_workers) {
@@ -1091,9 +1106,12 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
           "job {} round {}: the leader's lease ran out; this daemon's workers must stop "
           "(self-fencing) until a new round names it",
           job, watched.info.round);
-      if (hooks_.stop_job) {
-        hooks_.stop_job(now, job, false, "the leader's lease ran out", /*final=*/false);
-      }
+      orders_.push_back(WorkerOrder{.kind = WorkerOrder::Kind::kStop,
+                                    .start = std::nullopt,
+                                    .job = job,
+                                    .graceful = false,
+                                    .why = "the leader's lease ran out",
+                                    .final = false});
     }
   }
 }

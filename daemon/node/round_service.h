@@ -58,7 +58,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,22 +103,35 @@ struct MemberRound {
 
 class RoundService {
  public:
-  struct Hooks {
-    // Sends an envelope (type and body set) to a daemon at an address.
-    std::function<void(const std::string& to, const std::string& address, wire::Envelope)> send;
-    // Member half -> the job supervisor. on_round: a round naming this daemon passed the fence;
-    // returns true when its workers run (then it is acknowledged at once). stop_job: the job
-    // has no round for this daemon any more (ended, recovering, not a member, fenced); `final`
-    // when it will have none again here (it ended, or its new round leaves this daemon out).
-    std::function<bool(TimePoint now, const RoundStart& start)> on_round;
-    std::function<void(TimePoint now, const std::string& job, bool graceful, const std::string& why,
-                       bool final)>
-        stop_job;
+  // An envelope (type and body set) for a daemon, at `address` ("" = its last known one).
+  struct Send {
+    std::string to;
+    std::string address;
+    wire::Envelope envelope;
+  };
+  // What the member half asks of the job supervisor. kRun: a round naming this daemon passed
+  // the fence (when its workers run, the caller acknowledges it: acknowledge()). kStop: the job
+  // has no round for this daemon any more (ended, recovering, not a member, fenced); `final`
+  // when it will have none again here (it ended, or its new round leaves this daemon out).
+  struct WorkerOrder {
+    enum class Kind { kRun, kStop } kind = Kind::kRun;
+    std::optional<RoundStart> start;  // kRun
+    std::string job;                  // kStop
+    bool graceful = false;
+    std::string why;
+    bool final = false;
   };
 
   // Wall times it stamps on events and failures come from `clock` (core/clock.h).
   RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
-               std::uint64_t seed, Hooks hooks, const Clock& clock = system_clock());
+               std::uint64_t seed, const Clock& clock = system_clock());
+
+  // Output of the calls since the last take, in the order it was made.
+  std::vector<Send> take_sends() { return std::exchange(sends_, {}); }
+  std::vector<WorkerOrder> take_orders() { return std::exchange(orders_, {}); }
+  // The workers of `start`'s round run here (a kRun order was carried out): the leader is told
+  // ("round_ack") while that round still stands for this daemon.
+  void acknowledge(const RoundStart& start);
 
   // Leader half. `leading` false makes it forget leader state. Call it when lead_due(): the
   // caller builds the member list only then, since the loop runs on every received message.
@@ -183,10 +195,7 @@ class RoundService {
   // Rounds this leader committed since it started leading.
   std::uint64_t rounds_opened() const { return rounds_opened_; }
   void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }
-  // The `events` reply's cluster events and incidents (IncidentLog::to_json).
-  std::string events_json(const std::string& job, std::size_t limit) const {
-    return incidents_.to_json(job, limit);
-  }
+  const IncidentLog& incident_log() const { return incidents_; }
 
  private:
   const Clock* clock_;
@@ -260,8 +269,9 @@ class RoundService {
   std::string self_;
   std::uint64_t generation_;
   config::DaemonConfig config_;
-  Hooks hooks_;
   std::uint64_t seed_;
+  std::vector<Send> sends_;
+  std::vector<WorkerOrder> orders_;
 
   // Leader half.
   rendezvous::LeaseGranter granter_;

@@ -3,128 +3,99 @@
 #include <chrono>
 #include <utility>
 
-#include "daemon/wire/msgpack_map.h"
+#include "daemon/wire/msgpack_schema.h"
 
 namespace elastic::rendezvous {
-namespace {
 
-using wire::DecodeError;
-using wire::MsgType;
-using wire::internal::Failure;
+using wire::internal::Like;
 using wire::internal::MapReader;
+using wire::internal::Need;
 using wire::internal::Packer;
-using wire::internal::put_bool;
-using wire::internal::put_str;
-using wire::internal::put_uint;
+using wire::internal::Via;
+
+// ---------------------------------------------------------------------------------------------
+// The schema (daemon/wire/msgpack_schema.h): keys in wire order. Every field is required.
+
+namespace {
 
 // A lease longer than a day is not a lease; it also keeps the nanosecond Duration far from
 // overflow.
 constexpr std::uint64_t kMaxLeaseMillis = 24ULL * 3600 * 1000;
 
-// ---------------------------------------------------------------------------------------------
-// Encoding. Every job body is the round ref (3 keys) plus its own fields.
-
-constexpr std::uint32_t kRefFields = 3;
-
-void put_ref(Packer& p, const JobRoundRef& ref) {
-  put_str(p, "j", ref.job);
-  put_uint(p, "t", ref.term);
-  put_uint(p, "r", ref.round);
-}
-
-void pack(Packer& p, const JobKeepalive& m) {
-  p.pack_map(kRefFields + 1);
-  put_ref(p, m.ref);
-  put_uint(p, "p", m.probe);
-}
-void pack(Packer& p, const JobKeepaliveAck& m) {
-  p.pack_map(kRefFields + 1);
-  put_ref(p, m.ref);
-  put_uint(p, "p", m.probe);
-}
-void pack(Packer& p, const JobProbeRequest& m) {
-  p.pack_map(kRefFields + 3);
-  put_ref(p, m.ref);
-  put_uint(p, "p", m.probe);
-  put_str(p, "n", m.target);
-  put_uint(p, "g", m.target_generation);
-}
-void pack(Packer& p, const JobProbeReply& m) {
-  p.pack_map(kRefFields + 4);
-  put_ref(p, m.ref);
-  put_uint(p, "p", m.probe);
-  put_str(p, "n", m.target);
-  put_uint(p, "g", m.target_generation);
-  put_bool(p, "a", m.alive);
-}
-void pack(Packer& p, const LeaseRequest& m) {
-  p.pack_map(4);
-  put_str(p, "n", m.node);
-  put_uint(p, "g", m.generation);
-  put_uint(p, "i", m.request);
-  put_uint(p, "k", m.known_term);
-}
-void pack(Packer& p, const LeaseGrant& m) {
-  p.pack_map(5);
-  put_str(p, "n", m.node);
-  put_uint(p, "g", m.generation);
-  put_uint(p, "i", m.request);
-  put_uint(p, "t", m.term);
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(m.duration).count();
-  put_uint(p, "d", millis < 0 ? 0 : static_cast<std::uint64_t>(millis));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decoding
-
-void read_ref(MapReader& r, JobRoundRef* ref) {
-  r.str("j", &ref->job);
-  r.uint("t", &ref->term);
-  r.uint("r", &ref->round);
-}
-
-void read(MapReader& r, JobKeepalive* m) {
-  read_ref(r, &m->ref);
-  r.uint("p", &m->probe);
-}
-void read(MapReader& r, JobKeepaliveAck* m) {
-  read_ref(r, &m->ref);
-  r.uint("p", &m->probe);
-}
-void read(MapReader& r, JobProbeRequest* m) {
-  read_ref(r, &m->ref);
-  r.uint("p", &m->probe);
-  r.str("n", &m->target);
-  r.uint("g", &m->target_generation);
-}
-void read(MapReader& r, JobProbeReply* m) {
-  read_ref(r, &m->ref);
-  r.uint("p", &m->probe);
-  r.str("n", &m->target);
-  r.uint("g", &m->target_generation);
-  r.boolean("a", &m->alive, wire::internal::Need::kRequired);
-}
-void read(MapReader& r, LeaseRequest* m) {
-  r.str("n", &m->node);
-  r.uint("g", &m->generation);
-  r.uint("i", &m->request);
-  r.uint("k", &m->known_term);
-}
-void read(MapReader& r, LeaseGrant* m) {
-  r.str("n", &m->node);
-  r.uint("g", &m->generation);
-  r.uint("i", &m->request);
-  r.uint("t", &m->term);
-  std::uint64_t millis = 0;
-  r.uint("d", &millis);
-  if (!r.ok()) return;
-  if (millis > kMaxLeaseMillis) {
-    // Checked before converting: nanoseconds of a hostile value would overflow.
-    r.fail("has a lease duration of " + std::to_string(millis) + " ms, more than a day");
-    return;
+// A lease duration in whole milliseconds.
+struct LeaseMillis {
+  static void pack(Packer& p, Duration duration) {
+    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(duration).count();
+    p.pack_uint64(millis < 0 ? 0 : static_cast<std::uint64_t>(millis));
   }
-  m->duration = std::chrono::milliseconds(static_cast<std::int64_t>(millis));
+  static void read(MapReader& r, std::string_view key, Need need, Duration* out) {
+    std::uint64_t millis = 0;
+    r.uint(key, &millis, need);
+    if (!r.ok()) return;
+    if (millis > kMaxLeaseMillis) {
+      // Checked before converting: nanoseconds of a hostile value would overflow.
+      r.fail("has a lease duration of " + std::to_string(millis) + " ms, more than a day");
+      return;
+    }
+    *out = std::chrono::milliseconds(static_cast<std::int64_t>(millis));
+  }
+};
+
+}  // namespace
+
+// Every job message starts with the round it is about.
+template <typename V, Like<JobRoundRef> M>
+void visit_fields(V& v, M& ref) {
+  v.field("j", ref.job);
+  v.field("t", ref.term);
+  v.field("r", ref.round);
 }
+template <typename V, Like<JobKeepalive> M>
+void visit_fields(V& v, M& m) {
+  visit_fields(v, m.ref);
+  v.field("p", m.probe);
+}
+template <typename V, Like<JobKeepaliveAck> M>
+void visit_fields(V& v, M& m) {
+  visit_fields(v, m.ref);
+  v.field("p", m.probe);
+}
+template <typename V, Like<JobProbeRequest> M>
+void visit_fields(V& v, M& m) {
+  visit_fields(v, m.ref);
+  v.field("p", m.probe);
+  v.field("n", m.target);
+  v.field("g", m.target_generation);
+}
+template <typename V, Like<JobProbeReply> M>
+void visit_fields(V& v, M& m) {
+  visit_fields(v, m.ref);
+  v.field("p", m.probe);
+  v.field("n", m.target);
+  v.field("g", m.target_generation);
+  v.field("a", m.alive);
+}
+template <typename V, Like<LeaseRequest> M>
+void visit_fields(V& v, M& m) {
+  v.field("n", m.node);
+  v.field("g", m.generation);
+  v.field("i", m.request);
+  v.field("k", m.known_term);
+}
+template <typename V, Like<LeaseGrant> M>
+void visit_fields(V& v, M& m) {
+  v.field("n", m.node);
+  v.field("g", m.generation);
+  v.field("i", m.request);
+  v.field("t", m.term);
+  v.field("d", m.duration, Via<LeaseMillis>{});
+}
+
+namespace {
+
+using wire::DecodeError;
+using wire::MsgType;
+using wire::internal::Failure;
 
 template <typename Variant, typename T>
 Result<Variant> decode_as(std::string_view body, const char* name, DecodeError* reason) {
@@ -135,12 +106,9 @@ Result<Variant> decode_as(std::string_view body, const char* name, DecodeError* 
                                             " bytes, more than the limit of " +
                                             std::to_string(kMaxJobBodyBytes) + "."};
   } else {
-    msgpack::object_handle handle;
-    if (wire::internal::parse(body, {wire::kMaxFixedValues, 0}, what, &handle, &failure)) {
-      MapReader r(handle.get(), what, &failure);
-      T typed;
-      read(r, &typed);
-      if (r.ok()) return Variant{std::move(typed)};
+    T typed;
+    if (wire::internal::decode_fields(body, {wire::kMaxFixedValues, 0}, what, &failure, typed)) {
+      return Variant{std::move(typed)};
     }
   }
   if (reason != nullptr) *reason = failure.reason;
@@ -149,10 +117,7 @@ Result<Variant> decode_as(std::string_view body, const char* name, DecodeError* 
 
 template <typename Message>
 std::string encode_variant(const Message& message) {
-  msgpack::sbuffer buffer;
-  Packer p(buffer);
-  std::visit([&p](const auto& m) { pack(p, m); }, message);
-  return std::string(buffer.data(), buffer.size());
+  return std::visit([](const auto& m) { return wire::internal::encode_fields(m); }, message);
 }
 
 template <typename T>

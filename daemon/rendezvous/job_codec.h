@@ -2,10 +2,10 @@
 // (LeaseHolder / LeaseGranter): rendezvous structs <-> the body of a wire::Envelope.
 //
 // Layering as daemon/consensus/raft_codec.h: daemon/wire knows nothing of rendezvous types; this
-// codec builds on the internal helpers of daemon/wire/msgpack_map.h, so these bodies are packed
-// and checked exactly like membership bodies (map-encoded MessagePack with short keys; unknown
-// keys ignored; missing required keys, wrong types, out-of-range numbers, strings over
-// wire::kMaxNameBytes and trailing bytes rejected). Every field is required: a defaulted
+// codec lists its fields for the internal schema codec of daemon/wire/msgpack_schema.h, so these
+// bodies are packed and checked exactly like membership bodies (map-encoded MessagePack with short
+// keys; unknown keys ignored; missing required keys, wrong types, out-of-range numbers, strings
+// over wire::kMaxNameBytes and trailing bytes rejected). Every field is required: a defaulted
 // `alive` or `probe` would silently change meaning.
 //   round ref (every job message):  j job, t term, r round
 //   JobKeepalive:     p probe

@@ -536,36 +536,11 @@ Result<JobSpec> job_spec_from_json(std::string_view json_text) {
 
 namespace internal {
 
-using wire::internal::put_key;
-using wire::internal::put_str;
-using wire::internal::put_uint;
-
-void put_int_duration(Packer& p, std::string_view key, Duration value) {
-  put_uint(p, key, static_cast<std::uint64_t>(std::max<Duration::rep>(value.count(), 0)));
+void Nanos::pack(Packer& p, Duration value) {
+  p.pack_uint64(static_cast<std::uint64_t>(std::max<Duration::rep>(value.count(), 0)));
 }
 
-void put_time(Packer& p, std::string_view key, WallTime value) {
-  put_uint(p, key,
-           static_cast<std::uint64_t>(std::max<std::int64_t>(value.time_since_epoch().count(), 0)));
-}
-
-void read_string(MapReader& r, std::string_view key, std::size_t max_bytes, std::string* out,
-                 Need need) {
-  const msgpack::object* v = r.find(key, need);
-  if (v == nullptr) return;
-  if (v->type != msgpack::type::STR) {
-    r.fail("has key '" + std::string(key) + "' that is not a string");
-    return;
-  }
-  if (v->via.str.size > max_bytes) {
-    r.fail("has key '" + std::string(key) + "' longer than " + std::to_string(max_bytes) + " bytes",
-           wire::DecodeError::kOversized);
-    return;
-  }
-  out->assign(v->via.str.ptr, v->via.str.size);
-}
-
-void read_duration(MapReader& r, std::string_view key, Duration* out, Need need) {
+void Nanos::read(MapReader& r, std::string_view key, Need need, Duration* out) {
   std::uint64_t ns = 0;
   if (r.find(key, need) == nullptr) return;
   r.uint(key, &ns, need);
@@ -577,7 +552,12 @@ void read_duration(MapReader& r, std::string_view key, Duration* out, Need need)
   *out = Duration(static_cast<Duration::rep>(ns));
 }
 
-void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
+void EpochMillis::pack(Packer& p, WallTime value) {
+  p.pack_uint64(
+      static_cast<std::uint64_t>(std::max<std::int64_t>(value.time_since_epoch().count(), 0)));
+}
+
+void EpochMillis::read(MapReader& r, std::string_view key, Need need, WallTime* out) {
   std::uint64_t ms = 0;
   if (r.find(key, need) == nullptr) return;
   r.uint(key, &ms, need);
@@ -589,17 +569,27 @@ void read_time(MapReader& r, std::string_view key, WallTime* out, Need need) {
   *out = WallTime(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
 }
 
-// Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn min_nodes,
-// mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb restart_backoff (ns),
-// lc last_call (ns, optional), ht hang_timeout (ns, only when not 0), wd working_dir, u user,
-// ui uid, gi gid, wm warm (only when true). All but lc, ht, xe and wm are required: a defaulted
-// field would silently change a job (xe, ht and wm are optional so that entries written before
-// they existed, an export of nothing, no hang detection and a cold job read back as what they
-// meant).
-namespace {
+void CommandArgs::pack(Packer& p, const std::vector<std::string>& args) {
+  p.pack_array(static_cast<std::uint32_t>(args.size()));
+  for (const std::string& arg : args) p.pack(arg);
+}
 
-void put_env(Packer& p, std::string_view key, const std::map<std::string, std::string>& env) {
-  put_key(p, key);
+void CommandArgs::read(MapReader& r, std::string_view key, Need need,
+                       std::vector<std::string>* out) {
+  const msgpack::object_array* args = r.array(key, kMaxCommandArgs, need);
+  if (args == nullptr) return;
+  for (std::uint32_t i = 0; i < args->size; ++i) {
+    const msgpack::object& a = args->ptr[i];
+    if (a.type != msgpack::type::STR || a.via.str.size > kMaxArgBytes) {
+      r.fail("has command argument " + std::to_string(i) + " that is not a string of at most " +
+             std::to_string(kMaxArgBytes) + " bytes");
+      return;
+    }
+    out->emplace_back(a.via.str.ptr, a.via.str.size);
+  }
+}
+
+void EnvVars::pack(Packer& p, const std::map<std::string, std::string>& env) {
   p.pack_map(static_cast<std::uint32_t>(env.size()));
   for (const auto& [name, value] : env) {
     p.pack(name);
@@ -607,36 +597,8 @@ void put_env(Packer& p, std::string_view key, const std::map<std::string, std::s
   }
 }
 
-}  // namespace
-
-void pack_job_spec(Packer& p, const JobSpec& spec) {
-  p.pack_map(13 + (spec.last_call ? 1 : 0) + (spec.exported_env.empty() ? 0 : 1) +
-             (spec.hang_timeout != Duration::zero() ? 1 : 0) + (spec.warm ? 1 : 0));
-  put_str(p, "n", spec.name);
-  put_key(p, "c");
-  p.pack_array(static_cast<std::uint32_t>(spec.command.size()));
-  for (const std::string& arg : spec.command) p.pack(arg);
-  put_env(p, "e", spec.env);
-  if (!spec.exported_env.empty()) put_env(p, "xe", spec.exported_env);
-  put_uint(p, "mn", spec.min_nodes);
-  put_uint(p, "mx", spec.max_nodes);
-  put_uint(p, "w", spec.workers_per_node);
-  put_str(p, "cr", spec.checkpoint_root);
-  put_uint(p, "mr", spec.max_restarts);
-  put_int_duration(p, "rb", spec.restart_backoff);
-  if (spec.last_call) put_int_duration(p, "lc", *spec.last_call);
-  if (spec.hang_timeout != Duration::zero()) put_int_duration(p, "ht", spec.hang_timeout);
-  put_str(p, "wd", spec.working_dir);
-  put_str(p, "u", spec.user);
-  put_uint(p, "ui", spec.uid);
-  put_uint(p, "gi", spec.gid);
-  if (spec.warm) wire::internal::put_bool(p, "wm", true);
-}
-
-namespace {
-
-void read_env(MapReader& r, std::string_view key, std::map<std::string, std::string>* out,
-              Need need) {
+void EnvVars::read(MapReader& r, std::string_view key, Need need,
+                   std::map<std::string, std::string>* out) {
   const msgpack::object* env = r.find(key, need);
   if (env == nullptr) return;
   if (env->type != msgpack::type::MAP || env->via.map.size > kMaxEnvVars) {
@@ -659,61 +621,16 @@ void read_env(MapReader& r, std::string_view key, std::map<std::string, std::str
   }
 }
 
-}  // namespace
-
-bool read_job_spec(const msgpack::object& object, const std::string& what, Failure* failure,
-                   JobSpec* spec) {
-  MapReader r(object, what, failure);
-  read_string(r, "n", kMaxJobNameBytes, &spec->name);
-  if (const msgpack::object_array* args = r.array("c", kMaxCommandArgs, Need::kRequired)) {
-    for (std::uint32_t i = 0; i < args->size; ++i) {
-      const msgpack::object& a = args->ptr[i];
-      if (a.type != msgpack::type::STR || a.via.str.size > kMaxArgBytes) {
-        r.fail("has command argument " + std::to_string(i) + " that is not a string of at most " +
-               std::to_string(kMaxArgBytes) + " bytes");
-        break;
-      }
-      spec->command.emplace_back(a.via.str.ptr, a.via.str.size);
-    }
-  }
-  read_env(r, "e", &spec->env, Need::kRequired);
-  if (r.ok()) read_env(r, "xe", &spec->exported_env, Need::kOptional);
-  r.uint("mn", &spec->min_nodes);
-  r.uint("mx", &spec->max_nodes);
-  r.uint("w", &spec->workers_per_node);
-  read_string(r, "cr", kMaxPathBytes, &spec->checkpoint_root);
-  r.uint("mr", &spec->max_restarts);
-  read_duration(r, "rb", &spec->restart_backoff);
-  if (r.ok() && r.find("lc", Need::kOptional) != nullptr) {
-    Duration last_call{};
-    read_duration(r, "lc", &last_call);
-    if (r.ok()) spec->last_call = last_call;
-  }
-  if (r.ok()) read_duration(r, "ht", &spec->hang_timeout, Need::kOptional);
-  read_string(r, "wd", kMaxPathBytes, &spec->working_dir);
-  read_string(r, "u", kMaxUserBytes, &spec->user);
-  r.uint("ui", &spec->uid);
-  r.uint("gi", &spec->gid);
-  r.boolean("wm", &spec->warm);
-  return r.ok();
-}
-
 }  // namespace internal
 
-std::string encode_job_spec(const JobSpec& spec) {
-  msgpack::sbuffer buffer;
-  internal::Packer p(buffer);
-  internal::pack_job_spec(p, spec);
-  return std::string(buffer.data(), buffer.size());
-}
+std::string encode_job_spec(const JobSpec& spec) { return wire::internal::encode_fields(spec); }
 
 Result<JobSpec> decode_job_spec(std::string_view bytes) {
   const std::string what = "The job spec";
   internal::Failure failure;
-  msgpack::object_handle handle;
-  if (wire::internal::parse(bytes, {kMaxJobSpecValues, 0}, what, &handle, &failure)) {
-    JobSpec spec;
-    if (internal::read_job_spec(handle.get(), what, &failure, &spec)) return spec;
+  JobSpec spec;
+  if (wire::internal::decode_fields(bytes, {kMaxJobSpecValues, 0}, what, &failure, spec)) {
+    return spec;
   }
   return Error{std::move(failure.message)};
 }

@@ -21,9 +21,9 @@
 // uid and gid from the control socket's peer credentials; the JSON carries them only so that
 // `elasticctl status --json` shows them.
 //
-// MessagePack: a map with short keys (see job_spec.cc), decoded with the bounded helpers of
-// daemon/wire/msgpack_map.h. Decoding checks structure and limits, not the rules of
-// validate(); the job table validates separately.
+// MessagePack: a map with short keys (listed in msgpack_fields.h), encoded and decoded by the
+// schema codec of daemon/wire/msgpack_schema.h. Decoding checks structure and limits, not the rules
+// of validate(); the job table validates separately.
 //
 // Errors: decoders never throw (nlohmann exceptions are caught inside) and never crash on
 // hostile input. Thread safety: pure functions on values.

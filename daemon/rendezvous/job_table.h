@@ -161,7 +161,7 @@ struct DrainNode {
 // Kinds are only ever appended (the encoded kind number follows the order).
 using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode>;
 
-// Map-encoded MessagePack with the version and kind first (see job_table.cc).
+// Map-encoded MessagePack with the version and kind first (the schema in job_table_codec.cc).
 std::string encode_command(const Command& command);
 // Structure and limits only; the rules are apply()'s. Never throws.
 Result<Command> decode_command(std::string_view bytes);

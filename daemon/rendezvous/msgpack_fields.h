@@ -1,43 +1,87 @@
-// Internal: MessagePack pieces shared by job_spec.cc and job_table.cc (a JobSpec inside a
-// SubmitJob and inside a snapshot's job record; strings longer than the wire's name limit;
-// durations and wall times). Include only from .cc files of elastic_rendezvous.
+// Internal: the MessagePack schema pieces shared by job_spec.cc and job_table_codec.cc: a
+// JobSpec's fields (inside a SubmitJob, a snapshot's job record and a RoundStart) and the
+// converters for values with an encoding of their own (durations, wall times, a command line,
+// an environment). Include only from .cc files of elastic_rendezvous.
 //
-// Decoding follows daemon/wire/msgpack_map.h: checks that cannot throw, the first problem is
-// kept in the shared Failure and later reads are no-ops. Thread safety: functions on values.
+// Encoding and decoding follow daemon/wire/msgpack_schema.h: checks that cannot throw, the
+// first problem is kept in the shared Failure and later reads are no-ops. Thread safety:
+// functions on values.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/core/time.h"
 #include "daemon/rendezvous/job_spec.h"
 #include "daemon/rendezvous/types.h"
-#include "daemon/wire/msgpack_map.h"
+#include "daemon/wire/msgpack_schema.h"
 
-namespace elastic::rendezvous::internal {
+namespace elastic::rendezvous {
+namespace internal {
 
 using wire::internal::Failure;
 using wire::internal::MapReader;
 using wire::internal::Need;
 using wire::internal::Packer;
 
-void put_int_duration(Packer& p, std::string_view key, Duration value);
-void put_time(Packer& p, std::string_view key, WallTime value);
+// Converters for wire::internal::Via.
+// A Duration as whole nanoseconds (a negative one is written as 0; more than the largest
+// Duration is "out of range").
+struct Nanos {
+  static void pack(Packer& p, Duration value);
+  static void read(MapReader& r, std::string_view key, Need need, Duration* out);
+};
+// A WallTime as milliseconds since the epoch (one before it is written as 0; at most
+// INT64_MAX).
+struct EpochMillis {
+  static void pack(Packer& p, WallTime value);
+  static void read(MapReader& r, std::string_view key, Need need, WallTime* out);
+};
+// A command line: an array of at most kMaxCommandArgs strings of at most kMaxArgBytes.
+struct CommandArgs {
+  static void pack(Packer& p, const std::vector<std::string>& args);
+  static void read(MapReader& r, std::string_view key, Need need, std::vector<std::string>* out);
+};
+// An environment: a map of at most kMaxEnvVars names to values, each a bounded string.
+struct EnvVars {
+  static void pack(Packer& p, const std::map<std::string, std::string>& env);
+  static void read(MapReader& r, std::string_view key, Need need,
+                   std::map<std::string, std::string>* out);
+};
 
-// A string of at most `max_bytes` (longer: kOversized).
-void read_string(MapReader& r, std::string_view key, std::size_t max_bytes, std::string* out,
-                 Need need = Need::kRequired);
-// A non-negative duration in nanoseconds.
-void read_duration(MapReader& r, std::string_view key, Duration* out, Need need = Need::kRequired);
-// Milliseconds since the epoch, at most INT64_MAX.
-void read_time(MapReader& r, std::string_view key, WallTime* out, Need need = Need::kRequired);
+}  // namespace internal
 
-// The spec as a map value (its own map header included).
-void pack_job_spec(Packer& p, const JobSpec& spec);
-// Reads a spec from the map `object`; false (with `failure` set) on the first problem.
-bool read_job_spec(const msgpack::object& object, const std::string& what, Failure* failure,
-                   JobSpec* spec);
+// Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn
+// min_nodes, mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb
+// restart_backoff (ns), lc last_call (ns, optional), ht hang_timeout (ns, only when not 0), wd
+// working_dir, u user, ui uid, gi gid, wm warm (only when true). All but lc, ht, xe and wm are
+// required: a defaulted field would silently change a job (xe, ht and wm are optional so that
+// entries written before they existed, an export of nothing, no hang detection and a cold job
+// read back as what they meant).
+template <typename V, wire::internal::Like<JobSpec> M>
+void visit_fields(V& v, M& s) {
+  using wire::internal::MaxBytes;
+  using wire::internal::Via;
+  using wire::internal::When;
+  v.field("n", s.name, MaxBytes{kMaxJobNameBytes});
+  v.field("c", s.command, Via<internal::CommandArgs>{});
+  v.field("e", s.env, Via<internal::EnvVars>{});
+  v.field("xe", s.exported_env, Via<internal::EnvVars>{}, When{!s.exported_env.empty()});
+  v.field("mn", s.min_nodes);
+  v.field("mx", s.max_nodes);
+  v.field("w", s.workers_per_node);
+  v.field("cr", s.checkpoint_root, MaxBytes{kMaxPathBytes});
+  v.field("mr", s.max_restarts);
+  v.field("rb", s.restart_backoff, Via<internal::Nanos>{});
+  v.field("lc", s.last_call, Via<internal::Nanos>{});
+  v.field("ht", s.hang_timeout, Via<internal::Nanos>{}, When{s.hang_timeout != Duration::zero()});
+  v.field("wd", s.working_dir, MaxBytes{kMaxPathBytes});
+  v.field("u", s.user, MaxBytes{kMaxUserBytes});
+  v.field("ui", s.uid);
+  v.field("gi", s.gid);
+  v.field("wm", s.warm, When{s.warm});
+}
 
-}  // namespace elastic::rendezvous::internal
+}  // namespace elastic::rendezvous

@@ -1,4 +1,4 @@
-// Placeholders in a job's env values and command arguments (issue 16): `{job_id}`,
+// Placeholders in a job's env values and command arguments: `{job_id}`,
 // `{checkpoint_dir}` and `{round}`, expanded by the daemon when it starts each worker, so a
 // script that keeps its own checkpoint path needs no shell wrapper:
 //   command = ["python3", "train.py", "--save", "{checkpoint_dir}"]

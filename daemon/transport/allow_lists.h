@@ -16,6 +16,7 @@
 // re-read refuses every client until the directory is safe again (it may have been tampered
 // with), logged once per distinct error.
 //
+// Both are the ZapKeys of a ZAP domain (zap_handler.h): name_of() is node_of() and user_of().
 // Both refuse unsafe directories and files as load_curve_allow_list() does (curve_keys.h).
 // Keys are compared raw (32 bytes, as ZAP hands them over). Thread safety: none; the
 // transport's thread owns them. Errors: load() returns one sentence naming the directory's
@@ -32,13 +33,14 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/transport/zap_handler.h"
 
 namespace elastic::transport {
 
 inline constexpr std::chrono::seconds kNodeKeysReload{1};
 inline constexpr std::chrono::seconds kClientKeysReload{1};
 
-class NodeAllowList {
+class NodeAllowList final : public ZapKeys {
  public:
   explicit NodeAllowList(std::string dir) : dir_(std::move(dir)) {}
 
@@ -46,6 +48,9 @@ class NodeAllowList {
   Status load(TimePoint now);
   // The node a raw client key belongs to, or "" (refused).
   std::string node_of(const std::string& raw_key, TimePoint now);
+  std::string name_of(const std::string& raw_key, TimePoint now) override {
+    return node_of(raw_key, now);
+  }
   // The Z85 public key of node `name` (to dial it), or nullopt when it has none.
   std::optional<std::string> public_key_of(const std::string& name, TimePoint now);
   const std::string& dir() const { return dir_; }
@@ -63,13 +68,16 @@ class NodeAllowList {
   std::string error_;              // the last failed re-read, logged once
 };
 
-class ClientAllowList {
+class ClientAllowList final : public ZapKeys {
  public:
   explicit ClientAllowList(std::string dir) : dir_(std::move(dir)) {}
 
   Status load(TimePoint now);
   // The user a raw client key speaks for, or "" (refused).
   std::string user_of(const std::string& raw_key, TimePoint now);
+  std::string name_of(const std::string& raw_key, TimePoint now) override {
+    return user_of(raw_key, now);
+  }
   std::size_t size() const { return users_.size(); }
   const std::string& dir() const { return dir_; }
 

@@ -74,17 +74,9 @@ void RemoteControlSocket::on_ready(const zmq_pollitem_t* ready, std::vector<Cont
   if (ready[0].revents & ZMQ_POLLIN) drain_requests(out);
 }
 
-std::string RemoteControlSocket::authenticate(const std::string& raw_key, TimePoint now) {
-  std::string user = clients_.user_of(raw_key, now);
-  if (user.empty()) {
-    ++stats_.control_unauthenticated;
-    // One line per refusal would let a flood fill the log: the first, then every 100th.
-    if (stats_.control_unauthenticated % 100 == 1) {
-      spdlog::warn("remote control: refused a client key not in {} ({} refused so far)",
-                   options_.client_keys_dir, stats_.control_unauthenticated);
-    }
-  }
-  return user;
+void RemoteControlSocket::add_zap_domain(ZapHandler& zap) {
+  zap.add_domain(kControlZapDomain, &clients_, &stats_.control_unauthenticated,
+                 options_.client_keys_dir);
 }
 
 // Frames: [routing id, JSON request] from an authenticated client.
@@ -96,7 +88,7 @@ void RemoteControlSocket::drain_requests(std::vector<ControlRequest>* out) {
       ++stats_.control_dropped;
       continue;
     }
-    // The ZAP handler's user id (authenticate()'s answer).
+    // The ZAP handler's user id (the client key's user).
     const char* user = zmq_msg_gets(parts[1].handle(), "User-Id");
     if (user == nullptr || *user == '\0') {  // cannot happen past ZAP; never act without a user
       ++stats_.control_unauthenticated;

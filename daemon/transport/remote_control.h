@@ -1,8 +1,8 @@
 // RemoteControlSocket: the transport's second ROUTER, for elasticctl on login nodes
 // (control.remote_listen). A CURVE server with this node's keypair, bound to its own endpoint.
-// The transport's ZAP handler asks it (user_of) for its domain, kControlZapDomain, which it
-// answers from control.client_keys_dir (a ClientAllowList: <user>.pub per client key), so the
-// client is named by its key file's stem; that name arrives as ControlRequest::user.
+// Its ZAP domain, kControlZapDomain, is answered by the transport's ZapHandler (zap_handler.h)
+// from control.client_keys_dir (a ClientAllowList: <user>.pub per client key; add_zap_domain()),
+// so the client is named by its key file's stem; that name arrives as ControlRequest::user.
 //
 // Frames: a client (a DEALER) sends one frame, the JSON request of the local control protocol;
 // anything else is dropped and counted (control_dropped). Bounded: MAXMSGSIZE
@@ -26,6 +26,7 @@
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/transport/allow_lists.h"
+#include "daemon/transport/zap_handler.h"
 #include "daemon/transport/zmq_transport.h"
 
 namespace elastic::transport {
@@ -46,9 +47,9 @@ class RemoteControlSocket {
   void add_poll_items(std::vector<zmq_pollitem_t>& items) const;
   // After a poll: `ready` points at the two items add_poll_items() appended.
   void on_ready(const zmq_pollitem_t* ready, std::vector<ControlRequest>* out);
-  // The ZAP answer for a client key of this domain: its user, or "" (refused, counted, and
-  // logged the first time and every 100th).
-  std::string authenticate(const std::string& raw_key, TimePoint now);
+  // Adds kControlZapDomain to `zap`, answered from the client keys; refusals count in
+  // control_unauthenticated. The socket must outlive `zap`'s use of the domain.
+  void add_zap_domain(ZapHandler& zap);
   Status reply(const std::string& route, const std::string& body);
   const std::string& endpoint() const { return bound_; }
 

@@ -17,6 +17,7 @@
 #include "daemon/transport/inbound_connections.h"
 #include "daemon/transport/receive_now.h"
 #include "daemon/transport/remote_control.h"
+#include "daemon/transport/zap_handler.h"
 #include "daemon/wire/codec.h"
 
 namespace elastic::transport {
@@ -153,6 +154,8 @@ class ZmqTransport::Impl {
       context_.set(zmq::ctxopt::blocky, 0);
       if (options_.curve) {
         if (Status s = load_keys(); !s.ok()) return s;
+        zap_handler_.add_domain(kZapDomain, &*node_keys_, &stats_.dropped_unauthenticated,
+                                options_.curve->public_keys_dir);
         zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
         zap_->set(zmq::sockopt::linger, 0);
         zap_->bind(kZapEndpoint);
@@ -213,6 +216,7 @@ class ZmqTransport::Impl {
         context_, *options_.remote_control, own_keys_.secret_key, stats_, steady_now());
     if (!opened.ok()) return opened.error();
     control_ = std::move(opened).value();
+    control_->add_zap_domain(zap_handler_);
     return ok_status();
   }
 
@@ -544,40 +548,17 @@ class ZmqTransport::Impl {
     }
   }
 
-  // ZAP (RFC 27): [version, request id, domain, address, identity, mechanism, credentials...].
+  // Answers every queued ZAP request with zap_handler_ (zap_handler.h says what it accepts).
   void serve_zap() {
     for (;;) {
       std::vector<zmq::message_t> request;
       if (!receive_now(*zap_, request)) return;
-      std::string user;
-      const bool control_domain =
-          request.size() >= 3 && request[2].to_string_view() == kControlZapDomain;
-      if (request.size() >= 7 && request[5].to_string_view() == "CURVE") {
-        if (request[2].to_string_view() == kZapDomain && node_keys_) {
-          user = node_keys_->node_of(request[6].to_string(), steady_now());
-        } else if (control_domain && control_) {
-          user = control_->authenticate(request[6].to_string(), steady_now());
-        }
-      }
-      const bool allowed = !user.empty();
-      if (!allowed && control_domain) {
-        if (!control_) ++stats_.control_unauthenticated;  // else counted by authenticate()
-      } else if (!allowed) {
-        ++stats_.dropped_unauthenticated;
-        // The first refusal, then every 100th (a flood must not fill the log).
-        if (++node_keys_refused_ % 100 == 1) {
-          spdlog::warn("refused a peer whose CURVE key is not in {} ({} refused so far)",
-                       options_.curve ? options_.curve->public_keys_dir : std::string("-"),
-                       node_keys_refused_);
-        }
-      }
-      std::array<zmq::const_buffer, 6> reply = {
-          zmq::str_buffer("1.0"),
-          zmq::buffer(request.size() > 1 ? request[1].to_string_view() : std::string_view()),
-          allowed ? zmq::str_buffer("200") : zmq::str_buffer("400"),
-          allowed ? zmq::str_buffer("OK") : zmq::str_buffer("key not in the allow-list"),
-          zmq::buffer(user),
-          zmq::str_buffer("")};
+      std::vector<std::string_view> frames;
+      frames.reserve(request.size());
+      for (const zmq::message_t& frame : request) frames.push_back(frame.to_string_view());
+      const ZapAnswer answer = zap_handler_.answer(frames, steady_now());
+      std::array<zmq::const_buffer, std::tuple_size_v<decltype(answer.reply)>> reply;
+      for (std::size_t i = 0; i < reply.size(); ++i) reply[i] = zmq::buffer(answer.reply[i]);
       try {
         zmq::send_multipart(*zap_, reply, zmq::send_flags::dontwait);
       } catch (const zmq::error_t&) {
@@ -740,7 +721,6 @@ class ZmqTransport::Impl {
   std::string bound_;
   CurveKeyPair own_keys_;
   std::optional<NodeAllowList> node_keys_;  // set with CURVE
-  std::uint64_t node_keys_refused_ = 0;     // handshakes the node domain refused
   TimePoint spoof_logged_{};                // the last spoofed-sender log line
   std::uint64_t spoofed_since_log_ = 0;
   std::map<std::string, Peer> peers_;        // by address
@@ -750,6 +730,8 @@ class ZmqTransport::Impl {
   std::string leader_hint_;  // stamped on every envelope (gossip hint)
   std::uint64_t leader_term_ = 0;
   TransportStats stats_;
+  // Requests outside the node and control domains count as refused node handshakes.
+  ZapHandler zap_handler_{&stats_.dropped_unauthenticated};
 };
 
 Result<std::unique_ptr<ZmqTransport>> ZmqTransport::open(const TransportOptions& options) {

@@ -55,9 +55,9 @@
 // receive() returns as soon as it recorded a disconnect, even with nothing else ready.
 //
 // CURVE (options.curve set): the ROUTER is a CURVE server with this node's keypair; a ZAP
-// handler (inproc://zeromq.zap.01 in this transport's private context, serviced by the owner's
-// thread inside receive(), so there is no extra thread) accepts a client only if its public key
-// is in the allow-list, and names it by its key file. Each received envelope must claim that
+// handler (zap_handler.h; its socket is inproc://zeromq.zap.01 in this transport's private
+// context, serviced by the owner's thread inside receive(), so there is no extra thread)
+// accepts a client only if its public key is in the allow-list, and names it by its key file. Each received envelope must claim that
 // name as its sender, so an allowed node cannot pose as another. Refused handshakes (ZAP
 // denials, and non-CURVE clients via a socket monitor) and spoofed senders count as
 // dropped_unauthenticated; spoofed senders are also logged, at most one line per 10 s. Nothing

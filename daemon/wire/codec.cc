@@ -3,9 +3,90 @@
 #include <type_traits>
 #include <utility>
 
-#include "daemon/wire/msgpack_map.h"
+#include "daemon/wire/msgpack_schema.h"
 
 namespace elastic::wire {
+
+// ---------------------------------------------------------------------------------------------
+// The schema of every message (daemon/wire/msgpack_schema.h): keys in wire order.
+
+using internal::Items;
+using internal::kOptional;
+using internal::Like;
+using internal::When;
+
+template <typename V, Like<Envelope> M>
+void visit_fields(V& v, M& e) {
+  v.field("v", e.version);
+  v.field("c", e.cluster_id);
+  v.field("s", e.sender);
+  v.field("g", e.generation);
+  v.field("a", e.sender_address);
+  v.field("t", e.type);
+  v.field("q", e.seq);
+  v.field("b", e.body, internal::AsBin{});
+  // Both only with a hint, so envelopes without one keep the bytes of daemons before hints.
+  const bool hint = !e.leader_hint.empty();
+  v.field("lh", e.leader_hint, When{hint});
+  v.field("lt", e.leader_term, When{hint});
+}
+
+template <typename V, Like<MemberUpdate> M>
+void visit_fields(V& v, M& u) {
+  v.field("n", u.name);
+  v.field("g", u.generation);
+  v.field("i", u.incarnation);
+  v.field("s", u.state);
+  v.field("a", u.address, kOptional);
+  v.field("f", u.from, kOptional);
+}
+void check_fields(internal::MapReader& r, const MemberUpdate& u) {
+  if (u.state > MemberState::kLeft) {
+    r.fail("has an unknown member state " + std::to_string(static_cast<unsigned>(u.state)));
+  }
+}
+
+// Piggybacked updates ("u") are optional; a PushPullState's member list ("m") is not.
+constexpr Items kUpdates{"member update", kMaxMembers};
+
+template <typename V, Like<Ping> M>
+void visit_fields(V& v, M& m) {
+  v.field("p", m.probe);
+  v.field("t", m.target);
+  v.field("tg", m.target_generation);
+  v.field("u", m.updates, kOptional, kUpdates);
+}
+template <typename V, Like<Ack> M>
+void visit_fields(V& v, M& m) {
+  v.field("p", m.probe);
+  v.field("u", m.updates, kOptional, kUpdates);
+}
+template <typename V, Like<PingReq> M>
+void visit_fields(V& v, M& m) {
+  v.field("p", m.probe);
+  v.field("t", m.target);
+  v.field("tg", m.target_generation);
+  v.field("ta", m.target_address);
+  v.field("w", m.want_nack, kOptional);
+  v.field("u", m.updates, kOptional, kUpdates);
+}
+template <typename V, Like<Nack> M>
+void visit_fields(V& v, M& m) {
+  v.field("p", m.probe);
+}
+template <typename V, Like<PushPullDigest> M>
+void visit_fields(V& v, M& m) {
+  v.field("d", m.digest);
+  v.field("m", m.members);
+  v.field("r", m.reply, kOptional);
+}
+template <typename V, Like<PushPullState> M>
+void visit_fields(V& v, M& m) {
+  v.field("m", m.members, kUpdates);
+  v.field("j", m.join, kOptional);
+  v.field("r", m.reply, kOptional);
+}
+
 namespace {
 
 using internal::Failure;
@@ -13,142 +94,68 @@ using internal::MapReader;
 using internal::Need;
 using internal::Packer;
 using internal::parse;
-using internal::put_bool;
-using internal::put_key;
-using internal::put_str;
-using internal::put_uint;
 
-// ---------------------------------------------------------------------------------------------
-// Encoding
+// The envelope's fields through the schema, with its checks run where the header says: the
+// version right after "v" and the cluster right after "c" (so their classes win over any later
+// problem), and the body's size for its type before "b" is copied.
+class EnvelopeReader {
+ public:
+  EnvelopeReader(MapReader& r, const DecodeLimits& limits, const Envelope& e)
+      : r_(r), fields_(r), limits_(limits), e_(e) {}
 
-void put_updates(Packer& p, std::string_view key, const std::vector<MemberUpdate>& updates) {
-  put_key(p, key);
-  p.pack_array(static_cast<std::uint32_t>(updates.size()));
-  for (const MemberUpdate& u : updates) {
-    p.pack_map(6);
-    put_str(p, "n", u.name);
-    put_uint(p, "g", u.generation);
-    put_uint(p, "i", u.incarnation);
-    put_uint(p, "s", static_cast<std::uint64_t>(u.state));
-    put_str(p, "a", u.address);
-    put_str(p, "f", u.from);
+  template <typename T, typename... Options>
+  void field(std::string_view key, T& value, const Options&... options) {
+    if (key == "b") check_body_size();
+    fields_.field(key, value, options...);
+    if (key == "v") check_version();
+    if (key == "c") check_cluster();
   }
-}
 
-void pack_message(Packer& p, const Ping& m) {
-  p.pack_map(4);
-  put_uint(p, "p", m.probe);
-  put_str(p, "t", m.target);
-  put_uint(p, "tg", m.target_generation);
-  put_updates(p, "u", m.updates);
-}
-void pack_message(Packer& p, const Ack& m) {
-  p.pack_map(2);
-  put_uint(p, "p", m.probe);
-  put_updates(p, "u", m.updates);
-}
-void pack_message(Packer& p, const PingReq& m) {
-  p.pack_map(6);
-  put_uint(p, "p", m.probe);
-  put_str(p, "t", m.target);
-  put_uint(p, "tg", m.target_generation);
-  put_str(p, "ta", m.target_address);
-  put_bool(p, "w", m.want_nack);
-  put_updates(p, "u", m.updates);
-}
-void pack_message(Packer& p, const Nack& m) {
-  p.pack_map(1);
-  put_uint(p, "p", m.probe);
-}
-void pack_message(Packer& p, const PushPullDigest& m) {
-  p.pack_map(3);
-  put_uint(p, "d", m.digest);
-  put_uint(p, "m", m.members);
-  put_bool(p, "r", m.reply);
-}
-void pack_message(Packer& p, const PushPullState& m) {
-  p.pack_map(3);
-  put_updates(p, "m", m.members);
-  put_bool(p, "j", m.join);
-  put_bool(p, "r", m.reply);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decoding: parse with limits, then walk the object tree with checks that cannot throw.
-
-void read_updates(MapReader& reader, std::string_view key, std::vector<MemberUpdate>* out,
-                  Need need = Need::kOptional) {
-  const msgpack::object_array* array = reader.array(key, kMaxMembers, need);
-  if (array == nullptr) return;
-  // No reserve(): a vector sized from the count would cost ~150 bytes per 1-byte element.
-  out->clear();
-  for (std::uint32_t i = 0; i < array->size; ++i) {
-    MapReader r(array->ptr[i], "member update " + std::to_string(i) + " of " + reader.what(),
-                reader.failure());
-    MemberUpdate u;
-    std::uint8_t state = 0;
-    r.str("n", &u.name);
-    r.uint("g", &u.generation);
-    r.uint("i", &u.incarnation);
-    r.uint("s", &state);
-    r.str("a", &u.address, Need::kOptional);
-    r.str("f", &u.from, Need::kOptional);
-    if (r.ok() && state > static_cast<std::uint8_t>(MemberState::kLeft)) {
-      r.fail("has an unknown member state " + std::to_string(state));
+ private:
+  void check_version() {
+    if (r_.ok() && e_.version != limits_.protocol_version) {
+      r_.fail("has protocol version " + std::to_string(e_.version) + " but this node speaks " +
+                  std::to_string(limits_.protocol_version),
+              DecodeError::kWrongVersion);
     }
-    if (!r.ok()) {
-      reader.mark_failed();
-      return;
-    }
-    u.state = static_cast<MemberState>(state);
-    out->push_back(std::move(u));
   }
-}
+  void check_cluster() {
+    if (r_.ok() && e_.cluster_id != limits_.cluster_id) {
+      r_.fail("is from cluster '" + e_.cluster_id + "', not '" + limits_.cluster_id + "'",
+              DecodeError::kWrongCluster);
+    }
+  }
+  void check_body_size() {
+    if (limits_.max_body_bytes == nullptr || !r_.ok()) return;
+    const auto type = static_cast<unsigned>(e_.type);
+    const std::size_t max_body = limits_.max_body_bytes(e_.type);
+    const msgpack::object* body = r_.find("b", Need::kRequired);
+    if (body != nullptr && body->type == msgpack::type::BIN && body->via.bin.size > max_body) {
+      r_.fail("of type " + std::to_string(type) + " has a " + std::to_string(body->via.bin.size) +
+                  "-byte body, more than the limit of " + std::to_string(max_body) +
+                  " for that type",
+              DecodeError::kOversized);
+    }
+  }
 
-void read_message(MapReader& r, Ping* m) {
-  r.uint("p", &m->probe);
-  r.str("t", &m->target);
-  r.uint("tg", &m->target_generation);
-  read_updates(r, "u", &m->updates);
-}
-void read_message(MapReader& r, Ack* m) {
-  r.uint("p", &m->probe);
-  read_updates(r, "u", &m->updates);
-}
-void read_message(MapReader& r, PingReq* m) {
-  r.uint("p", &m->probe);
-  r.str("t", &m->target);
-  r.uint("tg", &m->target_generation);
-  r.str("ta", &m->target_address);
-  r.boolean("w", &m->want_nack);
-  read_updates(r, "u", &m->updates);
-}
-void read_message(MapReader& r, Nack* m) { r.uint("p", &m->probe); }
-void read_message(MapReader& r, PushPullDigest* m) {
-  r.uint("d", &m->digest);
-  r.uint("m", &m->members);
-  r.boolean("r", &m->reply);
-}
-void read_message(MapReader& r, PushPullState* m) {
-  read_updates(r, "m", &m->members, Need::kRequired);
-  r.boolean("j", &m->join);
-  r.boolean("r", &m->reply);
-}
+  MapReader& r_;
+  internal::FieldReader fields_;
+  const DecodeLimits& limits_;
+  const Envelope& e_;
+};
 
 template <typename T>
 Result<MembershipMessage> decode_as(std::string_view body, const char* name, DecodeError* reason) {
   const std::string what = std::string("The ") + name + " body";
   Failure failure;
-  msgpack::object_handle handle;
   // A PushPullState carries the whole member list; the probes only piggybacked updates.
   constexpr std::size_t updates =
       std::is_same_v<T, PushPullState> ? kMaxMembers : kMaxPiggybackUpdates;
-  if (parse(body, {kMaxFixedValues + updates * kValuesPerUpdate, kMaxUnknownStringBytes}, what,
-            &handle, &failure)) {
-    MapReader r(handle.get(), what, &failure);
-    T message;
-    read_message(r, &message);
-    if (r.ok()) return MembershipMessage(std::move(message));
+  T message;
+  if (internal::decode_fields(
+          body, {kMaxFixedValues + updates * kValuesPerUpdate, kMaxUnknownStringBytes}, what,
+          &failure, message)) {
+    return MembershipMessage(std::move(message));
   }
   if (reason != nullptr) *reason = failure.reason;
   return Error{std::move(failure.message)};
@@ -173,22 +180,7 @@ const char* to_string(DecodeError error) {
 std::string encode_envelope(const Envelope& e) {
   msgpack::sbuffer buffer(64 + e.body.size());
   Packer p(buffer);
-  const bool hint = !e.leader_hint.empty();
-  p.pack_map(hint ? 10 : 8);
-  put_uint(p, "v", e.version);
-  put_str(p, "c", e.cluster_id);
-  put_str(p, "s", e.sender);
-  put_uint(p, "g", e.generation);
-  put_str(p, "a", e.sender_address);
-  put_uint(p, "t", static_cast<std::uint64_t>(e.type));
-  put_uint(p, "q", e.seq);
-  put_key(p, "b");
-  p.pack_bin(static_cast<std::uint32_t>(e.body.size()));
-  p.pack_bin_body(e.body.data(), static_cast<std::uint32_t>(e.body.size()));
-  if (hint) {
-    put_str(p, "lh", e.leader_hint);
-    put_uint(p, "lt", e.leader_term);
-  }
+  internal::pack_fields(p, e);
   return std::string(buffer.data(), buffer.size());
 }
 
@@ -213,38 +205,9 @@ Result<Envelope> decode_envelope(std::string_view bytes, const DecodeLimits& lim
 
   MapReader r(handle.get(), what, &failure);
   Envelope e;
-  r.uint("v", &e.version);
-  if (r.ok() && e.version != limits.protocol_version) {
-    r.fail("has protocol version " + std::to_string(e.version) + " but this node speaks " +
-               std::to_string(limits.protocol_version),
-           DecodeError::kWrongVersion);
-  }
-  r.str("c", &e.cluster_id);
-  if (r.ok() && e.cluster_id != limits.cluster_id) {
-    r.fail("is from cluster '" + e.cluster_id + "', not '" + limits.cluster_id + "'",
-           DecodeError::kWrongCluster);
-  }
-  std::uint16_t type = 0;
-  r.str("s", &e.sender);
-  r.uint("g", &e.generation);
-  r.str("a", &e.sender_address);
-  r.uint("t", &type);
-  r.uint("q", &e.seq);
-  if (limits.max_body_bytes != nullptr && r.ok()) {
-    const std::size_t max_body = limits.max_body_bytes(static_cast<MsgType>(type));
-    const msgpack::object* body = r.find("b", Need::kRequired);
-    if (body != nullptr && body->type == msgpack::type::BIN && body->via.bin.size > max_body) {
-      r.fail("of type " + std::to_string(type) + " has a " + std::to_string(body->via.bin.size) +
-                 "-byte body, more than the limit of " + std::to_string(max_body) +
-                 " for that type",
-             DecodeError::kOversized);
-    }
-  }
-  r.bin("b", &e.body);
-  r.str("lh", &e.leader_hint, Need::kOptional);
-  r.uint("lt", &e.leader_term, Need::kOptional);
+  EnvelopeReader reader(r, limits, e);
+  visit_fields(reader, e);
   if (!r.ok()) return failed();
-  e.type = static_cast<MsgType>(type);
   return e;
 }
 
@@ -291,7 +254,7 @@ bool is_raft_type(MsgType type) {
 std::string encode_body(const MembershipMessage& message) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  std::visit([&p](const auto& m) { pack_message(p, m); }, message);
+  std::visit([&p](const auto& m) { internal::pack_fields(p, m); }, message);
   return std::string(buffer.data(), buffer.size());
 }
 

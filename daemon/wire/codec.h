@@ -33,8 +33,10 @@
 // a message type that is always small cannot be used to carry 64 MB). The envelope accepts
 // any 16-bit message type, so types appended by newer peers reach dispatch; decode_membership
 // rejects the types it does not know.
-// The building blocks (map packing, bounded parse, MapReader) are shared with the Raft codec
-// through the internal header daemon/wire/msgpack_map.h.
+// Every message's fields are listed once (a visit_fields in codec.cc) and one generic encoder
+// and decoder are driven by that list (the internal daemon/wire/msgpack_schema.h, on top of the
+// bounded parse and MapReader of daemon/wire/msgpack_map.h); the other subsystems' codecs use
+// the same two headers.
 //
 // Thread safety: pure functions on values; call from any thread.
 #pragma once

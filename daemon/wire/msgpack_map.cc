@@ -11,28 +11,6 @@ void put_key(Packer& p, std::string_view key) {
   p.pack_str(static_cast<std::uint32_t>(key.size()));
   p.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
 }
-void put_str(Packer& p, std::string_view key, const std::string& value) {
-  put_key(p, key);
-  p.pack_str(static_cast<std::uint32_t>(value.size()));
-  p.pack_str_body(value.data(), static_cast<std::uint32_t>(value.size()));
-}
-void put_uint(Packer& p, std::string_view key, std::uint64_t value) {
-  put_key(p, key);
-  p.pack_uint64(value);
-}
-void put_bool(Packer& p, std::string_view key, bool value) {
-  put_key(p, key);
-  if (value) {
-    p.pack_true();
-  } else {
-    p.pack_false();
-  }
-}
-void put_bin(Packer& p, std::string_view key, std::string_view value) {
-  put_key(p, key);
-  p.pack_bin(static_cast<std::uint32_t>(value.size()));
-  p.pack_bin_body(value.data(), static_cast<std::uint32_t>(value.size()));
-}
 
 namespace {
 
@@ -282,15 +260,25 @@ bool MapReader::uint_value(std::string_view key, Need need, std::uint64_t max, s
 }
 
 void MapReader::str(std::string_view key, std::string* out, Need need) {
+  string_value(key, out, need, kMaxNameBytes, DecodeError::kMalformed);
+}
+
+void MapReader::bounded_str(std::string_view key, std::string* out, Need need,
+                            std::size_t max_bytes) {
+  string_value(key, out, need, max_bytes, DecodeError::kOversized);
+}
+
+void MapReader::string_value(std::string_view key, std::string* out, Need need,
+                             std::size_t max_bytes, DecodeError too_long) {
   const msgpack::object* v = find(key, need);
   if (v == nullptr) return;
   if (v->type != msgpack::type::STR) {
     fail("has key '" + std::string(key) + "' that is not a string");
     return;
   }
-  if (v->via.str.size > kMaxNameBytes) {
-    fail("has key '" + std::string(key) + "' longer than " + std::to_string(kMaxNameBytes) +
-         " bytes");
+  if (v->via.str.size > max_bytes) {
+    fail("has key '" + std::string(key) + "' longer than " + std::to_string(max_bytes) + " bytes",
+         too_long);
     return;
   }
   out->assign(v->via.str.ptr, v->via.str.size);

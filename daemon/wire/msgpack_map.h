@@ -1,8 +1,8 @@
 // Internal: the map-encoded MessagePack building blocks shared by the wire codecs.
 //
-// Not a public API. daemon/wire/codec.cc (envelope, membership) and
-// daemon/consensus/raft_codec.cc (Raft) use it, so every body on the wire is packed and checked
-// the same way (STYLE.md rule 5) while daemon/wire stays free of any subsystem's types.
+// Not a public API. The schema-visitor codec (daemon/wire/msgpack_schema.h) is built on it, and
+// every codec uses that, so every body on the wire is packed and checked the same way (STYLE.md
+// rule 5) while daemon/wire stays free of any subsystem's types.
 // Include it only from .cc files that link msgpackc-cxx with MSGPACK_NO_BOOST.
 //
 // Decoding contract: parse() runs msgpack-c with an unpack_limit and catches everything it
@@ -31,11 +31,8 @@ namespace elastic::wire::internal {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
+// A map key. The values and the map sizes come from the schema (msgpack_schema.h).
 void put_key(Packer& p, std::string_view key);
-void put_str(Packer& p, std::string_view key, const std::string& value);
-void put_uint(Packer& p, std::string_view key, std::uint64_t value);
-void put_bool(Packer& p, std::string_view key, bool value);
-void put_bin(Packer& p, std::string_view key, std::string_view value);
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
@@ -92,6 +89,9 @@ class MapReader {
 
   // A string of at most kMaxNameBytes.
   void str(std::string_view key, std::string* out, Need need = Need::kRequired);
+  // A string of at most `max_bytes`; longer is kOversized (str's is kMalformed), in the same
+  // sentence.
+  void bounded_str(std::string_view key, std::string* out, Need need, std::size_t max_bytes);
   // Binary data of at most `max_bytes` (beyond that kOversized).
   void bin(std::string_view key, std::string* out, Need need = Need::kRequired,
            std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
@@ -107,6 +107,8 @@ class MapReader {
 
  private:
   bool uint_value(std::string_view key, Need need, std::uint64_t max, std::uint64_t* out);
+  void string_value(std::string_view key, std::string* out, Need need, std::size_t max_bytes,
+                    DecodeError too_long);
 
   std::string what_;
   Failure* failure_;

@@ -3,7 +3,7 @@
 // crash, hang or allocate without bound, and anything that decodes must re-encode to bytes that
 // decode to the same value. Built with clang++ -fsanitize=fuzzer,address,undefined by
 // tests/fuzz/CMakeLists.txt.
-// Memory is a property too (issue 13 item 5): ASan's malloc hooks track the live heap, and a
+// Memory is a property too: ASan's malloc hooks track the live heap, and a
 // decoder of a small message type (an envelope, a probe, a vote, a job-tier message) must never
 // hold more than a small fixed amount beyond its input, whatever the bytes declare; the seed
 // corpus has MessagePack bombs for it.

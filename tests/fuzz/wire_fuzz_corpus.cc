@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
   const raft::Message raft_messages[] = {
       {1, 2, raft::VoteRequest{true, 5, 11, 4}},
       {2, 1, raft::VoteReply{false, 5, true}},
-      {1, 3, raft::AppendEntries{4, 9, 3, {noop, command}, 9}},
-      {3, 1, raft::AppendReply{4, false, 0, 7, 3}},
+      {1, 3, raft::AppendEntries{4, 9, 3, {noop, command}, 9, 17}},
+      {3, 1, raft::AppendReply{4, false, 0, 7, 3, 17}},
       {1, 3,
        raft::AppendEntries{
            4, 11, 4, {{4, 12, raft::EntryType::kConfig, raft::encode_voters({1, 2, 3, 4})}}, 11}},
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   write(MsgType::kControlRequest,
         rdv::encode_command(rdv::DrainNode{"n1/1/8", 2, "gpu-07", true, "bad DIMM", 0, true,
                                            rdv::WallTime(std::chrono::milliseconds(5))}));
-  // MessagePack bombs (issue 13 item 5), small enough for the fuzzer's 1 MB envelope limit:
+  // MessagePack bombs, small enough for the fuzzer's 1 MB envelope limit:
   // a map {"x": [an array of 100,000 one-byte integers]} (100 KB; 2.4 MB of msgpack objects
   // without a decode budget), as a body and as an unknown key of a valid envelope; and 16 nested
   // arrays that each declare 100,000 elements in 80 bytes.

@@ -1,5 +1,5 @@
-// Broken and hostile config files against the real binaries (issue 13):
-//   - item 13: TOML nested 10,000 deep crashed `elasticd --check-config`, `elasticctl submit
+// Broken and hostile config files against the real binaries:
+//   - TOML nested 10,000 deep crashed `elasticd --check-config`, `elasticctl submit
 //     --dry-run` and a running daemon on SIGHUP (SIGSEGV, its worker with it). Each is refused
 //     now with one line naming the file, the line and the limit; the daemon and its worker run
 //     on, and the refusal is what `elasticctl status` reports as the last reload;
@@ -76,7 +76,7 @@ json status_of(const std::string& socket) {
 
 bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
-// ---- item 13: deeply nested TOML --------------------------------------------------------------
+// ---- deeply nested TOML --------------------------------------------------------------
 
 TEST(DeepToml, CheckConfigRefusesItWithFileLineAndLimit) {
   TempDir dir;

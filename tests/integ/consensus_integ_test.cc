@@ -253,7 +253,7 @@ TEST(ConsensusInteg, VoterWithoutItsRaftStateOrWithOtherVotersRefusesToStart) {
   EXPECT_THAT(wiped.err(), HasSubstr("holds no Raft state, but this node has run before"));
 }
 
-// Issue 13, item 9: a voter whose log is damaged before the end (the length of record 3 runs
+// A voter whose log is damaged before the end (the length of record 3 runs
 // past the end of the file) refuses to start with exit 74 and a sentence naming the file, the
 // offset and the record -- it used to cut everything after it as a "torn tail". Rebuilt from
 // its peers (an empty `rebuild` file in its Raft directory), it catches up, keeps the damaged
@@ -321,7 +321,7 @@ TEST(ConsensusInteg, ADamagedLogStopsAVoterThatIsThenRebuiltFromItsPeers) {
   EXPECT_EQ(submit(*victim, "after", "1"), "after-" + std::to_string(jobs.size() + 1));
 }
 
-// Issue 13, item 10: a new voter whose first start fails (its transport port is taken) starts
+// A new voter whose first start fails (its transport port is taken) starts
 // once the port is free -- the failed start used to spend generation 1, and the retry exited 78
 // ("holds no Raft state, but this node has run before").
 TEST(ConsensusInteg, ANewVoterWhoseFirstStartFailedStartsOnRetry) {

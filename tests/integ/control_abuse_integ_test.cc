@@ -1,4 +1,4 @@
-// Integration tier, security (issue 13 items 2, 7, 8 and 17): a real elasticd on loopback,
+// Integration tier, security: a real elasticd on loopback,
 // attacked through its control socket by unprivileged users (played by fork + setuid or
 // setpriv, so the root-only cases skip otherwise) and through its transport port by a process
 // forging round reports.

@@ -1,9 +1,9 @@
-// Integration tier for elasticctl (issue 5): the real binary against
+// Integration tier for elasticctl: the real binary against
 //   - a real elasticd on 127.0.0.1 (daemon_under_test.h): submit from a job file, --wait ended
 //     by a cancel from another elasticctl (exit 4), --json on every verb parses, bad specs and
 //     files never reach the daemon (65/66), no daemon (69), permission denied (77);
-//   - a scripted daemon (control::Server in this process, answering the verbs as the CONTRACT
-//     of issue 5 describes them) for what a real daemon cannot be made to do on demand: logs
+//   - a scripted daemon (control::Server in this process, answering the verbs as a real daemon
+//     does) for what a real daemon cannot be made to do on demand: logs
 //     of several ranks with partial lines and rotation, --follow until the job ends, events,
 //     topology, drain, --wait exit codes 0/3 and a daemon restart during --wait.
 // Nothing sleeps a fixed time: every expectation polls with a deadline.
@@ -263,7 +263,7 @@ TEST(CtlNoDaemon, PermissionDeniedExits77) {
                        "socket's group, or run elasticctl as root\n");
 }
 
-// ---- against a scripted daemon (the CONTRACT of issue 5) -------------------------------------
+// ---- against a scripted daemon ---------------------------------------------------------------
 
 // A control socket served from this process: every request is recorded and answered by
 // `handler` on the server's own thread.

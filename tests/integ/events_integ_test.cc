@@ -93,7 +93,7 @@ TEST(EventsInteg, AWorkerCrashHasACompleteIncidentTimeline) {
 
 // A script that reports no progress (sleep) on three daemons; n3 is killed, the job recovers on
 // n1 and n2 (round 2), n3 comes back and the job grows (round 3). The node loss's timeline ends
-// at round 2's rendezvous with "no progress reports" (issue 16 item 6: it stayed "(in
+// at round 2's rendezvous with "no progress reports" (it once stayed "(in
 // progress)" and its rendezvous named the grow round, "+54.65 s (round 3)", where round 2 had
 // opened at +2.7 s).
 TEST(EventsInteg, AHostLossOfAJobWithoutProgressEndsAtTheRecoveryRound) {
@@ -157,7 +157,7 @@ TEST(EventsInteg, AHostLossOfAJobWithoutProgressEndsAtTheRecoveryRound) {
 // plane only, as on the GPU machine's bench), so the job runs on the leader and n4. The
 // leader's daemon is killed (its worker dies with it): the new leader, not a member of the job,
 // must not count n4 as lost before it has heard n4's slots; it replaces the one lost node at
-// once (issue 16 item 7: "node h1 (generation 1) and 2 more were lost; 0 of the 2 nodes needed
+// once (it once said "node h1 (generation 1) and 2 more were lost; 0 of the 2 nodes needed
 // remain").
 TEST(EventsInteg, TheLeadersLossIsOneLostNodeInTheJobsReason) {
   TempDir dir;

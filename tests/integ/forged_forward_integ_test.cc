@@ -1,4 +1,4 @@
-// Issue 13 item 1 (security): a hand-made daemon-to-daemon forward request (type 13) carrying
+// Security: a hand-made daemon-to-daemon forward request (type 13) carrying
 // uid 0 and admin true, sent to a daemon's transport port by a process that is not a daemon,
 // once ran a job as root. Here the test itself plays that process with a real ZeroMQ DEALER
 // (and a ROUTER for the replies a daemon would send back), against real elasticd processes:

@@ -325,7 +325,7 @@ TEST(Lifecycle, ReloadAppliesValidRefusesBrokenAndAppliesTheFix) {
   EXPECT_GE(notify.find("STOPPING=1", mark), 0) << notify.dump();
 }
 
-// `elasticctl reload`, the unit's ExecReload (issue 13: `ExecReload=/bin/kill -HUP` made
+// `elasticctl reload`, the unit's ExecReload (`ExecReload=/bin/kill -HUP` made
 // `systemctl reload` return 0 for a refused file): the same reload as SIGHUP, answered with its
 // outcome; a refused file exits 78 with the reason and the daemon runs on unchanged.
 TEST(Lifecycle, ElasticctlReloadAnswersWithTheOutcomeAndFailsForARefusedFile) {
@@ -619,7 +619,7 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
   const std::string shipped = read_text(std::string(ELASTIC_SOURCE_DIR) + "/conf/elasticd.toml");
   EXPECT_EQ(read_text(root + "/etc/elastic/elasticd.toml"), shipped);
 
-  // The node's CURVE key pair where the default config looks (issue 13 item 1): the secret
+  // The node's CURVE key pair where the default config looks: the secret
   // 0600, the public key under the host's name in the allow-list.
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);

@@ -1,4 +1,4 @@
-// Issue 13 items 3, 11 and 12 on a real elasticd (one voter, CPU slots, 127.0.0.1):
+// Placement on a real elasticd (one voter, CPU slots, 127.0.0.1):
 //   - slots are never given twice: three one-slot jobs become placeable in one planning pass
 //     (the node is drained while they are submitted, then undrained) while another job runs on
 //     the two-slot node: one at a time runs beside it, the others queue, the running job keeps
@@ -190,7 +190,7 @@ struct Node {
   }
 };
 
-// Issue 13 item 3: the leader counted the used slots once per planning pass, so all three jobs
+// The leader used to count the used slots only once per planning pass, so all three jobs
 // opened rounds on the one free slot; the running job then looked lost and was SIGKILLed.
 TEST(PlacementInteg, ThreeJobsInOnePassNeverShareASlotAndTheRunningJobKeepsItsRound) {
   const auto [first, last] = free_range(10);
@@ -253,7 +253,7 @@ TEST(PlacementInteg, ThreeJobsInOnePassNeverShareASlotAndTheRunningJobKeepsItsRo
   }
 }
 
-// Issue 13 item 11: MASTER_PORT came from the round number only, so two jobs with rank 0 on
+// MASTER_PORT once came from the round number only, so two jobs with rank 0 on
 // one node both got the range's port for round 1 and the second store failed.
 TEST(PlacementInteg, TwoJobsWithRankZeroOnOneNodeGetDifferentWorkingPorts) {
   const auto [first, last] = free_range(10);
@@ -291,7 +291,7 @@ TEST(PlacementInteg, TwoJobsWithRankZeroOnOneNodeGetDifferentWorkingPorts) {
   }
 }
 
-// Issue 13 item 11: another user holding ports of the range. Some held: the round moves off
+// Another user holding ports of the range. Some held: the round moves off
 // them at no restart and runs. All held: the job fails after its restarts, naming the port,
 // instead of looping for ever.
 TEST(PlacementInteg, HeldStorePortsMoveTheRoundAndAFullyHeldRangeFailsTheJob) {
@@ -323,7 +323,7 @@ TEST(PlacementInteg, HeldStorePortsMoveTheRoundAndAFullyHeldRangeFailsTheJob) {
   EXPECT_THAT(job.value("reason", ""), HasSubstr("used all 2 restarts")) << job.dump();
 }
 
-// Issue 13 item 12: after the node's quarantine, failures were relabelled "node ... was lost"
+// After the node's quarantine, failures were once relabelled "node ... was lost"
 // and "restarts: 1 of 3" never moved: a worker that can never start kept the job for ever.
 TEST(PlacementInteg, AJobWhoseWorkerCannotStartFailsAfterItsRestartsWithTheReason) {
   const auto [first, last] = free_range(10);

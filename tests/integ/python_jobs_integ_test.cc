@@ -1,5 +1,5 @@
 // Integration tier: a plain Python script run as a job by real elasticd processes on 127.0.0.1,
-// the way a torchrun user runs theirs (issue 16).
+// the way a torchrun user runs theirs.
 //  - Output: a print() without flush, followed by a long sleep, reaches `elasticctl logs` within
 //    a second while the script still runs (PYTHONUNBUFFERED=1 in the worker's environment; the
 //    daemon reads the worker's pipe as it becomes readable and stamps each line).
@@ -98,7 +98,7 @@ std::map<std::pair<std::string, std::uint64_t>, std::string> restart_counts(
 
 // torchrun counts restarts per agent: TORCHELASTIC_RESTART_COUNT goes up on the node whose
 // worker crashed (not on the others, whose workers restart uncounted), on every survivor of a
-// lost node, and a node that (re)joins starts at 0 (issue 16 item 8: a crash counted on every
+// lost node, and a node that (re)joins starts at 0 (a crash once counted on every
 // node and a host loss on none).
 TEST(PythonJobs, TheRestartCountIsPerNodeLikeTorchruns) {
   if (::access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is not installed";

@@ -1,5 +1,5 @@
 // Integration tier: the Python progress module (python/elastic_worker.py) and hang detection,
-// with real elasticd processes on 127.0.0.1 and real Python workers (issue 16).
+// with real elasticd processes on 127.0.0.1 and real Python workers.
 //  - A script that imports elastic_worker with no path set-up (the daemon appends
 //    spawner.python_dir, here the source tree's python/, to PYTHONPATH) gives a crash's
 //    incident a first step and the step it resumed from.

@@ -1,4 +1,4 @@
-// Integration tier, security (issue 6): real elasticd processes on 127.0.0.1.
+// Integration tier, security: real elasticd processes on 127.0.0.1.
 //  - Remote control (control.remote_listen): elasticctl --connect acts as the user its client
 //    key names, with the same owner/admin rules as the local socket; an unknown key, an unknown
 //    user and hostile bytes on that port are refused and counted while the daemon goes on.
@@ -184,7 +184,7 @@ TEST(SecurityInteg, RemoteControlActsAsTheKeysUserWithTheSameRules) {
   EXPECT_TRUE(
       wait_until([&] { return node.counter("control_unauthenticated") > refused_before; }, 5s));
 
-  // A wrong server key: no answer, a bounded wait with the sentence the issue asks for.
+  // A wrong server key: no answer, a bounded wait that ends with a sentence saying why.
   std::vector<std::string> argv = {ELASTICCTL_PATH,
                                    "-c",
                                    "",
@@ -282,7 +282,7 @@ TEST(SecurityInteg, UsersCancelOnlyTheirOwnJobsAndOnlyAdminsDrain) {
   EXPECT_TRUE(drain.status.exited_with(77)) << drain.err;
   const RunResult voters = ctl({"voters", "add", "n2"}, kUser, kUser);
   EXPECT_TRUE(voters.status.exited_with(77)) << voters.err;
-  // Nor make the daemon re-read its configuration (the unit's ExecReload, issue 13).
+  // Nor make the daemon re-read its configuration (the unit's ExecReload).
   const RunResult reload = ctl({"reload"}, kUser, kUser);
   EXPECT_TRUE(reload.status.exited_with(77)) << reload.err;
   EXPECT_THAT(reload.err, HasSubstr("Only root or members of control.admin_group may reload"));

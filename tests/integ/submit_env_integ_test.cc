@@ -1,4 +1,4 @@
-// Integration tier (issue 16, items 1-3): what `elasticctl submit` takes from the submitter's
+// Integration tier: what `elasticctl submit` takes from the submitter's
 // shell, through a real elasticd on 127.0.0.1 to a real worker:
 //   - the environment (--export ALL by default: PYTHONPATH, a venv's PATH and VIRTUAL_ENV,
 //     NCCL_* reach the worker; host variables such as HOSTNAME, SSH_* and SLURM_* never do;

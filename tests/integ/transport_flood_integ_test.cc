@@ -1,4 +1,4 @@
-// Issue 13 items 5 and 6 (security): hostile traffic on a real daemon's transport port.
+// Security: hostile traffic on a real daemon's transport port.
 //  - Decode bombs: 60 MB MessagePack messages of nested 100,000-element arrays, sent by a peer
 //    holding a node key in the allow-list (so CURVE lets it through), once took a daemon from
 //    16 MB to 1.44 GB and stalled its loop 1.3 s each, and three got it declared lost. Here
@@ -89,7 +89,8 @@ bool answers_within(const Daemon& daemon, std::chrono::milliseconds limit) {
 
 // ---- Decode bombs ------------------------------------------------------------------------------
 
-// 600 arrays of 100,000 one-byte integers: 60 MB, as in the issue (1.44 GB of msgpack objects).
+// 600 arrays of 100,000 one-byte integers: 60 MB, the bomb that once took a daemon to 1.44 GB
+// (msgpack objects).
 std::string bomb_value() {
   msgpack::sbuffer buffer;
   Packer p(buffer);

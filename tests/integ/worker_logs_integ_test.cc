@@ -1,4 +1,4 @@
-// Integration tier: worker logs by round (issue 16 item 5) on real elasticd processes on
+// Integration tier: worker logs by round on real elasticd processes on
 // 127.0.0.1, read with elasticctl as a user would:
 //  - every round's file of every rank is kept and listed by the daemon that holds it
 //    (log_files); `logs --round R` and `logs --all` read them from either daemon, the default

@@ -16,7 +16,7 @@
 // namespace: the control socket is a filesystem path, reachable from any namespace, and skipping
 // `ip netns exec` keeps the benchmark's per-call overhead to elasticctl's own.
 //
-// Jobs (issue 5): submit_job() runs `elasticctl submit <args>`, job() reads one job through
+// Jobs: submit_job() runs `elasticctl submit <args>`, job() reads one job through
 // `elasticctl status JOB --json` (state, round, restarts, rank map and the event log), and the
 // workers are observed without trusting the daemon: find_workers() scans /proc for processes
 // whose environment (as exec'd by the spawner) carries ELASTIC_JOB_ID, and trainer_lines()

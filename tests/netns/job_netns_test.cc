@@ -1,6 +1,6 @@
-// Jobs end to end (issue 5): three real elasticd daemons, one per network namespace, all three
+// Jobs end to end: three real elasticd daemons, one per network namespace, all three
 // Raft voters, running real elastic-trainer Gloo workers (Fashion-MNIST on CPU, a small subset so
-// each case stays near a minute on 2 cores). Each case is one incident of the issue's list:
+// each case stays near a minute on 2 cores). Each case is one kind of incident:
 //   DemoScenario              kill -9 of a daemon: its workers die with it, the survivors resume
 //                             from LATEST, the restarted daemon grows the job back to 3, success
 //   WorkerCrashRestarts       kill -9 of one worker: a new round on the same nodes, 1 restart
@@ -266,7 +266,7 @@ TEST_F(JobNetnsTest, DemoScenario) {
   EXPECT_EQ(final_step, 600);
 }
 
-// Issue 6: the leader's incident timeline of a lost node, fed by the trainers' progress reports.
+// The leader's incident timeline of a lost node, fed by the trainers' progress reports.
 TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   ASSERT_NO_FATAL_FAILURE(start());
   std::vector<std::string> args = {"--name", "incident", "--nodes", "2:3", "--"};

@@ -1,4 +1,4 @@
-// Issue 16's "done when", on three namespaced hosts with real elasticd daemons: a torchrun-style
+// On three namespaced hosts with real elasticd daemons: a torchrun-style
 // script (torch.distributed with Gloo, env:// rendezvous, print() without flush) runs unchanged
 // under `elasticctl submit` from a Python venv, with NCCL_*, GLOO_SOCKET_IFNAME and PYTHONPATH
 // set in the submitter's shell:

@@ -68,13 +68,14 @@ std::vector<Entry> decode_applied(const std::string& bytes) {
 
 RaftProcess::RaftProcess(const NodeInfo& info, std::vector<consensus::NodeId> voters,
                          const consensus::RaftConfig& config, std::size_t compact_every,
-                         ApplySink sink, RestoreSink restore_sink)
+                         ApplySink sink, RestoreSink restore_sink, ReadSink read_sink)
     : info_(info),
       voters_(std::move(voters)),
       config_(config),
       compact_every_(compact_every),
       sink_(std::move(sink)),
-      restore_sink_(std::move(restore_sink)) {}
+      restore_sink_(std::move(restore_sink)),
+      read_sink_(std::move(read_sink)) {}
 
 const Entry& RaftProcess::entry_at(Index index) const {
   if (index > raft_->snapshot_index()) return raft_->entry(index);
@@ -127,6 +128,17 @@ consensus::VoterChangeOutcome RaftProcess::change_voters(SimContext& ctx,
   return outcome;
 }
 
+consensus::ReadOutcome RaftProcess::read(SimContext& ctx) {
+  const TimePoint before = raft_->next_deadline();
+  auto outcome = raft_->read_index(ctx.now(), effects_);
+  carry_out(ctx);
+  if (raft_->next_deadline() != before) {
+    std::fprintf(stderr, "raft sim: read_index moved the timer\n");
+    std::abort();
+  }
+  return outcome;
+}
+
 void RaftProcess::persist(SimContext& ctx, const consensus::Persist& persist) {
   persist_raft_state(ctx.storage(), persist);
   if (persist.truncate_from || !persist.append.empty() || persist.snapshot) {
@@ -160,6 +172,11 @@ void RaftProcess::carry_out(SimContext& ctx) {
     applied_.push_back(e);
     if (sink_) sink_(info_.id, e);
   }
+  // 6. Reads, answerable now from applied_.
+  if (read_sink_) {
+    for (const auto& read : effects_.reads_ready) read_sink_(info_.id, read.id, true, read.index);
+    for (const auto id : effects_.reads_failed) read_sink_(info_.id, id, false, 0);
+  }
   effects_.clear();
   // The owner's compaction policy (config.consensus.snapshot_every_entries in the daemon).
   if (compact_every_ > 0 && raft_->last_applied() >= raft_->snapshot_index() + compact_every_) {
@@ -183,15 +200,17 @@ RaftCluster::RaftCluster(std::uint64_t seed, RaftClusterOptions options)
   for (std::size_t i = 0; i < size(); ++i) {
     const auto config = options_.config;
     const std::size_t compact_every = options_.compact_every;
-    sim_.add_node(RaftProcess::address_for(static_cast<NodeId>(i)),
-                  [this, voters, config, compact_every](const NodeInfo& info) {
-                    return std::make_unique<RaftProcess>(
-                        info, voters, config, compact_every,
-                        [this](NodeId node, const Entry& e) { on_apply(node, e); },
-                        [this](NodeId node, const std::vector<Entry>& applied) {
-                          on_restore(node, applied);
-                        });
-                  });
+    sim_.add_node(
+        RaftProcess::address_for(static_cast<NodeId>(i)),
+        [this, voters, config, compact_every](const NodeInfo& info) {
+          return std::make_unique<RaftProcess>(
+              info, voters, config, compact_every,
+              [this](NodeId node, const Entry& e) { on_apply(node, e); },
+              [this](NodeId node, const std::vector<Entry>& applied) { on_restore(node, applied); },
+              [this](NodeId node, consensus::ReadId id, bool released, Index index) {
+                on_read(node, id, released, index);
+              });
+        });
   }
   sim_.add_invariant([this] { return check(); });
 }
@@ -301,8 +320,83 @@ std::optional<std::string> RaftCluster::check_log_matching(const RaftProcess& a,
   return std::nullopt;
 }
 
+std::size_t RaftCluster::read_at_leaders() {
+  // What a client may have been told is written: every index some node has seen committed.
+  Index floor = committed_.size();
+  for (NodeId id = 0; id < size(); ++id) {
+    if (auto* p = process(id)) floor = std::max(floor, p->raft().commit_index());
+  }
+  std::size_t accepted = 0;
+  for (NodeId id = 0; id < size(); ++id) {
+    auto* p = process(id);
+    if (p == nullptr || p->raft().role() != consensus::Role::kLeader) continue;
+    const bool deposed = max_term() > p->raft().term();
+    SimContext ctx(sim_, id);
+    // Recorded before the call (a single voter releases inside it), under the id Raft hands
+    // out next: 1, 2, 3... per process lifetime, one per accepted read.
+    const std::uint64_t generation = sim_.info(id).generation;
+    auto& taken = read_ids_[{id, generation}];
+    const auto key = std::make_tuple(id, generation, taken + 1);
+    reads_[key] = Read{floor};
+    const consensus::ReadOutcome outcome = p->read(ctx);
+    if (!outcome.accepted) {
+      reads_.erase(key);
+      continue;
+    }
+    ++taken;
+    if (outcome.id != taken && !read_violation_) {
+      read_violation_ = "n" + std::to_string(id) + " gave its read the id " +
+                        std::to_string(outcome.id) + ", not " + std::to_string(taken);
+    }
+    ++accepted;
+    ++reads_started_;
+    if (deposed) ++reads_at_deposed_;
+  }
+  return accepted;
+}
+
+void RaftCluster::on_read(NodeId node, consensus::ReadId id, bool released, Index index) {
+  const auto found = reads_.find(std::make_tuple(node, sim_.info(node).generation, id));
+  if (found == reads_.end()) {
+    if (!read_violation_) {
+      read_violation_ = "n" + std::to_string(node) + " resolved read " + std::to_string(id) +
+                        " that it never took or resolved already";
+    }
+    return;
+  }
+  const Index floor = found->second.floor;
+  reads_.erase(found);
+  if (!released) {
+    ++reads_failed_;
+    return;
+  }
+  ++reads_released_;
+  auto* p = process(node);
+  if (read_violation_) return;
+  if (index < floor) {
+    read_violation_ = "linearizable reads: n" + std::to_string(node) + " released read " +
+                      std::to_string(id) + " at index " + std::to_string(index) + ", below index " +
+                      std::to_string(floor) +
+                      " seen committed before the read began (a stale answer)";
+  } else if (p == nullptr || p->applied().size() < index) {
+    read_violation_ = "linearizable reads: n" + std::to_string(node) + " released read " +
+                      std::to_string(id) + " at index " + std::to_string(index) +
+                      " before applying it";
+  }
+}
+
+std::size_t RaftCluster::reads_waiting() {
+  std::size_t waiting = 0;
+  for (const auto& [key, read] : reads_) {
+    const NodeId node = std::get<0>(key);
+    if (sim_.is_up(node) && sim_.info(node).generation == std::get<1>(key)) ++waiting;
+  }
+  return waiting;
+}
+
 std::optional<std::string> RaftCluster::check() {
   if (apply_violation_) return apply_violation_;
+  if (read_violation_) return read_violation_;
   std::vector<NodeId> up;
   for (NodeId id = 0; id < size(); ++id) {
     if (process(id) != nullptr) up.push_back(id);

@@ -26,7 +26,14 @@
 //  - the client model (acknowledged_problem()): a proposal is acknowledged when the leader that
 //    accepted it applies it at its (index, term); at the end every acknowledged payload is
 //    applied exactly once by every up node of the final config, and no payload is applied
-//    twice anywhere.
+//    twice anywhere;
+//  - linearizable reads (read_at_leaders()): a read asked of any node that believes it leads (a
+//    deposed one that does not know it yet included) records, when it begins, the highest
+//    index any node had seen committed -- everything a client could have been told is written.
+//    A read released (reads_ready) must have an index at or above it, and the releasing
+//    node's state machine must hold that index then: the answer it would give includes every
+//    write acknowledged before the read began. Each read resolves at most once per process
+//    lifetime.
 // Entries a node compacted are checked through its state machine (applied()), which holds them.
 //
 // Node ids: sim node k is Raft node k + 1 (Raft reserves 0), at address "raft-<k>". Nodes
@@ -67,9 +74,12 @@ class RaftProcess : public SimProcess {
   // Called after the state machine was reset from a snapshot (applied() holds its sequence).
   using RestoreSink =
       std::function<void(NodeId node, const std::vector<consensus::Entry>& applied)>;
+  // A read released (released, at index) or failed, after the effects' apply step.
+  using ReadSink =
+      std::function<void(NodeId node, consensus::ReadId id, bool released, consensus::Index index)>;
   RaftProcess(const NodeInfo& info, std::vector<consensus::NodeId> voters,
               const consensus::RaftConfig& config, std::size_t compact_every, ApplySink sink,
-              RestoreSink restore_sink);
+              RestoreSink restore_sink, ReadSink read_sink = nullptr);
 
   void start(SimContext& ctx) override;
   void on_packet(SimContext& ctx, const Packet& packet) override;
@@ -79,6 +89,7 @@ class RaftProcess : public SimProcess {
   // A client request handled outside any simulator event (the harness's client).
   consensus::ProposeOutcome propose(SimContext& ctx, std::string data);
   consensus::VoterChangeOutcome change_voters(SimContext& ctx, consensus::VoterChange change);
+  consensus::ReadOutcome read(SimContext& ctx);
 
   const consensus::Raft& raft() const { return *raft_; }
   // Bumped on every change of the log, so checkers can skip unchanged pairs.
@@ -105,6 +116,7 @@ class RaftProcess : public SimProcess {
   std::size_t compact_every_;
   ApplySink sink_;
   RestoreSink restore_sink_;
+  ReadSink read_sink_;
   std::size_t installed_snapshots_ = 0;
   std::optional<consensus::Raft> raft_;
   consensus::Effects effects_;
@@ -154,6 +166,17 @@ class RaftCluster {
   // The client-model check (see the header comment); nullopt if it holds.
   std::optional<std::string> acknowledged_problem();
 
+  // Starts one read at every up node in the leader role; returns how many accepted it.
+  std::size_t read_at_leaders();
+  std::size_t reads_started() const { return reads_started_; }
+  std::size_t reads_released() const { return reads_released_; }
+  std::size_t reads_failed() const { return reads_failed_; }
+  // Reads accepted by a leader that a leader of a higher term had already superseded (it did
+  // not know yet): the evidence that a scenario asked stale leaders at all.
+  std::size_t reads_at_deposed_leaders() const { return reads_at_deposed_; }
+  // Reads still waiting at a node that is up in the process lifetime that took them.
+  std::size_t reads_waiting();
+
  private:
   struct Proposal {
     NodeId node = 0;
@@ -167,6 +190,7 @@ class RaftCluster {
   };
   void on_apply(NodeId node, const consensus::Entry& entry);
   void on_restore(NodeId node, const std::vector<consensus::Entry>& applied);
+  void on_read(NodeId node, consensus::ReadId id, bool released, consensus::Index index);
   void record_applied(NodeId node, const consensus::Entry& entry);
   std::optional<std::string> check();
   std::optional<std::string> check_log_matching(const RaftProcess& a, NodeId ida,
@@ -191,6 +215,17 @@ class RaftCluster {
   std::map<std::string, Proposal> proposed_;  // payload -> where it went
   std::set<std::string> acknowledged_;
   std::optional<std::string> apply_violation_;
+  struct Read {
+    consensus::Index floor = 0;  // the highest index seen committed when it began
+  };
+  // (node, process generation, read id) -> the read.
+  std::map<std::tuple<NodeId, std::uint64_t, consensus::ReadId>, Read> reads_;
+  std::map<std::pair<NodeId, std::uint64_t>, consensus::ReadId> read_ids_;  // accepted so far
+  std::optional<std::string> read_violation_;
+  std::size_t reads_started_ = 0;
+  std::size_t reads_released_ = 0;
+  std::size_t reads_failed_ = 0;
+  std::size_t reads_at_deposed_ = 0;
   std::uint64_t next_payload_ = 0;
 };
 

@@ -5,7 +5,9 @@
 // (removing the leader on the way down) run under the same faults.
 // RaftCluster checks election safety, log matching, leader completeness and state machine
 // safety after every event; at the end every acknowledged proposal must be applied exactly once
-// on every node (after all are restarted and the network healed).
+// on every node (after all are restarted and the network healed). The read scenarios also ask
+// every node that believes it leads for a read index at every step, deposed leaders included,
+// and check each released read against what was committed before it began (raft_process.h).
 //
 // Each scenario runs for each seed of scenario_seeds() (ELASTIC_SIM_SEED=<n> runs just <n>); a
 // failure prints "SIM FAILED seed=<n> ..." with the rerun command.
@@ -108,12 +110,20 @@ struct Scenario {
   std::size_t nodes = 0;
   std::size_t compact_every = 20;
   std::vector<VoterPlan::Step> plan;
+  bool reads = false;  // a read at every node in the leader role, every step
+};
+
+struct ReadCounts {
+  std::size_t started = 0;
+  std::size_t released = 0;
+  std::size_t failed = 0;
+  std::size_t at_deposed_leaders = 0;
 };
 
 // Runs `duration` of chaos in steps of 100 ms with one client proposal per step, then heals,
 // restarts everyone and waits for every acknowledged proposal to be applied everywhere.
 void run_scenario(std::uint64_t seed, const Scenario& scenario, const Chaos& chaos,
-                  Duration duration) {
+                  Duration duration, ReadCounts* reads = nullptr) {
   RaftClusterOptions options;
   options.voters = scenario.voters;
   options.nodes = scenario.nodes;
@@ -130,6 +140,7 @@ void run_scenario(std::uint64_t seed, const Scenario& scenario, const Chaos& cha
   while (c.sim().now() < end) {
     ASSERT_TRUE(c.sim().run_for(100ms)) << *c.sim().violation();
     c.propose();
+    if (scenario.reads) c.read_at_leaders();
     plan.drive(c);
     if (down < chaos.max_down && rng.unit() < chaos.crash) {
       const NodeId victim = static_cast<NodeId>(rng.below(voters));
@@ -194,6 +205,25 @@ void run_scenario(std::uint64_t seed, const Scenario& scenario, const Chaos& cha
                        << c.acknowledged_problem().value_or("(still catching up)");
   EXPECT_EQ(c.acknowledged_problem(), std::nullopt);
   EXPECT_GT(c.acknowledged(), 0u);
+  if (scenario.reads) {
+    // A last read in the calm cluster; every read still held by a live node then resolves.
+    ASSERT_TRUE(
+        c.sim().run_until_condition([&] { return c.read_at_leaders() > 0; }, c.sim().now() + 30s));
+    const bool resolved =
+        c.sim().run_until_condition([&] { return c.reads_waiting() == 0; }, c.sim().now() + 30s);
+    ASSERT_FALSE(c.sim().violation().has_value()) << *c.sim().violation();
+    EXPECT_TRUE(resolved) << c.reads_waiting() << " reads never resolved";
+    EXPECT_GT(c.reads_released(), 0u);
+    std::printf("seed %llu: %zu reads, %zu released, %zu failed, %zu at deposed leaders\n",
+                static_cast<unsigned long long>(seed), c.reads_started(), c.reads_released(),
+                c.reads_failed(), c.reads_at_deposed_leaders());
+    if (reads != nullptr) {
+      reads->started += c.reads_started();
+      reads->released += c.reads_released();
+      reads->failed += c.reads_failed();
+      reads->at_deposed_leaders += c.reads_at_deposed_leaders();
+    }
+  }
   std::size_t installs = 0;
   for (NodeId id = 0; id < voters; ++id) installs += c.process(id)->installed_snapshots();
   std::printf(
@@ -315,19 +345,77 @@ TEST(RaftSim, RestartedNodeCatchesUpByInstallSnapshot) {
   }
 }
 
-TEST(RaftSim, VoterChangesThreeFourFiveFourThreeUnderFaults) {
+// Reads under partitions: a leader cut off into a minority keeps believing it leads for up to an
+// election timeout while the majority elects another and commits more; it is asked for reads
+// all along and must never release one (its commit index is below what the new leader
+// committed), only fail them once it steps down.
+void run_read_scenario(std::size_t voters, std::initializer_list<std::uint64_t> seeds,
+                       const Chaos& chaos) {
+  ReadCounts reads;
+  for (std::uint64_t seed : scenario_seeds(seeds)) {
+    SeedReport report(seed);
+    Scenario scenario{voters, 0, 20, {}};
+    scenario.reads = true;
+    run_scenario(seed, scenario, chaos, 60s, &reads);
+  }
+  std::printf("%zu reads, %zu released, %zu failed, %zu at deposed leaders\n", reads.started,
+              reads.released, reads.failed, reads.at_deposed_leaders);
+  EXPECT_GT(reads.released, 0u);
+  EXPECT_GT(reads.failed, 0u);
+  if (scenario_seeds(seeds).size() > 1) {
+    EXPECT_GT(reads.at_deposed_leaders, 0u) << "no read ever reached a deposed leader";
+  }
+}
+
+Chaos partitions() {
+  return Chaos{.crash = 0.02, .restart = 0.3, .partition = 0.08, .heal = 0.08, .max_down = 1};
+}
+
+TEST(RaftSim, ReadsAreLinearizableUnderPartitionsThreeVoters) {
+  run_read_scenario(3, {101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
+                        111, 112, 113, 114, 115, 116, 117, 118, 119, 120},
+                    partitions());
+}
+
+TEST(RaftSim, ReadsAreLinearizableUnderPartitionsFiveVoters) {
+  Chaos chaos = partitions();
+  chaos.max_down = 2;
+  run_read_scenario(5, {201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211, 212}, chaos);
+}
+
+// Voter changes 3 -> 4 -> 5 -> 4 -> 3 (removing the leader on the way) and their faults.
+Scenario three_four_five_four_three() {
   using S = VoterPlan::Step;
-  const Scenario scenario{3, 5, 20, {S::kAdd3, S::kAdd4, S::kRemoveLeader, S::kRemoveFollower}};
+  return Scenario{3, 5, 20, {S::kAdd3, S::kAdd4, S::kRemoveLeader, S::kRemoveFollower}};
+}
+Chaos voter_change_faults() {
   Chaos chaos;
   chaos.crash = 0.03;
   chaos.restart = 0.2;
   chaos.partition = 0.02;
   chaos.heal = 0.15;
   chaos.max_down = 1;
+  return chaos;
+}
+
+TEST(RaftSim, VoterChangesThreeFourFiveFourThreeUnderFaults) {
   for (std::uint64_t seed : scenario_seeds({71, 72, 73, 74, 75, 76, 77, 78})) {
     SeedReport report(seed);
-    run_scenario(seed, scenario, chaos, 60s);
+    run_scenario(seed, three_four_five_four_three(), voter_change_faults(), 60s);
   }
+}
+
+TEST(RaftSim, ReadsAreLinearizableThroughVoterChanges) {
+  // A leader outside its own config (removing itself) confirms reads with the others' echoes
+  // only, and a read's quorum is that of the config in force when it is confirmed.
+  Scenario scenario = three_four_five_four_three();
+  scenario.reads = true;
+  ReadCounts reads;
+  for (std::uint64_t seed : scenario_seeds({301, 302, 303, 304, 305, 306})) {
+    SeedReport report(seed);
+    run_scenario(seed, scenario, voter_change_faults(), 60s, &reads);
+  }
+  EXPECT_GT(reads.released, 0u);
 }
 
 TEST(RaftSim, VoterChangesWithLeaderCrashes) {

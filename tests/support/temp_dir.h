@@ -37,7 +37,7 @@ class TempDir {
   // Lets other users reach `inside` (this directory or a path in it), e.g. a control socket for
   // an elasticctl run as another user: chmods `inside` and every directory between it and this
   // one (directories 0755, anything else 0666), and nothing above. A test never changes what it
-  // did not create: walking up to /tmp once left /tmp 0755 (issue 13). The directories above
+  // did not create: walking up to /tmp once left /tmp 0755. The directories above
   // must let others through already (/tmp does); returns the first that does not ("" when all
   // do), for the test to skip with.
   std::string share_with_others(const std::string& inside) const {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# systemd_unit_test.sh: the elasticd unit under a real systemd (issue 13). systemd boots as PID 1
+# systemd_unit_test.sh: the elasticd unit under a real systemd. systemd boots as PID 1
 # in systemd-nspawn on the host's own OS: --volatile=yes (a tmpfs root with the host's /usr
 # read-only) plus an overlay of the host's /etc whose upper layer is in this test's work dir, so
 # nothing is downloaded and nothing of the host changes. The container has its own network
@@ -263,7 +263,8 @@ boot() {
   has '^ExecReload=/opt/elastic/bin/elasticctl ' in_ct systemctl cat elasticd.service ||
     fail "the container's systemd does not load this build's unit"
 }
-# The cgroup_root of the other layout (the issue's case on a hybrid host: the unified path).
+# The cgroup_root of the other layout (on a hybrid host, a unified host's path: the unit's old
+# example).
 other_layout_path() {
   if [ "$layout" = hybrid ]; then echo /sys/fs/cgroup/system.slice/elasticd.service
   else echo /sys/fs/cgroup/unified/system.slice/elasticd.service; fi

@@ -1,5 +1,5 @@
 // spawner.cgroup_root (daemon/spawner/cgroup_root.h): the layout read from mountinfo and
-// /proc/self/cgroup texts of a unified, a hybrid (issue 13: the delegated cgroup lies under
+// /proc/self/cgroup texts of a unified, a hybrid (the delegated cgroup lies under
 // /sys/fs/cgroup/unified there) and a v1-only host, inside a cgroup namespace and under a
 // bind-mounted subtree; "auto" and explicit paths checked against the real file system (a real
 // writable cgroup2 directory when this machine has one, else those cases skip).
@@ -120,7 +120,7 @@ TEST(ResolveCgroupRoot, EmptyMeansNoCgroups) {
   EXPECT_EQ(*root, "");
 }
 
-// Issue 13: the unit's old example on a hybrid host. The message says where cgroup v2 is.
+// The unit's old example on a hybrid host. The message says where cgroup v2 is.
 TEST(ResolveCgroupRoot, UnifiedPathOnAHybridHostNamesTheLayout) {
   const CgroupLayout hybrid = parse_cgroup_layout(kHybridMounts, kServiceCgroupHybrid);
   const std::string path = "/sys/fs/cgroup/system.slice/elastic-test-no-such.service";

@@ -200,7 +200,7 @@ TEST(Elasticd, CrossFieldViolationViaSetExits78) {
                           "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
 }
 
-// Issue 13 item 1: without CURVE a daemon may listen on loopback only; anything else is a
+// Without CURVE a daemon may listen on loopback only; anything else is a
 // configuration error (78) that names transport.bind and says why, before anything is bound.
 TEST(Elasticd, PlainTransportOnAWildcardBindExits78) {
   const Finished r = elasticd({"-c", kShippedConfig, "--set", "transport.curve=false"});
@@ -213,7 +213,7 @@ TEST(Elasticd, PlainTransportOnAWildcardBindExits78) {
                           "elasticd: invalid configuration; exiting with status 78 (EX_CONFIG)"));
 }
 
-// Issue 13: spawner.cgroup_root is checked against this host's cgroup layout wherever the
+// spawner.cgroup_root is checked against this host's cgroup layout wherever the
 // config is: --check-config and a start both exit 78 naming the key, its source and the layout
 // (they used to say "config OK" and exit 69 after opening the transport and the Raft log, which
 // the unit restarted every 5 s for ever). A path no host has: /sys/fs/cgroup/<unique>.

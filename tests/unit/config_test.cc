@@ -600,7 +600,7 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
     SetCase{"CurveNeedsKeys", {"transport.secret_key_file=", "transport.public_keys_dir="},
             {"--set transport.secret_key_file=: transport.secret_key_file: must be set when transport.curve = true",
              "--set transport.public_keys_dir=: transport.public_keys_dir: must be set when transport.curve = true"}},
-    // Without CURVE anyone reaching the port could forge daemon messages (issue 13 item 1): only
+    // Without CURVE anyone reaching the port could forge daemon messages: only
     // a loopback bind is allowed, and a name (even "localhost") is not a loopback address.
     SetCase{"PlainNeedsLoopbackBind", {"transport.curve=false"},
             {"--set transport.curve=false: transport.bind: \"tcp://0.0.0.0:7946\" must be a loopback address "
@@ -776,7 +776,7 @@ TEST(Validate, AcceptsNamedSeeds) {
   EXPECT_TRUE(curve.ok()) << curve.error().message;
 }
 
-// CURVE is the default, with the key paths make install fills (issue 13 item 1).
+// CURVE is the default, with the key paths make install fills.
 TEST(Defaults, CurveIsOnWithKeysUnderEtc) {
   const DaemonConfig defaults;
   EXPECT_TRUE(defaults.transport.curve);

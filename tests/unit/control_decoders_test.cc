@@ -1,4 +1,4 @@
-// Unit tier, security (issue 13 item 2): the typed decoders of control requests
+// Unit tier, security: the typed decoders of control requests
 // (daemon/control/requests.h) and of round reports (daemon/node/round_report.h). The requests
 // that stopped the leader in the attack round each get one sentence naming the field; valid
 // requests decode to their values; reports round-trip through encode_round_report().
@@ -153,7 +153,7 @@ TEST(RoundReports, ForgedReportsAreErrorsNotExceptions) {
               HasSubstr("is not a JSON object"));
   EXPECT_EQ(error_of(node::decode_round_report("submit", "{}")),
             "\"submit\" is not a round report.");
-  // Issue 13 item 11's report: a port is a number in 1..65535.
+  // The busy store port's report: a port is a number in 1..65535.
   EXPECT_THAT(error_of(node::decode_round_report("store_port_busy", R"({"job":"j","round":1})")),
               HasSubstr("needs \"port\""));
   EXPECT_THAT(error_of(node::decode_round_report("store_port_busy",

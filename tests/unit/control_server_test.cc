@@ -1,4 +1,4 @@
-// Unit tier, security (issue 13 items 2, 6 and 7): control::Server on a real unix socket in a
+// Unit tier, security: control::Server on a real unix socket in a
 // TempDir, driven with injected time.
 //  - A request dribbled byte by byte is cut off kRequestTimeout after the accept: the bytes do
 //    not move the deadline (slowloris); a whole request restarts it.

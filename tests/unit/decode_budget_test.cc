@@ -1,10 +1,10 @@
-// Hostile MessagePack against every decoder that reads daemon-to-daemon bytes (issue 13 item 5):
+// Hostile MessagePack against every decoder that reads daemon-to-daemon bytes:
 // a 60 MB bomb of nested 100,000-element arrays once took a daemon from 16 MB to 1.44 GB and
 // stalled its loop 1.3 s per message. Each bomb here must be refused quickly, with the peak
 // resident memory of the process (the kernel's high-water mark, reset before each decode)
 // growing by far less than the bomb's size; declared lengths the bytes cannot hold are refused
 // before anything is allocated. The largest legitimate messages must still decode.
-// Also the per-address accounting of inbound transport connections (item 6), which is pure.
+// Also the per-address accounting of inbound transport connections, which is pure.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -32,7 +32,7 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 using wire::DecodeError;
 using wire::MsgType;
 
-// One element of the issue's bomb: an array of 100,000 one-byte integers (100 KB on the wire,
+// One element of that bomb: an array of 100,000 one-byte integers (100 KB on the wire,
 // 2.4 MB as msgpack-c objects).
 constexpr std::size_t kBombArray = 100'000;
 // 240 of them: 24 MB on the wire (about 580 MB of objects for a decoder without a budget).
@@ -333,7 +333,7 @@ TEST(DecodeBudget, LargestLegitimateMessagesStillDecode) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Item 6: inbound connections per address.
+// Inbound connections per address.
 
 // The accounting key of the address `text` (IPv4 or IPv6).
 std::string key_of(const char* text) {

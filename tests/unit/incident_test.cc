@@ -194,7 +194,7 @@ TEST(IncidentLog, ANewLossInTheNewRoundSupersedesTheRecovery) {
   expect_near(log.incidents()[1].stopped_s, 0.5);
 }
 
-// Issue 16 item 6: a host lost, the recovery round acknowledged at +2 s, the host back and a
+// A host lost, the recovery round acknowledged at +2 s, the host back and a
 // grow round at +50 s: the rendezvous stays the recovery round's; the grow is its own incident.
 TEST(IncidentLog, AGrowAfterTheRecoveryRoundStoodIsNotPartOfTheRecovery) {
   IncidentLog log;
@@ -224,7 +224,7 @@ TEST(IncidentLog, AGrowAfterTheRecoveryRoundStoodIsNotPartOfTheRecovery) {
   expect_near(log.incidents().back().rendezvous_s, 3);
 }
 
-// Issue 16 item 6: whether the job ever reported progress, so a timeline without a first step
+// Whether the job ever reported progress, so a timeline without a first step
 // can say why.
 TEST(IncidentLog, IncidentsSayWhetherTheJobReportsProgress) {
   IncidentLog log;

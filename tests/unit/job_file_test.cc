@@ -228,7 +228,7 @@ TEST(JobFile, RuleViolationsAreBlamedOnTheirSource) {
             "--restart-backoff: " + parse_duration("soon").error().message);
 }
 
-// Issue 16: hang_timeout in a job file and as --hang-timeout (which wins); off by default; a
+// hang_timeout in a job file and as --hang-timeout (which wins); off by default; a
 // value under 5s, a number or a bad duration is one error naming where it came from.
 TEST(JobFile, HangTimeoutFromTheFileOrTheFlag) {
   const std::string base = "name = \"a\"\ncommand = [\"x\"]\n";
@@ -257,7 +257,7 @@ TEST(JobFile, HangTimeoutFromTheFileOrTheFlag) {
             "job.toml:3: hang_timeout: " + parse_duration("2d").error().message);
 }
 
-// Issue 13 item 16: a file breaking seven rules used to report one per run. Every rule the
+// A file breaking seven rules used to report one per run. Every rule the
 // merged spec breaks is reported at once, each blamed on its key's line, in field order.
 TEST(JobFile, EveryRuleViolationIsReportedAtOnce) {
   const std::string text = R"(name = "my job"
@@ -436,7 +436,7 @@ TEST(JobFile, ShippedExamplesParseAndValidate) {
   ASSERT_TRUE(gpt.ok());
   EXPECT_EQ(gpt->spec.workers_per_node, 0U);
   EXPECT_EQ(gpt->spec.env.at("NCCL_NVLS_ENABLE"), "0");
-  // Issue 16: a plain PyTorch script's job, with hang detection.
+  // A plain PyTorch script's job, with hang detection.
   auto ddp = read_job_file(std::string(ELASTIC_SOURCE_DIR) + "/examples/ddp_script.toml");
   ASSERT_TRUE(ddp.ok()) << ddp.error().message;
   auto ddp_spec = build_job_spec(&*ddp, {}, kAlice);
@@ -482,7 +482,7 @@ TEST(JobFile, HostileBytesNeverThrow) {
   }
 }
 
-// ---- issue 16: the submitter's environment and PATH --------------------------------------
+// ---- the submitter's environment and PATH ----------------------------------------------
 
 // alice submitting from a shell with a venv, PYTHONPATH and NCCL settings, inside a Slurm
 // allocation, over ssh, with a bash function exported.

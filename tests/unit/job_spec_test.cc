@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "user: 'a:b' is not a valid user name"}),
     [](const auto& param_info) { return std::string(param_info.param.label); });
 
-// Issue 13 item 16: every broken rule at once, one line each in field order (one per run made
+// Every broken rule at once, one line each in field order (one per run made
 // a user resubmit seven times), each naming its field.
 TEST(JobSpecTest, ValidateReportsEveryProblemAtOnce) {
   JobSpec spec = good_spec();
@@ -238,7 +238,7 @@ TEST(JobSpecTest, JsonRoundTrip) {
   EXPECT_EQ(*back2, no_last_call);
 }
 
-// Issue 16: hang_timeout is off (0) by default and when absent from either encoding (entries
+// hang_timeout is off (0) by default and when absent from either encoding (entries
 // written before it existed); 5s is the shortest, and it round-trips.
 TEST(JobSpecTest, HangTimeoutIsOptionalAndRoundTrips) {
   EXPECT_EQ(JobSpec{}.hang_timeout, Duration::zero());
@@ -336,7 +336,7 @@ TEST(JobSpecTest, MsgpackRoundTrip) {
   }
 }
 
-// Issue 16: the exported environment round-trips in both encodings; an entry written before
+// The exported environment round-trips in both encodings; an entry written before
 // it existed (no "xe" key) reads back as none.
 TEST(JobSpecTest, ExportedEnvRoundTripsAndIsOptionalOnTheWire) {
   JobSpec spec = good_spec();

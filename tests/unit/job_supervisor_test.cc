@@ -151,16 +151,9 @@ class JobSupervisorTest : public ::testing::Test {
     sc.state_dir = config_.node.state_dir;
     auto spawner = spawner::Spawner::open(sc);
     ASSERT_OK(spawner);
-    JobSupervisor::Hooks hooks;
-    hooks.report = [this](const std::string& job, const std::string& verb,
-                          const std::string& args) {
-      json parsed = json::parse(args, nullptr, false);
-      EXPECT_FALSE(parsed.is_discarded()) << verb << " args are not JSON: " << args;
-      reports_.push_back(Report{job, verb, parsed});
-    };
-    hooks.port_in_use = port_in_use_;
-    supervisor_ = std::make_unique<JobSupervisor>(kSelf, config_, std::move(spawner).value(),
-                                                  std::move(plan), std::move(hooks), wall_clock_);
+    supervisor_ = std::make_unique<JobSupervisor>(
+        kSelf, config_, std::move(spawner).value(), std::move(plan),
+        [this](std::uint16_t port) { return port_in_use_ && port_in_use_(port); }, wall_clock_);
   }
 
   // Round `round` of `job` with this node alone holding `slots` ranks from 0.
@@ -201,14 +194,22 @@ class JobSupervisorTest : public ::testing::Test {
     }
   }
 
-  std::vector<Report> reports(const std::string& verb, const std::string& job = "") const {
+  // Every report the supervisor made so far (taken from it on each call).
+  std::vector<Report> reports(const std::string& verb, const std::string& job = "") {
+    if (supervisor_) {
+      for (JobSupervisor::Report& r : supervisor_->take_reports()) {
+        json parsed = json::parse(r.args, nullptr, false);
+        EXPECT_FALSE(parsed.is_discarded()) << r.verb << " args are not JSON: " << r.args;
+        reports_.push_back(Report{r.job, r.verb, parsed});
+      }
+    }
     std::vector<Report> out;
     for (const Report& r : reports_) {
       if (r.verb == verb && (job.empty() || r.job == job)) out.push_back(r);
     }
     return out;
   }
-  bool acked(const std::string& job, std::uint64_t round) const {
+  bool acked(const std::string& job, std::uint64_t round) {
     for (const Report& r : reports("round_ack", job)) {
       if (r.args.value("round", std::uint64_t{0}) == round) return true;
     }
@@ -337,7 +338,7 @@ TEST_F(JobSupervisorTest, PythonWorkersAreUnbufferedUnlessTheJobSaysOtherwise) {
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "");
 }
 
-// Issue 16: the submitter's exported environment beats the daemon's defaults (PATH, LANG,
+// The submitter's exported environment beats the daemon's defaults (PATH, LANG,
 // OMP_NUM_THREADS) and the job's env beats it; placeholders in env values and arguments are
 // expanded per round; exported values are passed verbatim.
 TEST_F(JobSupervisorTest, ExportedEnvironmentAndPlaceholdersReachTheWorker) {
@@ -923,7 +924,7 @@ TEST_F(JobSupervisorTest, AnAbsoluteCommandThatDoesNotExistIsAWorkerFailure) {
   EXPECT_EQ(running("nx-2"), 0u);
 }
 
-// Issue 13 item 11: rank 0's node finds the round's store port held by another process: it
+// Rank 0's node finds the round's store port held by another process: it
 // starts no worker and tells the leader (re-sent while the round stands), which moves the
 // round to another port; it is no worker failure and no ack.
 TEST_F(JobSupervisorTest, RankZeroWhoseStorePortIsTakenStartsNothingAndReportsIt) {
@@ -1090,7 +1091,7 @@ TEST_F(JobSupervisorTest, TheOwnerOfALogOutlivesTheDaemon) {
 }  // namespace
 }  // namespace elastic::node
 
-// --- Incidents and progress (issue 6) -------------------------------------------------------
+// --- Incidents and progress ---------------------------------------------------------------
 
 namespace elastic::node {
 namespace {
@@ -1269,7 +1270,7 @@ TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
 }  // namespace
 }  // namespace elastic::node
 
-// --- Hang detection and the Python module's directory (issue 16) ----------------------------
+// --- Hang detection and the Python module's directory -------------------------------------
 
 namespace elastic::node {
 namespace {
@@ -1359,7 +1360,8 @@ TEST_F(JobSupervisorTest, AHungWorkerIgnoringAbortIsKilledAfterTheGrace) {
   supervisor_->process(t0 + 5s + JobSupervisor::kHangAbortGrace);
   ASSERT_TRUE(pump_until([&] { return exists("pid-2"); }));
   EXPECT_FALSE(alive(pid));
-  EXPECT_TRUE(contains(read_file(supervisor_->logs().rank_path("deaf-1", 1, 0)), "killed by signal 9"));
+  EXPECT_TRUE(
+      contains(read_file(supervisor_->logs().rank_path("deaf-1", 1, 0)), "killed by signal 9"));
   EXPECT_TRUE(acked("deaf-1", 2));
 }
 

@@ -1,7 +1,7 @@
 // The leader's slot and store-port accounting (rendezvous/node_ledger.h), table-driven: each
 // row is a planning pass (capacities, what holds the node, then jobs asking in order and
-// claiming what they get) and what every job must see. Issue 13 item 3's pass is a row: three
-// one-slot jobs asking in one pass for the one slot a running job leaves free.
+// claiming what they get) and what every job must see. One row is a pass that once gave a slot
+// three times: three one-slot jobs asking in one pass for the one slot a running job leaves free.
 #include "daemon/rendezvous/node_ledger.h"
 
 #include <gtest/gtest.h>
@@ -76,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
                 {{"run", on("a", 1)}},
                 {{"run", "a", 1, 2}, {"new", "a", 1, 1}},
                 {{"a", 2}}},
-        // Issue 13 item 3: the slots used were computed once per pass, so all three opened a
+        // The slots in use used to be computed only once per pass, so all three opened a
         // round on the one free slot (and the running job then looked lost).
         SlotRow{"three jobs in one pass share one free slot: only the first gets it",
                 {{"a", 2}},
@@ -189,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         PortRow{"nothing held: the round picks the start", {}, "a", 2, {29500, 29599}, {}, 29502},
         PortRow{"the range wraps", {}, "a", 101, {29500, 29599}, {}, 29501},
-        // Issue 13 item 11: two jobs with rank 0 on one node both got 29501.
+        // Two jobs with rank 0 on one node once both got 29501.
         PortRow{"another job's store on the node is skipped",
                 {{"x", on("a", 1), 29501}},
                 "a",

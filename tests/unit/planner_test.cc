@@ -416,7 +416,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {},
                  100000,
                  Kind::kFail},
-        // Issue 13 item 12: a job recovering from a failure it can never get past (its
+        // A job recovering from a failure it can never get past (its
         // worker cannot start) fails with that failure, not with a bare count.
         PlanCase{"RecoveringWithRestartsExhaustedFailsWithTheFailure",
                  [] {
@@ -612,7 +612,7 @@ TEST(PlannerTest, RecoverDecisionBecomesSetJobState) {
   EXPECT_EQ(c.reason, d.detail);
 }
 
-// TORCHELASTIC_RESTART_COUNT per node, torchrun's way (issue 16 item 8): a worker crash counts
+// TORCHELASTIC_RESTART_COUNT per node, torchrun's way: a worker crash counts
 // on the crashed worker's node only, a lost member on every survivor, a grow or a port move on
 // nobody; a new node or a restarted daemon starts at 0.
 PlannerInput input(const JobRecord& job, std::vector<Candidate> candidates,

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <msgpack.hpp>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -30,11 +31,12 @@ bool same(const VoteReply& a, const VoteReply& b) {
 bool same(const AppendEntries& a, const AppendEntries& b) {
   return a.term == b.term && a.prev_log_index == b.prev_log_index &&
          a.prev_log_term == b.prev_log_term && a.entries == b.entries &&
-         a.leader_commit == b.leader_commit;
+         a.leader_commit == b.leader_commit && a.read_round == b.read_round;
 }
 bool same(const AppendReply& a, const AppendReply& b) {
   return a.term == b.term && a.success == b.success && a.match_index == b.match_index &&
-         a.conflict_index == b.conflict_index && a.conflict_term == b.conflict_term;
+         a.conflict_index == b.conflict_index && a.conflict_term == b.conflict_term &&
+         a.read_round == b.read_round;
 }
 bool same(const InstallSnapshot& a, const InstallSnapshot& b) {
   return a.term == b.term && a.snapshot == b.snapshot;
@@ -77,6 +79,8 @@ std::vector<Message> every_message() {
       message(AppendEntries{7, 99, 6, entries(5, 33), 98}),
       message(AppendReply{7, true, 104, 0, 0}),
       message(AppendReply{7, false, 0, 50, 4}),
+      message(AppendEntries{7, 99, 6, {}, 98, 0xffff'ffff'ffff'fff1ULL}),
+      message(AppendReply{7, true, 104, 0, 0, 12}),
       message(AppendEntries{
           7, 99, 6, {Entry{7, 100, EntryType::kConfig, encode_voters({5, 1, 9})}}, 98}),
       message(InstallSnapshot{9, Snapshot{120, 8, {1, 2, 3}, binary(1000, 5)}}),
@@ -301,6 +305,50 @@ TEST(RaftCodec, MissingKeysAndWrongTypesAreMalformed) {
   EXPECT_FALSE(decode_raft(MsgType::kRaftVoteReply, std::string("\x93\x01\x02\x03", 4)).ok());
   EXPECT_FALSE(decode_raft(MsgType::kRaftVoteReply, pack_map(reply) + "x").ok());
   EXPECT_FALSE(decode_raft(MsgType::kRaftVoteReply, "").ok());
+}
+
+TEST(RaftCodec, ReadRoundIsOptionalSoOlderPeersStillDecode) {
+  // A peer of a version before read rounds sends no "rs": it decodes as round 0, which confirms
+  // no read. Present, it must still be an unsigned integer.
+  const std::vector<Field> append = append_fields({entry_fields()});
+  const std::vector<Field> reply = {{"fr", u(1)}, {"to", u(2)}, {"t", u(4)}, {"ok", b(true)},
+                                    {"m", u(5)},  {"ci", u(0)}, {"ct", u(0)}};
+  struct Case {
+    const char* name;
+    MsgType type;
+    std::vector<Field> fields;
+    std::optional<std::uint64_t> round;  // nullopt: malformed
+  };
+  auto with = [](std::vector<Field> fields, std::function<void(Packer&)> value) {
+    fields.push_back({"rs", std::move(value)});
+    return fields;
+  };
+  const std::vector<Case> cases = {
+      {"AppendEntries without rs", MsgType::kRaftAppendEntries, append, 0},
+      {"AppendEntries with rs", MsgType::kRaftAppendEntries, with(append, u(9)), 9},
+      {"AppendEntries with a string rs", MsgType::kRaftAppendEntries, with(append, str("9")),
+       std::nullopt},
+      {"AppendReply without rs", MsgType::kRaftAppendReply, reply, 0},
+      {"AppendReply with rs", MsgType::kRaftAppendReply, with(reply, u(7)), 7},
+      {"AppendReply with a negative rs", MsgType::kRaftAppendReply,
+       with(reply, [](Packer& p) { p.pack_int64(-1); }), std::nullopt},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    DecodeError reason = DecodeError::kOversized;
+    Result<Message> m = decode_raft(k.type, pack_map(k.fields), &reason);
+    if (!k.round) {
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(reason, DecodeError::kMalformed);
+      continue;
+    }
+    ASSERT_OK(m);
+    if (const auto* ae = std::get_if<AppendEntries>(&m->body)) {
+      EXPECT_EQ(ae->read_round, *k.round);
+    } else {
+      EXPECT_EQ(std::get<AppendReply>(m->body).read_round, *k.round);
+    }
+  }
 }
 
 TEST(RaftCodec, LimitsAreOversized) {

@@ -98,6 +98,12 @@ class Cluster {
       n.applied.clear();
     }
     for (auto& entry : e.apply) n.applied.push_back(entry);
+    for (const ReadState& read : e.reads_ready) {
+      // Step 6 of the contract: a released read's index is applied by now (on the leader).
+      EXPECT_GE(n.raft->last_applied(), read.index) << "read " << read.id << " of node " << id;
+      n.reads_ready.push_back(read);
+    }
+    for (ReadId read : e.reads_failed) n.reads_failed.push_back(read);
   }
   // Compacts `id`'s log up to what it applied, with a state machine blob naming the index.
   void compact(NodeId id) {
@@ -119,6 +125,17 @@ class Cluster {
     raft(id).tick(now_, e);
     carry_out(id, e);
   }
+  ReadOutcome read(NodeId id) {
+    Effects e;
+    const TimePoint before = raft(id).next_deadline();
+    auto outcome = raft(id).read_index(now_, e);
+    EXPECT_EQ(raft(id).next_deadline(), before) << "read_index moved the timer";
+    carry_out(id, e);
+    return outcome;
+  }
+  // Reads `id` released (reads_ready) or failed since it started.
+  const std::vector<ReadState>& reads_ready(NodeId id) { return nodes_.at(id).reads_ready; }
+  const std::vector<ReadId>& reads_failed(NodeId id) { return nodes_.at(id).reads_failed; }
   ProposeOutcome propose(NodeId id, std::string data) {
     Effects e;
     auto outcome = raft(id).propose(now_, std::move(data), e);
@@ -149,6 +166,7 @@ class Cluster {
   }
   void drop(const std::function<bool(const Message&)>& pred) { std::erase_if(queue_, pred); }
   void drop_all() { queue_.clear(); }
+  const std::deque<Message>& queued() const { return queue_; }
   // Advances time in small steps, firing due timers and delivering every message within
   // `group` (the others are dropped: a partition).
   void run(Duration d, std::vector<NodeId> group) {
@@ -188,6 +206,8 @@ class Cluster {
     std::optional<Snapshot> snapshot;
     std::optional<Snapshot> restored;
     std::vector<Entry> applied;  // since the last restart or restore
+    std::vector<ReadState> reads_ready;
+    std::vector<ReadId> reads_failed;
     bool up = false;
   };
   RaftConfig config_;
@@ -608,6 +628,238 @@ TEST(RaftCheckQuorum, LeaderWithAMajorityStays) {
   c.run(5s, side);
   EXPECT_EQ(c.raft(*leader).role(), Role::kLeader);
   EXPECT_EQ(c.raft(*leader).term(), term);
+}
+
+// --- read index -----------------------------------------------------------------------------
+
+// The read round an AppendEntries carries or an AppendReply echoes; nullopt for other messages.
+std::optional<std::uint64_t> read_round(const Message& m) {
+  if (const auto* ae = std::get_if<AppendEntries>(&m.body)) return ae->read_round;
+  if (const auto* reply = std::get_if<AppendReply>(&m.body)) return reply->read_round;
+  return std::nullopt;
+}
+
+// The highest read round among queued AppendEntries (0 if none).
+std::uint64_t latest_round(const Cluster& c) {
+  std::uint64_t round = 0;
+  for (const Message& m : c.queued()) {
+    if (std::holds_alternative<AppendEntries>(m.body)) round = std::max(round, *read_round(m));
+  }
+  return round;
+}
+
+// A cluster of `n` voters with a settled leader that committed one command; nothing queued.
+NodeId settle(Cluster& c) {
+  c.run(2s);
+  const auto leader = c.leader();
+  EXPECT_TRUE(leader.has_value());
+  if (!leader) return kNoNode;
+  EXPECT_TRUE(c.propose(*leader, "w").accepted);
+  c.run(200ms);
+  c.drop_all();
+  return *leader;
+}
+
+TEST(RaftRead, ConfirmedByAMajorityOfVotersTable) {
+  struct Case {
+    const char* name;
+    std::size_t voters;
+    std::size_t answering;  // followers that exchange messages with the leader after the read
+    bool released;
+  };
+  const std::vector<Case> cases = {
+      {"3 voters, both followers answer", 3, 2, true},
+      {"3 voters, one follower answers (a majority with the leader)", 3, 1, true},
+      {"3 voters, none answers", 3, 0, false},
+      {"5 voters, one follower answers", 5, 1, false},
+      {"5 voters, two followers answer", 5, 2, true},
+      {"5 voters, all answer", 5, 4, true},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    Cluster c(k.voters, RaftConfig{});
+    const NodeId leader = settle(c);
+    ASSERT_NE(leader, kNoNode);
+    const Index commit = c.raft(leader).commit_index();
+    ASSERT_GE(commit, 2u);  // the no-op and "w"
+    const ReadOutcome read = c.read(leader);
+    ASSERT_TRUE(read.accepted) << read.refusal;
+    EXPECT_TRUE(c.reads_ready(leader).empty()) << "released before any follower answered";
+    std::vector<NodeId> side = {leader};
+    for (NodeId id : c.ids()) {
+      if (id != leader && side.size() < k.answering + 1) side.push_back(id);
+    }
+    c.deliver_between(side);  // no time passes: only the read's own round can confirm it
+    if (k.released) {
+      EXPECT_EQ(c.reads_ready(leader), (std::vector<ReadState>{{read.id, commit}}));
+    } else {
+      EXPECT_TRUE(c.reads_ready(leader).empty());
+      // It waits, not fails: the rest of the voters answering releases it.
+      c.deliver_between(c.ids());
+      EXPECT_EQ(c.reads_ready(leader), (std::vector<ReadState>{{read.id, commit}}));
+    }
+    EXPECT_TRUE(c.reads_failed(leader).empty());
+  }
+}
+
+TEST(RaftRead, RepliesToAppendEntriesSentBeforeTheReadDoNotConfirmIt) {
+  Cluster c(3, RaftConfig{});
+  const NodeId leader = settle(c);
+  ASSERT_NE(leader, kNoNode);
+  // Entries sent (and acknowledged) before the read was asked for prove nothing about the time
+  // after it: a new leader may have been elected in between.
+  ASSERT_TRUE(c.propose(leader, "before").accepted);
+  const std::uint64_t before = latest_round(c);
+  const Index commit = c.raft(leader).commit_index();
+  const ReadOutcome read = c.read(leader);
+  ASSERT_TRUE(read.accepted);
+  ASSERT_GT(latest_round(c), before);
+  c.deliver([&](const Message& m) { return read_round(m) == before; });
+  EXPECT_GT(c.raft(leader).commit_index(), commit) << "the earlier round committed \"before\"";
+  EXPECT_TRUE(c.reads_ready(leader).empty());
+  c.deliver_between(c.ids());
+  // The read index is the commit index when the read was asked for.
+  EXPECT_EQ(c.reads_ready(leader), (std::vector<ReadState>{{read.id, commit}}));
+}
+
+TEST(RaftRead, PartitionedLeaderThatDoesNotKnowItIsDeposedNeverReleases) {
+  Cluster c(3, RaftConfig{});
+  const NodeId old_leader = settle(c);
+  ASSERT_NE(old_leader, kNoNode);
+  const Term old_term = c.raft(old_leader).term();
+  const std::vector<NodeId> majority = all_but(old_leader, 3);
+  // The majority elects a new leader and commits a write; the old leader hears nothing of it
+  // (it is not even ticked, so CheckQuorum cannot tell it either).
+  std::optional<NodeId> new_leader;
+  for (int round = 0; round < 20 && !new_leader; ++round) {
+    c.fire(majority[round % 2]);
+    c.deliver_between(majority);
+    c.drop_all();
+    for (NodeId id : majority) {
+      if (c.raft(id).role() == Role::kLeader) new_leader = id;
+    }
+  }
+  ASSERT_TRUE(new_leader.has_value());
+  ASSERT_TRUE(c.propose(*new_leader, "newer").accepted);
+  c.deliver_between(majority);
+  const Index newer = c.raft(*new_leader).commit_index();
+  ASSERT_EQ(c.raft(old_leader).role(), Role::kLeader);
+  ASSERT_EQ(c.raft(old_leader).term(), old_term);
+  ASSERT_LT(c.raft(old_leader).commit_index(), newer) << "the old leader's table is stale";
+
+  const ReadOutcome read = c.read(old_leader);
+  ASSERT_TRUE(read.accepted) << "it still believes it leads";
+  EXPECT_TRUE(c.reads_ready(old_leader).empty());
+  // Healed: its heartbeat round reaches the majority, whose replies carry the newer term.
+  c.deliver_between(c.ids());
+  EXPECT_TRUE(c.reads_ready(old_leader).empty()) << "a stale read was released";
+  EXPECT_EQ(c.reads_failed(old_leader), (std::vector<ReadId>{read.id}));
+  EXPECT_NE(c.raft(old_leader).role(), Role::kLeader);
+  // The new leader answers the same read with the newer write in it.
+  const ReadOutcome again = c.read(*new_leader);
+  ASSERT_TRUE(again.accepted);
+  c.deliver_between(c.ids());
+  EXPECT_EQ(c.reads_ready(*new_leader), (std::vector<ReadState>{{again.id, newer}}));
+}
+
+TEST(RaftRead, ReadBeforeTheLeadersNoOpCommitsWaitsForIt) {
+  Cluster c(3, RaftConfig{});
+  // Elect node 1 but hold back its AppendEntries: its no-op is not committed yet.
+  c.fire(1);
+  c.deliver([](const Message& m) {
+    return std::holds_alternative<VoteRequest>(m.body) || std::holds_alternative<VoteReply>(m.body);
+  });
+  ASSERT_EQ(c.raft(1).role(), Role::kLeader);
+  ASSERT_EQ(c.raft(1).commit_index(), 0u);
+  const Index noop = c.raft(1).last_index();
+  const ReadOutcome read = c.read(1);
+  ASSERT_TRUE(read.accepted) << read.refusal;
+  EXPECT_EQ(latest_round(c), 0u) << "no round starts before the commit index is known";
+  // The no-op's round-0 AppendEntries commit it; only then does the read's round start.
+  c.deliver([](const Message& m) { return read_round(m) == 0u; });
+  EXPECT_EQ(c.raft(1).commit_index(), noop);
+  EXPECT_TRUE(c.reads_ready(1).empty());
+  EXPECT_GT(latest_round(c), 0u);
+  c.deliver_between(c.ids());
+  EXPECT_EQ(c.reads_ready(1), (std::vector<ReadState>{{read.id, noop}}));
+}
+
+TEST(RaftRead, SteppingDownFailsEveryPendingReadTable) {
+  struct Case {
+    const char* name;
+    std::function<void(Cluster&, NodeId leader)> depose;
+  };
+  const std::vector<Case> cases = {
+      {"an AppendReply of a higher term",
+       [](Cluster& c, NodeId leader) {
+         const NodeId other = leader == 1 ? 2 : 1;
+         Effects e;
+         c.raft(leader).on_message(
+             c.now(),
+             Message{other, leader, AppendReply{c.raft(leader).term() + 1, false, 0, 0, 0, 0}}, e);
+         c.carry_out(leader, e);
+       }},
+      {"CheckQuorum, cut off from the others",
+       [](Cluster& c, NodeId leader) { c.run(3 * RaftConfig{}.election_timeout, {leader}); }},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    Cluster c(3, RaftConfig{});
+    const NodeId leader = settle(c);
+    ASSERT_NE(leader, kNoNode);
+    const ReadOutcome first = c.read(leader);
+    const ReadOutcome second = c.read(leader);
+    ASSERT_TRUE(first.accepted && second.accepted);
+    EXPECT_NE(first.id, second.id);
+    k.depose(c, leader);
+    ASSERT_NE(c.raft(leader).role(), Role::kLeader);
+    EXPECT_TRUE(c.reads_ready(leader).empty());
+    EXPECT_EQ(c.reads_failed(leader), (std::vector<ReadId>{first.id, second.id}));
+    // The replies to its last round, arriving late, release nothing.
+    c.deliver_between(c.ids());
+    EXPECT_TRUE(c.reads_ready(leader).empty());
+  }
+}
+
+TEST(RaftRead, SingleVoterReleasesAtOnce) {
+  Cluster c(1, RaftConfig{});
+  c.run(1s);
+  ASSERT_EQ(c.leader(), NodeId{1});
+  ASSERT_TRUE(c.propose(1, "solo").accepted);
+  const ReadOutcome read = c.read(1);
+  ASSERT_TRUE(read.accepted);
+  EXPECT_EQ(c.reads_ready(1), (std::vector<ReadState>{{read.id, c.raft(1).commit_index()}}));
+  EXPECT_TRUE(c.queued().empty());
+}
+
+TEST(RaftRead, FollowerRefusesAndNamesTheLeader) {
+  Cluster c(3, RaftConfig{});
+  const NodeId leader = settle(c);
+  ASSERT_NE(leader, kNoNode);
+  const NodeId follower = leader == 1 ? 2 : 1;
+  const ReadOutcome read = c.read(follower);
+  EXPECT_FALSE(read.accepted);
+  EXPECT_EQ(read.leader_hint, leader);
+  EXPECT_EQ(read.refusal, "This node is not the Raft leader.");
+  EXPECT_TRUE(c.queued().empty());
+}
+
+TEST(RaftRead, ALeaderHoldsAtMostkMaxPendingReads) {
+  Cluster c(3, RaftConfig{});
+  const NodeId leader = settle(c);
+  ASSERT_NE(leader, kNoNode);
+  for (std::size_t i = 0; i < kMaxPendingReads; ++i) {
+    c.drop_all();  // nobody answers, but to the last round
+    ASSERT_TRUE(c.read(leader).accepted) << i;
+  }
+  const ReadOutcome refused = c.read(leader);
+  EXPECT_FALSE(refused.accepted);
+  EXPECT_NE(refused.refusal.find("4096 reads waiting"), std::string::npos) << refused.refusal;
+  EXPECT_EQ(refused.leader_hint, leader);
+  // The answered last round confirms every earlier read too.
+  c.deliver_between(c.ids());
+  EXPECT_EQ(c.reads_ready(leader).size(), kMaxPendingReads);
+  EXPECT_TRUE(c.read(leader).accepted);
 }
 
 // --- snapshots ------------------------------------------------------------------------------
@@ -1219,7 +1471,7 @@ TEST(RaftLog, BadCrcOnTheLastRecordIsATornWrite) {
   EXPECT_GT((*log)->repaired_bytes(), 100000u);
 }
 
-// --- damage that is not a torn write (issue 13, item 9) ---------------------------------------
+// --- damage that is not a torn write ----------------------------------------------------------
 
 // Entries 1..n of term 1 (small, of varied lengths), one persist each as a voter writes them.
 // Returns the byte offset at which each record starts: offsets[k - 1] for record k.

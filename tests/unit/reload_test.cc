@@ -38,7 +38,7 @@ TEST(Reload, LiveKeysAreAppliedAndDescribed) {
   EXPECT_EQ(plan.apply, loaded);
 }
 
-// The per-user submit limits are reloadable (issue 13 item 8): an operator under a submit flood
+// The per-user submit limits are reloadable: an operator under a submit flood
 // lowers them with a SIGHUP, no restart.
 TEST(Reload, SubmitLimitsApplyLive) {
   const config::DaemonConfig running;

@@ -1,7 +1,7 @@
 // TempDir::share_with_others (tests/support/temp_dir.h): tests that let another user reach a
 // socket open their own directory and nothing above it. The old helpers walked up from the
 // socket and chmodded every directory to 0755, /tmp included, which cost /tmp its sticky bit
-// (1777 -> 0755) and broke the non-root demo after `make test` (issue 13).
+// (1777 -> 0755) and broke the non-root demo after `make test`.
 #include "tests/support/temp_dir.h"
 
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-// Deeply nested TOML (issue 13 item 13): toml11 parses nesting by recursion, so 10,000 nested
+// Deeply nested TOML: toml11 parses nesting by recursion, so 10,000 nested
 // arrays crashed elasticd --check-config, elasticctl submit --dry-run and a daemon's SIGHUP
 // reload with SIGSEGV. Both TOML readers now scan the text first (config/toml_text.h:
 // find_deep_nesting) and refuse it with one line naming the file, the line and the limit:

@@ -901,7 +901,7 @@ TEST(Generation, AnUncreatableDirectoryIsAnErrorNamingIt) {
   EXPECT_NE(g.error().message.find(dir / "file"), std::string::npos) << g.error().message;
 }
 
-// A start that fails before it commits (issue 13, item 10: a port in use) leaves the generation
+// A start that fails before it commits (a port in use) leaves the generation
 // as it was, so its retry is still the node's first start.
 TEST(Generation, AReservationCountsOnlyOnceCommitted) {
   TempDir dir;
