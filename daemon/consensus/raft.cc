@@ -617,6 +617,12 @@ void Raft::handle_append_reply(TimePoint now, NodeId from, const AppendReply& m,
     if (role_ == Role::kLeader && p.next <= last_index()) send_append(now, from, out);
     return;
   }
+  if (m.conflict_index == 0) {
+    // No conflict named: the answer to an AppendEntries of an older term (a late copy this node
+    // sent when it led before), which the follower refuses with its current term -- ours. A real
+    // refusal always names an index >= 1; this one says nothing about the follower's log.
+    return;
+  }
   if (m.conflict_term == 0 && m.conflict_index <= p.match) {
     // The follower's log ends below what it had matched: it lost its log (a voter rebuilt from
     // its peers). Lowering match only makes commits wait; a stale refusal costs one resend.

@@ -100,8 +100,7 @@ bool member_slots_unknown(
 bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
-                           const config::Current& config, std::uint64_t seed,
-                           const Clock& clock)
+                           const config::Current& config, std::uint64_t seed, const Clock& clock)
     : clock_(&clock),
       self_(std::move(self)),
       generation_(generation),
@@ -178,10 +177,22 @@ void RoundService::lead(TimePoint now, bool leading, const rendezvous::JobTable&
   for (const auto& [name, known] : node_slots_) ledger.set_capacity(name, known.second);
   ledger.hold_table(table);
   for (const auto& [id, proposal] : proposed_) ledger.hold(id, proposal.first, proposal.second);
+  // Lease eligibility: members of active rounds, except where this leader's job tier declared
+  // the member lost. Such a member is often alive (cut off from its peers, not from the leader,
+  // or the leader itself): renewing its lease would keep may_replace() false and the job could
+  // never re-place its work. Unrenewed, it fences itself within a lease, and the job moves on.
   in_rounds_.clear();
   for (const auto& [id, job] : table.jobs()) {
     if (!is_active_round_state(job.state)) continue;
-    for (const auto& r : job.ranks) in_rounds_.insert(r.node);
+    const auto state = leader_jobs_.find(id);
+    for (const auto& r : job.ranks) {
+      bool lost = false;
+      if (state != leader_jobs_.end()) {
+        const auto mark = state->second.lost.find({r.node, r.generation});
+        lost = mark != state->second.lost.end() && now < mark->second;
+      }
+      if (!lost) in_rounds_.insert(r.node);
+    }
   }
   for (auto& [node, ports] : busy_ports_) {
     std::erase_if(ports, [now](const auto& entry) { return now >= entry.second; });
@@ -1065,6 +1076,25 @@ void RoundService::tick(TimePoint now) {
                 lost, heard == watched.heard.end() ? 0 : wall_ms_at(*clock_, now, heard->second)));
         next_report_ = now + kReportResend;
       }
+      // A round this daemon fenced itself out of (its lease ran out) has no workers here any
+      // more, and no member may notice: the leader hears it as this node's worker failure, so
+      // it opens a new round (which names this node again when it is usable) instead of keeping
+      // a running job without workers. Repeated while the round stands, like other failures.
+      if (watched.info.fenced) {
+        report(watched, "worker_failed",
+               json{{"job", job},
+                    {"round", watched.info.round},
+                    {"rank", watched.info.first_rank},
+                    {"detail",
+                     "this node's lease from the leader ran out (no renewal for " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            config_.get().rendezvous.lease_duration)
+                                            .count()) +
+                         " ms); its workers were stopped (self-fencing)"},
+                    {"at_ms", clock_->wall_ms()}}
+                   .dump());
+        next_report_ = now + kReportResend;
+      }
     }
   }
   rendezvous::LeaseHolderEffects effects;
@@ -1112,6 +1142,7 @@ void RoundService::carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects
                                     .graceful = false,
                                     .why = "the leader's lease ran out",
                                     .final = false});
+      next_report_ = std::min(next_report_, now);  // the next tick tells the leader (see tick)
     }
   }
 }

@@ -73,6 +73,9 @@ NodeCoreClusterOptions default_cluster_options() {
   c.consensus.snapshot_every_entries = 25;
   c.rendezvous.lease_duration = 1s;
   c.rendezvous.last_call = 300ms;
+  // A job that waits for nodes never fails here: under the heaviest chaos a quarantined node
+  // (back-off up to 10 min) can keep a 5-node cluster full for longer than the default 10 min.
+  c.rendezvous.join_timeout = 1h;
   c.spawner.stop_grace = 1s;
   // No per-user caps: the scenarios' clients are one user submitting in bursts.
   c.control.max_active_jobs_per_user = 0;

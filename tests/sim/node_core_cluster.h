@@ -83,7 +83,7 @@ struct NodeCoreClusterOptions {
   // A stuck round keeps its slots: once the stuck rounds are the only active ones, a job waiting
   // for a round (pending, recovering) that cannot get min_nodes nodes besides their slots passes
   // too.
-  bool tolerate_known_stuck_rounds = true;
+  bool tolerate_known_stuck_rounds = false;
   // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
   // drive_clients() only (large clusters).
   bool lease_check_every_event = true;

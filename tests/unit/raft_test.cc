@@ -1099,6 +1099,40 @@ TEST(RaftReplication, AFollowerThatLostItsLogIsCaughtUpAgain) {
   EXPECT_GE(c.raft(*leader).commit_index(), outcome.index);
 }
 
+// A follower answers an AppendEntries of an older term (a late copy sent while this same node
+// led an earlier term) with its current term and no conflict. The leader of that term must learn
+// nothing from it: it used to read it as "the follower's log ends before index 1", set the
+// follower's match index to 0 - 1 (wrapping around to the largest index) and so count the
+// follower as holding every entry -- a commit without a majority. Found by the node-core
+// simulator (long delays, seed 26 of RandomFaultsWithLongDelays).
+TEST(RaftReplication, AStaleTermRefusalTeachesTheLeaderNothing) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  const auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const NodeId f1 = *leader % 3 + 1;
+  const NodeId f2 = f1 % 3 + 1;
+  c.crash(f1);
+  c.crash(f2);
+  const Index committed = c.raft(*leader).commit_index();
+  const auto outcome = c.propose(*leader, "only on the leader");
+  ASSERT_TRUE(outcome.accepted);
+  Effects e;
+  c.raft(*leader).on_message(
+      c.now(),
+      Message{.from = f1,
+              .to = *leader,
+              .body = AppendReply{c.raft(*leader).term(), false, 0, 0, 0, 0}},
+      e);
+  c.carry_out(*leader, e);
+  EXPECT_EQ(c.raft(*leader).commit_index(), committed);
+  // The follower, back, is caught up by ordinary AppendEntries and then counts again.
+  c.restart(f1);
+  c.run(500ms, all_but(f2, 3));
+  EXPECT_GE(c.raft(*leader).commit_index(), outcome.index);
+  EXPECT_EQ(c.raft(f1).last_index(), c.raft(*leader).last_index());
+}
+
 // --- voter changes --------------------------------------------------------------------------
 
 TEST(RaftVoterChange, RefusalsAndTheOneChangeRule) {
