@@ -30,7 +30,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/result.h"
@@ -309,5 +311,23 @@ std::vector<std::string> all_keys();
 // Names used in TOML for the enums ("info", "json").
 const char* to_string(LogLevel level);
 const char* to_string(LogFormat format);
+
+// The configuration a running daemon uses: one snapshot, replaced whole by a reload (SIGHUP or
+// `elasticctl reload`, node/reload.h), so every part reads the same values and none keeps a copy
+// that could drift. Parts keep a reference to the Current and call get() where they read a
+// value; they never hold on to the DaemonConfig it returns across a call.
+// Thread safety: none; the daemon's loop thread owns it.
+class Current {
+ public:
+  explicit Current(DaemonConfig config)
+      : snapshot_(std::make_shared<const DaemonConfig>(std::move(config))) {}
+  const DaemonConfig& get() const { return *snapshot_; }
+  void replace(DaemonConfig config) {
+    snapshot_ = std::make_shared<const DaemonConfig>(std::move(config));
+  }
+
+ private:
+  std::shared_ptr<const DaemonConfig> snapshot_;
+};
 
 }  // namespace elastic::config

@@ -106,7 +106,7 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 
 }  // namespace
 
-JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& config,
+JobSupervisor::JobSupervisor(std::string self, const config::Current& config,
                              std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
                              PortProbe port_in_use, const Clock& clock)
     : clock_(&clock),
@@ -116,14 +116,14 @@ JobSupervisor::JobSupervisor(std::string self, const config::DaemonConfig& confi
       plan_(std::move(plan)),
       port_in_use_(std::move(port_in_use)),
       // spawner.log_root (shared by every daemon) wins over this daemon's own log_dir.
-      logs_(!config.spawner.log_root.empty() ? config.spawner.log_root
-            : config.spawner.log_dir.empty() ? config.node.state_dir + "/logs"
-                                             : config.spawner.log_dir,
-            config.spawner.log_rounds_kept, self_) {
+      logs_(!config.get().spawner.log_root.empty() ? config.get().spawner.log_root
+            : config.get().spawner.log_dir.empty() ? config.get().node.state_dir + "/logs"
+                                                   : config.get().spawner.log_dir,
+            config.get().spawner.log_rounds_kept, self_) {
   std::error_code error;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  python_dir_ = resolve_python_dir(config_.spawner.python_dir, error ? "" : exe.string());
-  if (config_.spawner.python_dir == "auto" && python_dir_.empty()) {
+  python_dir_ = resolve_python_dir(config_.get().spawner.python_dir, error ? "" : exe.string());
+  if (config_.get().spawner.python_dir == "auto" && python_dir_.empty()) {
     spdlog::debug(
         "spawner.python_dir = \"auto\": no elastic_worker.py installed next to {}; "
         "workers' PYTHONPATH gets nothing added",
@@ -355,14 +355,14 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   w.env["ELASTIC_ROUND"] = std::to_string(start.round.round);
   w.env["ELASTIC_NODE"] = self_;
   w.env["ELASTIC_SLOT"] = std::to_string(slot);
-  w.env["ELASTIC_CONTROL_SOCKET"] = config_.control.socket;
+  w.env["ELASTIC_CONTROL_SOCKET"] = config_.get().control.socket;
   w.env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, plan_slot.omp_threads));
   if (plan_slot.gpu) {
     w.env["CUDA_VISIBLE_DEVICES"] = std::to_string(*plan_slot.gpu);
     w.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   }
   const std::string checkpoint_root =
-      spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
+      spec.checkpoint_root.empty() ? config_.get().checkpoint.root : spec.checkpoint_root;
   // The worker creates the directory itself, as the job's user: a daemon running as root must
   // never create or chown paths under a root the user chose (a planted symlink named after the
   // next job id would hand the user whatever it points at).
@@ -785,7 +785,7 @@ std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {
     if (!newest) {
       const rendezvous::JobSpec& spec = job.current->spec;
       const std::string root =
-          spec.checkpoint_root.empty() ? config_.checkpoint.root : spec.checkpoint_root;
+          spec.checkpoint_root.empty() ? config_.get().checkpoint.root : spec.checkpoint_root;
       if (!root.empty()) newest = read_latest(root + "/" + id, run_as_owner(spec));
     }
     if (!newest) continue;

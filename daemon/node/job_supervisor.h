@@ -149,7 +149,8 @@ class JobSupervisor {
   // empty: never checked). See "store_port_busy" in the header comment.
   using PortProbe = std::function<bool(std::uint16_t port)>;
   // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
-  JobSupervisor(std::string self, const config::DaemonConfig& config,
+  // `config` is read where used (a reload replaces it); it must outlive the supervisor.
+  JobSupervisor(std::string self, const config::Current& config,
                 std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
                 PortProbe port_in_use, const Clock& clock = system_clock());
 
@@ -181,11 +182,10 @@ class JobSupervisor {
   void kill_all(TimePoint now);
   // Worker processes not reaped yet.
   std::size_t running_workers() const { return spawner_->running(); }
-  // A configuration reload of spawner.stop_grace, log_max_bytes and log_keep.
-  void set_spawner_limits(const config::SpawnerConfig& spawner) {
-    config_.spawner.stop_grace = spawner.stop_grace;
-    config_.spawner.log_max_bytes = spawner.log_max_bytes;
-    config_.spawner.log_keep = spawner.log_keep;
+  // A configuration reload changed spawner.stop_grace, log_max_bytes or log_keep: the
+  // launcher takes them from the current config.
+  void reload_spawner_limits() {
+    const config::SpawnerConfig& spawner = config_.get().spawner;
     spawner_->set_limits(spawner.stop_grace, spawner.log_max_bytes, spawner.log_keep);
   }
 
@@ -292,7 +292,7 @@ class JobSupervisor {
   void send_reports(TimePoint now);
 
   std::string self_;
-  config::DaemonConfig config_;
+  const config::Current& config_;
   std::unique_ptr<spawner::Launcher> spawner_;
   topology::Plan plan_;
   PortProbe port_in_use_;

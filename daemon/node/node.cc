@@ -131,7 +131,6 @@ Node::Node(Clock& clock) : clock_(&clock) {}
 std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailure& failure,
                                   Clock& clock) {
   std::unique_ptr<Node> node(new Node(clock));
-  node->config_ = config;
   node->started_ = clock.now();
   // Before ZeroMQ's threads exist: from_environment() unsets NOTIFY_SOCKET (setenv and getenv
   // race with other threads).
@@ -307,7 +306,7 @@ void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t 
   }
   life_.draining = true;
   life_.killed = false;
-  life_.drain_deadline = now + config_.spawner.stop_grace;
+  life_.drain_deadline = now + core_->config().spawner.stop_grace;
   life_.next_announce = now + std::chrono::seconds(1);
   if (const Status sent = life_.notifier.stopping(); !sent.ok()) {
     spdlog::warn("{}", sent.error().message);
@@ -315,7 +314,7 @@ void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t 
   spdlog::info(
       "{} received from pid {}: draining ({}, grace {} ms), then leaving the cluster", signal_name,
       from_pid, plural(core_->supervisor().running_workers(), "worker", "workers"),
-      std::chrono::duration_cast<std::chrono::milliseconds>(config_.spawner.stop_grace).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(core_->config().spawner.stop_grace).count());
   core_->drain(now);
   update_lifecycle(now);
 }
@@ -334,7 +333,7 @@ void Node::reload(TimePoint now) {
   std::optional<ReloadPlan> planned;
   try {
     loaded = life_.reload();
-    if (loaded.ok()) planned = plan_reload(config_, loaded->config);
+    if (loaded.ok()) planned = plan_reload(core_->config(), loaded->config);
   } catch (const std::exception& e) {
     loaded = Error{std::string("internal error while reading the configuration: ") + e.what()};
   } catch (...) {
@@ -356,14 +355,13 @@ void Node::reload(TimePoint now) {
     for (const std::string& key : plan.needs_restart) {
       spdlog::warn("reload: {} changed; takes effect after a restart", key);
     }
-    if (plan.apply.logging != config_.logging) {
+    if (plan.apply.logging != core_->config().logging) {
       // Only the level changes live (reload.h); the sink and format stay as they are.
       if (const Status set = setup_logging(plan.apply.logging); !set.ok()) {
         spdlog::error("reload: {}", set.error().message);
       }
     }
     core_->apply_config(plan.apply);
-    config_ = plan.apply;
     life_.source = loaded->source;
     life_.loaded_at_ms = life_.reload_at_ms;
     life_.reload_ok = true;
@@ -395,7 +393,7 @@ std::string Node::status_line() const {
     if (life_.killed) return "draining: " + plural(running, "worker", "workers") + " killed";
     return "draining: " + plural(running, "worker", "workers") + " stopping (grace " +
            std::to_string(
-               std::chrono::duration_cast<std::chrono::seconds>(config_.spawner.stop_grace)
+               std::chrono::duration_cast<std::chrono::seconds>(core_->config().spawner.stop_grace)
                    .count()) +
            "s)";
   }
@@ -467,7 +465,7 @@ std::string Node::config_json() const {
 }
 
 int Node::run() {
-  for (const std::string& entry : config_.membership.seeds) {
+  for (const std::string& entry : core_->config().membership.seeds) {
     const Seed seed = parse_seed(entry);
     // A seed list shared by every node names this node too; skip it by address or by name.
     if (seed.endpoint == address_ || seed.name == name_) continue;
@@ -522,7 +520,7 @@ int Node::run() {
   }
   // Workers first: none may outlive the daemon, and a graceful stop lets them checkpoint (after
   // a drain there are none left; after a Raft log failure this blocks up to the grace).
-  core_->shutdown(config_.spawner.stop_grace);
+  core_->shutdown(core_->config().spawner.stop_grace);
   leave_gracefully();
   core_->abandon_calls("The daemon is stopping.");
   carry_out(clock_->now(), core_->take_output());
@@ -614,13 +612,13 @@ control::SelfInfo Node::self_info(TimePoint now) const {
   return control::SelfInfo{.name = name_,
                            .generation = generation_,
                            .address = address_,
-                           .cluster_id = config_.node.cluster_id,
+                           .cluster_id = core_->config().node.cluster_id,
                            .uptime_s = to_ms(now - started_) / 1000.0};
 }
 
 bool Node::is_admin(const control::PeerCredentials& peer) const {
   // Root, the caller's primary gid, or the user's groups (getgrouplist): control/credentials.h.
-  return control::is_admin(peer, config_.control.admin_group);
+  return control::is_admin(peer, core_->config().control.admin_group);
 }
 
 // The handler of each verb of control::verbs() that this daemon serves itself; the leader's

@@ -223,7 +223,6 @@ class Node {
 
   Clock* clock_;  // time, wall time and seeds (start())
   Lifecycle life_;
-  config::DaemonConfig config_;
   std::string name_;
   std::uint64_t generation_ = 0;
   std::string address_;

@@ -42,9 +42,9 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
       membership::Self{self_.name, self_.generation, self_.address}, config.membership, seed,
       last_now_);
   jobs_->set_submit_limits(submit_limits(config.control));
-  supervisor_ = std::make_unique<JobSupervisor>(self_.name, config, std::move(parts.launcher),
+  supervisor_ = std::make_unique<JobSupervisor>(self_.name, config_, std::move(parts.launcher),
                                                 std::move(parts.plan), parts.port_in_use, clock);
-  rounds_ = std::make_unique<RoundService>(self_.name, self_.generation, config,
+  rounds_ = std::make_unique<RoundService>(self_.name, self_.generation, config_,
                                            seed ^ 0x9e3779b97f4a7c15ULL, clock);
   rounds_->set_slots(supervisor_->slots());
   jobs_->set_views(membership_.get(), &rounds_->incident_log());
@@ -151,7 +151,7 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
     // reports are taken. Raft could commit a forged job and a round start names a spec to run,
     // as any user; a report only feeds the leader's planning, as membership gossip does, and
     // was taken without CURVE when it rode on a forwarded request too (a bad one is counted).
-    if (!config_.transport.curve && !wire::is_membership_type(envelope.type) &&
+    if (!config_.get().transport.curve && !wire::is_membership_type(envelope.type) &&
         envelope.type != wire::MsgType::kForwardRequest &&
         envelope.type != wire::MsgType::kForwardReply &&
         envelope.type != wire::MsgType::kRoundReport) {
@@ -340,15 +340,14 @@ CoreOutput NodeCore::leave(TimePoint now) {
 void NodeCore::shutdown(Duration grace) { supervisor_->shutdown(grace); }
 
 void NodeCore::apply_config(const config::DaemonConfig& config) {
-  if (config.spawner.stop_grace != config_.spawner.stop_grace ||
-      config.spawner.log_max_bytes != config_.spawner.log_max_bytes ||
-      config.spawner.log_keep != config_.spawner.log_keep) {
-    supervisor_->set_spawner_limits(config.spawner);
-  }
-  if (submit_limits(config.control) != submit_limits(config_.control)) {
-    jobs_->set_submit_limits(submit_limits(config.control));
-  }
-  config_ = config;
+  const config::DaemonConfig& running = config_.get();
+  const bool spawner_limits = config.spawner.stop_grace != running.spawner.stop_grace ||
+                              config.spawner.log_max_bytes != running.spawner.log_max_bytes ||
+                              config.spawner.log_keep != running.spawner.log_keep;
+  const bool submit = submit_limits(config.control) != submit_limits(running.control);
+  config_.replace(config);  // every part reads the new snapshot from here on
+  if (spawner_limits) supervisor_->reload_spawner_limits();
+  if (submit) jobs_->set_submit_limits(submit_limits(config.control));
 }
 
 Status NodeCore::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {
@@ -360,7 +359,7 @@ Status NodeCore::on_progress(TimePoint now, std::uint32_t uid, const std::string
 Result<std::string> NodeCore::serve_node_verb(const std::string& verb, const std::string& args,
                                               std::uint32_t uid, bool admin, bool* denied) const {
   return serve_worker_log_verb(verb, args, *supervisor_, self_.name,
-                               !config_.spawner.log_root.empty(),
+                               !config_.get().spawner.log_root.empty(),
                                LogCaller{.uid = uid, .admin = admin}, denied);
 }
 
@@ -517,7 +516,7 @@ void NodeCore::on_forward_request(TimePoint now, const wire::Envelope& envelope)
         ForwardReply{.id = id, .outcome = outcome, .body = std::move(body), .leader = leader()});
     send_at(reply_name, reply_address, std::move(reply));
   };
-  if (!config_.transport.curve) {
+  if (!config_.get().transport.curve) {
     // Without CURVE the sender is whoever reached the port (any local user on a loopback
     // bind), so the uid, gid and admin flag in the body are claims nobody vouches for.
     // One line per refusal would let a flood fill the log: the first, then every 100th.

@@ -171,7 +171,8 @@ class NodeCore {
   // Stops every worker, blocking up to `grace` (the daemon exits).
   void shutdown(Duration grace);
 
-  // A reload's live keys (reload.h): submit limits and the spawner's limits.
+  // A reload (reload.h): `config` replaces the running snapshot, and the parts that were handed
+  // a value at start (submit limits, the launcher's limits) get the new one.
   void apply_config(const config::DaemonConfig& config);
 
   // A "progress" report from a local worker (JobSupervisor::on_progress).
@@ -187,7 +188,8 @@ class NodeCore {
   bool raft_failed() const { return consensus_->failed(); }
 
   const Identity& self() const { return self_; }
-  const config::DaemonConfig& config() const { return config_; }
+  // The running configuration: one snapshot every part reads (config::Current).
+  const config::DaemonConfig& config() const { return config_.get(); }
   const membership::Membership& membership() const { return *membership_; }
   const ConsensusHost& consensus() const { return *consensus_; }
   const JobService& jobs() const { return *jobs_; }
@@ -226,7 +228,7 @@ class NodeCore {
   void on_forward_reply(TimePoint now, const wire::Envelope& envelope);
 
   Identity self_;
-  config::DaemonConfig config_;
+  config::Current config_;  // before the parts that read it
   Clock* clock_;
   std::unique_ptr<JobService> jobs_;
   std::unique_ptr<ConsensusHost> consensus_;

@@ -168,7 +168,7 @@ std::string Node::render_metrics(TimePoint now) const {
   m.sample(1, {{"name", name_},
                {"generation", std::to_string(generation_)},
                {"version", kVersion},
-               {"cluster", config_.node.cluster_id}});
+               {"cluster", core_->config().node.cluster_id}});
   m.family("elastic_uptime_seconds", MetricType::kGauge, "Seconds since this daemon started.");
   m.sample(static_cast<double>(to_ms(now - started_)) / 1000.0);
 

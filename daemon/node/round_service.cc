@@ -96,7 +96,7 @@ bool member_slots_unknown(
 }  // namespace
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
-                           const config::DaemonConfig& config, std::uint64_t seed,
+                           const config::Current& config, std::uint64_t seed,
                            const Clock& clock)
     : clock_(&clock),
       self_(std::move(self)),
@@ -105,8 +105,8 @@ RoundService::RoundService(std::string self, std::uint64_t generation,
       seed_(seed),
       // The margin covers a deposed leader granting until CheckQuorum demotes it (one election
       // timeout) and clock-rate differences.
-      granter_(config.rendezvous.lease_duration, config.consensus.election_timeout),
-      holder_(self_, generation, config.rendezvous.lease_duration) {}
+      granter_(config.get().rendezvous.lease_duration, config.get().consensus.election_timeout),
+      holder_(self_, generation, config.get().rendezvous.lease_duration) {}
 
 // ---------------------------------------------------------------------------------------------
 // Leader half
@@ -303,7 +303,7 @@ std::uint16_t RoundService::store_port_for(TimePoint now, const rendezvous::JobR
                                            const std::string& node, std::uint64_t generation,
                                            const rendezvous::NodeLedger& ledger,
                                            bool strict) const {
-  const auto& r = config_.rendezvous;
+  const auto& r = config_.get().rendezvous;
   const rendezvous::PortRange range{static_cast<std::uint16_t>(r.store_port_min),
                                     static_cast<std::uint16_t>(r.store_port_max)};
   std::set<std::uint16_t> busy;
@@ -350,7 +350,7 @@ bool RoundService::on_port_conflict(TimePoint now, const rendezvous::JobRecord& 
     state.failure = rendezvous::WorkerFailure{
         .round = job.round, .at = wall_time(*clock_), .detail = what, .node = conflict.node};
     state.failure_node = conflict.node;
-    state.failure_seen = now - config_.rendezvous.job_peer_timeout;  // no crash to wait out
+    state.failure_seen = now - config_.get().rendezvous.job_peer_timeout;  // no crash to wait out
     return false;
   }
   ++state.port_moves;
@@ -372,7 +372,7 @@ void RoundService::plan_job(
     rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
   const rendezvous::WallTime wall = wall_time(*clock_);
-  const auto& r = config_.rendezvous;
+  const auto& r = config_.get().rendezvous;
 
   rendezvous::PlannerInput input;
   input.job = &job;
@@ -928,7 +928,7 @@ void RoundService::on_round_start(TimePoint now, const wire::Envelope& envelope)
                                .fenced = false,
                                .watch = {}};
     watched.declared.clear();
-    const auto& r = config_.rendezvous;
+    const auto& r = config_.get().rendezvous;
     watched.watch = std::make_unique<rendezvous::JobWatch>(
         self_, generation_,
         rendezvous::JobWatchConfig::from(r.job_keepalive_interval, r.job_peer_timeout),

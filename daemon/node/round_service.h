@@ -119,7 +119,8 @@ class RoundService {
   };
 
   // Wall times it stamps on events and failures come from `clock` (core/clock.h).
-  RoundService(std::string self, std::uint64_t generation, const config::DaemonConfig& config,
+  // `config` is read where used (a reload replaces it); it must outlive this service.
+  RoundService(std::string self, std::uint64_t generation, const config::Current& config,
                std::uint64_t seed, const Clock& clock = system_clock());
 
   // Output of the calls since the last take, in the order it was made.
@@ -267,7 +268,7 @@ class RoundService {
 
   std::string self_;
   std::uint64_t generation_;
-  config::DaemonConfig config_;
+  const config::Current& config_;
   std::uint64_t seed_;
   std::vector<Send> sends_;
   std::vector<WorkerOrder> orders_;

@@ -1,5 +1,5 @@
 // Raft's durable state in a simulated process's storage: the one on-"disk" layout shared by
-// every simulator process that runs the real consensus::Raft (RaftProcess, ControlPlaneProcess).
+// every simulator process that runs the real consensus::Raft (RaftProcess, NodeCoreProcess).
 //
 // The storage map (SimContext::storage(), kept across crash and restart) is the disk, and a
 // write is durable as soon as it is made: a crash happens between simulator events, so between

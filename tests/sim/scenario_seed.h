@@ -12,16 +12,31 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace elastic::sim {
 
-inline std::vector<std::uint64_t> scenario_seeds(std::initializer_list<std::uint64_t> defaults) {
+// The seed in ELASTIC_SIM_SEED, if set.
+inline std::optional<std::uint64_t> env_seed() {
   if (const char* env = std::getenv("ELASTIC_SIM_SEED"); env != nullptr && *env != '\0') {
-    return {std::strtoull(env, nullptr, 10)};
+    return std::strtoull(env, nullptr, 10);
   }
+  return std::nullopt;
+}
+
+inline std::vector<std::uint64_t> scenario_seeds(std::initializer_list<std::uint64_t> defaults) {
+  if (const auto seed = env_seed()) return {*seed};
   return defaults;
+}
+
+// `count` seeds from `first` on, for scenarios run over many seeds (or ELASTIC_SIM_SEED's).
+inline std::vector<std::uint64_t> scenario_seed_range(std::uint64_t first, std::size_t count) {
+  if (const auto seed = env_seed()) return {*seed};
+  std::vector<std::uint64_t> seeds;
+  for (std::size_t i = 0; i < count; ++i) seeds.push_back(first + i);
+  return seeds;
 }
 
 // The ctest name of the running test: binary prefix "sim." + suite + "." + name.

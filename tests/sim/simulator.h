@@ -147,6 +147,9 @@ class Simulator {
   // Starts a fresh process with generation + 1 and the persisted storage, at `new_address` if
   // given (the old address is released). The node must be crashed.
   void restart(NodeId id, std::optional<std::string> new_address = std::nullopt);
+  // Re-reads a process's next_deadline() after the scenario called into it outside any event
+  // (a client request, a worker crash), so its timer fires when that needs it.
+  void reschedule(NodeId id) { schedule_timer(id); }
 
   // Links: the default applies to every pair without an override (overrides are one-way).
   void set_default_link(const LinkModel& link) { default_link_ = link; }

@@ -147,8 +147,12 @@ class JobSupervisorTest : public ::testing::Test {
     sc.state_dir = config_.node.state_dir;
     auto spawner = spawner::Spawner::open(sc);
     ASSERT_OK(spawner);
+    // The supervisor reads the running config from a config::Current, as in the daemon; the
+    // tests set config_ before open().
+    supervisor_.reset();
+    current_ = std::make_unique<config::Current>(config_);
     supervisor_ = std::make_unique<JobSupervisor>(
-        kSelf, config_, std::move(spawner).value(), std::move(plan),
+        kSelf, *current_, std::move(spawner).value(), std::move(plan),
         [this](std::uint16_t port) { return port_in_use_ && port_in_use_(port); }, wall_clock_);
   }
 
@@ -235,6 +239,7 @@ class JobSupervisorTest : public ::testing::Test {
   TempDir dir_;
   std::string out_;
   config::DaemonConfig config_;
+  std::unique_ptr<config::Current> current_;  // outlives supervisor_ (declared before it)
   // Wall time for the supervisor's reports: fixed, so a test can expect it exactly.
   static constexpr std::int64_t kWallMs = 1'790'000'000'000;
   ManualClock wall_clock_{TimePoint{}, kWallMs, 1};

@@ -1,0 +1,247 @@
+// NodeCoreCluster: a scenario harness over NodeCoreProcess (node_core_process.h), so every
+// daemon of the simulated cluster runs the production node::NodeCore, with clients and safety
+// checkers.
+//
+// Clients (submit/drive_clients): each request (job name "c<n>") goes to a random up daemon as
+// NodeCore::call("submit", {"spec": ...}), the JSON the control socket carries (ctl/submit.cc),
+// from this process's uid, in the session elasticd gives it ("<daemon>/<generation>"). The core
+// retries a call itself (forwards, redirects, new leaders) under one client id, so the job table
+// applies a call once. A request whose call ended without an acknowledgement (an error reply,
+// or none because the daemon crashed) is submitted again through a random up daemon as a new
+// call named "c<n>.<k>": like a user re-running elasticctl submit, it may add a second job for
+// the request, which is legitimate; every job in the table must still run and succeed.
+// Workers: the daemons' SimLaunchers tell the cluster every spawn and exit (a job's workers exit
+// 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1, and
+// a rank that leaves abnormally takes the other ranks of its round down with it
+// (options.peer_loss_exit).
+//
+// Checkers (after every simulator event; the first failure stops the run):
+//  1. one rank map per (job, round) in every voter's applied table (NodeCore::jobs().table());
+//  2. members act only on committed rank maps: a spawned worker's (job, round, rank, slot count,
+//     world) is in the committed rank map for its daemon's (name, generation);
+//  3. no daemon acts on a round older (round, then term: RoundFence's order) than one it saw
+//     in a RoundStart (per generation) or acted on (per daemon name, across generations);
+//  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
+//  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
+//     jobs never hold more of a daemon's slots than it has;
+//  6. no worker of a superseded round still running once its lease is gone: a worker of (job,
+//     round R) must be gone by the time a newer round (or the job's end) was first applied +
+//     rendezvous.lease_duration + spawner.stop_grace + options.stale_slack, unless its daemon
+//     still runs R as the job's current round, unfenced (no RoundStart told it otherwise, and
+//     the lease it holds is the fence); and a round its daemon marked fenced (its lease ran
+//     out; RoundService::member_rounds) has no live worker there 200 ms later;
+//  7. every call creates at most one job: no voter's table holds two jobs of one name.
+// At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
+// every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
+// once every request is acknowledged, the voters applied what the leader committed, and every
+// job succeeded after running or runs its current round's workers on up daemons of the
+// generation its rank map names (but see tolerate_known_stuck_rounds).
+// Ownership: the cluster owns its Simulator (so the processes) and a temp directory for the
+// daemons' state_dirs, removed with it. Thread safety: none. Errors: misuse aborts loudly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/rendezvous/fencing.h"
+#include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/job_table.h"
+#include "tests/sim/node_core_process.h"
+#include "tests/sim/simulator.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::sim {
+
+struct NodeCoreClusterOptions {
+  NodeCoreOptions core;  // daemons, voters, slots, timings, worker behaviour
+  LinkModel link{};
+  Duration call_timeout = std::chrono::seconds(5);  // one client call; retried after
+  Duration client_retry = std::chrono::seconds(1);  // after an error reply
+  Duration stale_slack = std::chrono::seconds(3);   // checker 6 (RoundStart resends, loss)
+  // A round's ranks depend on each other: when one leaves abnormally (killed, crashed, its
+  // daemon gone), the others of that (job, round), and any that start in it later, exit 69 this
+  // much later, as elastic-trainer does when a collective or the store loses a peer (a TCP
+  // reset: round_service.cc's failure grace assumes ~0.2 s). 0: ranks are independent.
+  Duration peer_loss_exit = std::chrono::milliseconds(200);
+  std::uint32_t max_restarts = 50;  // of every submitted job
+  // Two liveness bugs of RoundService (rendezvous/leases) that these scenarios hit; while they
+  // stand, unsettled() counts a job that has shown exactly one of these states for 60 s as
+  // settled and lists it in known_stuck() (turn this off to see them fail):
+  //  1. a member's lease ran out (it could not reach the leader for lease_duration) and it
+  //     fenced itself out of the round "until a new round names it": SIGKILLed workers are no
+  //     worker failure and the member stays alive, so no new round ever comes; the job stays
+  //     running (or rendezvous, when it fenced before acknowledging) with those ranks gone;
+  //  2. a member the job tier declared lost is re-placed only once LeaseGranter::may_replace()
+  //     says its lease ran out, but leases are per node and the leader keeps renewing it (it
+  //     is still in this or another active round; it may be the leader itself), and its peers
+  //     re-report the loss every second, so the job waits forever with its workers failed.
+  // A stuck round keeps its slots: once the stuck rounds are the only active ones, a job waiting
+  // for a round (pending, recovering) that cannot get min_nodes nodes besides their slots passes
+  // too.
+  bool tolerate_known_stuck_rounds = true;
+  // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
+  // drive_clients() only (large clusters).
+  bool lease_check_every_event = true;
+};
+
+// The settings the scenarios share: the netns tests' short timers (tests/integ).
+NodeCoreClusterOptions default_cluster_options();
+
+struct NodeCoreCounters {
+  std::uint64_t requests = 0;        // distinct client requests
+  std::uint64_t attempts = 0;        // calls incl. retries
+  std::uint64_t error_replies = 0;   // calls answered with an error (then retried)
+  std::uint64_t acknowledged = 0;    // requests a client saw acknowledged
+  std::uint64_t rounds_opened = 0;   // distinct committed (job, round)
+  std::uint64_t open_proposals = 0;  // OpenRound entries leaders appended
+  std::uint64_t spawns = 0;
+  std::uint64_t exits = 0;
+  std::uint64_t worker_crashes = 0;  // injected
+  std::uint64_t peer_losses = 0;     // peer-loss exits scheduled (options.peer_loss_exit)
+  std::uint64_t round_starts = 0;    // RoundStarts delivered
+  std::uint64_t stale_starts = 0;    // fence refusals of crashed processes (summary() adds up)
+  std::uint64_t crashes = 0;
+  std::uint64_t restarts = 0;
+  std::uint64_t partitions = 0;
+  std::uint64_t voters_lost = 0;
+};
+
+class NodeCoreCluster : public NodeCoreObserver {
+ public:
+  NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions options);
+  ~NodeCoreCluster() override;
+  NodeCoreCluster(const NodeCoreCluster&) = delete;
+  NodeCoreCluster& operator=(const NodeCoreCluster&) = delete;
+
+  Simulator& sim() { return sim_; }
+  const NodeCoreClusterOptions& options() const { return options_; }
+  std::size_t daemons() const { return options_.core.daemons; }
+  std::size_t voters() const { return options_.core.voters; }
+  NodeCoreProcess* process(NodeId id);  // nullptr while down
+  std::optional<NodeId> leader();       // the up leader in the highest term
+  // A voter's applied job table (nullptr while down or for a non-voter).
+  const rendezvous::JobTable* table(NodeId id);
+
+  void crash(NodeId id);
+  void restart(NodeId id);
+  void lose(NodeId id);  // for good: never restarted
+  bool lost(NodeId id) const { return lost_.contains(id); }
+  void partition(const std::vector<std::vector<NodeId>>& groups);
+  void heal() { sim_.heal(); }
+  void restart_all();
+
+  // A new client request through a random up daemon; returns its index.
+  std::size_t submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
+                     std::uint32_t workers_per_node = 1);
+  // Retries due requests (call every ~100 ms of virtual time), and runs the polled checks.
+  void drive_clients();
+  // A random live worker exits with status 1; false when none runs.
+  bool crash_worker();
+
+  // The next OpenRound a leader appends crashes that leader right after the event, or, with
+  // `after_commit`, right after the event in which it applied it.
+  void arm_leader_crash_on_open(bool after_commit) { crash_arm_ = after_commit ? 2 : 1; }
+  bool leader_crash_fired() const { return crash_fired_; }
+  std::uint64_t open_proposals_by(NodeId id) const {
+    const auto it = open_proposals_by_.find(id);
+    return it == open_proposals_by_.end() ? 0 : it->second;
+  }
+
+  // Heals the network, restarts every daemon not lost for good and runs (clients driven) until
+  // unsettled() is nullopt: true; false on a checker's violation or once `limit` has passed.
+  bool settle(Duration limit, Duration poll = std::chrono::milliseconds(100));
+  bool all_acknowledged() const;
+  std::optional<std::string> unsettled();
+  // Jobs the last unsettled() let pass as stuck in a known liveness bug -> which.
+  const std::map<std::string, std::string>& known_stuck() const { return known_stuck_; }
+  std::optional<std::string> final_problem();
+  // The unfinished jobs of the leader's table, their rounds and rank maps (for failure messages).
+  std::string describe_jobs();
+  // The job of request `name` in the leader's table.
+  std::optional<rendezvous::JobRecord> job_by_name(const std::string& name);
+
+  NodeCoreCounters& counters() { return counters_; }
+  std::size_t live_workers() const { return live_.size(); }
+  std::string summary();
+
+  // NodeCoreObserver.
+  void on_spawn(const SimWorker& worker) override;
+  void on_exit(const SimWorker& worker, const spawner::WorkerExit& exit) override;
+  void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) override;
+  void on_round_start(NodeId node, std::uint64_t generation,
+                      const node::RoundStart& start) override;
+  void on_persist(NodeId node, const consensus::Persist& persist) override;
+
+ private:
+  struct Request {
+    rendezvous::JobSpec spec;  // attempt k > 0 submits it as "<name>.<k>"
+    std::uint32_t attempts = 0;
+    TimePoint next_try{};
+    std::optional<std::string> job_id;  // acknowledged
+    std::string acknowledged_name;      // the name of the attempt acknowledged
+    std::string last_error;
+  };
+  using WorkerKey = std::pair<NodeId, spawner::WorkerId>;
+
+  void attempt(std::size_t index, NodeId via);
+  void note_violation(std::string problem);
+  std::optional<std::string> check();
+  void record_table(NodeId id, const rendezvous::JobTable& table);
+  void check_spawn(const SimWorker& worker);
+  void check_stale_workers();
+  void check_leases(NodeId id);
+  void count_stale_starts(NodeId id);
+
+  // Declared first: destroyed after the processes, which write under it.
+  testing::TempDir dir_;
+  NodeCoreClusterOptions options_;
+  std::vector<Request> requests_;
+  // (daemon, generation, call id) -> (request, the job name that call submitted).
+  std::map<std::tuple<NodeId, std::uint64_t, std::uint64_t>, std::pair<std::size_t, std::string>>
+      calls_;
+  std::set<NodeId> lost_;
+  std::optional<std::string> violation_;
+  // Checker 1: committed rank maps, and when each (job, round) was first seen applied.
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::RankMap> ranks_;
+  // Checker 6: per job its newest committed round and when it was first seen; when it ended.
+  std::map<std::string, std::pair<std::uint64_t, TimePoint>> newest_round_;
+  std::map<std::string, TimePoint> ended_;
+  std::map<std::tuple<NodeId, std::uint64_t, std::string, std::uint64_t>, TimePoint> fenced_;
+  bool stale_dirty_ = true;
+  TimePoint stale_due_ = kNever;
+  // Checker 3, in RoundFence's order (round, then term): per (node, generation, job) the
+  // newest RoundStart received, and the highest term each round came with; per (daemon, job)
+  // the newest acted on. A spawn is stamped with the highest term its round came with.
+  std::map<std::tuple<NodeId, std::uint64_t, std::string>, rendezvous::RoundStamp> seen_;
+  std::map<std::tuple<NodeId, std::uint64_t, std::string, std::uint64_t>, std::uint64_t>
+      round_terms_;
+  std::map<std::pair<std::string, std::string>, rendezvous::RoundStamp> acted_;
+  // Checker 4: per voter the (generation, applied index) last recorded; digests by index.
+  std::map<NodeId, std::pair<std::uint64_t, consensus::Index>> recorded_;
+  std::map<consensus::Index, std::pair<std::uint64_t, NodeId>> digests_;
+  // Checker 5 and the worker ledger.
+  std::map<WorkerKey, SimWorker> live_;
+  std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
+  std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
+  // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event.
+  std::set<std::pair<std::string, std::uint64_t>> broken_;
+  std::vector<WorkerKey> pending_peer_loss_;
+  int crash_arm_ = 0;  // 0 off, 1 on append, 2 on apply
+  std::optional<std::pair<NodeId, consensus::Index>> crash_watch_;
+  std::optional<NodeId> crash_now_;
+  bool crash_fired_ = false;
+  std::map<NodeId, std::uint64_t> open_proposals_by_;
+  std::map<NodeId, std::uint64_t> stale_counted_;  // RoundService::stale_starts counted so far
+  NodeCoreCounters counters_;
+  std::map<std::string, std::string> known_stuck_;
+  std::map<std::string, TimePoint> stuck_since_;  // job -> since when it shows a known signature
+  // Declared last: destroyed first, while everything its processes report to still exists.
+  Simulator sim_;
+};
+
+}  // namespace elastic::sim

@@ -1,0 +1,120 @@
+// NodeCoreProcess: one elasticd on the simulator. It owns the PRODUCTION per-daemon core,
+// node::NodeCore (daemon/node/node_core.h: membership, Raft, the job table, the round service
+// and the job supervisor), and plays the shell's part around it:
+//  - time: a SimClock whose now() is the simulator's, wall_ms() derived from it and seed() a
+//    stream of the node's NodeInfo seed, so a run repeats from the scenario seed;
+//  - Raft's durable state: a consensus::RaftStore over the simulator's per-node storage (laid
+//    out by tests/sim/raft_storage.h), which survives crash and restart like a state directory;
+//  - workers: a SimLauncher (sim_launcher.h) behind the JobSupervisor;
+//  - the network: a PeerSend becomes a simulator packet whose body is the wire::Envelope with
+//    the sender's name, generation, address, cluster, sequence and leader hint (the newest
+//    leader the core believed in after a pass, as elasticd's loop sets it) filled in as the
+//    transport does; a packet's envelope is checked like the transport checks it (version, cluster)
+//    and handed to NodeCore::step. The simulated network is trusted (transport.curve = true, as
+//    with CURVE keys), a datagram network: no CoreInput::unreachable and no disconnects;
+//  - a synthetic topology::Plan of `slots_per_node` CPU slots.
+// Daemons are "d<k>" at "tcp://10.<k/65536>.<k/256%256>.<k%256>:7946"; d0 .. d<voters-1> are the
+// Raft voters; each joins membership through the others (or the first `seeds` daemons).
+// Its state_dir is <state_root>/d<k> (the supervisor writes worker log owner files there).
+// What it sees goes to a NodeCoreObserver: call replies, RoundStarts received (decoded, before
+// the core sees them), Raft persists and, through the launcher, worker spawns and exits.
+// Ownership: the Simulator owns the process; the process owns its NodeCore; the observer and
+// the simulator outlive it. Thread safety: none (the simulator's thread).
+// Errors: a core that cannot start (ConsensusHost refuses) aborts loudly (a scenario bug).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "daemon/config/config.h"
+#include "daemon/consensus/raft.h"
+#include "daemon/core/clock.h"
+#include "daemon/node/node_core.h"
+#include "daemon/node/round_codec.h"
+#include "tests/sim/sim_launcher.h"
+#include "tests/sim/simulator.h"
+
+namespace elastic::sim {
+
+struct NodeCoreOptions {
+  std::size_t daemons = 5;
+  std::size_t voters = 3;
+  std::size_t seeds = 0;  // membership seeds per daemon: 0 = all others, else the first `seeds`
+  std::uint32_t slots_per_node = 1;
+  // Shared settings; node.name, state_dir, consensus.voters and membership.seeds are per daemon.
+  config::DaemonConfig config;
+  SimLauncherOptions launcher;
+  std::string state_root;  // a directory the daemons' state_dirs go under (the test's)
+};
+
+class NodeCoreObserver : public SimWorkerObserver {
+ public:
+  // The reply to a call() made at `node` in `generation`.
+  virtual void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) = 0;
+  // A RoundStart reached `node` (whether or not the fence lets it through).
+  virtual void on_round_start(NodeId node, std::uint64_t generation,
+                              const node::RoundStart& start) = 0;
+  // `node` made its Raft state durable (before the messages that depend on it leave).
+  virtual void on_persist(NodeId node, const consensus::Persist& persist) = 0;
+};
+
+// The simulator's time as a Clock.
+class SimClock final : public Clock {
+ public:
+  SimClock(const Simulator& sim, std::uint64_t seed) : sim_(&sim), seeds_(seed) {}
+  TimePoint now() const override { return sim_->now(); }
+  // A fixed Unix epoch offset plus the simulated time: dates look real, runs repeat.
+  std::int64_t wall_ms() const override;
+  std::uint64_t seed() override { return splitmix64(seeds_); }
+
+ private:
+  const Simulator* sim_;
+  std::uint64_t seeds_;
+};
+
+class NodeCoreProcess : public SimProcess {
+ public:
+  NodeCoreProcess(const NodeInfo& info, const NodeCoreOptions& options, NodeCoreObserver* observer,
+                  Simulator& sim);
+  ~NodeCoreProcess() override;
+
+  void start(SimContext& ctx) override;
+  void on_packet(SimContext& ctx, const Packet& packet) override;
+  void on_timer(SimContext& ctx) override;
+  TimePoint next_deadline() const override;
+
+  // A client call at this daemon outside any simulator event (the control socket's part); the
+  // reply reaches the observer. Call Simulator::reschedule(id) after it.
+  std::uint64_t call(SimContext& ctx, node::ClientRequest request, const std::string& session,
+                     Duration timeout);
+  // SimLauncher::fail on this daemon's launcher; false when the worker is not running. Call
+  // Simulator::reschedule(id) after it.
+  bool fail_worker(spawner::WorkerId id, TimePoint at, int status);
+
+  // False only while start() builds the core.
+  bool started() const { return core_ != nullptr; }
+  const node::NodeCore& core() const { return *core_; }
+
+  static std::string name_for(NodeId id) { return "d" + std::to_string(id); }
+  static std::string address_for(NodeId id);
+  // The DaemonConfig daemon `id` runs with.
+  static config::DaemonConfig daemon_config(const NodeCoreOptions& options, NodeId id);
+
+ private:
+  void carry_out(SimContext& ctx, node::CoreOutput output);
+
+  NodeInfo info_;
+  const NodeCoreOptions* options_;
+  NodeCoreObserver* observer_;
+  Simulator* sim_;
+  SimClock clock_;
+  config::DaemonConfig config_;
+  SimLauncher* launcher_ = nullptr;  // owned by the core's supervisor
+  std::unique_ptr<node::NodeCore> core_;
+  std::uint64_t seq_ = 0;
+  std::pair<std::string, std::uint64_t> stamped_hint_;  // (leader, term) stamped on envelopes
+};
+
+}  // namespace elastic::sim
