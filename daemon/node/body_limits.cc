@@ -4,6 +4,7 @@
 #include "daemon/consensus/raft_codec.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_codec.h"
 
 namespace elastic::node {
@@ -28,6 +29,8 @@ std::size_t max_body_bytes(wire::MsgType type) {
       return kMaxForwardBodyBytes + kEnvelopeOfBulk;
     case MsgType::kRoundStart:  // its command and its spec may each be kMaxRoundStartBytes
       return 2 * kMaxRoundStartBytes + kEnvelopeOfBulk;
+    case MsgType::kRoundReport:
+      return kMaxRoundReportBytes;
     case MsgType::kJobKeepalive:
     case MsgType::kJobKeepaliveAck:
     case MsgType::kJobProbeRequest:

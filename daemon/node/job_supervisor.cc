@@ -262,15 +262,11 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
       const std::string detail = "another process on node " + self_ + " holds TCP port " +
                                  std::to_string(port) + " before rank 0's store could bind it";
       spdlog::warn("job {} round {}: {}; starting no workers", id, start.round.round, detail);
-      RoundReport conflict;
-      conflict.kind = ReportKind::kStorePortBusy;
-      conflict.job = id;
-      conflict.round = start.round.round;
+      RoundReport conflict = round_report(ReportKind::kStorePortBusy, id, start.round.round);
       conflict.detail = detail;
       conflict.port = port;
-      job.failure = encode_round_report(conflict);
-      job.failure_verb = "store_port_busy";
-      reports_.push_back(Report{id, job.failure_verb, *job.failure});
+      job.failure = conflict;
+      reports_.push_back(std::move(conflict));
       next_report_ = std::min(next_report_, now + kReportResend);
       return;
     }
@@ -312,8 +308,7 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
                  rank, w.pid, slot, warm ? ", in its warm standby" : "");
   }
   if (start.spec.warm) job.standbys_at = now + kStandbyDelay;
-  reports_.push_back(
-      Report{id, "round_ack", json{{"job", id}, {"round", start.round.round}}.dump()});
+  reports_.push_back(round_report(ReportKind::kRoundAck, id, start.round.round));
 }
 
 Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, std::uint32_t local,
@@ -587,8 +582,7 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
           [](const Worker& w) { return w.exit && !w.exit->signaled && w.exit->status == 0; });
       if (all_zero && !job.done && !job.failure) {
         job.done = true;
-        reports_.push_back(Report{id, "workers_done",
-                                  json{{"job", id}, {"round", job.current->round.round}}.dump()});
+        reports_.push_back(round_report(ReportKind::kWorkersDone, id, job.current->round.round));
         next_report_ = std::min(next_report_, now + kReportResend);
       }
       return;
@@ -598,14 +592,12 @@ void JobSupervisor::on_exit(TimePoint now, const spawner::WorkerExit& exit) {
 
 void JobSupervisor::fail(TimePoint now, const std::string& id, Job& job, std::uint64_t round,
                          std::uint32_t rank, const std::string& detail) {
-  job.failure = json{{"job", id},
-                     {"round", round},
-                     {"rank", rank},
-                     {"detail", detail},
-                     {"at_ms", clock_->wall_ms()}}
-                    .dump();
-  job.failure_verb = "worker_failed";
-  reports_.push_back(Report{id, job.failure_verb, *job.failure});
+  RoundReport failed = round_report(ReportKind::kWorkerFailed, id, round);
+  failed.rank = rank;
+  failed.detail = detail;
+  failed.at_ms = clock_->wall_ms();
+  job.failure = failed;
+  reports_.push_back(std::move(failed));
   next_report_ = std::min(next_report_, now + kReportResend);
 }
 
@@ -614,10 +606,9 @@ void JobSupervisor::send_reports(TimePoint now) {
   for (const auto& [id, job] : jobs_) {
     if (!job.current) continue;
     if (job.failure) {
-      reports_.push_back(Report{id, job.failure_verb, *job.failure});
+      reports_.push_back(*job.failure);
     } else if (job.done) {
-      reports_.push_back(Report{id, "workers_done",
-                                json{{"job", id}, {"round", job.current->round.round}}.dump()});
+      reports_.push_back(round_report(ReportKind::kWorkersDone, id, job.current->round.round));
     } else {
       continue;
     }
@@ -688,7 +679,7 @@ void JobSupervisor::worker_gone(const std::string& id, Job& job, std::uint64_t r
   const auto it = job.live.find(round);
   if (it == job.live.end() || --it->second > 0) return;
   job.live.erase(it);
-  reports_.push_back(Report{id, "workers_stopped", json{{"job", id}, {"round", round}}.dump()});
+  reports_.push_back(round_report(ReportKind::kWorkersStopped, id, round));
 }
 
 Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {
@@ -740,10 +731,11 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
     job.checkpoint =
         CheckpointInfo{.job = id, .step = step.get<std::int64_t>(), .at_ms = clock_->wall_ms()};
   }
-  std::string report =
-      json{{"job", id},    {"round", current.round.round}, {"rank", rank}, {"event", event},
-           {"step", step}, {"resumed_from", resumed}}
-          .dump();
+  RoundReport report = round_report(ReportKind::kProgress, id, current.round.round);
+  report.rank = rank.get<std::uint64_t>();
+  report.event = event.get<std::string>();
+  report.step = step.get<std::int64_t>();
+  report.resumed_from = resumed.get<std::int64_t>();
   Job::ProgressOut& out = job.progress[event.get<std::string>()];
   const bool first_step = event == "step" && !job.first_step_sent;
   if (first_step || now >= out.last_sent + kProgressInterval) {
@@ -773,7 +765,7 @@ void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& jo
 void JobSupervisor::forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out) {
   out.last_sent = now;
   ++progress_forwarded_;
-  reports_.push_back(Report{id, "progress", *out.held});
+  reports_.push_back(std::move(*out.held));
   out.held.reset();
 }
 

@@ -49,17 +49,18 @@
 // at drain, when another job's round takes their slot, and kStandbyLinger after any other
 // stop_job (recovering, fenced) unless a new round of the job comes first.
 //
-// Reports (take_reports(), for the leader): "round_ack" once this round's workers run;
-// "worker_failed" {job, round, rank, detail} for a worker that exited non-zero or could not
-// start; "workers_done" {job, round} when every local worker of the round exited 0. Failure and
+// Reports (take_reports(), for the leader; typed RoundReports, round_report.h): round_ack once
+// this round's workers run; worker_failed {job, round, rank, detail} for a worker that exited
+// non-zero or could not start; workers_done {job, round} when every local worker of the round
+// exited 0. Failure and
 // done reports repeat every kReportResend while the round stands (reports may be lost; the
 // leader deduplicates). The node of rank 0 runs the round's store: before starting workers it
 // checks the store port (the PortProbe) and, when another process holds it, starts none
-// and reports "store_port_busy" {job, round, port, detail} instead (re-sent like a failure, no
+// and reports store_port_busy {job, round, port, detail} instead (re-sent like a failure, no
 // ack): the leader moves the round to another port. For the leader's incident timelines
-// (incidents.h): "worker_failed"
-// also carries "at_ms" (the wall time the exit was reaped), and "workers_stopped" {job, round}
-// goes out once when the last local worker of a round is gone, whatever ended it.
+// (incidents.h): worker_failed also carries at_ms (the wall time the exit was reaped), and
+// workers_stopped {job, round} goes out once when the last local worker of a round is gone,
+// whatever ended it.
 //
 // Progress (the optional worker protocol, trainer/progress.h): on_progress() checks a worker's
 // "progress" frame from the control socket and forwards it to the leader (a "progress"
@@ -104,6 +105,7 @@
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/node/worker_logs.h"
 #include "daemon/spawner/launcher.h"
 #include "daemon/topology/topology.h"
@@ -146,21 +148,15 @@ class JobSupervisor {
   // Whether a TCP port is taken on this host (port_probe.h's tcp_port_in_use in the daemon;
   // empty: never checked). See "store_port_busy" in the header comment.
   using PortProbe = std::function<bool(std::uint16_t port)>;
-  // A report about `job` for the leader of its round (RoundService::report_for carries it).
-  struct Report {
-    std::string job;
-    std::string verb;
-    std::string args;  // JSON
-  };
-
   // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
   // `config` is read where used (a reload replaces it); it must outlive the supervisor.
   JobSupervisor(std::string self, const config::Current& config,
                 std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
                 PortProbe port_in_use, const Clock& clock = system_clock());
 
-  // The reports made since the last take, in order (see "Reports" in the header comment).
-  std::vector<Report> take_reports() { return std::exchange(reports_, {}); }
+  // The reports made since the last take, in order (see "Reports" in the header comment), each
+  // for the leader of its job's round (RoundService::report_for carries it).
+  std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
 
   // A round of `start.round.job_id` that names this daemon passed the fence (repeated starts of
   // the same round are no-ops). Returns true when this round's workers are running, so the
@@ -237,15 +233,15 @@ class JobSupervisor {
     std::optional<RoundStart> current;   // the round to run (nullopt: stop everything)
     bool started = false;                // current's workers were spawned
     std::vector<Worker> workers;         // current round's and older rounds' (stopping) workers
-    std::optional<std::string> failure;  // report args, re-sent while the round stands
-    std::string failure_verb;            // "worker_failed" or "store_port_busy"
+    std::optional<RoundReport> failure;  // worker_failed or store_port_busy, re-sent while the
+                                         // round stands
     bool done = false;                   // every worker of current exited 0
     std::map<std::uint64_t, std::uint32_t> live;  // round -> its workers not reaped yet
     std::optional<CheckpointInfo> checkpoint;     // the newest one a worker reported
     // Progress forwarding of the current round, by event kind ("step", "checkpoint", "resume").
     struct ProgressOut {
       TimePoint last_sent = TimePoint::min();  // + kProgressInterval cannot overflow
-      std::optional<std::string> held;  // the newest report inside the interval, not sent yet
+      std::optional<RoundReport> held;  // the newest report inside the interval, not sent yet
     };
     std::map<std::string, ProgressOut> progress;
     bool first_step_sent = false;
@@ -300,7 +296,7 @@ class JobSupervisor {
   std::unique_ptr<spawner::Launcher> spawner_;
   topology::Plan plan_;
   PortProbe port_in_use_;
-  std::vector<Report> reports_;
+  std::vector<RoundReport> reports_;
   WorkerLogs logs_;
   std::string python_dir_;
   std::map<std::string, Job> jobs_;

@@ -147,11 +147,14 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
   membership::Effects effects;
   for (wire::Envelope& envelope : envelopes) {
     // Without CURVE the sender is whoever reached the port (any local user on a loopback bind):
-    // only membership gossip and forwarded requests (answered with a refusal below) are taken.
-    // Raft could commit a forged job and a round start names a spec to run, as any user.
+    // only membership gossip, forwarded requests (answered with a refusal below) and round
+    // reports are taken. Raft could commit a forged job and a round start names a spec to run,
+    // as any user; a report only feeds the leader's planning, as membership gossip does, and
+    // was taken without CURVE when it rode on a forwarded request too (a bad one is counted).
     if (!config_.get().transport.curve && !wire::is_membership_type(envelope.type) &&
         envelope.type != wire::MsgType::kForwardRequest &&
-        envelope.type != wire::MsgType::kForwardReply) {
+        envelope.type != wire::MsgType::kForwardReply &&
+        envelope.type != wire::MsgType::kRoundReport) {
       if (++counters_.unauthenticated_peer_drops % 100 == 1) {
         spdlog::warn(
             "dropped a message of type {} from {}: with transport.curve = false this daemon acts "
@@ -168,6 +171,11 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
     }
     if (envelope.type == wire::MsgType::kForwardRequest) {
       on_forward_request(now, envelope);
+      continue;
+    }
+    if (envelope.type == wire::MsgType::kRoundReport) {
+      // A member daemon's report about a round (no reply: it repeats until the round changes).
+      if (consensus_->is_leader()) rounds_->on_report(now, envelope);
       continue;
     }
     if (envelope.type == wire::MsgType::kRoundStart || rendezvous::is_job_type(envelope.type) ||
@@ -284,9 +292,9 @@ void NodeCore::settle(TimePoint now) {
         rounds_->acknowledge(*order.start);
       }
     }
-    for (JobSupervisor::Report& report : supervisor_->take_reports()) {
+    for (const RoundReport& report : supervisor_->take_reports()) {
       busy = true;
-      rounds_->report_for(report.job, report.verb, report.args);
+      rounds_->report_for(report);
     }
     for (RoundService::Send& send : rounds_->take_sends()) {
       busy = true;
@@ -496,13 +504,6 @@ void NodeCore::on_forward_request(TimePoint now, const wire::Envelope& envelope)
     ++counters_.undecodable_bodies;
     spdlog::debug("dropped a forwarded request from {}: {}", envelope.sender,
                   request.error().message);
-    return;
-  }
-  if (is_round_report_verb(request->verb)) {
-    // A member daemon's report about a round (no reply: it repeats until the round changes).
-    if (consensus_->is_leader()) {
-      rounds_->on_report(now, envelope.sender, envelope.generation, request->verb, request->args);
-    }
     return;
   }
   const std::string reply_name = envelope.sender;

@@ -74,6 +74,8 @@ const char* message_type_name(wire::MsgType type) {
       return "lease_request";
     case wire::MsgType::kLeaseGrant:
       return "lease_grant";
+    case wire::MsgType::kRoundReport:
+      return "round_report";
     case wire::MsgType::kControlRequest:
       return "control_request";
     case wire::MsgType::kControlReply:

@@ -1,30 +1,47 @@
 #include "daemon/node/round_report.h"
 
-#include <nlohmann/json.hpp>
-
 #include <array>
+#include <limits>
 #include <utility>
 
-#include "daemon/control/json_fields.h"
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/wire/msgpack_schema.h"
 
 namespace elastic::node {
 
+using wire::internal::EnumMax;
+using wire::internal::Like;
+using wire::internal::MapReader;
+using wire::internal::MaxBytes;
+using wire::internal::Need;
+using wire::internal::Packer;
+using wire::internal::Via;
+using wire::internal::When;
+
 namespace {
 
-using nlohmann::json;
+constexpr std::array<std::string_view, 9> kNames = {
+    "node_info",     "node_leaving", "round_ack", "workers_done",    "workers_stopped",
+    "worker_failed", "peer_lost",    "progress",  "store_port_busy",
+};
+static_assert(kNames.size() == static_cast<std::size_t>(kLastReportKind) + 1);
 
-constexpr std::array<std::pair<ReportKind, std::string_view>, 9> kVerbs = {{
-    {ReportKind::kNodeInfo, "node_info"},
-    {ReportKind::kNodeLeaving, "node_leaving"},
-    {ReportKind::kRoundAck, "round_ack"},
-    {ReportKind::kWorkersDone, "workers_done"},
-    {ReportKind::kWorkersStopped, "workers_stopped"},
-    {ReportKind::kWorkerFailed, "worker_failed"},
-    {ReportKind::kPeerLost, "peer_lost"},
-    {ReportKind::kProgress, "progress"},
-    {ReportKind::kStorePortBusy, "store_port_busy"},
-}};
+// Wall times and steps are signed: msgpack int (the schema itself carries unsigned only).
+struct Signed {
+  static void pack(Packer& p, std::int64_t value) { p.pack_int64(value); }
+  static void read(MapReader& r, std::string_view key, Need need, std::int64_t* out) {
+    const msgpack::object* v = r.find(key, need);
+    if (v == nullptr) return;
+    if (v->type == msgpack::type::NEGATIVE_INTEGER) {
+      *out = v->via.i64;
+    } else if (v->type == msgpack::type::POSITIVE_INTEGER &&
+               v->via.u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      *out = static_cast<std::int64_t>(v->via.u64);
+    } else {
+      r.fail("has key '" + std::string(key) + "' that is not a 64-bit integer");
+    }
+  }
+};
 
 bool is_progress_event(const std::string& event) {
   return event == "step" || event == "checkpoint" || event == "resume";
@@ -32,134 +49,80 @@ bool is_progress_event(const std::string& event) {
 
 }  // namespace
 
-std::string_view report_verb(ReportKind kind) {
-  for (const auto& [k, verb] : kVerbs) {
-    if (k == kind) return verb;
-  }
-  return "unknown";
+// The schema: keys in the order of the header's table. A key is written only when its value
+// differs from the default, so what a report of one kind leaves at the defaults costs nothing
+// and any decoded value encodes back to itself; check_fields() holds each kind to its own rules.
+template <typename V, Like<RoundReport> M>
+void visit_fields(V& v, M& m) {
+  v.field("k", m.kind, EnumMax{static_cast<std::uint8_t>(kLastReportKind)});
+  v.field("j", m.job, MaxBytes{kMaxReportIdBytes});
+  v.field("r", m.round);
+  v.field("sl", m.slots, When{m.slots != 0});
+  v.field("d", m.detail, MaxBytes{kMaxReportTextBytes}, When{!m.detail.empty()});
+  v.field("rk", m.rank);
+  v.field("at", m.at_ms, Via<Signed>{});
+  v.field("p", m.peer, MaxBytes{kMaxReportIdBytes}, When{!m.peer.empty()});
+  v.field("g", m.peer_generation, When{m.peer_generation != 0});
+  v.field("rs", m.reason, MaxBytes{kMaxReportTextBytes}, When{!m.reason.empty()});
+  v.field("lh", m.last_heard_ms, Via<Signed>{});
+  v.field("e", m.event, MaxBytes{16}, When{!m.event.empty()});
+  v.field("s", m.step, Via<Signed>{}, When{m.step != 0});
+  v.field("rf", m.resumed_from, Via<Signed>{}, When{m.resumed_from != -1});
+  v.field("pt", m.port, When{m.port != 0});
 }
 
-std::optional<ReportKind> report_kind(std::string_view verb) {
-  for (const auto& [kind, name] : kVerbs) {
-    if (name == verb) return kind;
-  }
-  return std::nullopt;
-}
-
-Result<RoundReport> decode_round_report(std::string_view verb, std::string_view args) {
-  const std::optional<ReportKind> kind = report_kind(verb);
-  if (!kind) {
-    // Bounded: the verb is the sender's text.
-    return Error{"\"" + std::string(verb.substr(0, 64)) + "\" is not a round report."};
-  }
-  RoundReport report;
-  report.kind = *kind;
-  control::JsonFields fields("The " + std::string(verb) + " report", args);
-  if (*kind == ReportKind::kNodeInfo) {
-    std::uint64_t slots = 0;
-    fields.unsigned_number("slots", /*required=*/true, "worker slots", slots,
-                           rendezvous::kMaxWorkersPerNode);
-    report.slots = static_cast<std::uint32_t>(slots);
-    if (!fields.ok()) return Error{fields.error()};
-    return report;
-  }
-  fields.string("job", /*required=*/true, kMaxReportIdBytes, "a job id", report.job);
-  fields.unsigned_number("round", /*required=*/true, "a round", report.round);
-  auto optional_unsigned = [&](const char* key, const char* what,
-                               std::optional<std::uint64_t>& out) {
-    if (!fields.has(key)) return;
-    std::uint64_t value = 0;
-    fields.unsigned_number(key, /*required=*/true, what, value);
-    out = value;
-  };
-  auto optional_signed = [&](const char* key, const char* what, std::optional<std::int64_t>& out) {
-    if (!fields.has(key)) return;
-    std::int64_t value = 0;
-    fields.signed_number(key, /*required=*/true, what, value);
-    out = value;
-  };
-  switch (*kind) {
-    case ReportKind::kWorkerFailed:
-      fields.string("detail", /*required=*/false, kMaxReportTextBytes, "what failed",
-                    report.detail);
-      optional_unsigned("rank", "a rank", report.rank);
-      optional_signed("at_ms", "a wall time in ms", report.at_ms);
-      break;
+void check_fields(MapReader& r, const RoundReport& m) {
+  switch (m.kind) {
+    case ReportKind::kNodeInfo:
+      if (m.slots > rendezvous::kMaxWorkersPerNode) {
+        r.fail("offers " + std::to_string(m.slots) + " worker slots, more than " +
+               std::to_string(rendezvous::kMaxWorkersPerNode));
+      }
+      return;
     case ReportKind::kPeerLost:
-      fields.string("peer", /*required=*/true, kMaxReportIdBytes, "a node name", report.peer);
-      fields.unsigned_number("generation", /*required=*/true, "the peer's generation",
-                             report.peer_generation);
-      fields.string("reason", /*required=*/false, kMaxReportTextBytes, "why", report.reason);
-      optional_signed("last_heard_ms", "a wall time in ms", report.last_heard_ms);
+      if (m.peer.empty()) r.fail("names no lost peer");
       break;
     case ReportKind::kProgress:
-      fields.string("event", /*required=*/true, 16, "\"step\", \"checkpoint\" or \"resume\"",
-                    report.event);
-      if (fields.ok() && !is_progress_event(report.event)) {
-        fields.fail(
-            "The progress report's \"event\" must be \"step\", \"checkpoint\" or "
-            "\"resume\".");
+      if (!is_progress_event(m.event)) {
+        r.fail("has an event other than \"step\", \"checkpoint\" or \"resume\"");
+      } else if (m.step < 0) {
+        r.fail("has a negative step");
       }
-      fields.signed_number("step", /*required=*/true, "a step", report.step);
-      if (fields.ok() && report.step < 0) {
-        fields.fail("The progress report's \"step\" must not be negative.");
-      }
-      if (fields.has("resumed_from")) {
-        fields.signed_number("resumed_from", /*required=*/true, "a step or -1",
-                             report.resumed_from);
-      }
-      optional_unsigned("rank", "a rank", report.rank);
       break;
-    case ReportKind::kStorePortBusy: {
-      std::uint64_t port = 0;
-      fields.unsigned_number("port", /*required=*/true, "a TCP port", port, 65535);
-      if (fields.ok() && port == 0) fields.fail("The store_port_busy report's \"port\" is 0.");
-      report.port = static_cast<std::uint16_t>(port);
-      fields.string("detail", /*required=*/false, kMaxReportTextBytes, "what holds it",
-                    report.detail);
+    case ReportKind::kStorePortBusy:
+      if (m.port == 0) r.fail("names port 0");
       break;
-    }
     default:
       break;
   }
-  if (!fields.ok()) return Error{fields.error()};
+  if (m.job.empty()) r.fail("names no job");
+}
+
+std::string_view report_name(ReportKind kind) {
+  const auto index = static_cast<std::size_t>(kind);
+  return index < kNames.size() ? kNames[index] : "unknown";
+}
+
+RoundReport round_report(ReportKind kind, std::string job, std::uint64_t round) {
+  RoundReport report;
+  report.kind = kind;
+  report.job = std::move(job);
+  report.round = round;
+  return report;
+}
+
+Result<RoundReport> decode_round_report(std::string_view body) {
+  wire::internal::Failure failure;
+  RoundReport report;
+  if (!wire::internal::decode_fields(body, {wire::kMaxFixedValues, kMaxRoundReportBytes},
+                                     "The round report", &failure, report)) {
+    return Error{std::move(failure.message)};
+  }
   return report;
 }
 
 std::string encode_round_report(const RoundReport& report) {
-  json args = json::object();
-  if (report.kind == ReportKind::kNodeInfo) {
-    args["slots"] = report.slots;
-    return args.dump();
-  }
-  args["job"] = report.job;
-  args["round"] = report.round;
-  if (report.rank) args["rank"] = *report.rank;
-  switch (report.kind) {
-    case ReportKind::kWorkerFailed:
-      if (!report.detail.empty()) args["detail"] = report.detail;
-      if (report.at_ms) args["at_ms"] = *report.at_ms;
-      break;
-    case ReportKind::kPeerLost:
-      args["peer"] = report.peer;
-      args["generation"] = report.peer_generation;
-      if (!report.reason.empty()) args["reason"] = report.reason;
-      if (report.last_heard_ms) args["last_heard_ms"] = *report.last_heard_ms;
-      break;
-    case ReportKind::kProgress:
-      args["event"] = report.event;
-      args["step"] = report.step;
-      args["resumed_from"] = report.resumed_from;
-      break;
-    case ReportKind::kStorePortBusy:
-      args["port"] = report.port;
-      if (!report.detail.empty()) args["detail"] = report.detail;
-      break;
-    default:
-      break;
-  }
-  // Names and details are other daemons' and workers' text: invalid UTF-8 is replaced.
-  return args.dump(-1, ' ', false, json::error_handler_t::replace);
+  return wire::internal::encode_fields(report);
 }
 
 }  // namespace elastic::node

@@ -1,25 +1,30 @@
-// The reports a member daemon sends the leader about its rounds (RoundService::on_report): the
-// verb of a kForwardRequest (forward_codec.h) and its JSON args, decoded into one typed value
-// before the leader acts on any field.
+// The reports a member daemon sends the leader about its rounds (RoundService::on_report), as
+// the body of a kRoundReport envelope: one map-encoded struct whose kind says which of the
+// fields below it carries. Keys (daemon/wire/msgpack_schema.h), in this order; k, j and r are
+// always written, every other key only when its value is not the default (0, "", unset, -1 for
+// resumed_from), and an absent one reads as that default:
 //
-//   node_info        {"slots": N}                               worker slots this node offers
-//   node_leaving     {"job", "round"}                            this node drains
-//   round_ack        {"job", "round"}                            its workers run the round
-//   workers_done     {"job", "round"}                            they all exited 0
-//   workers_stopped  {"job", "round"}                            they are stopped (incidents)
-//   worker_failed    {"job", "round", "detail"?, "rank"?, "at_ms"?}
-//   peer_lost        {"job", "round", "peer", "generation", "reason"?, "last_heard_ms"?}
-//   progress         {"job", "round", "event", "step", "resumed_from"?, "rank"?}
-//   store_port_busy  {"job", "round", "port", "detail"?}       the round's store port is in use
+//   k kind, j job, r round                      every report (job "" and round 0 for node_info)
+//   sl slots        node_info                   worker slots this node offers
+//   d detail        worker_failed, store_port_busy   what failed / what holds the port
+//   rk rank         worker_failed, progress
+//   at at_ms        worker_failed               when the worker failed (wall ms)
+//   p peer, g generation, rs reason             peer_lost
+//   lh last_heard_ms  peer_lost                 when the reporter last heard the peer (wall ms)
+//   e event, s step, rf resumed_from            progress
+//   pt port         store_port_busy             the round's store port, in use on the reporter
 //
-// "job" is a non-empty string and "round" a number >= 0 in every report but node_info. Any other
-// verb, args that are not a JSON object, a missing required field, a field of the wrong type,
-// out of range (slots above rendezvous::kMaxWorkersPerNode) or a string above its bound
-// (kMaxReportTextBytes; ids kMaxReportIdBytes) is an Error with one sentence naming the verb and
-// the field; unknown fields are ignored. A report comes from another daemon: decoding never
-// throws, whatever the bytes (fuzzed in tests/fuzz/control_fuzz.cc).
+// node_leaving, round_ack, workers_done and workers_stopped carry only k, j and r. Wall times
+// and steps are signed (msgpack int); everything else is unsigned.
 //
-// encode_round_report() writes the args a decoder reads back to the same value.
+// Decoding: an unknown kind, a missing k, j or r, a field of the wrong type, a job that is
+// empty (but for node_info), slots above rendezvous::kMaxWorkersPerNode, a peer_lost without a
+// peer, a progress event other than "step", "checkpoint" or "resume" or with a negative step, a
+// store_port_busy with port 0, or a string above its bound (kMaxReportTextBytes; ids
+// kMaxReportIdBytes) is an Error with one sentence. Unknown keys are ignored; a key of another
+// kind is read and left alone (the leader reads only its kind's fields). A report comes from
+// another daemon: decoding never throws, whatever the bytes (fuzzed in tests/fuzz/wire_fuzz.cc).
+// encode_round_report() writes bytes a decoder reads back to the same value.
 // Thread safety: pure functions over values.
 #pragma once
 
@@ -35,25 +40,29 @@ namespace elastic::node {
 
 inline constexpr std::size_t kMaxReportIdBytes = 256;
 inline constexpr std::size_t kMaxReportTextBytes = 4096;
+// A whole report body: its two texts at their bounds and the keys and numbers around them.
+inline constexpr std::size_t kMaxRoundReportBytes = 16 * 1024;
 
-enum class ReportKind {
-  kNodeInfo,
-  kNodeLeaving,
-  kRoundAck,
-  kWorkersDone,
-  kWorkersStopped,
-  kWorkerFailed,
-  kPeerLost,
-  kProgress,
-  kStorePortBusy,
+// Wire numbers: only ever appended.
+enum class ReportKind : std::uint8_t {
+  kNodeInfo = 0,
+  kNodeLeaving = 1,
+  kRoundAck = 2,
+  kWorkersDone = 3,
+  kWorkersStopped = 4,
+  kWorkerFailed = 5,
+  kPeerLost = 6,
+  kProgress = 7,
+  kStorePortBusy = 8,
 };
+inline constexpr ReportKind kLastReportKind = ReportKind::kStorePortBusy;
 
 struct RoundReport {
   ReportKind kind = ReportKind::kRoundAck;
   std::string job;
   std::uint64_t round = 0;
   std::uint32_t slots = 0;                    // node_info
-  std::string detail;                         // worker_failed ("" = none given)
+  std::string detail;                         // worker_failed, store_port_busy ("" = none)
   std::optional<std::uint64_t> rank;          // worker_failed, progress
   std::optional<std::int64_t> at_ms;          // worker_failed: when the worker failed
   std::string peer;                           // peer_lost
@@ -67,11 +76,13 @@ struct RoundReport {
   bool operator==(const RoundReport&) const = default;
 };
 
-std::string_view report_verb(ReportKind kind);
-// The kind a verb above names; nullopt for any other verb (a client request, not a report).
-std::optional<ReportKind> report_kind(std::string_view verb);
+// "round_ack", "worker_failed", ... (logs and tests); "unknown" past the last kind.
+std::string_view report_name(ReportKind kind);
 
-Result<RoundReport> decode_round_report(std::string_view verb, std::string_view args);
-std::string encode_round_report(const RoundReport& report);  // the args; the verb is kind's
+// The report of `kind` about `job`'s round `round`, every other field at its default.
+RoundReport round_report(ReportKind kind, std::string job, std::uint64_t round);
+
+Result<RoundReport> decode_round_report(std::string_view body);
+std::string encode_round_report(const RoundReport& report);
 
 }  // namespace elastic::node

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "daemon/node/forward_codec.h"
 #include "daemon/node/round_codec.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/planner.h"
@@ -52,16 +51,15 @@ std::string host_of(const std::string& address) {
   return rest;
 }
 
-// The arguments of a "peer_lost" report to the leader; last_heard_ms: when this daemon last
-// heard from the peer (wall ms), the incident's earliest evidence.
-std::string lost_report(const rendezvous::PeerLost& lost, std::int64_t last_heard_ms) {
-  json args{{"job", lost.job},
-            {"round", lost.round},
-            {"peer", lost.peer},
-            {"generation", lost.generation},
-            {"reason", rendezvous::to_string(lost.reason)}};
-  if (last_heard_ms > 0) args["last_heard_ms"] = last_heard_ms;
-  return args.dump();
+// A "peer_lost" report to the leader; last_heard_ms: when this daemon last heard from the peer
+// (wall ms), the incident's earliest evidence.
+RoundReport lost_report(const rendezvous::PeerLost& lost, std::int64_t last_heard_ms) {
+  RoundReport report = round_report(ReportKind::kPeerLost, lost.job, lost.round);
+  report.peer = lost.peer;
+  report.peer_generation = lost.generation;
+  report.reason = rendezvous::to_string(lost.reason);
+  if (last_heard_ms > 0) report.last_heard_ms = last_heard_ms;
+  return report;
 }
 
 // The wall time (ms) at which steady time `then` was, seen from steady `now`.
@@ -96,8 +94,6 @@ bool member_slots_unknown(
 }
 
 }  // namespace
-
-bool is_round_report_verb(std::string_view verb) { return report_kind(verb).has_value(); }
 
 RoundService::RoundService(std::string self, std::uint64_t generation,
                            const config::Current& config, std::uint64_t seed, const Clock& clock)
@@ -603,22 +599,26 @@ void RoundService::send_starts(TimePoint now, const rendezvous::JobRecord& job, 
   }
 }
 
-void RoundService::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
-                             const std::string& verb, const std::string& args) {
-  Result<RoundReport> decoded = decode_round_report(verb, args);
+void RoundService::on_report(TimePoint now, const wire::Envelope& envelope) {
+  Result<RoundReport> decoded = decode_round_report(envelope.body);
   if (!decoded.ok()) {
     ++malformed_reports_;
-    spdlog::debug("rendezvous: dropped a report from {} (gen {}): {}", from, generation,
-                  decoded.error().message);
+    spdlog::debug("rendezvous: dropped a report from {} (gen {}): {}", envelope.sender,
+                  envelope.generation, decoded.error().message);
     return;
   }
+  on_report(now, envelope.sender, envelope.generation, *decoded);
+}
+
+void RoundService::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                             const RoundReport& report) {
   // The last line of defence: nothing in a report may stop the leader (and then the next).
   try {
-    act_on_report(now, from, generation, *decoded);
+    act_on_report(now, from, generation, report);
   } catch (const std::exception& e) {
     ++malformed_reports_;
-    spdlog::error("rendezvous: a {} report from {} (gen {}) failed: {}", verb, from, generation,
-                  e.what());
+    spdlog::error("rendezvous: a {} report from {} (gen {}) failed: {}", report_name(report.kind),
+                  from, generation, e.what());
   }
 }
 
@@ -975,27 +975,25 @@ void RoundService::acknowledge(const RoundStart& start) {
       it->second.info.fenced) {
     return;
   }
-  report(it->second, "round_ack",
-         json{{"job", start.round.job_id}, {"round", start.round.round}}.dump());
+  report(it->second, round_report(ReportKind::kRoundAck, start.round.job_id, start.round.round));
 }
 
 void RoundService::announce_leaving() {
   for (const auto& [job, watched] : watched_) {
-    report(watched, "node_leaving", json{{"job", job}, {"round", watched.info.round}}.dump());
+    report(watched, round_report(ReportKind::kNodeLeaving, job, watched.info.round));
   }
 }
 
-void RoundService::report_for(const std::string& job, const std::string& verb,
-                              const std::string& args) {
-  const auto it = watched_.find(job);
+void RoundService::report_for(const RoundReport& report) {
+  const auto it = watched_.find(report.job);
   if (it != watched_.end()) {
-    report(it->second, verb, args);
+    this->report(it->second, report);
     return;
   }
   // A stop is reported after this daemon stopped watching the job (it ended, is recovering or
   // left this node out): to the leader it believes in.
-  if (verb != "workers_stopped" || leader_.empty()) return;
-  send_report(leader_, leader_address_, verb, args);
+  if (report.kind != ReportKind::kWorkersStopped || leader_.empty()) return;
+  send_report(leader_, leader_address_, report);
 }
 
 void RoundService::set_leader(TimePoint now, const std::string& leader,
@@ -1009,29 +1007,24 @@ void RoundService::set_leader(TimePoint now, const std::string& leader,
   if (now < next_node_info_) return;
   next_node_info_ = now + kNodeInfoResend;
   last_now_ = std::max(last_now_, now);
-  send_report(leader_, leader_address_, "node_info", json{{"slots", slots_}}.dump());
+  RoundReport info = round_report(ReportKind::kNodeInfo, "", 0);
+  info.slots = slots_;
+  send_report(leader_, leader_address_, info);
 }
 
-void RoundService::report(const Watched& watched, const std::string& verb,
-                          const std::string& args) {
-  send_report(watched.leader, watched.leader_address, verb, args);
+void RoundService::report(const Watched& watched, const RoundReport& report) {
+  send_report(watched.leader, watched.leader_address, report);
 }
 
 void RoundService::send_report(const std::string& leader, const std::string& address,
-                               const std::string& verb, const std::string& args) {
+                               const RoundReport& report) {
   if (leader == self_) {
-    on_report(last_now_, self_, generation_, verb, args);
+    on_report(last_now_, self_, generation_, report);
     return;
   }
   wire::Envelope envelope;
-  envelope.type = wire::MsgType::kForwardRequest;
-  envelope.body = encode_forward(ForwardRequest{.id = 0,
-                                                .verb = verb,
-                                                .args = args,
-                                                .uid = 0,
-                                                .gid = 0,
-                                                .admin = false,
-                                                .client_seq = ++report_seq_});
+  envelope.type = wire::MsgType::kRoundReport;
+  envelope.body = encode_round_report(report);
   sends_.push_back(Send{leader, address, std::move(envelope)});
 }
 
@@ -1049,10 +1042,9 @@ void RoundService::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
     const auto heard = it->second.heard.find(lost.peer);
-    report(
-        it->second, "peer_lost",
-        lost_report(lost,
-                    heard == it->second.heard.end() ? 0 : wall_ms_at(*clock_, now, heard->second)));
+    report(it->second, lost_report(lost, heard == it->second.heard.end()
+                                             ? 0
+                                             : wall_ms_at(*clock_, now, heard->second)));
     next_report_ = now + kReportResend;
   }
 }
@@ -1070,10 +1062,9 @@ void RoundService::tick(TimePoint now) {
     for (auto& [job, watched] : watched_) {
       for (const rendezvous::PeerLost& lost : watched.declared) {
         const auto heard = watched.heard.find(lost.peer);
-        report(
-            watched, "peer_lost",
-            lost_report(
-                lost, heard == watched.heard.end() ? 0 : wall_ms_at(*clock_, now, heard->second)));
+        report(watched, lost_report(lost, heard == watched.heard.end()
+                                              ? 0
+                                              : wall_ms_at(*clock_, now, heard->second)));
         next_report_ = now + kReportResend;
       }
       // A round this daemon fenced itself out of (its lease ran out) has no workers here any

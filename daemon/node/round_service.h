@@ -44,14 +44,13 @@
 //    workers).
 //
 // Messages: RoundStart (kRoundStart), the job tier's (kJobKeepalive..kJobProbeReply, codec in
-// rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader ride
-// on kForwardRequest with the daemon-internal verbs "round_ack", "store_port_busy" and
-// "peer_lost", which the
-// control socket never accepts from users. For incidents (incidents.h) the supervisor also
-// reports "workers_stopped" {job, round} (a round's local workers are all gone; sent to the
-// leader this daemon believes in even when it no longer watches the job) and forwards workers'
-// "progress" {job, round, event, step, resumed_from}; "peer_lost" carries "last_heard_ms" (the
-// reporter's wall time of the lost peer's last job-tier message) and "worker_failed" "at_ms".
+// rendezvous/job_codec.h) and leases (kLeaseRequest/kLeaseGrant). Reports to the leader are
+// kRoundReport messages (round_report.h: round_ack, store_port_busy, peer_lost, node_info,
+// node_leaving, ...). For incidents (incidents.h) the supervisor also reports workers_stopped
+// (a round's local workers are all gone; sent to the leader this daemon believes in even when
+// it no longer watches the job) and forwards workers' progress; peer_lost carries
+// last_heard_ms (the reporter's wall time of the lost peer's last job-tier message) and
+// worker_failed at_ms.
 //
 // Thread safety: none; the node's loop thread owns it.
 #pragma once
@@ -84,9 +83,6 @@
 #include "daemon/wire/messages.h"
 
 namespace elastic::node {
-
-// Verbs one daemon sends the leader about rounds (never accepted on the control socket).
-bool is_round_report_verb(std::string_view verb);
 
 // What a member knows of one job's round (for status and tests).
 struct MemberRound {
@@ -143,12 +139,14 @@ class RoundService {
   bool lead_due(TimePoint now, bool leading) const {
     return leading != leading_ || (leading && now >= next_lead_);
   }
-  // A report from daemon `from` (generation `generation`) forwarded to this leader. Its args
-  // are decoded first (round_report.h); one that does not decode is dropped, logged at debug
-  // and counted (malformed_reports()): it comes from another daemon, and nothing it holds may
-  // stop this one (an exception while acting on it is caught, logged and counted too).
+  // A kRoundReport envelope another daemon sent this leader. Its body is decoded first
+  // (round_report.h); one that does not decode is dropped, logged at debug and counted
+  // (malformed_reports()): it comes from another daemon, and nothing it holds may stop this one.
+  void on_report(TimePoint now, const wire::Envelope& envelope);
+  // A decoded report from daemon `from` (generation `generation`); an exception while acting on
+  // it is caught, logged and counted in malformed_reports() too.
   void on_report(TimePoint now, const std::string& from, std::uint64_t generation,
-                 const std::string& verb, const std::string& args);
+                 const RoundReport& report);
   std::uint64_t malformed_reports() const { return malformed_reports_; }
 
   // Member half.
@@ -167,9 +165,10 @@ class RoundService {
   // are gone.
   void announce_leaving();
 
-  // A report about `job` to the leader of its round (the job supervisor's round_ack,
-  // worker_failed and workers_done); dropped when this daemon has no round of that job.
-  void report_for(const std::string& job, const std::string& verb, const std::string& args);
+  // A report about `report.job` to the leader of its round (the job supervisor's round_ack,
+  // worker_failed, workers_done, ...); dropped when this daemon has no round of that job, but
+  // for workers_stopped, which goes to the leader it believes in.
+  void report_for(const RoundReport& report);
   // The leader this daemon believes in, and this node's worker slots: the leader learns every
   // node's slots from a "node_info" report, sent when the leader changes and every
   // kNodeInfoResend.
@@ -260,10 +259,10 @@ class RoundService {
                    const std::map<std::string, std::string>& addresses, std::uint64_t term);
   void on_round_start(TimePoint now, const wire::Envelope& envelope);
   void carry_out(TimePoint now, rendezvous::JobWatchEffects& effects);
-  void report(const Watched& watched, const std::string& verb, const std::string& args);
-  // To the leader at `address` as a kForwardRequest, or straight to on_report() on the leader.
-  void send_report(const std::string& leader, const std::string& address, const std::string& verb,
-                   const std::string& args);
+  void report(const Watched& watched, const RoundReport& report);
+  // To the leader at `address` as a kRoundReport, or straight to on_report() on the leader.
+  void send_report(const std::string& leader, const std::string& address,
+                   const RoundReport& report);
   void carry_out_lease(TimePoint now, rendezvous::LeaseHolderEffects& effects);
   void update_lease_want(TimePoint now);
 
@@ -334,7 +333,6 @@ class RoundService {
   std::string lease_leader_;
   std::string lease_leader_address_;
   std::uint64_t stale_starts_ = 0;
-  std::uint64_t report_seq_ = 0;
   std::uint64_t malformed_reports_ = 0;  // not decoded, or acting on it threw
   void act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                      const RoundReport& report);

@@ -43,6 +43,8 @@ enum class MsgType : std::uint16_t {
   kRoundStart = 19,
   kLeaseRequest = 20,
   kLeaseGrant = 21,
+  // a member daemon's report to the Raft leader about its rounds (daemon/node/round_report.h)
+  kRoundReport = 22,
   // local control (elasticctl <-> elasticd)
   kControlRequest = 100,
   kControlReply = 101,

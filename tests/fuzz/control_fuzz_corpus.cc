@@ -7,7 +7,6 @@
 #include <string>
 
 #include "daemon/control/protocol.h"
-#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_spec.h"
 
 using namespace elastic;
@@ -82,27 +81,6 @@ int main(int argc, char** argv) {
         R"({"verb":"logs","job":"j","rank":-1,"offset":1.5})"}) {
     write(5, request);
   }
-  // One valid report of each kind (selector 6 + kind), and a forged one.
-  for (int kind = 0; kind < 16; ++kind) {
-    node::RoundReport report;
-    report.kind = static_cast<node::ReportKind>(kind);
-    if (node::report_verb(report.kind) == "unknown") break;
-    report.job = "train-1";
-    report.round = 3;
-    report.slots = 8;
-    report.detail = "rank 1 exited 1";
-    report.rank = 1;
-    report.at_ms = 1700000000000;
-    report.peer = "n2";
-    report.peer_generation = 4;
-    report.reason = "keepalive timeout";
-    report.last_heard_ms = 1700000000000;
-    report.event = "step";
-    report.step = 100;
-    report.port = 29500;
-    write(static_cast<char>(6 + kind), node::encode_round_report(report));
-  }
-  write(6 + 2, R"({"job":1,"round":2})");
   control::NodesReply nodes;
   nodes.self = {"n1", 3, "tcp://10.0.0.1:7946", "prod", 12.5};
   nodes.members.push_back({"n1", "alive", 0, 3, "tcp://10.0.0.1:7946", -1, 1000});

@@ -1,5 +1,6 @@
 // libFuzzer target for the wire codecs (envelope, membership, Raft, forwarded requests, round
-// starts, the job tier, leases, and the job table's commands): hostile bytes must never
+// starts, round reports, the job tier, leases, and the job table's commands): hostile bytes must
+// never
 // crash, hang or allocate without bound, and anything that decodes must re-encode to bytes that
 // decode to the same value. Built with clang++ -fsanitize=fuzzer,address,undefined by
 // tests/fuzz/CMakeLists.txt.
@@ -18,6 +19,7 @@
 #include "daemon/consensus/raft_codec.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/wire/codec.h"
@@ -112,6 +114,10 @@ void check_daemon_bodies(std::string_view body) {
     auto again = elastic::node::decode_round_start(elastic::node::encode_round_start(*r));
     if (!again.ok() || !(again->round == r->round)) property_failed("round start round trip");
   }
+  if (auto r = elastic::node::decode_round_report(body); r.ok()) {
+    auto again = elastic::node::decode_round_report(elastic::node::encode_round_report(*r));
+    if (!again.ok() || !(*again == *r)) property_failed("round report round trip");
+  }
   for (MsgType type : {MsgType::kJobKeepalive, MsgType::kJobKeepaliveAck, MsgType::kJobProbeRequest,
                        MsgType::kJobProbeReply}) {
     if (auto r = elastic::rendezvous::decode_job(type, body); r.ok()) {
@@ -165,6 +171,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           [&] { (void)elastic::consensus::decode_raft(MsgType::kRaftVoteRequest, bytes); });
   bounded("a forwarded request", input + kSmallDecodeBytes,
           [&] { (void)elastic::node::decode_forward_request(bytes); });
+  bounded("a round report", input + kSmallDecodeBytes,
+          [&] { (void)elastic::node::decode_round_report(bytes); });
 
   for (MsgType type : kTypes) check_membership(type, bytes);
   for (MsgType type : kRaftTypes) check_raft(type, bytes);

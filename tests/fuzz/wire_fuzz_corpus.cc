@@ -9,6 +9,7 @@
 #include "daemon/consensus/raft_codec.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/wire/codec.h"
@@ -83,6 +84,41 @@ int main(int argc, char** argv) {
   spec.command = {"elastic-trainer", "--model", "fmnist"};
   write(MsgType::kRoundStart,
         node::encode_round_start(node::RoundStart{5, rdv::JobState::kRunning, open, spec, 1}));
+  // One round report of each kind, every field of the kind set.
+  for (int kind = 0; kind <= static_cast<int>(node::kLastReportKind); ++kind) {
+    node::RoundReport report =
+        node::round_report(static_cast<node::ReportKind>(kind), "fmnist-1", 2);
+    switch (report.kind) {
+      case node::ReportKind::kNodeInfo:
+        report = node::round_report(report.kind, "", 0);
+        report.slots = 8;
+        break;
+      case node::ReportKind::kWorkerFailed:
+        report.rank = 1;
+        report.detail = "rank 1 on node n2 exited with status 1";
+        report.at_ms = 1'700'000'000'000;
+        break;
+      case node::ReportKind::kPeerLost:
+        report.peer = "n2";
+        report.peer_generation = 3;
+        report.reason = "keepalive timeout";
+        report.last_heard_ms = 1'700'000'000'000;
+        break;
+      case node::ReportKind::kProgress:
+        report.rank = 0;
+        report.event = "step";
+        report.step = 100;
+        report.resumed_from = -1;
+        break;
+      case node::ReportKind::kStorePortBusy:
+        report.port = 29500;
+        report.detail = "another process holds TCP port 29500";
+        break;
+      default:
+        break;
+    }
+    write(MsgType::kRoundReport, node::encode_round_report(report));
+  }
   const rdv::JobRoundRef ref{"fmnist-1", 5, 2};
   write(MsgType::kJobKeepalive, rdv::encode_job(rdv::JobKeepalive{ref, 9}));
   write(MsgType::kJobProbeRequest, rdv::encode_job(rdv::JobProbeRequest{ref, 4, "n2", 3}));

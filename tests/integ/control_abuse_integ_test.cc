@@ -29,7 +29,7 @@
 
 #include "daemon/control/protocol.h"
 #include "daemon/control/verbs.h"
-#include "daemon/node/forward_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/transport/zmq_transport.h"
 #include "daemon/wire/messages.h"
 #include "tests/integ/daemon_under_test.h"
@@ -187,27 +187,25 @@ TEST(ControlAbuseInteg, ForgedRoundReportsAreDroppedAndCounted) {
   options.cluster_id = "elastic";  // the default node.cluster_id
   auto forger = transport::ZmqTransport::open(options);
   ASSERT_TRUE(forger.ok()) << forger.error().message;
-  const std::vector<std::pair<std::string, std::string>> reports = {
-      {"round_ack", R"({"job":1,"round":1})"},
-      {"node_info", R"({"slots":"all"})"},
-      {"peer_lost", R"({"job":"j","round":0,"peer":[1],"generation":1})"},
-      {"worker_failed", R"({"job":"j","round":"1"})"},
-      {"progress", R"({"job":"j","round":1,"event":"step","step":"x"})"},
-      {"workers_stopped", R"([1,2,3])"},
+  // Bodies that do not decode: wrong types, rules of a kind broken, and no MessagePack at all.
+  node::RoundReport info = node::round_report(node::ReportKind::kNodeInfo, "", 0);
+  info.slots = 100'000;
+  node::RoundReport progress = node::round_report(node::ReportKind::kProgress, "j", 1);
+  progress.event = "explode";
+  const std::vector<std::string> reports = {
+      node::encode_round_report(node::round_report(node::ReportKind::kRoundAck, "", 1)),
+      node::encode_round_report(info),
+      node::encode_round_report(node::round_report(node::ReportKind::kPeerLost, "j", 0)),
+      node::encode_round_report(progress),
+      std::string("\x83\xa1k\x05\xa1j\x01\xa1r\x01", 10),  // worker_failed, job a number
+      R"({"job":"j","round":1})",
   };
   // Sent again until counted: reports reach the round service only once n1 leads.
-  std::uint64_t seq = 0;
   auto forge = [&] {
-    for (const auto& [verb, args] : reports) {
+    for (const std::string& body : reports) {
       wire::Envelope envelope;
-      envelope.type = wire::MsgType::kForwardRequest;
-      envelope.body = node::encode_forward(node::ForwardRequest{.id = 0,
-                                                                .verb = verb,
-                                                                .args = args,
-                                                                .uid = 0,
-                                                                .gid = 0,
-                                                                .admin = false,
-                                                                .client_seq = ++seq});
+      envelope.type = wire::MsgType::kRoundReport;
+      envelope.body = body;
       EXPECT_TRUE((*forger)->send({.address = node.n1.address(), .name = "n1"}, envelope).ok());
     }
   };

@@ -1,7 +1,7 @@
 // Unit tier, security: the typed decoders of control requests
-// (daemon/control/requests.h) and of round reports (daemon/node/round_report.h). The requests
-// that stopped the leader in the attack round each get one sentence naming the field; valid
-// requests decode to their values; reports round-trip through encode_round_report().
+// (daemon/control/requests.h). The requests that stopped the leader in the attack round each
+// get one sentence naming the field; valid requests decode to their values. (Round reports are
+// wire messages now: node_codec_test.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +11,6 @@
 
 #include "daemon/control/requests.h"
 #include "daemon/control/verbs.h"
-#include "daemon/node/round_report.h"
 
 namespace elastic {
 namespace {
@@ -117,102 +116,6 @@ TEST(ControlRequests, ValidRequestsDecodeToTheirValues) {
               HasSubstr("The log_files request's \"round\" must be"));
   EXPECT_THAT(error_of(control::decode_log_files_request(R"({"round":1})")),
               HasSubstr("The log_files request needs \"job\""));
-}
-
-TEST(RoundReports, ForgedReportsAreErrorsNotExceptions) {
-  // Each of these threw in RoundService::on_report and stopped the leader.
-  EXPECT_EQ(error_of(node::decode_round_report("round_ack", R"({"job":1,"round":2})")),
-            "The round_ack report's \"job\" must be a string (a job id), not a number.");
-  EXPECT_EQ(error_of(node::decode_round_report("node_info", R"({"slots":"8"})")),
-            "The node_info report's \"slots\" must be an integer from 0 to 1024 (worker slots), "
-            "not a string.");
-  EXPECT_THAT(error_of(node::decode_round_report("node_info", R"({"slots":4294967297})")),
-              HasSubstr("must be an integer from 0 to 1024"));
-  EXPECT_THAT(error_of(node::decode_round_report(
-                  "peer_lost", R"({"job":"j","round":1,"peer":{},"generation":1})")),
-              HasSubstr("\"peer\" must be a string (a node name), not an object"));
-  EXPECT_THAT(error_of(node::decode_round_report(
-                  "peer_lost", R"({"job":"j","round":1,"peer":"n2","generation":-3})")),
-              HasSubstr("\"generation\" must be an integer >= 0"));
-  EXPECT_THAT(
-      error_of(node::decode_round_report("worker_failed", R"({"job":"j","round":1,"detail":[1]})")),
-      HasSubstr("\"detail\" must be a string"));
-  EXPECT_THAT(
-      error_of(node::decode_round_report("progress", R"({"job":"j","round":1,"event":"step"})")),
-      HasSubstr("needs \"step\""));
-  EXPECT_THAT(error_of(node::decode_round_report(
-                  "progress", R"({"job":"j","round":1,"event":"explode","step":1})")),
-              HasSubstr("\"event\" must be \"step\", \"checkpoint\" or \"resume\""));
-  EXPECT_THAT(
-      error_of(node::decode_round_report(
-          "progress", R"({"job":"j","round":1,"event":"step","step":18446744073709551615})")),
-      HasSubstr("that fits 64 bits"));
-  EXPECT_THAT(error_of(node::decode_round_report("round_ack", R"({"job":"j"})")),
-              HasSubstr("needs \"round\""));
-  EXPECT_THAT(error_of(node::decode_round_report("round_ack", "not json")),
-              HasSubstr("is not a JSON object"));
-  EXPECT_EQ(error_of(node::decode_round_report("submit", "{}")),
-            "\"submit\" is not a round report.");
-  // The busy store port's report: a port is a number in 1..65535.
-  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy", R"({"job":"j","round":1})")),
-              HasSubstr("needs \"port\""));
-  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy",
-                                                 R"({"job":"j","round":1,"port":70000})")),
-              HasSubstr("\"port\""));
-  EXPECT_THAT(
-      error_of(node::decode_round_report("store_port_busy", R"({"job":"j","round":1,"port":0})")),
-      HasSubstr("\"port\" is 0"));
-  EXPECT_THAT(error_of(node::decode_round_report("store_port_busy",
-                                                 R"({"job":"j","round":1,"port":"29500"})")),
-              HasSubstr("\"port\" must be"));
-}
-
-node::RoundReport report_of(node::ReportKind kind, std::string job = "train-1",
-                            std::uint64_t round = 4) {
-  node::RoundReport report;
-  report.kind = kind;
-  report.job = std::move(job);
-  report.round = round;
-  return report;
-}
-
-TEST(RoundReports, EveryKindRoundTrips) {
-  std::vector<node::RoundReport> reports;
-  node::RoundReport info = report_of(node::ReportKind::kNodeInfo, "", 0);
-  info.slots = 8;
-  reports.push_back(info);
-  for (node::ReportKind kind :
-       {node::ReportKind::kNodeLeaving, node::ReportKind::kRoundAck, node::ReportKind::kWorkersDone,
-        node::ReportKind::kWorkersStopped}) {
-    reports.push_back(report_of(kind));
-  }
-  node::RoundReport failed = report_of(node::ReportKind::kWorkerFailed);
-  failed.detail = "rank 3 on node n2 exited 1";
-  failed.rank = 3;
-  failed.at_ms = 1'700'000'000'000;
-  reports.push_back(failed);
-  node::RoundReport lost = report_of(node::ReportKind::kPeerLost);
-  lost.peer = "n3";
-  lost.peer_generation = 7;
-  lost.reason = "keepalive timeout";
-  lost.last_heard_ms = 1'700'000'000'000;
-  reports.push_back(lost);
-  node::RoundReport progress = report_of(node::ReportKind::kProgress);
-  progress.rank = 0;
-  progress.event = "checkpoint";
-  progress.step = 1200;
-  progress.resumed_from = 1000;
-  reports.push_back(progress);
-  node::RoundReport port_busy = report_of(node::ReportKind::kStorePortBusy);
-  port_busy.port = 29501;
-  port_busy.detail = "another process on node n1 holds TCP port 29501";
-  reports.push_back(port_busy);
-  for (const node::RoundReport& report : reports) {
-    const std::string verb(node::report_verb(report.kind));
-    auto decoded = node::decode_round_report(verb, node::encode_round_report(report));
-    ASSERT_TRUE(decoded.ok()) << verb << ": " << decoded.error().message;
-    EXPECT_EQ(*decoded, report) << verb;
-  }
 }
 
 // The verb table (control/verbs.h): one entry per verb, the leader's verbs marked, and the

@@ -115,11 +115,7 @@ const std::string kDumpEnv =
     "f=\"$OUT/env-$ELASTIC_JOB_ID-$ELASTIC_ROUND-$RANK\"; env > \"$f.tmp\" && mv \"$f.tmp\" "
     "\"$f.txt\"";
 
-struct Report {
-  std::string job;
-  std::string verb;
-  json args;
-};
+using Report = RoundReport;
 
 class JobSupervisorTest : public ::testing::Test {
  protected:
@@ -199,23 +195,19 @@ class JobSupervisorTest : public ::testing::Test {
   }
 
   // Every report the supervisor made so far (taken from it on each call).
-  std::vector<Report> reports(const std::string& verb, const std::string& job = "") {
+  std::vector<Report> reports(ReportKind kind, const std::string& job = "") {
     if (supervisor_) {
-      for (JobSupervisor::Report& r : supervisor_->take_reports()) {
-        json parsed = json::parse(r.args, nullptr, false);
-        EXPECT_FALSE(parsed.is_discarded()) << r.verb << " args are not JSON: " << r.args;
-        reports_.push_back(Report{r.job, r.verb, parsed});
-      }
+      for (Report& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
     }
     std::vector<Report> out;
     for (const Report& r : reports_) {
-      if (r.verb == verb && (job.empty() || r.job == job)) out.push_back(r);
+      if (r.kind == kind && (job.empty() || r.job == job)) out.push_back(r);
     }
     return out;
   }
   bool acked(const std::string& job, std::uint64_t round) {
-    for (const Report& r : reports("round_ack", job)) {
-      if (r.args.value("round", std::uint64_t{0}) == round) return true;
+    for (const Report& r : reports(ReportKind::kRoundAck, job)) {
+      if (r.round == round) return true;
     }
     return false;
   }
@@ -271,9 +263,9 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
   s.spec.env["MY_SETTING"] = "a value with spaces";
   const TimePoint t0 = now();
   EXPECT_TRUE(supervisor_->on_round(t0, s));
-  ASSERT_EQ(reports("round_ack").size(), 1u);
-  EXPECT_EQ(reports("round_ack")[0].job, "fm-1");
-  EXPECT_EQ(reports("round_ack")[0].args, (json{{"job", "fm-1"}, {"round", 4}}));
+  ASSERT_EQ(reports(ReportKind::kRoundAck).size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kRoundAck)[0].job, "fm-1");
+  EXPECT_EQ(reports(ReportKind::kRoundAck)[0], round_report(ReportKind::kRoundAck, "fm-1", 4));
   EXPECT_EQ(running("fm-1"), 2u);
 
   std::set<std::string> slots;
@@ -315,7 +307,7 @@ TEST_F(JobSupervisorTest, TwoLocalSlotsStartTwoWorkersWithTheTorchrunEnvironment
 
   // A repeated start of the same round is a no-op that says "running".
   EXPECT_TRUE(supervisor_->on_round(now(), s));
-  EXPECT_EQ(reports("round_ack").size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kRoundAck).size(), 1u);
   EXPECT_EQ(rows("fm-1").size(), 2u);
   for (const WorkerRow& row : rows("fm-1")) {
     EXPECT_EQ(row.state, "running");
@@ -384,8 +376,8 @@ TEST_F(JobSupervisorTest, ACheckpointDirPlaceholderWithoutARootFailsTheStart) {
   RoundStart s = start("pc-1", 1, 1, "exit 0");
   s.spec.env["CKPT"] = "{checkpoint_dir}/mine";
   EXPECT_FALSE(supervisor_->on_round(now(), s));
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const std::string detail = reports(ReportKind::kWorkerFailed)[0].detail;
   EXPECT_EQ(detail,
             "rank 0 on node " + std::string(kSelf) +
                 " could not start: the value of CKPT uses {checkpoint_dir}, but neither the "
@@ -577,34 +569,35 @@ TEST_F(JobSupervisorTest, AllWorkersExitingZeroReportWorkersDoneOnceThenResend) 
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("done-1", 2, 2, "exit 0")));
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   // Both exited (the report waits for the last one), and kept as "exited" rows.
   ASSERT_EQ(rows("done-1").size(), 2u);
   for (const WorkerRow& row : rows("done-1")) {
     EXPECT_EQ(row.state, "exited");
     EXPECT_EQ(row.detail, "exited with status 0");
   }
-  ASSERT_EQ(reports("workers_done").size(), 1u);
-  EXPECT_EQ(reports("workers_done")[0].job, "done-1");
-  EXPECT_EQ(reports("workers_done")[0].args, (json{{"job", "done-1"}, {"round", 2}}));
-  EXPECT_TRUE(reports("worker_failed").empty());
+  ASSERT_EQ(reports(ReportKind::kWorkersDone).size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone)[0].job, "done-1");
+  EXPECT_EQ(reports(ReportKind::kWorkersDone)[0],
+            round_report(ReportKind::kWorkersDone, "done-1", 2));
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 
   // Not again before kReportResend...
   supervisor_->process(now());
-  EXPECT_EQ(reports("workers_done").size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone).size(), 1u);
   EXPECT_LE(supervisor_->next_deadline(), now() + JobSupervisor::kReportResend);
   // ...but again after it, while the round stands (the leader may have lost the first).
   const TimePoint later = now() + JobSupervisor::kReportResend + 10ms;
   supervisor_->process(later);
-  EXPECT_EQ(reports("workers_done").size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone).size(), 2u);
   supervisor_->process(later + JobSupervisor::kReportResend + 10ms);
-  EXPECT_EQ(reports("workers_done").size(), 3u);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone).size(), 3u);
 
   // Once the job has no round here any more, nothing is re-sent.
   supervisor_->stop_job(now(), "done-1", StopMode::kKill, "job succeeded");
   supervisor_->process(later + 10 * JobSupervisor::kReportResend);
-  EXPECT_EQ(reports("workers_done").size(), 3u);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_EQ(reports(ReportKind::kWorkersDone).size(), 3u);
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 }
 
 // A job whose workers had all exited before stop_job (succeeded, or failed and then ended) is
@@ -615,7 +608,8 @@ TEST_F(JobSupervisorTest, StopJobForgetsAJobWhoseWorkersAlreadyExited) {
   EXPECT_TRUE(supervisor_->on_round(now(), start("end-1", 1, 1, "exit 0")));
   EXPECT_TRUE(supervisor_->on_round(now(), start("end-2", 1, 1, "exit 4")));
   ASSERT_TRUE(pump_until([&] {
-    return !reports("workers_done", "end-1").empty() && !reports("worker_failed", "end-2").empty();
+    return !reports(ReportKind::kWorkersDone, "end-1").empty() &&
+           !reports(ReportKind::kWorkerFailed, "end-2").empty();
   }));
   supervisor_->stop_job(now(), "end-1", StopMode::kKill, "job succeeded");
   supervisor_->stop_job(now(), "end-2", StopMode::kKill, "job failed");
@@ -631,36 +625,36 @@ TEST_F(JobSupervisorTest, AWorkerExitingThreeReportsWorkerFailedWithItsRank) {
   RoundStart s = start("fail-1", 1, 2, "if [ \"$LOCAL_RANK\" = 1 ]; then exit 3; fi; exit 0");
   s.round.ranks = {RankAssignment{kSelf, 1, 2, 6}};  // ranks 6 and 7
   EXPECT_TRUE(supervisor_->on_round(now(), s));
-  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkerFailed).empty(); }));
   // Let rank 6 exit too: a failed round never turns into workers_done.
   ASSERT_TRUE(pump_until([&] { return running("fail-1") == 0; }));
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const Report failed = reports("worker_failed")[0];
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const Report failed = reports(ReportKind::kWorkerFailed)[0];
   EXPECT_EQ(failed.job, "fail-1");
-  EXPECT_EQ(failed.args.value("job", ""), "fail-1");
-  EXPECT_EQ(failed.args.value("round", 0), 1);
-  EXPECT_EQ(failed.args.value("rank", 0), 7);
-  const std::string detail = failed.args.value("detail", "");
+  EXPECT_EQ(failed.job, "fail-1");
+  EXPECT_EQ(failed.round, 1u);
+  EXPECT_EQ(failed.rank, 7u);
+  const std::string detail = failed.detail;
   EXPECT_TRUE(contains(detail, "exited with status 3")) << detail;
   EXPECT_TRUE(contains(detail, "rank 7")) << detail;
-  EXPECT_TRUE(reports("workers_done").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkersDone).empty());
   // A repeated start of the failed round does not say "running".
   EXPECT_FALSE(supervisor_->on_round(now(), s));
 
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
-  ASSERT_EQ(reports("worker_failed").size(), 2u);
-  EXPECT_EQ(reports("worker_failed")[1].args, failed.args);
-  EXPECT_TRUE(reports("workers_done").empty());
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed)[1], failed);
+  EXPECT_TRUE(reports(ReportKind::kWorkersDone).empty());
 }
 
 TEST_F(JobSupervisorTest, AWorkerKilledByASignalIsAFailure) {
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("sig-1", 1, 1, "kill -USR1 $$")));
-  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
-  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkerFailed).empty(); }));
+  const std::string detail = reports(ReportKind::kWorkerFailed)[0].detail;
   EXPECT_TRUE(contains(detail, "killed by signal 10 (SIGUSR1)")) << detail;
-  EXPECT_TRUE(reports("workers_done").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkersDone).empty());
 }
 
 // --- 4. A new round of the same job -----------------------------------------------------
@@ -703,7 +697,7 @@ TEST_F(JobSupervisorTest, AMemberLostRoundKillsTheOldWorkersAtOnceThenStartsTheN
   const std::string log = read_file(supervisor_->logs().rank_path("ml-1", 1, 0));
   EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " killed by signal 9")) << log;
   // Stopped workers are not failures.
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 }
 
 TEST_F(JobSupervisorTest, AGrowRoundSendsTermFirstSoTheWorkerCanCheckpoint) {
@@ -727,7 +721,7 @@ TEST_F(JobSupervisorTest, AGrowRoundSendsTermFirstSoTheWorkerCanCheckpoint) {
   EXPECT_TRUE(contains(log, "pid " + std::to_string(old_pid) + " exited with status 0")) << log;
   EXPECT_EQ(running("grow-1"), 2u);
   EXPECT_EQ(wait_env("grow-1", 2, 1)["WORLD_SIZE"], "2");
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 }
 
 TEST_F(JobSupervisorTest, AKillRoundDuringAGracefulStopKillsAtOnce) {
@@ -758,7 +752,7 @@ TEST_F(JobSupervisorTest, ANewRoundAfterTheOldWorkersExitedStartsAtOnce) {
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("re-1", 1, 1, "exit 5")));
-  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkerFailed).empty(); }));
   RoundStart next = start("re-1", 2, 1, kDumpEnv, RoundReason::kWorkerFailed);
   next.restarts = 1;
   next.round.ranks[0].restarts = 1;  // this node's worker failed
@@ -766,11 +760,12 @@ TEST_F(JobSupervisorTest, ANewRoundAfterTheOldWorkersExitedStartsAtOnce) {
   EXPECT_TRUE(acked("re-1", 2));
   EXPECT_EQ(wait_env("re-1", 2, 0)["TORCHELASTIC_RESTART_COUNT"], "1");
   // The failure belonged to round 1: it is no longer re-sent.
-  const std::size_t failures = reports("worker_failed").size();
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  const std::size_t failures = reports(ReportKind::kWorkerFailed).size();
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
-  EXPECT_EQ(reports("worker_failed").size(), failures);
-  EXPECT_EQ(reports("workers_done").back().args, (json{{"job", "re-1"}, {"round", 2}}));
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed).size(), failures);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone).back(),
+            round_report(ReportKind::kWorkersDone, "re-1", 2));
 }
 
 // --- 5. stop_job and shutdown ---------------------------------------------------------------
@@ -790,8 +785,8 @@ TEST_F(JobSupervisorTest, StopJobGracefulSendsTermAndForgetsTheJob) {
   const std::string log = read_file(supervisor_->logs().rank_path("stop-1", 1, 0));
   EXPECT_TRUE(contains(log, "got TERM")) << log;
   EXPECT_TRUE(contains(log, "exited with status 0 (stopped by the daemon)")) << log;
-  EXPECT_TRUE(reports("worker_failed").empty());
-  EXPECT_TRUE(reports("workers_done").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkersDone).empty());
 }
 
 TEST_F(JobSupervisorTest, StopJobGracefulKillsAWorkerThatIgnoresTermAfterTheGrace) {
@@ -814,7 +809,7 @@ TEST_F(JobSupervisorTest, StopJobGracefulKillsAWorkerThatIgnoresTermAfterTheGrac
   EXPECT_FALSE(alive(pid));
   const std::string log = read_file(supervisor_->logs().rank_path("stop-2", 1, 0));
   EXPECT_TRUE(contains(log, "killed by signal 9 (SIGKILL) (stopped by the daemon)")) << log;
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 }
 
 TEST_F(JobSupervisorTest, StopJobKillEndsAWorkerThatIgnoresTermAtOnce) {
@@ -828,7 +823,7 @@ TEST_F(JobSupervisorTest, StopJobKillEndsAWorkerThatIgnoresTermAtOnce) {
   supervisor_->stop_job(now(), "stop-3", StopMode::kKill, "this node is no longer a member");
   ASSERT_TRUE(pump_until([&] { return rows("stop-3").empty(); }, 10s));
   for (int pid : pids) EXPECT_FALSE(alive(pid)) << pid;
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
   // Unknown jobs are ignored.
   supervisor_->stop_job(now(), "no-such-job", StopMode::kKill, "test");
 }
@@ -880,17 +875,17 @@ TEST_F(JobSupervisorTest, JobsGetDisjointSlotsAndAThirdWaitsForAFreeOne) {
   supervisor_->process(now());
   EXPECT_TRUE(rows("c-1").empty());
   EXPECT_FALSE(acked("c-1", 1));
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
   EXPECT_FALSE(std::filesystem::exists(env_file("c-1", 1, 0)));
 
   // Job a's worker ends; c takes its slot.
   std::ofstream(out_ + "/release-a-1") << "";
   ASSERT_TRUE(pump_until([&] { return acked("c-1", 1); }));
-  EXPECT_EQ(reports("workers_done", "a-1").size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kWorkersDone, "a-1").size(), 1u);
   EXPECT_EQ(wait_env("c-1", 1, 0)["ELASTIC_SLOT"], slot_a);
   EXPECT_EQ(running("b-1"), 1u);
   EXPECT_EQ(running("c-1"), 1u);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 }
 
 // --- 7. Start errors --------------------------------------------------------------------------
@@ -902,16 +897,16 @@ TEST_F(JobSupervisorTest, ACommandThatDoesNotExistIsAWorkerFailure) {
   s.spec.command = {"elastic-no-such-command-for-tests", "--flag"};
   EXPECT_FALSE(supervisor_->on_round(now(), s));
   EXPECT_FALSE(acked("nx-1", 1));
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const Report failed = reports("worker_failed")[0];
-  EXPECT_EQ(failed.args.value("rank", 99), 0);
-  EXPECT_EQ(failed.args.value("round", 0), 1);
-  const std::string detail = failed.args.value("detail", "");
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const Report failed = reports(ReportKind::kWorkerFailed)[0];
+  EXPECT_EQ(failed.rank, 0u);
+  EXPECT_EQ(failed.round, 1u);
+  const std::string detail = failed.detail;
   EXPECT_TRUE(contains(detail, "could not start")) << detail;
   EXPECT_TRUE(contains(detail, "elastic-no-such-command-for-tests")) << detail;
   EXPECT_EQ(running("nx-1"), 0u);
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
-  EXPECT_EQ(reports("worker_failed").size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed).size(), 2u);
   // The spawner wrote the reason into the rank's log too.
   const std::string log = read_file(supervisor_->logs().rank_path("nx-1", 1, 0));
   EXPECT_TRUE(contains(log, "elastic-no-such-command-for-tests")) << log;
@@ -923,8 +918,8 @@ TEST_F(JobSupervisorTest, AnAbsoluteCommandThatDoesNotExistIsAWorkerFailure) {
   RoundStart s = start("nx-2", 1, 2, "");
   s.spec.command = {dir_ / "missing-binary"};
   EXPECT_FALSE(supervisor_->on_round(now(), s));
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const std::string detail = reports(ReportKind::kWorkerFailed)[0].detail;
   EXPECT_TRUE(contains(detail, "could not start")) << detail;
   EXPECT_EQ(running("nx-2"), 0u);
 }
@@ -943,16 +938,16 @@ TEST_F(JobSupervisorTest, RankZeroWhoseStorePortIsTakenStartsNothingAndReportsIt
   EXPECT_FALSE(supervisor_->on_round(now(), start("port-1", 1, 1, kDumpEnv)));
   EXPECT_EQ(asked, std::vector<std::uint16_t>{29500});
   EXPECT_FALSE(acked("port-1", 1));
-  EXPECT_TRUE(reports("worker_failed").empty());
-  ASSERT_EQ(reports("store_port_busy").size(), 1u);
-  const Report busy = reports("store_port_busy")[0];
-  EXPECT_EQ(busy.args.value("port", 0), 29500);
-  EXPECT_EQ(busy.args.value("round", 0), 1);
-  EXPECT_TRUE(contains(busy.args.value("detail", ""), "holds TCP port 29500"));
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
+  ASSERT_EQ(reports(ReportKind::kStorePortBusy).size(), 1u);
+  const Report busy = reports(ReportKind::kStorePortBusy)[0];
+  EXPECT_EQ(busy.port, std::uint16_t{29500});
+  EXPECT_EQ(busy.round, 1u);
+  EXPECT_TRUE(contains(busy.detail, "holds TCP port 29500"));
   supervisor_->process(now());
   EXPECT_TRUE(supervisor_->workers().empty());
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
-  EXPECT_EQ(reports("store_port_busy").size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kStorePortBusy).size(), 2u);
 }
 
 TEST_F(JobSupervisorTest, OnlyTheNodeOfRankZeroChecksTheStorePort) {
@@ -967,7 +962,7 @@ TEST_F(JobSupervisorTest, OnlyTheNodeOfRankZeroChecksTheStorePort) {
   s.round.ranks = {RankAssignment{"other", 1, 1, 0}, RankAssignment{kSelf, 1, 1, 1}};
   EXPECT_TRUE(supervisor_->on_round(now(), s));
   EXPECT_FALSE(asked);
-  EXPECT_TRUE(reports("store_port_busy").empty());
+  EXPECT_TRUE(reports(ReportKind::kStorePortBusy).empty());
   EXPECT_EQ(wait_env("port-2", 1, 1)["RANK"], "1");
 }
 
@@ -975,14 +970,14 @@ TEST_F(JobSupervisorTest, ARoundAskingForMoreSlotsThanThePlanHasIsAWorkerFailure
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
   EXPECT_FALSE(supervisor_->on_round(now(), start("big-1", 1, 3, kDumpEnv)));
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const std::string detail = reports("worker_failed")[0].args.value("detail", "");
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const std::string detail = reports(ReportKind::kWorkerFailed)[0].detail;
   EXPECT_TRUE(contains(detail, "has 2 slots, not 3")) << detail;
   EXPECT_FALSE(acked("big-1", 1));
   supervisor_->process(now());
   EXPECT_TRUE(supervisor_->workers().empty());
   supervisor_->process(now() + JobSupervisor::kReportResend + 10ms);
-  EXPECT_EQ(reports("worker_failed").size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed).size(), 2u);
 }
 
 // --- 8. Logs and owners ---------------------------------------------------------------------
@@ -993,7 +988,7 @@ TEST_F(JobSupervisorTest, TheRankLogHoldsTheWorkersOutputAndTheOwnerIsKnown) {
   RoundStart s = start("log-1", 1, 2, "echo \"hello from rank $RANK\"; echo oops >&2; exit 0");
   s.round.ranks = {RankAssignment{kSelf, 1, 2, 10}};
   EXPECT_TRUE(supervisor_->on_round(now(), s));
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   EXPECT_EQ(supervisor_->logs().base(), config_.node.state_dir + "/logs");
   for (std::uint32_t rank : {10u, 11u}) {
     const std::string path = supervisor_->logs().rank_path("log-1", 1, rank);
@@ -1020,7 +1015,7 @@ TEST_F(JobSupervisorTest, SpawnerLogDirOverridesTheStateDir) {
   open(cpu_plan(2));
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("log-2", 1, 1, "echo here")));
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   EXPECT_EQ(supervisor_->logs().base(), dir_ / "worker-logs");
   EXPECT_EQ(supervisor_->logs().rank_path("log-2", 1, 0),
             dir_ / "worker-logs/log-2/round-1/rank-0.log");
@@ -1038,7 +1033,7 @@ TEST_F(JobSupervisorTest, SpawnerLogRootWinsOverLogDir) {
   open(cpu_plan(1));
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("root-1", 4, 1, "echo shared")));
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   EXPECT_EQ(supervisor_->logs().base(), dir_ / "shared-logs");
   EXPECT_TRUE(contains(read_file(dir_ / "shared-logs/root-1/round-4/rank-0.log"), "shared\n"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "worker-logs/root-1"));
@@ -1079,7 +1074,7 @@ TEST_F(JobSupervisorTest, TheOwnerOfALogOutlivesTheDaemon) {
   ASSERT_TRUE(supervisor_);
   RoundStart s = start("own-1", 1, 1, "echo mine");
   EXPECT_TRUE(supervisor_->on_round(now(), s));
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_done").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersDone).empty(); }));
   supervisor_->shutdown(100ms);
   open(cpu_plan(1));  // the daemon restarted
   ASSERT_TRUE(supervisor_);
@@ -1106,18 +1101,20 @@ TEST_F(JobSupervisorTest, TheLastWorkerOfAStoppedRoundReportsWorkersStoppedOnce)
   ASSERT_TRUE(supervisor_);
   EXPECT_TRUE(supervisor_->on_round(now(), start("st-1", 1, 2, "exec sleep 1000")));
   ASSERT_EQ(running("st-1"), 2u);
-  EXPECT_TRUE(reports("workers_stopped").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkersStopped).empty());
   // A new round after a lost member: both old workers are killed; one report when both are gone.
   supervisor_->on_round(now(), start("st-1", 2, 2, "exec sleep 1000", RoundReason::kMemberLost));
   ASSERT_TRUE(pump_until([&] { return acked("st-1", 2); }));
-  ASSERT_EQ(reports("workers_stopped").size(), 1u);
-  EXPECT_EQ(reports("workers_stopped")[0].args, json({{"job", "st-1"}, {"round", 1}}));
+  ASSERT_EQ(reports(ReportKind::kWorkersStopped).size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kWorkersStopped)[0],
+            round_report(ReportKind::kWorkersStopped, "st-1", 1));
   // Stopping the job reports round 2 once its workers are reaped.
   supervisor_->stop_job(now(), "st-1", StopMode::kKill, "test");
-  ASSERT_TRUE(pump_until([&] { return reports("workers_stopped").size() == 2; }));
-  EXPECT_EQ(reports("workers_stopped")[1].args, json({{"job", "st-1"}, {"round", 2}}));
+  ASSERT_TRUE(pump_until([&] { return reports(ReportKind::kWorkersStopped).size() == 2; }));
+  EXPECT_EQ(reports(ReportKind::kWorkersStopped)[1],
+            round_report(ReportKind::kWorkersStopped, "st-1", 2));
   EXPECT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
-  EXPECT_EQ(reports("workers_stopped").size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkersStopped).size(), 2u);
 }
 
 // The exit time is the injected clock's wall time (core/clock.h), not the system's.
@@ -1125,12 +1122,11 @@ TEST_F(JobSupervisorTest, AFailedWorkerReportCarriesItsExitTime) {
   open(cpu_plan(1));
   ASSERT_TRUE(supervisor_);
   supervisor_->on_round(now(), start("f-1", 1, 1, "exit 3"));
-  ASSERT_TRUE(pump_until([&] { return !reports("worker_failed").empty(); }));
-  const json args = reports("worker_failed")[0].args;
-  ASSERT_TRUE(args.contains("at_ms")) << args;
-  EXPECT_EQ(args["at_ms"].get<std::int64_t>(), kWallMs);
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkerFailed).empty(); }));
+  const Report failed = reports(ReportKind::kWorkerFailed)[0];
+  EXPECT_EQ(failed.at_ms, std::optional<std::int64_t>(kWallMs));
   // The round's only worker is gone: the stop is reported too (the leader matches it later).
-  ASSERT_TRUE(pump_until([&] { return !reports("workers_stopped").empty(); }));
+  ASSERT_TRUE(pump_until([&] { return !reports(ReportKind::kWorkersStopped).empty(); }));
 }
 
 TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
@@ -1148,14 +1144,15 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
       now(), uid,
       R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
       R"("resumed_from":10,"first":true})"));
-  ASSERT_EQ(reports("progress").size(), 1u) << "the first step goes to the leader at once";
-  EXPECT_EQ(reports("progress")[0].job, "p-1");
-  EXPECT_EQ(reports("progress")[0].args, json({{"job", "p-1"},
-                                               {"round", 1},
-                                               {"rank", 0},
-                                               {"event", "step"},
-                                               {"step", 12},
-                                               {"resumed_from", 10}}));
+  ASSERT_EQ(reports(ReportKind::kProgress).size(), 1u)
+      << "the first step goes to the leader at once";
+  EXPECT_EQ(reports(ReportKind::kProgress)[0].job, "p-1");
+  Report step = round_report(ReportKind::kProgress, "p-1", 1);
+  step.rank = 0;
+  step.event = "step";
+  step.step = 12;
+  step.resumed_from = 10;
+  EXPECT_EQ(reports(ReportKind::kProgress)[0], step);
   // Another user (root may report for anyone), an old round, hostile or incomplete bodies.
   auto other = supervisor_->on_progress(now(), uid + 1,
                                         R"({"job":"p-1","round":1,"event":"step","step":1})");
@@ -1231,8 +1228,8 @@ TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
   };
   auto steps_sent = [&](const std::string& event) {
     std::vector<int> out;
-    for (const Report& r : reports("progress", "c-1")) {
-      if (r.args["event"] == event) out.push_back(r.args["step"].get<int>());
+    for (const Report& r : reports(ReportKind::kProgress, "c-1")) {
+      if (r.event == event) out.push_back(static_cast<int>(r.step));
     }
     return out;
   };
@@ -1269,7 +1266,7 @@ TEST_F(JobSupervisorTest, ProgressReportsAreCoalescedToOnePerIntervalAndKind) {
   ASSERT_OK(supervisor_->on_progress(
       t0 + 275ms, uid, R"({"job":"c-1","round":2,"event":"step","step":1003,"resumed_from":900})"));
   EXPECT_EQ(steps_sent("step"), (std::vector<int>{1, 1000, 1001, 1002, 1003}));
-  EXPECT_EQ(reports("progress", "c-1").back().args["round"], 2);
+  EXPECT_EQ(reports(ReportKind::kProgress, "c-1").back().round, 2u);
 }
 
 }  // namespace
@@ -1304,7 +1301,8 @@ TEST_F(JobSupervisorTest, AWorkerSilentForTheHangTimeoutIsAbortedAndReportedAsFa
   ASSERT_TRUE(pump_until([&] { return exists("ready"); }));
   EXPECT_GT(supervisor_->next_deadline(), t0 + 1h) << "no step yet: not watched";
   supervisor_->process(t0 + 1h);
-  EXPECT_TRUE(reports("worker_failed").empty()) << "a worker that never reported is never hung";
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty())
+      << "a worker that never reported is never hung";
 
   const auto report = [&](TimePoint at, const std::string& event, int step) {
     ASSERT_OK(supervisor_->on_progress(
@@ -1315,13 +1313,13 @@ TEST_F(JobSupervisorTest, AWorkerSilentForTheHangTimeoutIsAbortedAndReportedAsFa
   report(t1 + 3s, "checkpoint", 7);
   EXPECT_EQ(supervisor_->next_deadline(), t1 + 8s) << "the checkpoint restarted the timer";
   supervisor_->process(t1 + 8s - 1ms);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
   supervisor_->process(t1 + 8s);
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
-  const Report failed = reports("worker_failed")[0];
-  EXPECT_EQ(failed.args.value("round", 0), 1);
-  EXPECT_EQ(failed.args.value("rank", 99), 0);
-  EXPECT_EQ(failed.args.value("detail", ""),
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
+  const Report failed = reports(ReportKind::kWorkerFailed)[0];
+  EXPECT_EQ(failed.round, 1u);
+  EXPECT_EQ(failed.rank, 0u);
+  EXPECT_EQ(failed.detail,
             "no progress report for 5s (hang_timeout) from rank 0 on node me; the last step "
             "reported was 7");
   // SIGABRT: the faulthandler's dump is in the rank's log, then Python dies of the signal.
@@ -1333,8 +1331,8 @@ TEST_F(JobSupervisorTest, AWorkerSilentForTheHangTimeoutIsAbortedAndReportedAsFa
   EXPECT_TRUE(contains(log, "killed by signal 6 (SIGABRT)")) << log;
   // Re-sent like any failure while the round stands.
   supervisor_->process(t1 + 8s + JobSupervisor::kReportResend);
-  ASSERT_EQ(reports("worker_failed").size(), 2u);
-  EXPECT_EQ(reports("worker_failed")[1].args, failed.args);
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 2u);
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed)[1], failed);
 }
 
 // A worker that ignores SIGABRT is SIGKILLed after kHangAbortGrace; the next round (a kill
@@ -1355,7 +1353,7 @@ TEST_F(JobSupervisorTest, AHungWorkerIgnoringAbortIsKilledAfterTheGrace) {
   ASSERT_OK(
       supervisor_->on_progress(t0, uid, R"({"job":"deaf-1","round":1,"event":"step","step":1})"));
   supervisor_->process(t0 + 5s);
-  ASSERT_EQ(reports("worker_failed").size(), 1u);
+  ASSERT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
   // The leader's next round asks for a kill at once: the hung worker keeps its grace.
   RoundStart next = start("deaf-1", 2, 1, script, RoundReason::kWorkerFailed);
   next.spec.hang_timeout = 5s;
@@ -1384,7 +1382,7 @@ TEST_F(JobSupervisorTest, HangDetectionIsOffByDefaultPerRoundAndNotForAFinishing
   ASSERT_TRUE(supervisor_->on_round(t0, start("off-1", 1, 1, "exec sleep 1000")));
   step(t0, "off-1", 1);
   supervisor_->process(t0 + 24h);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
   supervisor_->stop_job(t0, "off-1", StopMode::kKill, "test");
   ASSERT_TRUE(pump_until([&] { return supervisor_->workers().empty(); }));
 
@@ -1396,7 +1394,7 @@ TEST_F(JobSupervisorTest, HangDetectionIsOffByDefaultPerRoundAndNotForAFinishing
   step(t0, "fin-1", 1);
   ASSERT_TRUE(pump_until([&] { return running("fin-1") == 1; }));
   supervisor_->process(t0 + 1h);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
 
   // A new round: the old round's step does not arm it; its own first step does.
   RoundStart again = start("fin-1", 2, 1, "exec sleep 1000", RoundReason::kWorkerFailed);
@@ -1404,10 +1402,10 @@ TEST_F(JobSupervisorTest, HangDetectionIsOffByDefaultPerRoundAndNotForAFinishing
   supervisor_->on_round(t0 + 1h, again);
   ASSERT_TRUE(pump_until([&] { return acked("fin-1", 2); }));
   supervisor_->process(t0 + 3h);
-  EXPECT_TRUE(reports("worker_failed").empty());
+  EXPECT_TRUE(reports(ReportKind::kWorkerFailed).empty());
   step(t0 + 3h, "fin-1", 2);
   supervisor_->process(t0 + 3h + 5s);
-  EXPECT_EQ(reports("worker_failed").size(), 1u);
+  EXPECT_EQ(reports(ReportKind::kWorkerFailed).size(), 1u);
 }
 
 // spawner.python_dir goes to the end of the workers' PYTHONPATH, after the user's own entries

@@ -1,14 +1,18 @@
-// The daemon-to-daemon bodies of daemon/node: forwarded client requests and replies, and
-// RoundStart. Round trips, every truncation, byte flips and wrong types: decoding returns an
-// Error and never throws or crashes.
+// The daemon-to-daemon bodies of daemon/node: forwarded client requests and replies, RoundStart
+// and round reports. Round trips, every truncation, byte flips and wrong types: decoding returns
+// an Error and never throws or crashes.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "daemon/control/protocol.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/node/round_service.h"
 
 namespace elastic::node {
@@ -137,6 +141,118 @@ TEST(RoundStartCodec, TruncatedOrForeignBodiesAreErrors) {
   auto foreign = decode_round_start(encode_forward(sample_request()));
   ASSERT_FALSE(foreign.ok());
   EXPECT_EQ(foreign.error().message.rfind("The round start", 0), 0u) << foreign.error().message;
+}
+
+// One report of each kind, every field of its kind set.
+std::vector<RoundReport> sample_reports() {
+  std::vector<RoundReport> reports;
+  RoundReport info = round_report(ReportKind::kNodeInfo, "", 0);
+  info.slots = 8;
+  reports.push_back(info);
+  for (ReportKind kind : {ReportKind::kNodeLeaving, ReportKind::kRoundAck, ReportKind::kWorkersDone,
+                          ReportKind::kWorkersStopped}) {
+    reports.push_back(round_report(kind, "train-1", 4));
+  }
+  RoundReport failed = round_report(ReportKind::kWorkerFailed, "train-1", 4);
+  failed.detail = "rank 3 on node n2 exited 1";
+  failed.rank = 3;
+  failed.at_ms = 1'700'000'000'000;
+  reports.push_back(failed);
+  RoundReport lost = round_report(ReportKind::kPeerLost, "train-1", 4);
+  lost.peer = "n3";
+  lost.peer_generation = 7;
+  lost.reason = "keepalive timeout";
+  lost.last_heard_ms = 1'700'000'000'000;
+  reports.push_back(lost);
+  RoundReport progress = round_report(ReportKind::kProgress, "train-1", 1ULL << 40);
+  progress.rank = 0;
+  progress.event = "checkpoint";
+  progress.step = 1200;
+  progress.resumed_from = -1;
+  reports.push_back(progress);
+  RoundReport port_busy = round_report(ReportKind::kStorePortBusy, "train-1", 4);
+  port_busy.port = 29501;
+  port_busy.detail = "another process on node n1 holds TCP port 29501";
+  reports.push_back(port_busy);
+  return reports;
+}
+
+TEST(RoundReportCodec, EveryKindRoundTrips) {
+  const std::vector<RoundReport> reports = sample_reports();
+  ASSERT_EQ(reports.size(), static_cast<std::size_t>(kLastReportKind) + 1);
+  for (const RoundReport& report : reports) {
+    const std::string name(report_name(report.kind));
+    auto decoded = decode_round_report(encode_round_report(report));
+    ASSERT_TRUE(decoded.ok()) << name << ": " << decoded.error().message;
+    EXPECT_EQ(*decoded, report) << name;
+  }
+  // Wall times before the epoch and the extremes of a signed 64-bit number survive.
+  RoundReport failed = reports[5];
+  ASSERT_EQ(failed.kind, ReportKind::kWorkerFailed);
+  for (const std::int64_t at : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::min(),
+                                std::numeric_limits<std::int64_t>::max()}) {
+    failed.at_ms = at;
+    auto decoded = decode_round_report(encode_round_report(failed));
+    ASSERT_TRUE(decoded.ok()) << decoded.error().message;
+    EXPECT_EQ(decoded->at_ms, at);
+  }
+}
+
+// What a forged report's sender controls: each of these is one sentence, never an exception
+// (they stopped the leader when reports were JSON and the leader read fields unchecked).
+TEST(RoundReportCodec, ForgedReportsAreErrorsNamingTheProblem) {
+  auto error_of = [](const RoundReport& report) {
+    auto decoded = decode_round_report(encode_round_report(report));
+    return decoded.ok() ? std::string("(decoded)") : decoded.error().message;
+  };
+  RoundReport info = round_report(ReportKind::kNodeInfo, "", 0);
+  info.slots = rendezvous::kMaxWorkersPerNode + 1;
+  EXPECT_EQ(error_of(info), "The round report offers 1025 worker slots, more than 1024.");
+  EXPECT_EQ(error_of(round_report(ReportKind::kRoundAck, "", 1)), "The round report names no job.");
+  EXPECT_EQ(error_of(round_report(ReportKind::kPeerLost, "j", 1)),
+            "The round report names no lost peer.");
+  RoundReport progress = round_report(ReportKind::kProgress, "j", 1);
+  progress.event = "explode";
+  EXPECT_EQ(error_of(progress),
+            "The round report has an event other than \"step\", \"checkpoint\" or \"resume\".");
+  progress.event = "step";
+  progress.step = -5;
+  EXPECT_EQ(error_of(progress), "The round report has a negative step.");
+  EXPECT_EQ(error_of(round_report(ReportKind::kStorePortBusy, "j", 1)),
+            "The round report names port 0.");
+  RoundReport long_job =
+      round_report(ReportKind::kRoundAck, std::string(kMaxReportIdBytes + 1, 'j'), 1);
+  EXPECT_NE(error_of(long_job).find("'j'"), std::string::npos) << error_of(long_job);
+  RoundReport long_detail = round_report(ReportKind::kWorkerFailed, "j", 1);
+  long_detail.detail = std::string(kMaxReportTextBytes + 1, 'd');
+  EXPECT_NE(error_of(long_detail).find("'d'"), std::string::npos) << error_of(long_detail);
+  // A kind past the last one: "k" is the first key, its value the byte after "\xa1k".
+  std::string bytes = encode_round_report(round_report(ReportKind::kRoundAck, "j", 1));
+  const auto at = bytes.find("\xa1k");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] = static_cast<char>(static_cast<int>(kLastReportKind) + 1);
+  auto unknown = decode_round_report(bytes);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message, "The round report has key 'k' with an unknown value 9.");
+  // Another message's body is not a report.
+  auto foreign = decode_round_report(encode_forward(sample_request()));
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.error().message.rfind("The round report", 0), 0u) << foreign.error().message;
+}
+
+TEST(RoundReportCodec, TruncationsAndByteFlipsAreErrorsNeverCrashes) {
+  std::mt19937_64 rng(11);
+  for (const RoundReport& report : sample_reports()) {
+    const std::string bytes = encode_round_report(report);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_FALSE(decode_round_report(bytes.substr(0, n)).ok()) << n;
+    }
+    for (int i = 0; i < 500; ++i) {
+      std::string flipped = bytes;
+      for (int k = 0; k < 3; ++k) flipped[rng() % flipped.size()] = static_cast<char>(rng());
+      (void)decode_round_report(flipped);
+    }
+  }
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "daemon/consensus/voter_list.h"
 #include "daemon/node/forward_codec.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_spec.h"
 #include "daemon/rendezvous/job_table.h"
@@ -446,6 +447,41 @@ void add_node(std::vector<Case>* cases) {
                           [](const node::ForwardReply& r) { return node::encode_forward(r); },
                           nullptr, bytes);
                     }});
+  // Round reports: each kind's own keys (wall times and steps are msgpack ints), and kinds with
+  // none.
+  auto add_report = [cases](std::string name, const node::RoundReport& report) {
+    cases->push_back(
+        {std::move(name), node::encode_round_report(report), [](std::string_view bytes) {
+           return outcome(node::decode_round_report(bytes), node::encode_round_report, nullptr,
+                          bytes);
+         }});
+  };
+  node::RoundReport info = node::round_report(node::ReportKind::kNodeInfo, "", 0);
+  info.slots = 8;
+  add_report("RoundReport node_info", info);
+  add_report("RoundReport round_ack",
+             node::round_report(node::ReportKind::kRoundAck, "fmnist-1", 70'000));
+  node::RoundReport failed = node::round_report(node::ReportKind::kWorkerFailed, "fmnist-1", 5);
+  failed.rank = 3;
+  failed.detail = "rank 3 on node node-b exited with status 1";
+  failed.at_ms = 1'790'000'000'000;
+  add_report("RoundReport worker_failed", failed);
+  node::RoundReport lost = node::round_report(node::ReportKind::kPeerLost, "fmnist-1", 5);
+  lost.peer = "node-c";
+  lost.peer_generation = 1ULL << 33;
+  lost.reason = "keepalive timeout";
+  lost.last_heard_ms = 1'790'000'000'000;
+  add_report("RoundReport peer_lost", lost);
+  node::RoundReport progress = node::round_report(node::ReportKind::kProgress, "fmnist-1", 5);
+  progress.rank = 0;
+  progress.event = "checkpoint";
+  progress.step = 300;
+  progress.resumed_from = 250;
+  add_report("RoundReport progress", progress);
+  node::RoundReport busy = node::round_report(node::ReportKind::kStorePortBusy, "fmnist-1", 5);
+  busy.port = 29500;
+  busy.detail = "another process on node node-a holds TCP port 29500";
+  add_report("RoundReport store_port_busy", busy);
 }
 
 std::vector<Case> all_cases() {
