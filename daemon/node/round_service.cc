@@ -1072,18 +1072,15 @@ void RoundService::tick(TimePoint now) {
       // it opens a new round (which names this node again when it is usable) instead of keeping
       // a running job without workers. Repeated while the round stands, like other failures.
       if (watched.info.fenced) {
-        report(watched, "worker_failed",
-               json{{"job", job},
-                    {"round", watched.info.round},
-                    {"rank", watched.info.first_rank},
-                    {"detail",
-                     "this node's lease from the leader ran out (no renewal for " +
-                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            config_.get().rendezvous.lease_duration)
-                                            .count()) +
-                         " ms); its workers were stopped (self-fencing)"},
-                    {"at_ms", clock_->wall_ms()}}
-                   .dump());
+        RoundReport failed = round_report(ReportKind::kWorkerFailed, job, watched.info.round);
+        failed.rank = watched.info.first_rank;
+        failed.detail = "this node's lease from the leader ran out (no renewal for " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           config_.get().rendezvous.lease_duration)
+                                           .count()) +
+                        " ms); its workers were stopped (self-fencing)";
+        failed.at_ms = clock_->wall_ms();
+        report(watched, failed);
         next_report_ = now + kReportResend;
       }
     }
