@@ -361,7 +361,8 @@ int run(const Options& options) {
             << DaemonCluster::name(leader) << "\n";
   const auto submitted = daemons.ctl(
       leader, {"submit", "--name", "bench", "--nodes",
-               std::to_string(kJobNodes) + ":" + std::to_string(kJobNodes), "--", "/bin/true"});
+               std::to_string(kJobNodes) + ":" + std::to_string(kJobNodes), "--", "/bin/sleep",
+               "infinity"});
   const std::string prefix = "submitted ";
   if (!submitted.status.exited_with(0) || submitted.out.rfind(prefix, 0) != 0) {
     fail("elasticctl submit failed: " + submitted.out + submitted.err);

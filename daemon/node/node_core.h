@@ -152,7 +152,10 @@ class NodeCore {
 
   // A client call (see the header comment); its reply comes out of a later step() (or this
   // call's output). `target` "" = the Raft leader, else the named daemon (node verbs).
-  // `session` names the caller's session for exactly-once ("" for reads and node verbs).
+  // `session` names the caller's session for exactly-once ("" for reads and node verbs); it must
+  // be "<this daemon's name>/<generation>": a call forwarded to a leader is deduplicated there
+  // as "<sender>/<generation>/<call id>", and the same call served here after a leader change
+  // must carry the same client id, or the job table would apply it twice.
   std::uint64_t call(TimePoint now, ClientRequest request, const std::string& session,
                      const std::string& target, Duration timeout);
   // Output produced outside step() (by call(), drain(), on_progress()...), to carry out now.
