@@ -107,8 +107,12 @@ CoreOutput NodeCore::step(TimePoint now, CoreInput input) {
   deliver(now, input.envelopes);
   // A peer whose TCP connection dropped (kill -9 closes it at once): its round peers suspect it
   // now instead of after job_peer_timeout of silence.
+  // If that peer is the Raft leader, the voters elect another now (ConsensusHost::
+  // leader_unreachable): a leader's host loss then costs no election timeout.
   for (const std::string& peer : input.disconnected) {
-    if (!peer.empty()) rounds_->on_peer_disconnected(now, peer);
+    if (peer.empty()) continue;
+    rounds_->on_peer_disconnected(now, peer);
+    consensus_->leader_unreachable(now, peer);
   }
   {
     membership::Effects effects;
@@ -207,8 +211,14 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
 }
 
 void NodeCore::on_membership(TimePoint now, membership::Effects effects) {
-  (void)now;
   log_events(effects.events);
+  for (const membership::MemberEvent& event : effects.events) {
+    // A suspected, dead or departed Raft leader: elect another at once (a live leader's next
+    // heartbeat cancels that; raft.h, the fast election).
+    if (event.state != membership::MemberState::kAlive) {
+      consensus_->leader_unreachable(now, event.name);
+    }
+  }
   for (membership::MemberEvent& event : effects.events) out_.member_events.push_back(event);
   for (membership::Outgoing& send : effects.sends) {
     wire::Envelope envelope;
