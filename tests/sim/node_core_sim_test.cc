@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -221,11 +222,9 @@ TEST(NodeCoreSim, RandomFaultsWithLongDelays) {
   link.reorder_delay = 2s;
   Totals totals;
   for (std::uint64_t seed :
-       scenario_seeds({21, 22, 23, 25, 26, 27, 28, 29, 30, 51, 52, 53, 54, 55, 56})) {
+       scenario_seeds({21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 51, 52, 53, 54, 55, 56})) {
     SeedReport report(seed);
-    // Up to 20 min to settle: with late packets more rounds fail, nodes are quarantined for
-    // doubling times (up to 10 min), and the jobs waiting for them hold the other slots.
-    run_random(seed, Chaos{}, 40s, totals, link, 20min);
+    run_random(seed, Chaos{}, 40s, totals, link);
   }
   // Coverage over the default seeds (one seed alone, e.g. a rerun, may see none).
   if (totals.seeds > 1) {
@@ -233,20 +232,6 @@ TEST(NodeCoreSim, RandomFaultsWithLongDelays) {
   }
   totals.print("RandomFaultsWithLongDelays",
                "3% loss / 3% duplication / 20% reordering (10% of packets up to 2 s late)");
-}
-
-// Open: seed 24 of the long-delay chaos does not settle. After healing, job c0-1 stays
-// recovering ("node d1 (generation 2) was lost; 1 of the 2 nodes needed remain") for the whole
-// 20 minutes while two other jobs wait out quarantines of their nodes and every other job is
-// pending behind them. Not yet understood (a planning or quarantine problem under 2 s delays):
-// kept out of the CI seed list above and reproduced here (--gtest_also_run_disabled_tests).
-TEST(NodeCoreSim, DISABLED_LongDelaysSeed24Settles) {
-  LinkModel link = default_cluster_options().link;
-  link.reorder_probability = 0.1;
-  link.reorder_delay = 2s;
-  Totals totals;
-  SeedReport report(24);
-  run_random(24, Chaos{}, 40s, totals, link, 20min);
 }
 
 TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
@@ -276,6 +261,60 @@ TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
     }
   }
   totals.print("JobSurvivesAnySingleVoterLoss");
+}
+
+// A node whose workers of a job failed twice sits out that job (quarantine) while the job
+// reaches min_nodes without it; a job that needs it takes it back once its time out ends. Here
+// the cluster is full: three daemons of one slot, a 2-node job and a 1-node job whose workers
+// run until stopped, so the 2-node job needs its quarantined member back. (The leader once
+// counted nodes whose slots other jobs hold as able to replace it and kept the member out for
+// good; long-delay seed 24 ended with three jobs each waiting like this for the others' nodes.)
+TEST(NodeCoreSim, QuarantinedMemberRejoinsWhenNoOtherNodeIsFree) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({801, 802, 803, 804})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = default_cluster_options();
+    options.core.daemons = 3;
+    options.core.launcher.job_runtime = Duration::zero();
+    // No loss or reordering: the failing node's report reaches the leader before the report
+    // of its peer (whose worker exits 69 with it), so the failures count against that node.
+    options.link = LinkModel{};
+    NodeCoreCluster c(seed, options);
+    await_leader(c);
+    c.submit(2, 2);
+    c.submit(1, 1);
+    const auto running_after = [&](const std::string& name, std::uint64_t round) {
+      const auto job = c.job_by_name(name);
+      return job && job->round > round && job->state == JobState::kRunning;
+    };
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] {
+          c.drive_clients();
+          return running_after("c0", 0) && running_after("c1", 0);
+        },
+        c.sim().now() + 30s))
+        << c.sim().violation().value_or(c.describe_jobs());
+    const std::string flapping = c.job_by_name("c0")->ranks.front().node;
+    // The first failure is forgiven, the second quarantines the node for 10 s.
+    for (int failure = 1; failure <= 2; ++failure) {
+      const std::uint64_t round = c.job_by_name("c0")->round;
+      ASSERT_TRUE(c.crash_worker_on(static_cast<NodeId>(std::stoul(flapping.substr(1)))));
+      ASSERT_TRUE(c.sim().run_until_condition(
+          [&] {
+            c.drive_clients();
+            return running_after("c0", round);
+          },
+          c.sim().now() + 60s))
+          << "job c0 did not run again after failure " << failure << " of node " << flapping << "\n"
+          << c.sim().violation().value_or(c.describe_jobs());
+    }
+    const auto ranks = c.job_by_name("c0")->ranks;
+    EXPECT_TRUE(
+        std::any_of(ranks.begin(), ranks.end(), [&](const auto& r) { return r.node == flapping; }));
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print("QuarantinedMemberRejoinsWhenNoOtherNodeIsFree", "no loss");
 }
 
 // More jobs than slots: three daemons of two slots each; jobs of one node taking one or both
