@@ -417,7 +417,12 @@ void RoundService::plan_job(
         return found != usable.end() && found->second.first->generation == member.generation &&
                !state.lost.contains({member.node, member.generation});
       });
-  if (failure_due && !state.failure_node.empty() && members_alive &&
+  // Nor once the job recovers from a lost member: the failure stays the round's while the job
+  // waits, and the member may be alive again (back in membership, or the job tier's loss
+  // forgotten) before the round changes.
+  const bool lost_member_to_blame = job.state == JobState::kRecovering &&
+                                    job.recovery_cause != rendezvous::RoundReason::kWorkerFailed;
+  if (failure_due && !state.failure_node.empty() && members_alive && !lost_member_to_blame &&
       job.restarts < job.spec.max_restarts) {
     Quarantine& q = quarantined[state.failure_node];
     if (q.counted_round != job.round) {
