@@ -417,7 +417,12 @@ void RoundService::plan_job(
         return found != usable.end() && found->second.first->generation == member.generation &&
                !state.lost.contains({member.node, member.generation});
       });
-  if (failure_due && !state.failure_node.empty() && members_alive &&
+  // Nor once the job recovers from a lost member: the failure stays the round's while the job
+  // waits, and the member may be alive again (back in membership, or the job tier's loss
+  // forgotten) before the round changes.
+  const bool lost_member_to_blame = job.state == JobState::kRecovering &&
+                                    job.recovery_cause != rendezvous::RoundReason::kWorkerFailed;
+  if (failure_due && !state.failure_node.empty() && members_alive && !lost_member_to_blame &&
       job.restarts < job.spec.max_restarts) {
     Quarantine& q = quarantined[state.failure_node];
     if (q.counted_round != job.round) {
@@ -438,11 +443,22 @@ void RoundService::plan_job(
   }
   // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
   // not grow back in to fail again); a job that needs it takes it back once its time out ends.
+  // Only nodes that could join the job's next round count: with enough free slots and not
+  // declared lost. Counting nodes whose slots other jobs hold, a job whose round keeps the
+  // quarantined node's slot would wait for them for ever when those jobs wait the same way.
   std::set<std::string> sitting_out;
   for (const auto& [name, q] : quarantined) {
     if (q.failures >= 2 && usable.contains(name)) sitting_out.insert(name);
   }
-  if (!sitting_out.empty() && usable.size() - sitting_out.size() < job.spec.min_nodes) {
+  const std::uint32_t slots_needed = std::max<std::uint32_t>(1, job.spec.workers_per_node);
+  const auto could_join = [&](const auto& entry) {
+    const auto& [name, usable_node] = entry;
+    return !sitting_out.contains(name) && usable_node.second >= slots_needed &&
+           !state.lost.contains({name, usable_node.first->generation});
+  };
+  const auto could_join_count =
+      static_cast<std::size_t>(std::count_if(usable.begin(), usable.end(), could_join));
+  if (!sitting_out.empty() && could_join_count < job.spec.min_nodes) {
     std::erase_if(sitting_out,
                   [&](const std::string& name) { return now >= quarantined[name].until; });
   }
