@@ -153,7 +153,7 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
-  end_progress_round(now, id, job);
+  end_progress_round(now, job);
   stop_workers(now, job, mode);
   job.current = start;
   job.standbys_at = kNever;
@@ -187,7 +187,7 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
     spdlog::info("job {}: stopping this node's workers ({}; {})", id, why,
                  mode == StopMode::kKill ? "SIGKILL now" : "SIGTERM, SIGKILL after the grace");
   }
-  end_progress_round(now, id, job);
+  end_progress_round(now, job);
   job.current.reset();
   job.started = false;
   job.failure.reset();
@@ -503,7 +503,7 @@ void JobSupervisor::process(TimePoint now) {
   if (now >= next_report_) send_reports(now);
   if (now >= next_progress_) {
     next_progress_ = kNever;
-    for (auto& [id, job] : jobs_) flush_progress(now, id, job, /*all=*/false);
+    for (auto& [id, job] : jobs_) flush_progress(now, job, /*all=*/false);
   }
   for (auto& [id, job] : jobs_) {
     if (now >= hang_deadline(job)) hang(now, id, job);
@@ -742,7 +742,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
     if (event == "step") job.first_step_sent = true;
     if (out.held) ++progress_coalesced_;  // an older held one, superseded before it was due
     out.held = std::move(report);
-    forward_held(now, id, out);
+    forward_held(now, out);
   } else {
     if (out.held) ++progress_coalesced_;  // the one it replaces is never sent
     out.held = std::move(report);
@@ -751,26 +751,26 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   return ok_status();
 }
 
-void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& job, bool all) {
+void JobSupervisor::flush_progress(TimePoint now, Job& job, bool all) {
   for (auto& [event, out] : job.progress) {
     if (!out.held) continue;
     if (all || now >= out.last_sent + kProgressInterval) {
-      forward_held(now, id, out);
+      forward_held(now, out);
     } else {
       next_progress_ = std::min(next_progress_, out.last_sent + kProgressInterval);
     }
   }
 }
 
-void JobSupervisor::forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out) {
+void JobSupervisor::forward_held(TimePoint now, Job::ProgressOut& out) {
   out.last_sent = now;
   ++progress_forwarded_;
   reports_.push_back(std::move(*out.held));
   out.held.reset();
 }
 
-void JobSupervisor::end_progress_round(TimePoint now, const std::string& id, Job& job) {
-  flush_progress(now, id, job, /*all=*/true);
+void JobSupervisor::end_progress_round(TimePoint now, Job& job) {
+  flush_progress(now, job, /*all=*/true);
   job.progress.clear();
   job.first_step_sent = false;
   job.last_report.reset();

@@ -262,11 +262,11 @@ class JobSupervisor {
   // Fails the current round as hung and aborts its local workers (see the header comment).
   void hang(TimePoint now, const std::string& id, Job& job);
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
-  void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
+  void flush_progress(TimePoint now, Job& job, bool all);
   // Sends `out.held` to the leader now and starts its interval.
-  void forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out);
+  void forward_held(TimePoint now, Job::ProgressOut& out);
   // The round of `job` ends on this node: what is held goes out, the limits start over.
-  void end_progress_round(TimePoint now, const std::string& id, Job& job);
+  void end_progress_round(TimePoint now, Job& job);
   // A worker of `round` is gone: the round's last one sends "workers_stopped".
   void worker_gone(const std::string& id, Job& job, std::uint64_t round);
 
