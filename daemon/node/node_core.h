@@ -225,6 +225,11 @@ class NodeCore {
   bool send_to(const std::string& name, wire::Envelope envelope);
   void send_at(const std::string& name, const std::string& address, wire::Envelope envelope);
   void dispatch(TimePoint now, std::uint64_t id);
+  // The call's attempt did not go out or was turned away: `why` is what its final error quotes,
+  // and expire_calls() dispatches it again at `at`.
+  void retry_after(Call& call, TimePoint at, std::string why);
+  // Whom the call's attempt was for could not be reached: the leader call forgets its hint.
+  void retry_unreachable(TimePoint now, Call& call, std::string why);
   void finish_call(std::uint64_t id, ForwardOutcome outcome, std::string body);
   void expire_calls(TimePoint now);
   void on_forward_request(TimePoint now, const wire::Envelope& envelope);
