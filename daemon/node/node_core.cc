@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "daemon/control/verbs.h"
+#include "daemon/node/round_report.h"
 #include "daemon/node/worker_log_verbs.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/wire/codec.h"
@@ -33,6 +34,21 @@ wire::Envelope forward_envelope(std::uint64_t id, const ClientRequest& request) 
 constexpr std::chrono::milliseconds kElectionRetry{50};
 constexpr std::chrono::milliseconds kLeaderRetry{100};
 constexpr std::chrono::milliseconds kNodeRetry{200};
+
+// Without CURVE the sender of an envelope is whoever reached the port (any local user on a
+// loopback bind): only membership gossip and forwarded requests (answered with a refusal) are
+// taken. Raft could commit a forged job and a round start names a spec to run, as any user. A
+// round report would let that user fail or reopen anyone's round (the sender's name is only a
+// claim), and no other daemon can hold a round here to report on (it takes no round start
+// either); one that does not decode goes on to be counted as malformed, as with CURVE.
+bool taken_without_curve(const wire::Envelope& envelope) {
+  if (envelope.type == wire::MsgType::kRoundReport) {
+    return !decode_round_report(envelope.body).ok();
+  }
+  return wire::is_membership_type(envelope.type) ||
+         envelope.type == wire::MsgType::kForwardRequest ||
+         envelope.type == wire::MsgType::kForwardReply;
+}
 
 }  // namespace
 
@@ -146,15 +162,7 @@ TimePoint NodeCore::next_deadline() const {
 void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
   membership::Effects effects;
   for (wire::Envelope& envelope : envelopes) {
-    // Without CURVE the sender is whoever reached the port (any local user on a loopback bind):
-    // only membership gossip, forwarded requests (answered with a refusal below) and round
-    // reports are taken. Raft could commit a forged job and a round start names a spec to run,
-    // as any user; a report only feeds the leader's planning, as membership gossip does, and
-    // was taken without CURVE when it rode on a forwarded request too (a bad one is counted).
-    if (!config_.get().transport.curve && !wire::is_membership_type(envelope.type) &&
-        envelope.type != wire::MsgType::kForwardRequest &&
-        envelope.type != wire::MsgType::kForwardReply &&
-        envelope.type != wire::MsgType::kRoundReport) {
+    if (!config_.get().transport.curve && !taken_without_curve(envelope)) {
       if (++counters_.unauthenticated_peer_drops % 100 == 1) {
         spdlog::warn(
             "dropped a message of type {} from {}: with transport.curve = false this daemon acts "

@@ -34,7 +34,9 @@
 //
 // Trust: with transport.curve = false the sender of an envelope is whoever reached the port, so
 // only membership gossip and forwarded calls are taken from other daemons, and forwarded calls
-// are refused (their uid and admin claims are unproven); see node.h.
+// are refused (their uid and admin claims are unproven); see node.h. Round reports are not taken
+// either (a claimed sender could fail, reopen or end anyone's round); one that does not decode
+// is still counted as malformed.
 //
 // Thread safety: none; one thread owns the core (elasticd's loop thread; the simulator's).
 // Errors: hostile bytes are counted and dropped (never thrown); a Raft store that fails makes
@@ -130,7 +132,8 @@ struct CoreCounters {
   std::uint64_t undecodable_bodies = 0;  // envelopes whose body did not decode
   // Forwarded calls refused because transport.curve = false (nobody vouches for them).
   std::uint64_t forwards_refused = 0;
-  // Raft, round, job-tier and lease messages dropped because transport.curve = false.
+  // Raft, round start, round report, job-tier and lease messages dropped because
+  // transport.curve = false.
   std::uint64_t unauthenticated_peer_drops = 0;
 };
 
