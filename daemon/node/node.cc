@@ -22,6 +22,7 @@
 #include "daemon/control/server.h"
 #include "daemon/control/verbs.h"
 #include "daemon/node/body_limits.h"
+#include "daemon/node/host.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/port_probe.h"
@@ -265,6 +266,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   parts.launcher = std::move(spawner.value());
   parts.plan = std::move(plan.value());
   parts.port_in_use = tcp_port_in_use;
+  parts.host = &posix_host();
   node->core_ = std::make_unique<NodeCore>(
       Identity{.name = node->name_, .generation = node->generation_, .address = node->address_},
       config, std::move(parts), clock, seed);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "daemon/control/verbs.h"
@@ -65,8 +66,13 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
       membership::Self{self_.name, self_.generation, self_.address}, config.membership, seed,
       last_now_);
   jobs_->set_submit_limits(submit_limits(config.control));
-  supervisor_ = std::make_unique<JobSupervisor>(self_.name, config_, std::move(parts.launcher),
-                                                std::move(parts.plan), parts.port_in_use, clock);
+  if (parts.host == nullptr) {
+    spdlog::critical("NodeCore started without a Host (CoreParts::host)");
+    std::abort();
+  }
+  supervisor_ =
+      std::make_unique<JobSupervisor>(self_.name, config_, std::move(parts.launcher),
+                                      std::move(parts.plan), parts.port_in_use, clock, *parts.host);
   rounds_ = std::make_unique<RoundService>(self_.name, self_.generation, config_,
                                            seed ^ 0x9e3779b97f4a7c15ULL, clock);
   rounds_->set_slots(supervisor_->slots());

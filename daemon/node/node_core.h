@@ -5,7 +5,9 @@
 // peers, replies to calls). Worker processes go through the spawner::Launcher seam
 // (spawner/launcher.h: fork/exec in elasticd, simulated workers in the simulator), Raft's
 // durable state through consensus::RaftStore (files in elasticd, the simulator's storage map),
-// time and seeds only through the `now` of each call and the Clock given at construction.
+// the machine (its users, the daemon's uid and environment, worker log and checkpoint files)
+// through the Host seam (host.h), time and seeds only through the `now` of each call and the
+// Clock given at construction.
 //
 // What it owns and how they talk (one direction each, wired here and nowhere else):
 //   Membership (SWIM)            <- membership envelopes, failed sends; -> member events
@@ -59,6 +61,7 @@
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/host.h"
 #include "daemon/node/job_service.h"
 #include "daemon/node/job_supervisor.h"
 #include "daemon/node/round_service.h"
@@ -95,6 +98,10 @@ struct CoreParts {
   topology::Plan plan;
   // Whether a TCP port is taken on this host (port_probe.h in elasticd; null: never checked).
   bool (*port_in_use)(std::uint16_t port) = nullptr;
+  // Who the daemon runs as, its environment, users' accounts and the files of worker logs and
+  // checkpoints (host.h: posix_host() in elasticd, memory in the simulator). Required; it must
+  // outlive the core.
+  Host* host = nullptr;
 };
 
 struct CoreInput {

@@ -161,6 +161,11 @@ struct Victim {
     if (!status.is_null()) round = status.value("round", std::uint64_t{0});
   }
 
+  // One of the daemon's transport counters (0 while it does not answer).
+  std::uint64_t counter(const std::string& key) const {
+    return transport_counter(n1, key).value_or(0);
+  }
+
   // The job runs in the round it ran in before the attack, and the daemon answers.
   void expect_undisturbed() {
     ASSERT_TRUE(n1.process().running()) << n1.process().err();
@@ -179,17 +184,14 @@ TEST(ForgedReportInteg, PlainLoopbackDaemonActsOnNoReportFromTheNetwork) {
   if (!is_root()) GTEST_SKIP() << "needs root: the attacker runs as uid 65534 (nobody)";
   Victim victim(/*curve=*/false);
   ASSERT_GT(victim.round, 0u);
-  const auto undecodable = [&] {
-    return transport_counter(victim.n1, "dropped_undecodable").value_or(0);
-  };
-  const std::uint64_t before = undecodable();
+  const std::uint64_t before = victim.counter("dropped_undecodable");
   const std::vector<wire::Envelope> reports =
       forged_reports(victim.job, victim.round, "n1", victim.n1.generation());
   const std::string address = victim.n1.address();
   ASSERT_EQ(run_as_nobody([&] { return send_envelopes(address, reports, std::nullopt, "", 10s); }),
             0);
   // The malformed report at the end is counted: every forged one before it was handled.
-  EXPECT_TRUE(wait_until([&] { return undecodable() > before; }, kConverge))
+  EXPECT_TRUE(wait_until([&] { return victim.counter("dropped_undecodable") > before; }, kConverge))
       << victim.n1.process().err();
   victim.expect_undisturbed();
   // One line says what was dropped and why (the first of every 100).
@@ -203,9 +205,6 @@ TEST(ForgedReportInteg, CurveDaemonRefusesTheAttackerAtTheHandshake) {
   if (!is_root()) GTEST_SKIP() << "needs root: the attacker runs as uid 65534 (nobody)";
   Victim victim(/*curve=*/true);
   ASSERT_GT(victim.round, 0u);
-  const auto refused = [&] {
-    return transport_counter(victim.n1, "dropped_unauthenticated").value_or(0);
-  };
   const std::vector<wire::Envelope> reports =
       forged_reports(victim.job, victim.round, "n1", victim.n1.generation());
   const std::string address = victim.n1.address();
@@ -219,13 +218,14 @@ TEST(ForgedReportInteg, CurveDaemonRefusesTheAttackerAtTheHandshake) {
   // key is out of its reach (what CURVE's guarantee rests on).
   for (const std::optional<transport::CurveKeyPair>& keys :
        {std::optional<transport::CurveKeyPair>(), std::optional(*own_keys)}) {
-    const std::uint64_t before = refused();
+    const std::uint64_t before = victim.counter("dropped_unauthenticated");
     ASSERT_EQ(run_as_nobody([&] {
                 if (::open(secret_key_file.c_str(), O_RDONLY | O_CLOEXEC) >= 0) return 6;
                 return send_envelopes(address, reports, keys, *server_key, 2s);
               }),
               0);
-    EXPECT_TRUE(wait_until([&] { return refused() > before; }, kConverge))
+    EXPECT_TRUE(
+        wait_until([&] { return victim.counter("dropped_unauthenticated") > before; }, kConverge))
         << victim.n1.process().err();
   }
   EXPECT_THAT(victim.n1.process().err(), HasSubstr("refused a CURVE key that is not in"));

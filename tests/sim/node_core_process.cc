@@ -136,7 +136,8 @@ void NodeCoreProcess::start(SimContext& ctx) {
                         .consensus = std::move(consensus),
                         .launcher = std::move(launcher),
                         .plan = synthetic_plan(options_->slots_per_node),
-                        .port_in_use = nullptr};
+                        .port_in_use = nullptr,
+                        .host = &host_};
   core_ = std::make_unique<node::NodeCore>(
       node::Identity{.name = self, .generation = info_.generation, .address = ctx.address()},
       config_, std::move(parts), clock_, clock_.seed());
