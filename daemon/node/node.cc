@@ -225,7 +225,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   const std::uint64_t seed = clock.seed() ^ node->generation_;
   // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
   CoreParts parts;
-  parts.jobs = std::make_unique<JobService>(clock);
+  parts.jobs = std::make_unique<JobService>(clock, posix_host());
   OpenFailure raft_failure;
   parts.consensus =
       ConsensusHost::open(config, node->name_, node->generation_, *parts.jobs, clock, raft_failure);
