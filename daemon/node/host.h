@@ -1,9 +1,10 @@
-// Host: the machine as the job supervisor and its worker logs see it, the one seam for what they
-// would otherwise ask the kernel or libc (leveldb's Env, as checkpoint/fs.h is for checkpoints):
-// who the daemon runs as and its environment, users' passwd entries, and the few file
-// operations behind worker logs (worker_logs.h), the `logs` verbs (worker_log_verbs.h) and a
-// job's LATEST checkpoint (job_supervisor.h). Worker processes go through spawner::Launcher,
-// time through Clock; nothing else the node core owns touches the machine.
+// Host: the machine as the node core sees it, the one seam for what the job supervisor, its
+// worker logs and the job service would otherwise ask the kernel or libc (leveldb's Env, as
+// checkpoint/fs.h is for checkpoints): who the daemon runs as and its environment, users'
+// passwd entries (a job's user name, a worker's HOME), and the few file operations behind worker
+// logs (worker_logs.h), the `logs` verbs (worker_log_verbs.h) and a job's LATEST checkpoint
+// (job_supervisor.h). Worker processes go through spawner::Launcher, Raft's files through
+// consensus::RaftStore, time through Clock.
 //
 // elasticd passes posix_host() (these calls on the real system); the node-core simulator and the
 // unit tests pass an in-memory host (tests/unit/fake_host.h), so what the supervisor decides
