@@ -107,8 +107,9 @@ class PosixHost final : public Host {
     if (fd < 0) return Error{cannot_read(path, std::strerror(errno))};
     FileRead read;
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      const std::string why = S_ISREG(st.st_mode) ? std::strerror(errno) : "not a regular file";
+    const bool stated = ::fstat(fd, &st) == 0;
+    if (!stated || !S_ISREG(st.st_mode)) {
+      const std::string why = stated ? "not a regular file" : std::strerror(errno);
       ::close(fd);
       return Error{cannot_read(path, why)};
     }
