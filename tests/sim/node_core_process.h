@@ -17,8 +17,9 @@
 // Raft voters; each joins membership through the others (or the first `seeds` daemons).
 // Its state_dir is <state_root>/d<k>; the machine the supervisor sees (users, the daemon's uid,
 // worker log and checkpoint files) is a FakeHost (tests/unit/fake_host.h) of root's daemon with
-// only root's account and an empty file tree, so no file is written. That tree is the process's: a restart starts a
-// fresh one, as on a host whose log directory is on tmpfs (nothing the checkers read is in it).
+// only root's account and an empty file tree, so no file is written. That tree is the
+// process's: a restart starts a fresh one, as on a host whose log directory is on tmpfs
+// (nothing the checkers read is in it).
 // What it sees goes to a NodeCoreObserver: call replies, RoundStarts received (decoded, before
 // the core sees them), Raft persists and, through the launcher, worker spawns and exits.
 // Ownership: the Simulator owns the process; the process owns its NodeCore; the observer and
