@@ -449,6 +449,7 @@ void NodeCoreCluster::on_applied(NodeId, const rendezvous::JobTable& table) {
 
 void NodeCoreCluster::on_spawn(const SimWorker& worker) {
   ++counters_.spawns;
+  ++spawns_by_job_[worker.job];
   const auto [slot, free] = slots_.emplace(std::make_pair(worker.node, worker.slot), worker.id);
   if (!free) {
     const auto& other = live_.at({worker.node, slot->second});

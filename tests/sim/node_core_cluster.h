@@ -195,6 +195,11 @@ class NodeCoreCluster : public NodeCoreObserver {
 
   NodeCoreCounters& counters() { return counters_; }
   std::size_t live_workers() const { return live_.size(); }
+  // Workers of job `job_id` started so far.
+  std::uint64_t spawns_of(const std::string& job_id) const {
+    const auto it = spawns_by_job_.find(job_id);
+    return it == spawns_by_job_.end() ? 0 : it->second;
+  }
   std::string summary();
 
   // NodeCoreObserver.
@@ -275,6 +280,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   // Checker 5 and the worker ledger.
   std::map<WorkerKey, SimWorker> live_;
   std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
+  std::map<std::string, std::uint64_t> spawns_by_job_;
   std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
   // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event.
   std::set<std::pair<std::string, std::uint64_t>> broken_;
