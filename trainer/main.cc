@@ -1,11 +1,14 @@
 // elastic-trainer: a data-parallel LibTorch worker (Gloo on CPU, NCCL on GPUs) that can be
-// stopped at any moment and resumes exactly from the last checkpoint, at any world size.
+// stopped at any moment and resumes exactly from the last checkpoint, at any world size. With a
+// round source (--round-file) it re-forms its group in place when a peer is lost or a new round
+// is announced, keeping its state in memory (trainer/reformer.h).
 //
 // Exit codes (also in README.md):
 //   0   training finished
 //   64  bad command line or worker environment
 //   66  the data set cannot be read
-//   69  the store, a peer or a collective failed (a lost peer shows up here)
+//   69  the store, a peer or a collective failed (a lost peer shows up here); with
+//       --round-file only when it joined no next round within --reform-timeout
 //   74  a checkpoint could not be written or read
 //   75  stopped by SIGTERM/SIGINT; a checkpoint was written first when a directory is set
 //   1   anything else

@@ -495,6 +495,11 @@ TEST(TrainerLive, SurvivorsReformInPlaceAndAJoinerReceivesTheStateLive) {
   EXPECT_EQ(b2["position"], c2["position"]);
   EXPECT_EQ(b2["param_checksum"], c2["param_checksum"]) << "survivors' parameters differ";
   EXPECT_EQ(b2["world_size"], 2);
+  // The abort ends the old group's collectives at once: none is left to wait out its timeout.
+  for (const auto* w : {&b, &c}) {
+    EXPECT_EQ(w->process->err().find("left to end on its own"), std::string::npos)
+        << w->process->err();
+  }
   const json first = *b.event_of_round("reformed_step", 2);
   const double first_step = first["monotonic_s"];
   const double reformed = first_step - first["since_reform_s"].get<double>();
