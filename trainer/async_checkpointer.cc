@@ -1,6 +1,7 @@
 #include "trainer/async_checkpointer.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -98,8 +99,11 @@ bool AsyncCheckpointer::start(const TrainState& state, const torch::nn::Module& 
                           if (!ref) return ref.error();
                           return ref->dir;
                         });
-  // Only the owner starts writes, and it checked that none is in flight.
-  if (!started) std::abort();
+  // Only the owner starts writes, and it checked that none is in flight: a broken invariant.
+  if (!started) {
+    log_line("fatal: a checkpoint write was started while another one was in flight");
+    std::abort();
+  }
   return true;
 }
 

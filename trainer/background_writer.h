@@ -7,6 +7,10 @@
 // refusal means; the trainer skips that checkpoint), which also lets the caller reuse the
 // buffers a job reads from as soon as the writer is idle again.
 //
+// The writer thread runs at a lower CPU priority (nice +10) than the training threads, so on a
+// host whose cores are all busy the write takes the time training leaves rather than slowing
+// the steps it overlaps.
+//
 // Ownership: a job owns (or shares) everything it touches; if the writer is destroyed while a
 // job still runs after the caller's bounded wait_idle() gave up, the thread is detached and the
 // job finishes (or the process exits) on its own. Thread safety: every method is for one owning
