@@ -1,7 +1,8 @@
 #!/bin/bash
 # Measures how long one checkpoint holds up elastic-trainer's training thread (CPU, one rank,
 # one intra-op thread) for a GPT-shaped model with a few hundred MB of state (parameters + Adam
-# moments), checkpointing every INTERVAL steps, CHECKPOINTS times per run.
+# moments), checkpointing every INTERVAL steps (default 12: long enough that a background write
+# finishes before the next one comes due on a busy 2-core machine), CHECKPOINTS times per run.
 #
 # Two measures per checkpoint:
 #   gap   the wall time of the step right after the checkpoint minus the median time of the steps
@@ -15,8 +16,8 @@
 # Usage: bench/checkpoint-stall.sh BUILD_DIR [BUILD_DIR...]   (e.g. build/release /work/old/build)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-interval=${INTERVAL:-5}
-checkpoints=${CHECKPOINTS:-6}
+interval=${INTERVAL:-12}
+checkpoints=${CHECKPOINTS:-7}
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/checkpoint-stall.XXXXXX")
 trap 'rm -rf "$workdir"' EXIT
 
