@@ -5,8 +5,13 @@
 // process at all (tests/sim/sim_launcher.h), so the same supervisor code runs in both.
 //
 // Contract every Launcher keeps (the supervisor relies on it):
-//  - spawn() returns a new id or an Error sentence; a failed spawn leaves nothing running;
-//  - every id returned by spawn() is reported exactly once by process() as a WorkerExit, unless
+//  - start() (and spawn(), which is start() for a caller that wants no channel) returns a new
+//    id or an Error sentence; a failed start leaves nothing running;
+//  - a worker whose spec asks for a channel gets one when the Launcher has channels (the
+//    Spawner: a socketpair, see spawner.h "Worker channel"); the daemon's end comes back in
+//    Spawned::channel, invalid when the Launcher has none (the simulator). A worker without a
+//    channel is reached by signals alone, as every worker was before channels;
+//  - every id returned by start() is reported exactly once by process() as a WorkerExit, unless
 //    the Launcher is destroyed first (then nothing of it outlives the Launcher);
 //  - stop()/kill() of an unknown or reaped id is ignored; stop() is idempotent (the first
 //    deadline stands); WorkerExit::stopped tells an exit after stop()/kill() from one on its own;
@@ -23,6 +28,7 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/core/unique_fd.h"
 
 namespace elastic::spawner {
 
@@ -44,6 +50,7 @@ struct WorkerSpec {
   std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
   std::string log_path;                    // stdout+stderr appended here
   bool handoff = false;                    // give it a hand-off pipe as fd 3 (see Hand-off)
+  bool channel = false;  // give it a worker channel as fd 4 (see spawner.h, Worker channel)
 };
 
 // The descriptor on which a worker started with WorkerSpec::handoff reads its hand-off.
@@ -51,7 +58,19 @@ inline constexpr int kHandoffFd = 3;
 // The largest payload hand_off() takes (the pipe is enlarged to hold it unread).
 inline constexpr std::size_t kMaxHandoffBytes = 1024 * 1024;
 
+// The descriptor of a worker's channel, and the variable that names it in the worker's
+// environment (set by the Launcher for a worker with WorkerSpec::channel, removed from the
+// environment of any other, so a worker never believes a stale number).
+inline constexpr int kWorkerChannelFd = 4;
+inline constexpr const char* kWorkerChannelVariable = "ELASTIC_WORKER_FD";
+
 using WorkerId = std::uint64_t;
+
+// A started worker, and the daemon's end of its channel (invalid without one).
+struct Spawned {
+  WorkerId id = 0;
+  UniqueFd channel;
+};
 
 struct WorkerExit {
   WorkerId id = 0;
@@ -69,7 +88,14 @@ class Launcher {
   virtual ~Launcher() = default;
 
   // Starts one worker (see the contract above).
-  virtual Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) = 0;
+  virtual Result<Spawned> start(TimePoint now, const WorkerSpec& spec) = 0;
+  // start() for a caller that keeps no channel: one the spec asked for is closed at once (the
+  // worker reads end of file on it).
+  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) {
+    Result<Spawned> started = start(now, spec);
+    if (!started.ok()) return started.error();
+    return started->id;
+  }
   // SIGTERM now, SIGKILL at now + stop_grace; a second call keeps the first deadline.
   virtual void stop(TimePoint now, WorkerId id) = 0;
   // stop() with another first signal and grace (a hung worker: SIGABRT, then SIGKILL).
