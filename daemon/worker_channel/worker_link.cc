@@ -123,7 +123,8 @@ LinkStep WorkerLink::apply(TimePoint now, LinkEvent event, std::string detail) {
   const std::optional<LinkState> to = next_state(state_, event);
   step.ignored = !to.has_value();
   step.to = to.value_or(state_);
-  if (step.to != state_ || event == E::kOffer) since_ = now;
+  // A new offer restarts the clock of offered; an ignored input changes nothing.
+  if (!step.ignored && (step.to != state_ || event == E::kOffer)) since_ = now;
   state_ = step.to;
   return step;
 }

@@ -248,6 +248,28 @@ TEST(WorkerChannelIntegTest, TheDaemonSeesEndOfFileWhenTheWorkerDies) {
   EXPECT_EQ(w->exit->describe(), "killed by signal 9 (SIGKILL)");
 }
 
+TEST(WorkerChannelIntegTest, AWorkerSeesEndOfFileWhenTheDaemonClosesItsEnd) {
+  TempDir dir;
+  Daemon daemon(dir);
+  std::vector<std::pair<Daemon::Worker*, std::string>> workers = {
+      {daemon.start(daemon.spec("cpp", {CHANNEL_WORKER_PATH})),
+       "channel ended: the worker channel (fd 4) was closed by elasticd."},
+  };
+  if (::access(kPython, X_OK) == 0) {
+    workers.push_back({daemon.start(daemon.spec("py", {kPython, kPythonWorker})),
+                       "channel ended: the worker channel was closed by elasticd"});
+  }
+  for (auto& [w, expected] : workers) {
+    ASSERT_NE(w, nullptr);
+    ASSERT_TRUE(daemon.run_until([&] { return w->link.state() == LinkState::kReady; }, 60s))
+        << w->log();
+    w->endpoint = WorkerEndpoint(w->endpoint.label(), UniqueFd());  // closes the daemon's end
+    ASSERT_TRUE(daemon.run_until([&] { return w->exit.has_value(); }, 60s));
+    EXPECT_EQ(w->exit->describe(), "exited with status 3") << w->log();
+    EXPECT_NE(w->log().find(expected), std::string::npos) << w->log();
+  }
+}
+
 TEST(WorkerChannelIntegTest, AWorkerThatNeverSpeaksLeavesTheDaemonAndTheOthersUnaffected) {
   TempDir dir;
   Daemon daemon(dir);

@@ -190,6 +190,8 @@ TEST(WorkerLinkTest, AWorkerThatNeverSaidHelloIsOfferedNothing) {
   EXPECT_FALSE(link.offered().has_value());
   EXPECT_EQ(link.next_deadline(), kNever);
   EXPECT_FALSE(link.stop(kStart + 1s, "x").send.has_value());
+  // Ignored inputs do not restart the time it has been in unknown.
+  EXPECT_EQ(link.on_closed(kStart + 3s).time_in_from, 3s);
 }
 
 TEST(WorkerLinkTest, ANewerOfferSupersedesAndTheOldAnswerIsStale) {
