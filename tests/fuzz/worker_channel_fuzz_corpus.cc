@@ -27,18 +27,17 @@ int main(int argc, char** argv) {
   write('\0', frame(encode(WorkerMessage(Hello{1, false}))));
   write('\0', hello + frame(encode(WorkerMessage(UnknownMessage{"progress"}))) + joined);
   write('\0', std::string("\xff\xff\xff\xff", 4) + hello);
-  RoundOffer round;
-  round.job = "fmnist-1";
-  round.round = 4;
-  round.term = 2;
-  round.rank = 3;
-  round.world_size = 8;
-  round.local_rank = 1;
-  round.local_world_size = 2;
-  round.group_rank = 1;
-  round.master_addr = "10.0.0.1";
-  round.master_port = 29500;
-  round.restart_count = 3;
+  const RoundOffer round{.job = "fmnist-1",
+                         .round = 4,
+                         .term = 2,
+                         .rank = 3,
+                         .local_rank = 1,
+                         .world_size = 8,
+                         .local_world_size = 2,
+                         .group_rank = 1,
+                         .master_addr = "10.0.0.1",
+                         .master_port = 29500,
+                         .restart_count = 3};
   write('\1', encode(DaemonMessage(round)));
   write('\1', encode(DaemonMessage(Stop{"job cancelled"})));
   return 0;

@@ -39,20 +39,19 @@ const std::string kPythonWorker =
 
 TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
 
+// Rank 1 of 2, one rank on this node.
 RoundOffer sample_round() {
-  RoundOffer m;
-  m.job = "j-1";
-  m.round = 7;
-  m.term = 3;
-  m.rank = 1;
-  m.local_rank = 0;
-  m.world_size = 2;
-  m.local_world_size = 1;
-  m.group_rank = 1;
-  m.master_addr = "127.0.0.1";
-  m.master_port = 29555;
-  m.restart_count = 2;
-  return m;
+  return RoundOffer{.job = "j-1",
+                    .round = 7,
+                    .term = 3,
+                    .rank = 1,
+                    .local_rank = 0,
+                    .world_size = 2,
+                    .local_world_size = 1,
+                    .group_rank = 1,
+                    .master_addr = "127.0.0.1",
+                    .master_port = 29555,
+                    .restart_count = 2};
 }
 
 // What the node's loop will do for each worker, in miniature: poll the channels and the
@@ -340,10 +339,10 @@ TEST(WorkerChannelIntegTest, AWorkerThatSendsGarbageIsTreatedAsPlainAndNotKilled
       },
       60s))
       << joined_lines(w->transitions) << joined_lines(huge->transitions);
-  EXPECT_EQ(w->transitions[0],
-            "bad frame worker junk's channel: The worker's message is not a JSON object.: "
-            "unknown->plain (" +
-                w->transitions[0].substr(w->transitions[0].rfind('(') + 1));
+  const std::string bad_frame =
+      "bad frame worker junk's channel: The worker's message is not a JSON object.: "
+      "unknown->plain (";
+  EXPECT_EQ(w->transitions[0].rfind(bad_frame, 0), 0u) << w->transitions[0];
   EXPECT_NE(w->transitions[1].find("hello(live) version 1: ignored in plain"), std::string::npos)
       << w->transitions[1];
   EXPECT_NE(huge->transitions[0].find("worker huge's channel: a frame announces 4294967295 bytes"),

@@ -14,19 +14,17 @@ namespace elastic::worker_channel {
 namespace {
 
 RoundOffer sample_round() {
-  RoundOffer m;
-  m.job = "fmnist-1";
-  m.round = 7;
-  m.term = 3;
-  m.rank = 5;
-  m.local_rank = 1;
-  m.world_size = 8;
-  m.local_world_size = 2;
-  m.group_rank = 2;
-  m.master_addr = "10.0.0.4";
-  m.master_port = 29500;
-  m.restart_count = 6;
-  return m;
+  return RoundOffer{.job = "fmnist-1",
+                    .round = 7,
+                    .term = 3,
+                    .rank = 5,
+                    .local_rank = 1,
+                    .world_size = 8,
+                    .local_world_size = 2,
+                    .group_rank = 2,
+                    .master_addr = "10.0.0.4",
+                    .master_port = 29500,
+                    .restart_count = 6};
 }
 
 TEST(WorkerChannelMessagesTest, EveryMessageSurvivesARoundTrip) {
