@@ -5,14 +5,14 @@
 // process at all (tests/sim/sim_launcher.h), so the same supervisor code runs in both.
 //
 // Contract every Launcher keeps (the supervisor relies on it):
-//  - start() (and spawn(), which is start() for a caller that wants no channel) returns a new
-//    id or an Error sentence; a failed start leaves nothing running;
+//  - spawn() and start() return a new id or an Error sentence; a failed one leaves nothing
+//    running;
 //  - a worker whose spec asks for a channel gets one when the Launcher has channels (the
 //    Spawner: a socketpair, see spawner.h "Worker channel"); the daemon's end comes back in
 //    Spawned::channel, invalid when the Launcher has none (the simulator). A worker without a
 //    channel is reached by signals alone, as every worker was before channels;
-//  - every id returned by start() is reported exactly once by process() as a WorkerExit, unless
-//    the Launcher is destroyed first (then nothing of it outlives the Launcher);
+//  - every id returned by spawn() or start() is reported exactly once by process() as a
+//    WorkerExit, unless the Launcher is destroyed first (then nothing of it outlives it);
 //  - stop()/kill() of an unknown or reaped id is ignored; stop() is idempotent (the first
 //    deadline stands); WorkerExit::stopped tells an exit after stop()/kill() from one on its own;
 //  - nothing but shutdown() blocks.
@@ -87,14 +87,15 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
 
-  // Starts one worker (see the contract above).
-  virtual Result<Spawned> start(TimePoint now, const WorkerSpec& spec) = 0;
-  // start() for a caller that keeps no channel: one the spec asked for is closed at once (the
-  // worker reads end of file on it).
-  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) {
-    Result<Spawned> started = start(now, spec);
-    if (!started.ok()) return started.error();
-    return started->id;
+  // Starts one worker (see the contract above). A channel the spec asks for is closed at once
+  // (the worker reads end of file on it): a caller that talks to its workers uses start().
+  virtual Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) = 0;
+  // spawn(), and the daemon's end of the worker's channel when the spec asks for one. This
+  // default is a Launcher's without channels (the simulator's, test doubles): no channel.
+  virtual Result<Spawned> start(TimePoint now, const WorkerSpec& spec) {
+    Result<WorkerId> id = spawn(now, spec);
+    if (!id.ok()) return id.error();
+    return Spawned{*id, UniqueFd()};
   }
   // SIGTERM now, SIGKILL at now + stop_grace; a second call keeps the first deadline.
   virtual void stop(TimePoint now, WorkerId id) = 0;

@@ -293,6 +293,12 @@ Result<Spawned> Spawner::start(TimePoint now, const WorkerSpec& spec) {
   return Spawned{id, UniqueFd(std::exchange(pipes.channel[0], -1))};
 }
 
+Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
+  Result<Spawned> started = start(now, spec);
+  if (!started.ok()) return started.error();
+  return started->id;
+}
+
 Status Spawner::watch(Worker& worker) {
   ::fcntl(worker.pipe_fd, F_SETFL, ::fcntl(worker.pipe_fd, F_GETFL) | O_NONBLOCK);
   worker.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker.pid, 0));

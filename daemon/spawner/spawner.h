@@ -116,6 +116,8 @@ class Spawner final : public Launcher {
   // Starts one worker; returns once its exec succeeded or failed (see Errors above), with the
   // daemon's end of its channel when the spec asks for one (see Worker channel).
   Result<Spawned> start(TimePoint now, const WorkerSpec& spec) override;
+  // start() without the channel (closed at once when the spec asked for one).
+  Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) override;
   // SIGTERM to the worker's group now, SIGKILL at now + stop_grace. Idempotent: a second call
   // keeps the first deadline. Unknown or already reaped ids are ignored.
   void stop(TimePoint now, WorkerId id) override;

@@ -42,7 +42,7 @@ SimLauncher::~SimLauncher() {
   }
 }
 
-Result<spawner::Spawned> SimLauncher::start(TimePoint now, const spawner::WorkerSpec& spec) {
+Result<spawner::WorkerId> SimLauncher::spawn(TimePoint now, const spawner::WorkerSpec& spec) {
   const auto round = number(spec, "ELASTIC_ROUND");
   const auto rank = number(spec, "RANK");
   const auto local_rank = number(spec, "LOCAL_RANK");
@@ -73,7 +73,7 @@ Result<spawner::Spawned> SimLauncher::start(TimePoint now, const spawner::Worker
   }
   const auto [it, inserted] = workers_.emplace(id, std::move(running));
   if (observer_ != nullptr) observer_->on_spawn(it->second.worker);
-  return spawner::Spawned{id, UniqueFd()};
+  return id;
 }
 
 void SimLauncher::schedule(Running& running, TimePoint at, bool signaled, int status) {

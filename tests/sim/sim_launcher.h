@@ -11,9 +11,8 @@
 // next_deadline() is the earliest of those, so the node's timer wakes for it.
 // Every spawn and every exit is also told to a SimWorkerObserver (the cluster's checkers);
 // workers still running when the launcher is destroyed (the daemon crashed: PDEATHSIG) are told
-// as killed then. Worker channels are not simulated: a spec's channel comes back invalid (the
-// worker is one that speaks no channel, as a plain command). Warm standbys are not simulated:
-// hand_off() fails (the supervisor then starts the rank cold, as after any failed hand-off).
+// as killed then. Warm standbys are not simulated: hand_off() fails (the supervisor then starts
+// the rank cold, as after any failed hand-off).
 // Ownership: the JobSupervisor owns it; the observer must outlive it. Thread safety: none (the
 // simulator's thread). Errors: a spec without the worker variables is refused with a sentence.
 #pragma once
@@ -67,7 +66,7 @@ class SimLauncher final : public spawner::Launcher {
               SimWorkerObserver* observer, const Simulator& sim);
   ~SimLauncher() override;
 
-  Result<spawner::Spawned> start(TimePoint now, const spawner::WorkerSpec& spec) override;
+  Result<spawner::WorkerId> spawn(TimePoint now, const spawner::WorkerSpec& spec) override;
   void stop(TimePoint now, spawner::WorkerId id) override;
   void stop(TimePoint now, spawner::WorkerId id, int signal, Duration grace) override;
   void kill(spawner::WorkerId id) override;
