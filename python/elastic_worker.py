@@ -32,21 +32,44 @@ The rules (those of elastic-trainer's client, trainer/progress.h):
   - nothing here raises into the training loop: every error is caught and logged as above.
 Standard library only; not thread-safe (call it from the training thread); read the
 environment at the first call, so a script may set it up before.
+
+The worker channel (Channel, channel()): a worker that can re-form its process group in place
+says so, and elasticd then tells it the next round instead of killing it:
+
+    link = elastic_worker.channel()          # None outside elasticd: run as a plain script
+    if link is not None:
+        link.hello(live=True)
+        ...
+        message = link.receive(timeout=0)    # poll between steps (or select on link.fileno())
+        if message is not None and message["type"] == "round":
+            ...re-form as message["rank"] of message["world_size"] (round_environ(message))...
+            link.joined(message["round"], message["term"])
+
+It speaks the channel of daemon/worker_channel/messages.h on the socket elasticd passes as the
+descriptor named by $ELASTIC_WORKER_FD, framed like the progress protocol. Unlike the progress
+calls, its errors raise ChannelError: the caller decides what a lost channel means.
 """
 
 import json
 import os
+import select
 import socket
 import struct
 import sys
 import time
 
-__all__ = ["Reporter", "step", "checkpoint", "resumed", "enabled", "configure"]
+__all__ = ["Reporter", "step", "checkpoint", "resumed", "enabled", "configure", "Channel",
+           "ChannelError", "channel", "round_environ"]
 
 TIMEOUT_S = 0.1
 BACKOFF_S = 10.0
 STEP_INTERVAL_S = 0.1
 _MAX_REPLY_BYTES = 4096
+# The worker channel (daemon/worker_channel/messages.h): its version, its frame bound and the
+# variable naming the descriptor.
+CHANNEL_VERSION = 1
+_MAX_FRAME_BYTES = 64 * 1024
+_WORKER_FD_VARIABLE = "ELASTIC_WORKER_FD"
 
 
 class Reporter:
@@ -213,3 +236,127 @@ def checkpoint(step):
 def resumed(step):
     """This run resumed from the checkpoint of `step` (call once, before the first step)."""
     _shared().resumed(step)
+
+
+class ChannelError(Exception):
+    """The worker channel failed: elasticd closed it, or sent bytes not of the protocol."""
+
+
+class Channel:
+    """The worker's end of elasticd's worker channel (see the module's docstring).
+
+    Use Channel.from_environ() (or the module's channel()); the constructor takes a connected
+    socket. The descriptor is made non-inheritable, so processes the worker starts do not hold
+    the channel open: its end of file tells elasticd that this worker is gone.
+    """
+
+    def __init__(self, sock):
+        self._socket = sock
+        self._buffer = b""
+
+    @classmethod
+    def from_environ(cls, environ=None):
+        """The channel named by $ELASTIC_WORKER_FD, or None without it (outside elasticd)."""
+        env = os.environ if environ is None else environ
+        text = env.get(_WORKER_FD_VARIABLE)
+        if text is None:
+            return None
+        try:
+            fd = int(text)
+            os.set_inheritable(fd, False)
+            sock = socket.socket(fileno=fd)
+        except (ValueError, OSError) as error:
+            raise ChannelError("%s=%r names no usable socket: %s" % (_WORKER_FD_VARIABLE, text, error))
+        return cls(sock)
+
+    def fileno(self):
+        return self._socket.fileno()
+
+    def hello(self, live):
+        """Says which protocol version it speaks and whether it can re-form in place."""
+        self._send({"type": "hello", "version": CHANNEL_VERSION, "live": bool(live)})
+
+    def joined(self, round, term):
+        """Says it has re-formed into `round` of `term` (both from the round message)."""
+        self._send({"type": "joined", "round": int(round), "term": int(term)})
+
+    def receive(self, timeout=None):
+        """The daemon's next message as a dict ({"type": "round", ...} or {"type": "stop",
+        "reason": ...}), waiting up to `timeout` seconds (None: for ever; 0: only what has
+        arrived); None when none came. Messages of types this module does not know are
+        skipped (a newer elasticd)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            message = self._next_frame()
+            if message is not None:
+                if message.get("type") in ("round", "stop"):
+                    return message
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._socket], [], [], left)
+            if not readable:
+                return None
+            try:
+                chunk = self._socket.recv(65536)
+            except OSError as error:
+                raise ChannelError("reading the worker channel failed: %s" % error)
+            if not chunk:
+                raise ChannelError("the worker channel was closed by elasticd")
+            self._buffer += chunk
+
+    def close(self):
+        self._socket.close()
+
+    def _next_frame(self):
+        if len(self._buffer) < 4:
+            return None
+        size = struct.unpack(">I", self._buffer[:4])[0]
+        if size == 0 or size > _MAX_FRAME_BYTES:
+            raise ChannelError("the daemon's frame announces %d bytes; a frame holds 1 to %d"
+                               % (size, _MAX_FRAME_BYTES))
+        if len(self._buffer) < 4 + size:
+            return None
+        body, self._buffer = self._buffer[4:4 + size], self._buffer[4 + size:]
+        try:
+            message = json.loads(body)
+        except ValueError as error:
+            raise ChannelError("the daemon's message is not JSON: %s" % error)
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            raise ChannelError("the daemon's message is not an object with a \"type\"")
+        return message
+
+    def _send(self, message):
+        body = json.dumps(message, separators=(",", ":")).encode()
+        try:
+            self._socket.sendall(struct.pack(">I", len(body)) + body)
+        except OSError as error:
+            raise ChannelError("writing to the worker channel failed: %s" % error)
+
+
+def round_environ(message):
+    """The torchrun-compatible variables of a round message (what elasticd would set at exec)."""
+    return {
+        "RANK": str(message["rank"]),
+        "LOCAL_RANK": str(message["local_rank"]),
+        "WORLD_SIZE": str(message["world_size"]),
+        "LOCAL_WORLD_SIZE": str(message["local_world_size"]),
+        "GROUP_RANK": str(message["group_rank"]),
+        "MASTER_ADDR": str(message["master_addr"]),
+        "MASTER_PORT": str(message["master_port"]),
+        "TORCHELASTIC_RESTART_COUNT": str(message["restart_count"]),
+        "ELASTIC_JOB_ID": str(message["job"]),
+        "ELASTIC_ROUND": str(message["round"]),
+    }
+
+
+_channel = None
+_channel_read = False
+
+
+def channel():
+    """This process's worker channel (shared), or None outside elasticd."""
+    global _channel, _channel_read
+    if not _channel_read:
+        _channel_read = True
+        _channel = Channel.from_environ()
+    return _channel

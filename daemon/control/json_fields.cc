@@ -68,6 +68,14 @@ void JsonFields::signed_number(const char* key, bool required, const char* what,
   out = value->get<std::int64_t>();
 }
 
+void JsonFields::boolean(const char* key, bool required, const char* what, bool& out) {
+  const std::string expected = std::string("true or false (") + what + ")";
+  const json* value = find(key, required, expected);
+  if (value == nullptr) return;
+  if (!value->is_boolean()) return wrong_type(key, expected, *value);
+  out = value->get<bool>();
+}
+
 void JsonFields::object(const char* key, const char* what, std::string& out) {
   const std::string expected = std::string("an object (") + what + ")";
   const json* value = find(key, /*required=*/true, expected);

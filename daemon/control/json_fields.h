@@ -40,6 +40,8 @@ class JsonFields {
                        std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
   // Any integer that fits an int64.
   void signed_number(const char* key, bool required, const char* what, std::int64_t& out);
+  // true or false.
+  void boolean(const char* key, bool required, const char* what, bool& out);
   // A JSON object, written back as compact JSON text (invalid UTF-8 replaced).
   void object(const char* key, const char* what, std::string& out);
 

@@ -110,7 +110,13 @@ Status plan_child(const WorkerSpec& spec, ChildPlan* plan) {
   plan->argv_strings = spec.argv;
   for (auto& s : plan->argv_strings) plan->argv.push_back(s.data());
   plan->argv.push_back(nullptr);
-  for (const auto& [k, v] : spec.env) plan->env_strings.push_back(k + "=" + v);
+  for (const auto& [k, v] : spec.env) {
+    if (k != kWorkerChannelVariable) plan->env_strings.push_back(k + "=" + v);
+  }
+  if (spec.channel) {
+    plan->env_strings.push_back(std::string(kWorkerChannelVariable) + "=" +
+                                std::to_string(kWorkerChannelFd));
+  }
   for (auto& s : plan->env_strings) plan->envp.push_back(s.data());
   plan->envp.push_back(nullptr);
   plan->candidates = exec_candidates(spec.argv[0], spec.env);
@@ -169,22 +175,32 @@ void exec_child(const ChildPlan& plan, pid_t parent, const sigset_t& no_signals)
       ::dup2(plan.log_write, STDERR_FILENO) < 0) {
     die(report, ChildStep::kStdio, errno);
   }
-  // The hand-off pipe becomes fd 3 (without close-on-exec), out of the report pipe's way.
-  const int handoff_read = plan.handoff_read;
-  if (handoff_read >= 0) {
-    if (report == kHandoffFd) {
-      report = ::fcntl(report, F_DUPFD_CLOEXEC, kHandoffFd + 1);
-      if (report < 0) ::_exit(127);
-    }
-    if (handoff_read == kHandoffFd) {
-      if (::fcntl(kHandoffFd, F_SETFD, 0) != 0) die(report, ChildStep::kStdio, errno);
-    } else if (::dup2(handoff_read, kHandoffFd) < 0) {
-      die(report, ChildStep::kStdio, errno);
-    }
+  // The descriptors the worker keeps go above 4 first, so that placing the hand-off pipe at 3
+  // and the channel at 4 cannot overwrite one of them (or the report pipe).
+  constexpr int kFirstFree = kWorkerChannelFd + 1;
+  if (report < kFirstFree) {
+    report = ::fcntl(report, F_DUPFD_CLOEXEC, kFirstFree);
+    if (report < 0) ::_exit(127);
+  }
+  int handoff_read = plan.handoff_read;
+  if (handoff_read >= 0 && handoff_read < kFirstFree) {
+    handoff_read = ::fcntl(handoff_read, F_DUPFD_CLOEXEC, kFirstFree);
+    if (handoff_read < 0) die(report, ChildStep::kStdio, errno);
+  }
+  int channel = plan.channel;
+  if (channel >= 0 && channel < kFirstFree) {
+    channel = ::fcntl(channel, F_DUPFD_CLOEXEC, kFirstFree);
+    if (channel < 0) die(report, ChildStep::kChannel, errno);
   }
   // Nothing of the daemon's leaks into the worker, whatever flags its fds were opened with.
-  ::syscall(SYS_close_range, handoff_read >= 0 ? unsigned{kHandoffFd} + 1 : 3U, ~0U,
-            CLOSE_RANGE_CLOEXEC);
+  ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  // dup2 leaves the new descriptor without close-on-exec: these two survive exec.
+  if (handoff_read >= 0 && ::dup2(handoff_read, kHandoffFd) < 0) {
+    die(report, ChildStep::kStdio, errno);
+  }
+  if (channel >= 0 && ::dup2(channel, kWorkerChannelFd) < 0) {
+    die(report, ChildStep::kChannel, errno);
+  }
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &default_action, nullptr);
@@ -253,6 +269,9 @@ std::string describe_child_failure(const ChildFailure& failure, const ChildPlan&
       break;
     case ChildStep::kExec:
       step = "exec of '" + spec.argv[0] + "'";
+      break;
+    case ChildStep::kChannel:
+      step = "passing the worker channel as fd " + std::to_string(kWorkerChannelFd);
       break;
     default:
       step = "an unknown step (" + std::to_string(failure.step) + ")";

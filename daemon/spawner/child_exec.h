@@ -25,11 +25,13 @@
 //      still be the daemon (a daemon that died before this point left an orphan: _exit).
 //   7. chdir to the working directory; 8. stdin from /dev/null, stdout and stderr into the log
 //      pipe.
-//   9. With a hand-off pipe: its read end becomes fd 3 (kHandoffFd) without close-on-exec,
-//      after moving the report pipe out of fd 3's way.
-//  10. close_range(3 or 4, ~0, CLOSE_RANGE_CLOEXEC): no other descriptor of the daemon (sockets,
+//   9. The report pipe, the hand-off pipe and the channel are moved above fd 4 (when they are
+//      at 3 or 4), so placing one cannot overwrite another.
+//  10. close_range(3, ~0, CLOSE_RANGE_CLOEXEC): no other descriptor of the daemon (sockets,
 //      the Raft files, whatever flags they were opened with) survives exec, while the report
-//      pipe stays open until exec succeeds.
+//      pipe stays open until exec succeeds. Then, without close-on-exec, the hand-off pipe's
+//      read end becomes fd 3 (kHandoffFd) and the worker's end of its channel fd 4
+//      (kWorkerChannelFd), each only when planned.
 //  11. Default disposition for every signal, then an empty signal mask: the parent blocks every
 //      signal across fork (fork_child), so no handler of the daemon runs in the child.
 //  12. execve of each candidate in turn, with execvp's rules for which errors go on searching.
@@ -64,6 +66,7 @@ enum class ChildStep : int {
   kChdir,
   kStdio,
   kExec,
+  kChannel,
 };
 
 struct ChildFailure {
@@ -108,11 +111,13 @@ struct ChildPlan {
   int log_write = -1;
   int report_write = -1;
   int handoff_read = -1;  // -1 = no hand-off pipe
+  int channel = -1;       // the worker's end of its channel socket; -1 = none
 };
 
-// Fills `plan` from `spec` (the exec part, the user, the bindings). An Error is a sentence
-// without the "cannot start <label>: " prefix: a user the daemon cannot switch to (it is not
-// root), a cpu or NUMA node index out of range.
+// Fills `plan` from `spec` (the exec part, the user, the bindings; the environment gets
+// kWorkerChannelVariable=kWorkerChannelFd when spec.channel and loses that variable otherwise).
+// An Error is a sentence without the "cannot start <label>: " prefix: a user the daemon cannot
+// switch to (it is not root), a cpu or NUMA node index out of range.
 Status plan_child(const WorkerSpec& spec, ChildPlan* plan);
 
 // Sorts `v` and drops repeats (cpu and NUMA node lists; format_index_list too).

@@ -5,9 +5,14 @@
 // process at all (tests/sim/sim_launcher.h), so the same supervisor code runs in both.
 //
 // Contract every Launcher keeps (the supervisor relies on it):
-//  - spawn() returns a new id or an Error sentence; a failed spawn leaves nothing running;
-//  - every id returned by spawn() is reported exactly once by process() as a WorkerExit, unless
-//    the Launcher is destroyed first (then nothing of it outlives the Launcher);
+//  - spawn() and start() return a new id or an Error sentence; a failed one leaves nothing
+//    running;
+//  - a worker whose spec asks for a channel gets one when the Launcher has channels (the
+//    Spawner: a socketpair, see spawner.h "Worker channel"); the daemon's end comes back in
+//    Spawned::channel, invalid when the Launcher has none (the simulator). A worker without a
+//    channel is reached by signals alone, as every worker was before channels;
+//  - every id returned by spawn() or start() is reported exactly once by process() as a
+//    WorkerExit, unless the Launcher is destroyed first (then nothing of it outlives it);
 //  - stop()/kill() of an unknown or reaped id is ignored; stop() is idempotent (the first
 //    deadline stands); WorkerExit::stopped tells an exit after stop()/kill() from one on its own;
 //  - nothing but shutdown() blocks.
@@ -23,6 +28,7 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/core/unique_fd.h"
 
 namespace elastic::spawner {
 
@@ -44,6 +50,7 @@ struct WorkerSpec {
   std::vector<unsigned> mem_nodes;         // OS NUMA nodes (set_mempolicy MPOL_BIND); empty = none
   std::string log_path;                    // stdout+stderr appended here
   bool handoff = false;                    // give it a hand-off pipe as fd 3 (see Hand-off)
+  bool channel = false;  // give it a worker channel as fd 4 (see spawner.h, Worker channel)
 };
 
 // The descriptor on which a worker started with WorkerSpec::handoff reads its hand-off.
@@ -51,7 +58,19 @@ inline constexpr int kHandoffFd = 3;
 // The largest payload hand_off() takes (the pipe is enlarged to hold it unread).
 inline constexpr std::size_t kMaxHandoffBytes = 1024 * 1024;
 
+// The descriptor of a worker's channel, and the variable that names it in the worker's
+// environment (set by the Launcher for a worker with WorkerSpec::channel, removed from the
+// environment of any other, so a worker never believes a stale number).
+inline constexpr int kWorkerChannelFd = 4;
+inline constexpr const char* kWorkerChannelVariable = "ELASTIC_WORKER_FD";
+
 using WorkerId = std::uint64_t;
+
+// A started worker, and the daemon's end of its channel (invalid without one).
+struct Spawned {
+  WorkerId id = 0;
+  UniqueFd channel;
+};
 
 struct WorkerExit {
   WorkerId id = 0;
@@ -68,8 +87,16 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
 
-  // Starts one worker (see the contract above).
+  // Starts one worker (see the contract above). A channel the spec asks for is closed at once
+  // (the worker reads end of file on it): a caller that talks to its workers uses start().
   virtual Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) = 0;
+  // spawn(), and the daemon's end of the worker's channel when the spec asks for one. This
+  // default is a Launcher's without channels (the simulator's, test doubles): no channel.
+  virtual Result<Spawned> start(TimePoint now, const WorkerSpec& spec) {
+    Result<WorkerId> id = spawn(now, spec);
+    if (!id.ok()) return id.error();
+    return Spawned{*id, UniqueFd()};
+  }
   // SIGTERM now, SIGKILL at now + stop_grace; a second call keeps the first deadline.
   virtual void stop(TimePoint now, WorkerId id) = 0;
   // stop() with another first signal and grace (a hung worker: SIGABRT, then SIGKILL).

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -144,19 +145,21 @@ struct SpawnPipes {
   int log[2] = {-1, -1};
   int report[2] = {-1, -1};
   int handoff[2] = {-1, -1};
+  int channel[2] = {-1, -1};  // [0] the daemon's end, [1] the worker's
   int dev_null = -1;
 
   SpawnPipes() = default;
   SpawnPipes(const SpawnPipes&) = delete;
   SpawnPipes& operator=(const SpawnPipes&) = delete;
   ~SpawnPipes() {
-    for (int fd : {log[0], log[1], report[0], report[1], handoff[0], handoff[1], dev_null}) {
+    for (int fd : {log[0], log[1], report[0], report[1], handoff[0], handoff[1], channel[0],
+                   channel[1], dev_null}) {
       if (fd >= 0) ::close(fd);
     }
   }
 
   // An Error is a sentence without the "cannot start <label>: " prefix.
-  Status open(bool with_handoff, ChildPlan* plan) {
+  Status open(bool with_handoff, bool with_channel, ChildPlan* plan) {
     if (::pipe2(log, O_CLOEXEC) != 0) {
       return Error{"creating the log pipe failed: " + errno_text(errno) + "."};
     }
@@ -166,18 +169,24 @@ struct SpawnPipes {
     if (with_handoff && ::pipe2(handoff, O_CLOEXEC) != 0) {
       return Error{"creating the hand-off pipe failed: " + errno_text(errno) + "."};
     }
+    // Both ends close-on-exec: the child moves its end to kWorkerChannelFd (without the flag);
+    // no other worker spawned later inherits the daemon's end.
+    if (with_channel && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0) {
+      return Error{"creating the worker channel failed: " + errno_text(errno) + "."};
+    }
     dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (dev_null < 0) return Error{"opening /dev/null failed: " + errno_text(errno) + "."};
     plan->log_write = log[1];
     plan->report_write = report[1];
     plan->handoff_read = handoff[0];
+    plan->channel = channel[1];
     plan->dev_null = dev_null;
     return ok_status();
   }
 
   // In the parent after fork: the child holds its own copies now.
   void close_child_ends() {
-    for (int* fd : {&log[1], &report[1], &handoff[0], &dev_null}) {
+    for (int* fd : {&log[1], &report[1], &handoff[0], &channel[1], &dev_null}) {
       if (*fd >= 0) ::close(std::exchange(*fd, -1));
     }
   }
@@ -185,7 +194,7 @@ struct SpawnPipes {
 
 }  // namespace
 
-Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
+Result<Spawned> Spawner::start(TimePoint now, const WorkerSpec& spec) {
   (void)now;  // exits and deadlines are stamped by the caller's clock; spawning needs none
   const std::string prefix = "cannot start " + spec.label + ": ";
   if (spec.argv.empty() || spec.argv[0].empty()) return Error{prefix + "the command is empty."};
@@ -220,7 +229,7 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
   };
 
   SpawnPipes pipes;
-  if (auto opened = pipes.open(spec.handoff, &plan); !opened) {
+  if (auto opened = pipes.open(spec.handoff, spec.channel, &plan); !opened) {
     drop_cgroup();
     return fail(prefix + opened.error().message);
   }
@@ -278,9 +287,16 @@ Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
                         ", mem nodes " +
                         (plan.nodes.empty() ? "unbound" : format_index_list(plan.nodes));
   if (!plan.cgroup.empty()) started += ", cgroup " + plan.cgroup;
+  if (spec.channel) started += ", channel fd " + std::to_string(kWorkerChannelFd);
   workers_.emplace(id, std::move(worker));
   note(id, started);
-  return id;
+  return Spawned{id, UniqueFd(std::exchange(pipes.channel[0], -1))};
+}
+
+Result<WorkerId> Spawner::spawn(TimePoint now, const WorkerSpec& spec) {
+  Result<Spawned> started = start(now, spec);
+  if (!started.ok()) return started.error();
+  return started->id;
 }
 
 Status Spawner::watch(Worker& worker) {

@@ -44,6 +44,14 @@
 //    payload into it, closes it (the worker reads to end of file) and from then on writes the
 //    worker's output to another log under another label. Warm Python interpreters use it
 //    (daemon/node/warm_standbys.h): started early, told what to run when a round comes.
+//  - Worker channel (WorkerSpec::channel): a socketpair (AF_UNIX, SOCK_STREAM) per worker; the
+//    worker's end is fd 4 (kWorkerChannelFd) and its environment says so in ELASTIC_WORKER_FD
+//    (kWorkerChannelVariable); the daemon's end (close-on-exec, so no later worker inherits it)
+//    comes back in Spawned::channel and belongs to the caller. It has no path in the
+//    filesystem, so no other local user can connect to it, and end of file on it tells the
+//    daemon that the worker (and every process it passed the descriptor to) is gone. The
+//    messages are daemon/worker_channel/messages.h; a worker that does not know the variable
+//    ignores the descriptor and runs as a plain command.
 //
 // Where each part lives: the child's side of fork/exec and its rules (async-signal-safe only)
 // in child_exec.h, the log files and their rotation in log_file.h, the leftover records and
@@ -105,7 +113,10 @@ class Spawner final : public Launcher {
   Spawner(const Spawner&) = delete;
   Spawner& operator=(const Spawner&) = delete;
 
-  // Starts one worker; returns once its exec succeeded or failed (see Errors above).
+  // Starts one worker; returns once its exec succeeded or failed (see Errors above), with the
+  // daemon's end of its channel when the spec asks for one (see Worker channel).
+  Result<Spawned> start(TimePoint now, const WorkerSpec& spec) override;
+  // start() without the channel (closed at once when the spec asked for one).
   Result<WorkerId> spawn(TimePoint now, const WorkerSpec& spec) override;
   // SIGTERM to the worker's group now, SIGKILL at now + stop_grace. Idempotent: a second call
   // keeps the first deadline. Unknown or already reaped ids are ignored.

@@ -1,0 +1,60 @@
+// A worker that speaks the worker channel through trainer/worker_channel.h, for
+// worker_channel_integ_test: hello(live), wait for a round, print what it was told, joined,
+// then wait for a stop (exit 0) or the daemon's end of file (exit 3). Exit 2: no channel or a
+// failure, with the sentence on stderr (the test reads the worker's log).
+#include <chrono>
+#include <cstdio>
+
+#include "trainer/worker_channel.h"
+
+int main() {
+  using namespace elastic::trainer;
+  const EnvMap env = current_environment();
+  auto current = parse_worker_env(env);
+  if (!current.ok()) {
+    std::fprintf(stderr, "environment: %s\n", current.error().message.c_str());
+    return 2;
+  }
+  auto channel = WorkerChannel::from_env(env);
+  if (!channel.ok() || !channel->has_value()) {
+    std::fprintf(stderr, "no channel: %s\n",
+                 channel.ok() ? "ELASTIC_WORKER_FD is not set" : channel.error().message.c_str());
+    return 2;
+  }
+  WorkerChannel& link = **channel;
+  if (auto hello = link.hello(/*live=*/true); !hello.ok()) {
+    std::fprintf(stderr, "hello: %s\n", hello.error().message.c_str());
+    return 2;
+  }
+  std::printf("said hello on fd %d\n", link.fd());
+  std::fflush(stdout);
+  while (true) {
+    auto instruction = link.receive(std::chrono::minutes(2), *current);
+    if (!instruction.ok()) {
+      std::printf("channel ended: %s\n", instruction.error().message.c_str());
+      return 3;
+    }
+    if (!instruction->has_value()) {
+      std::fprintf(stderr, "no instruction within 2 minutes\n");
+      return 2;
+    }
+    if (const auto* stop = std::get_if<StopRequest>(&**instruction)) {
+      std::printf("stop: %s\n", stop->reason.c_str());
+      return 0;
+    }
+    const NextRound& next = std::get<NextRound>(**instruction);
+    const WorkerEnv& e = next.env;
+    std::printf(
+        "round %lld term %llu rank %d of %d local %d/%d group %d store %s:%d restarts %d "
+        "job %s run %s\n",
+        static_cast<long long>(e.round), static_cast<unsigned long long>(next.term), e.rank,
+        e.world_size, e.local_rank, e.local_world_size, e.group_rank, e.master_addr.c_str(),
+        e.master_port, e.restart_count, e.job_id.c_str(), e.run_id.c_str());
+    std::fflush(stdout);
+    *current = e;
+    if (auto joined = link.joined(e.round, next.term); !joined.ok()) {
+      std::fprintf(stderr, "joined: %s\n", joined.error().message.c_str());
+      return 2;
+    }
+  }
+}

@@ -1,0 +1,115 @@
+#include "trainer/worker_channel.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace elastic::trainer {
+
+namespace wc = worker_channel;
+
+WorkerEnv to_worker_env(const wc::RoundOffer& round, const WorkerEnv& current) {
+  WorkerEnv env = current;
+  env.rank = static_cast<int>(round.rank);
+  env.local_rank = static_cast<int>(round.local_rank);
+  env.world_size = static_cast<int>(round.world_size);
+  env.local_world_size = static_cast<int>(round.local_world_size);
+  env.group_rank = static_cast<int>(round.group_rank);
+  env.master_addr = round.master_addr;
+  env.master_port = static_cast<int>(round.master_port);
+  env.restart_count = static_cast<int>(round.restart_count);
+  env.job_id = round.job;
+  env.round = static_cast<std::int64_t>(round.round);
+  return env;
+}
+
+Result<std::optional<WorkerChannel>> WorkerChannel::from_env(const EnvMap& env) {
+  const auto it = env.find(wc::kWorkerFdVariable);
+  if (it == env.end()) return std::optional<WorkerChannel>();
+  const std::string& text = it->second;
+  int fd = -1;
+  const auto [end, parsed] = std::from_chars(text.data(), text.data() + text.size(), fd);
+  const std::string variable = std::string(wc::kWorkerFdVariable) + "=\"" + text + "\"";
+  if (parsed != std::errc() || end != text.data() + text.size() || fd < 0) {
+    return Error{variable + " is not a descriptor number."};
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    return Error{variable + " names no open descriptor: " + std::strerror(errno) + "."};
+  }
+  if (!S_ISSOCK(info.st_mode)) return Error{variable + " names a descriptor that is no socket."};
+  // Processes this worker starts must not hold the channel open (see the header).
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return std::optional<WorkerChannel>(WorkerChannel(UniqueFd(fd)));
+}
+
+WorkerChannel::WorkerChannel(UniqueFd fd) : fd_(std::move(fd)) {}
+
+std::string WorkerChannel::where() const {
+  return "the worker channel (fd " + std::to_string(fd_.get()) + ")";
+}
+
+Status WorkerChannel::send(const wc::WorkerMessage& message) {
+  if (!fd_.valid()) return Error{"the worker channel is closed."};
+  const std::string bytes = wc::frame(wc::encode(message));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd_.get(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error{"writing to " + where() + " failed: " + std::strerror(errno) + "."};
+    done += static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
+Status WorkerChannel::hello(bool live) { return send(wc::Hello{wc::kProtocolVersion, live}); }
+
+Status WorkerChannel::joined(std::int64_t round, std::uint64_t term) {
+  return send(wc::Joined{static_cast<std::uint64_t>(round), term});
+}
+
+Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::milliseconds timeout,
+                                                                 const WorkerEnv& current) {
+  using Clock = std::chrono::steady_clock;
+  if (!fd_.valid()) return Error{"the worker channel is closed."};
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::array<char, 16 * 1024> chunk;
+  while (true) {
+    // Whole frames already read first: the daemon may have sent several at once.
+    Result<std::optional<std::string>> frame = frames_.next();
+    if (!frame.ok()) return Error{where() + ": " + frame.error().message};
+    if (frame->has_value()) {
+      Result<wc::DaemonMessage> message = wc::decode_daemon_message(**frame);
+      if (!message.ok()) return Error{where() + ": " + message.error().message};
+      if (const auto* round = std::get_if<wc::RoundOffer>(&*message)) {
+        return std::optional<ChannelInstruction>(
+            NextRound{to_worker_env(*round, current), round->term});
+      }
+      if (const auto* stop = std::get_if<wc::Stop>(&*message)) {
+        return std::optional<ChannelInstruction>(StopRequest{stop->reason});
+      }
+      continue;  // a message of a newer protocol
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd wait{fd_.get(), POLLIN, 0};
+    const int ready = ::poll(&wait, 1, static_cast<int>(std::max<std::int64_t>(left, 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Error{"waiting on " + where() + " failed: " + std::strerror(errno) + "."};
+    if (ready == 0) return std::optional<ChannelInstruction>();
+    const ssize_t n = ::recv(fd_.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n < 0) return Error{"reading " + where() + " failed: " + std::strerror(errno) + "."};
+    if (n == 0) return Error{where() + " was closed by elasticd."};
+    frames_.append(chunk.data(), static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace elastic::trainer

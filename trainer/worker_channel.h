@@ -1,0 +1,80 @@
+// WorkerChannel: the worker's end of elasticd's worker channel (daemon/worker_channel/
+// messages.h). Under elasticd a worker started with a channel finds the descriptor's number in
+// ELASTIC_WORKER_FD; it says hello (live: it can re-form in place), then, instead of being
+// killed at the next incident, receives the next round as a WorkerEnv plus its Raft term,
+// re-forms, and says joined. Outside elasticd (no variable: torchrun, a shell) there is no
+// channel and the worker runs as a plain command.
+//
+// The descriptor is made close-on-exec when adopted, so processes the worker starts do not
+// hold the channel open: end of file on it tells the daemon that this worker is gone.
+//
+// Dependencies: POSIX, the standard library and the channel's codec (messages.h, whose JSON is
+// nlohmann_json, which elastic-trainer links anyway), not the daemon's libraries: the trainer
+// is also built on GPU hosts without them. One decoder of the daemon's bytes serves both ends.
+//
+// Errors: Result sentences ("the worker channel (fd 4) is closed by elasticd"); nothing throws.
+// Thread safety: none; one thread uses it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "daemon/core/result.h"
+#include "daemon/core/unique_fd.h"
+#include "daemon/worker_channel/messages.h"
+#include "trainer/worker_env.h"
+
+namespace elastic::trainer {
+
+// The next round, as the trainer runs it.
+struct NextRound {
+  WorkerEnv env;
+  std::uint64_t term = 0;
+};
+
+// The daemon asks the worker to end.
+struct StopRequest {
+  std::string reason;
+};
+
+using ChannelInstruction = std::variant<NextRound, StopRequest>;
+
+// The WorkerEnv of `round`: the round's rank, world, store and counts; the run id and
+// checkpoint directory stay those of `current` (a job keeps them across rounds).
+WorkerEnv to_worker_env(const worker_channel::RoundOffer& round, const WorkerEnv& current);
+
+class WorkerChannel {
+ public:
+  // The channel named by ELASTIC_WORKER_FD in `env`; nullopt without the variable. An Error
+  // when it is set but not the number of an open socket.
+  static Result<std::optional<WorkerChannel>> from_env(const EnvMap& env);
+
+  explicit WorkerChannel(UniqueFd fd);
+
+  // The descriptor, for a caller that polls it next to its own work (readable: receive() has
+  // something, or the daemon is gone).
+  int fd() const { return fd_.get(); }
+
+  // {"type":"hello","version":1,"live":live}.
+  Status hello(bool live);
+  // {"type":"joined","round":round,"term":term}.
+  Status joined(std::int64_t round, std::uint64_t term);
+  // The daemon's next instruction, waiting up to `timeout` (zero: only what has arrived);
+  // nullopt when none came. Messages of a newer protocol are skipped. An Error when the daemon
+  // closed the channel or sent bytes that are not of the protocol. `current` supplies what a
+  // round does not carry (to_worker_env).
+  Result<std::optional<ChannelInstruction>> receive(std::chrono::milliseconds timeout,
+                                                    const WorkerEnv& current);
+
+ private:
+  Status send(const worker_channel::WorkerMessage& message);
+  std::string where() const;
+
+  UniqueFd fd_;
+  worker_channel::FrameReader frames_;
+};
+
+}  // namespace elastic::trainer
