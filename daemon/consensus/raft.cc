@@ -374,6 +374,21 @@ void Raft::tick(TimePoint now, Effects& out) {
   if (role_ != Role::kLeader) deadline_ = election_deadline_;
 }
 
+void Raft::leader_unreachable(TimePoint now, NodeId leader, Effects& out) {
+  out.clear();
+  if (role_ != Role::kFollower || leader == kNoNode || leader == self_ || leader_ != leader) {
+    return;
+  }
+  set_leader(kNoNode, out);
+  last_leader_contact_ = TimePoint{};
+  if (!is_voter(self_)) return;  // it never campaigns; its normal timer keeps running
+  const auto spread = static_cast<std::uint64_t>(config_.election_timeout.count() / 4);
+  const TimePoint soon =
+      now + Duration(static_cast<Duration::rep>(spread == 0 ? 0 : rng_.below(spread)));
+  election_deadline_ = std::min(election_deadline_, soon);
+  deadline_ = election_deadline_;
+}
+
 ProposeOutcome Raft::propose(TimePoint now, std::string data, Effects& out) {
   out.clear();
   if (role_ != Role::kLeader) return ProposeOutcome{false, 0, 0, leader_};

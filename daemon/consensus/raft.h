@@ -17,6 +17,12 @@
 //    request from a higher term is ignored while the voter is in a leader lease (CheckQuorum on);
 //  - CheckQuorum: every election timeout a leader counts the voters it heard from since the
 //    last check (itself included); short of a majority it steps down to follower;
+//  - a FAST ELECTION when the owner's own failure detector says the leader is gone
+//    (leader_unreachable(): its host was declared lost, its connection dropped): the follower
+//    forgets the leader and campaigns (PreVote) after a short random delay instead of a whole
+//    election timeout. Only a liveness shortcut: a pre-vote still needs a majority of voters
+//    that do not hear the leader (the others refuse while it is alive), so a false suspicion at
+//    one voter disrupts nothing;
 //  - AppendEntries with the consistency check, truncation of a conflicting suffix (never of a
 //    committed entry: that aborts) and fast backtracking (the reply carries conflict index and
 //    term); heartbeats are AppendEntries from the follower's next index, so they also repair;
@@ -313,6 +319,14 @@ class Raft {
   // Leader only: starts a linearizable read (READ INDEX in the header comment). Refused on a
   // follower or with kMaxPendingReads waiting. Never moves next_deadline().
   ReadOutcome read_index(TimePoint now, Effects& out);
+  // The owner's failure detector says `leader` is gone. A follower that follows exactly it
+  // forgets it (Effects::leader_change), stops counting it as heard (so it grants pre-votes
+  // and votes as after an election timeout) and campaigns within [0, election_timeout / 4)
+  // (a random delay, so two survivors rarely split the vote), unless its timer fires sooner.
+  // Anything else (a leader, a candidate, a follower of another or no leader, `leader` being
+  // this node) is a no-op. An AppendEntries from a leader that is alive after all makes the
+  // node follow it again. Never persists anything.
+  void leader_unreachable(TimePoint now, NodeId leader, Effects& out);
   // Replaces the entries up to `upto` (<= last_applied()) with a snapshot holding
   // `state_machine`, the caller's state after applying exactly the entries up to `upto`.
   // Effects carry only persist.snapshot. A no-op (ok, empty effects) if `upto` is not above the

@@ -325,6 +325,16 @@ void ConsensusHost::tick(TimePoint now) {
   carry_out(now, effects);
 }
 
+void ConsensusHost::leader_unreachable(TimePoint now, const std::string& name) {
+  if (failed_ || name.empty() || name != leader()) return;
+  consensus::Effects effects;
+  raft_->leader_unreachable(now, voter_id(name), effects);
+  if (effects.leader_change) {
+    spdlog::info("raft: leader {} is gone by this node's failure detection; electing now", name);
+  }
+  carry_out(now, effects);
+}
+
 void ConsensusHost::on_envelope(TimePoint now, const wire::Envelope& envelope) {
   if (failed_) return;
   auto message = consensus::decode_raft(envelope.type, envelope.body);

@@ -151,6 +151,10 @@ class ConsensusHost {
       StateMachine& machine, std::uint64_t seed, TimePoint now, OpenFailure& failure);
 
   void tick(TimePoint now);
+  // This daemon's failure detection says the node `name` is gone (job tier, membership, a
+  // dropped connection). If Raft here follows that node, it forgets it and campaigns soon
+  // (Raft::leader_unreachable: safe on a false suspicion); otherwise nothing happens.
+  void leader_unreachable(TimePoint now, const std::string& name);
   // A Raft envelope from the transport; undecodable or foreign ones are counted and dropped.
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
   void propose(TimePoint now, std::string command, Completion done);

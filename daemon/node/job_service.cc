@@ -57,8 +57,8 @@ rendezvous::WallTime wall_time(const Clock& clock) {
   return rendezvous::WallTime(std::chrono::milliseconds(clock.wall_ms()));
 }
 
-std::string user_name(std::uint32_t uid) {
-  const std::optional<control::Account> account = control::account_of(uid);
+std::string user_name(const Host& host, std::uint32_t uid) {
+  const std::optional<control::Account> account = host.account(uid);
   return account ? account->name : std::to_string(uid);
 }
 
@@ -86,16 +86,16 @@ std::string job_reply(const rendezvous::JobTable& table, const std::string& id, 
 }
 
 // Per-user refusals are addressed to a person: their name when the host knows it.
-std::string who(std::uint32_t uid) {
-  const std::optional<control::Account> account = control::account_of(uid);
+std::string who(const Host& host, std::uint32_t uid) {
+  const std::optional<control::Account> account = host.account(uid);
   return account ? "User " + account->name + " (uid " + std::to_string(uid) + ")"
                  : "uid " + std::to_string(uid);
 }
 
 }  // namespace
 
-JobService::JobService(const Clock& clock)
-    : clock_(&clock), table_(std::make_unique<rendezvous::JobTable>()) {}
+JobService::JobService(const Clock& clock, const Host& host)
+    : clock_(&clock), host_(&host), table_(std::make_unique<rendezvous::JobTable>()) {}
 JobService::~JobService() = default;
 
 std::size_t JobService::job_count() const { return table_->jobs().size(); }
@@ -194,7 +194,7 @@ Status JobService::admit_submit(TimePoint now, std::uint32_t uid) {
     const auto pending = pending_submits_.find(uid);
     if (pending != pending_submits_.end()) active += pending->second;
     if (active >= limits_.max_active_jobs_per_user) {
-      return Error{who(uid) + " has " + std::to_string(active) + " active jobs, the most " +
+      return Error{who(*host_, uid) + " has " + std::to_string(active) + " active jobs, the most " +
                    "control.max_active_jobs_per_user (" +
                    std::to_string(limits_.max_active_jobs_per_user) +
                    ") allows; wait for some to finish or cancel some."};
@@ -219,7 +219,7 @@ Status JobService::admit_submit(TimePoint now, std::uint32_t uid) {
       const double wait_s = (1.0 - bucket.tokens) / per_second;
       char wait[32];
       std::snprintf(wait, sizeof(wait), "%.1f", wait_s);
-      return Error{who(uid) + " submitted more than control.submit_burst_per_user (" +
+      return Error{who(*host_, uid) + " submitted more than control.submit_burst_per_user (" +
                    std::to_string(limits_.submit_burst_per_user) +
                    ") jobs at once, beyond control.submits_per_minute_per_user (" +
                    std::to_string(limits_.submits_per_minute_per_user) + "); try again in " + wait +
@@ -357,7 +357,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     // Who runs the job comes from the caller's credentials, never from the spec.
     spec->uid = request.uid;
     spec->gid = request.gid;
-    spec->user = user_name(request.uid);
+    spec->user = user_name(*host_, request.uid);
     if (auto valid = rendezvous::validate(*spec); !valid.ok()) {
       return done(ForwardOutcome::kError, valid.error().message);
     }

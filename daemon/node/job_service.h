@@ -49,6 +49,7 @@
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/host.h"
 #include "daemon/node/incidents.h"
 
 namespace elastic::rendezvous {
@@ -84,8 +85,10 @@ using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
 
 class JobService : public StateMachine {
  public:
-  // Submit times and job events are stamped with `clock`'s wall time (core/clock.h).
-  explicit JobService(const Clock& clock = system_clock());
+  // Submit times and job events are stamped with `clock`'s wall time (core/clock.h); user names
+  // (a submitted job's `user`, refusals addressed to a person) come from `host`'s accounts
+  // (host.h). Both must outlive it.
+  explicit JobService(const Clock& clock = system_clock(), const Host& host = posix_host());
   ~JobService() override;
   std::string apply(consensus::Index index, std::string_view command) override;
   std::string snapshot() const override;
@@ -108,6 +111,7 @@ class JobService : public StateMachine {
 
  private:
   const Clock* clock_;
+  const Host* host_;
   void serve_request(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,
                      const ServeDone& done);
   void serve_voters(TimePoint now, const ClientRequest& request, ConsensusHost& consensus,

@@ -1,32 +1,21 @@
 #include "daemon/node/job_supervisor.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <fcntl.h>
 #include <algorithm>
-
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/control/credentials.h"
 #include "daemon/core/duration.h"
 #include "daemon/node/round_report.h"
 #include "daemon/node/warm_standbys.h"
 #include "daemon/rendezvous/node_ledger.h"
 #include "daemon/rendezvous/placeholders.h"
 #include "daemon/rendezvous/python_command.h"
-#include "daemon/spawner/read_as_user.h"
 
 namespace elastic::node {
 namespace {
@@ -39,9 +28,9 @@ struct UserInfo {
   std::string shell;
 };
 
-UserInfo user_info(std::uint32_t uid) {
+UserInfo user_info(const Host& host, std::uint32_t uid) {
   UserInfo info{.name = std::to_string(uid), .home = "/", .shell = "/bin/sh"};
-  if (const std::optional<control::Account> account = control::account_of(uid)) {
+  if (const std::optional<control::Account> account = host.account(uid)) {
     info.name = account->name;
     if (!account->home.empty()) info.home = account->home;
     if (!account->shell.empty()) info.shell = account->shell;
@@ -51,11 +40,11 @@ UserInfo user_info(std::uint32_t uid) {
 
 // Who the job's workers run as, with its supplementary groups' name: the submitting user under a
 // root daemon, else the daemon's own uid (a daemon that is not root runs workers as itself).
-spawner::RunAs run_as_owner(const rendezvous::JobSpec& spec) {
-  const bool root = ::geteuid() == 0;
+spawner::RunAs run_as_owner(const Host& host, const rendezvous::JobSpec& spec) {
+  const bool root = host.euid() == 0;
   spawner::RunAs as{
-      .uid = root ? spec.uid : ::geteuid(), .gid = root ? spec.gid : ::getegid(), .user = ""};
-  if (const std::optional<control::Account> account = control::account_of(as.uid)) {
+      .uid = root ? spec.uid : host.euid(), .gid = root ? spec.gid : host.egid(), .user = ""};
+  if (const std::optional<control::Account> account = host.account(as.uid)) {
     as.user = account->name;
   }
   return as;
@@ -87,8 +76,9 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
 // user's: it is read as the job's user (any symlink on the way, or a directory the user may not
 // enter, gets the user's answer, not root's), the last component is not followed and a FIFO
 // planted there does not block (read_file_as), and only a number is taken from the file.
-std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner::RunAs& user) {
-  const Result<spawner::FileBytes> file = spawner::read_file_as(user, dir + "/LATEST", 127);
+std::optional<CheckpointInfo> read_latest(const Host& host, const std::string& dir,
+                                          const spawner::RunAs& user) {
+  const Result<spawner::FileBytes> file = host.read_file_as(user, dir + "/LATEST", 127);
   if (!file.ok()) return std::nullopt;
   const std::string& line = file->bytes;
   constexpr std::string_view kPrefix = "step-";
@@ -108,8 +98,9 @@ std::optional<CheckpointInfo> read_latest(const std::string& dir, const spawner:
 
 JobSupervisor::JobSupervisor(std::string self, const config::Current& config,
                              std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
-                             PortProbe port_in_use, const Clock& clock)
+                             PortProbe port_in_use, const Clock& clock, Host& host)
     : clock_(&clock),
+      host_(&host),
       self_(std::move(self)),
       config_(config),
       spawner_(std::move(spawner)),
@@ -119,26 +110,27 @@ JobSupervisor::JobSupervisor(std::string self, const config::Current& config,
       logs_(!config.get().spawner.log_root.empty() ? config.get().spawner.log_root
             : config.get().spawner.log_dir.empty() ? config.get().node.state_dir + "/logs"
                                                    : config.get().spawner.log_dir,
-            config.get().spawner.log_rounds_kept, self_) {
-  std::error_code error;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  python_dir_ = resolve_python_dir(config_.get().spawner.python_dir, error ? "" : exe.string());
+            config.get().spawner.log_rounds_kept, self_, host) {
+  const std::string exe = host.executable();
+  python_dir_ = resolve_python_dir(config_.get().spawner.python_dir, exe, host);
   if (config_.get().spawner.python_dir == "auto" && python_dir_.empty()) {
     spdlog::debug(
         "spawner.python_dir = \"auto\": no elastic_worker.py installed next to {}; "
         "workers' PYTHONPATH gets nothing added",
-        exe.string());
+        exe);
   }
 }
 
-std::string resolve_python_dir(const std::string& setting, const std::string& exe) {
+std::string resolve_python_dir(const std::string& setting, const std::string& exe,
+                               const Host& host) {
   if (setting != "auto") return setting;
   if (exe.empty()) return "";
   const std::filesystem::path dir =
       (std::filesystem::path(exe).parent_path().parent_path() / "share/elastic/python")
           .lexically_normal();
-  std::error_code error;
-  return std::filesystem::is_regular_file(dir / "elastic_worker.py", error) ? dir.string() : "";
+  const std::optional<FileInfo> module =
+      host.stat((dir / "elastic_worker.py").string(), Follow::kYes);
+  return module && module->kind == FileInfo::Kind::kRegular ? dir.string() : "";
 }
 
 bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
@@ -153,7 +145,7 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
-  end_progress_round(now, id, job);
+  end_progress_round(now, job);
   stop_workers(now, job, mode);
   job.current = start;
   job.standbys_at = kNever;
@@ -187,7 +179,7 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
     spdlog::info("job {}: stopping this node's workers ({}; {})", id, why,
                  mode == StopMode::kKill ? "SIGKILL now" : "SIGTERM, SIGKILL after the grace");
   }
-  end_progress_round(now, id, job);
+  end_progress_round(now, job);
   job.current.reset();
   job.started = false;
   job.failure.reset();
@@ -318,22 +310,24 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   std::uint32_t group_rank = 0;
   const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
   const std::uint32_t rank = entry->first_rank + local;
-  const bool root = ::geteuid() == 0;
-  const std::uint32_t uid = root ? spec.uid : ::geteuid();
-  const std::uint32_t gid = root ? spec.gid : ::getegid();
-  const UserInfo user = user_info(uid);
+  const std::uint32_t euid = host_->euid();
+  const std::uint32_t egid = host_->egid();
+  const bool root = euid == 0;
+  const std::uint32_t uid = root ? spec.uid : euid;
+  const std::uint32_t gid = root ? spec.gid : egid;
+  const UserInfo user = user_info(*host_, uid);
   const topology::Slot& plan_slot = plan_.slots.at(slot);
 
   spawner::WorkerSpec w;
   w.label = id + " rank " + std::to_string(rank);
   w.argv = spec.command;
-  const char* path = std::getenv("PATH");
-  w.env["PATH"] = path != nullptr && *path != '\0' ? path : "/usr/local/bin:/usr/bin:/bin";
+  const std::optional<std::string> path = host_->env("PATH");
+  w.env["PATH"] = path && !path->empty() ? *path : "/usr/local/bin:/usr/bin:/bin";
   w.env["HOME"] = user.home;
   w.env["USER"] = user.name;
   w.env["LOGNAME"] = user.name;
   w.env["SHELL"] = user.shell;
-  if (const char* lang = std::getenv("LANG"); lang != nullptr) w.env["LANG"] = lang;
+  if (const std::optional<std::string> lang = host_->env("LANG")) w.env["LANG"] = *lang;
   const auto [master_addr, master_port] = split_endpoint(start.round.store_endpoint);
   const std::uint64_t world = rendezvous::world_size(start.round.ranks);
   w.env["RANK"] = std::to_string(rank);
@@ -391,10 +385,10 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   }
   w.working_dir = spec.working_dir;
   if (w.working_dir.empty()) {
-    struct stat st {};
-    w.working_dir = ::stat(user.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? user.home : "/";
+    const std::optional<FileInfo> home = host_->stat(user.home, Follow::kYes);
+    w.working_dir = home && home->kind == FileInfo::Kind::kDirectory ? user.home : "/";
   }
-  if (uid != ::geteuid() || gid != ::getegid()) {
+  if (uid != euid || gid != egid) {
     w.run_as = spawner::RunAs{.uid = uid, .gid = gid, .user = user.name};
   } else if (!root && spec.uid != uid) {
     return Error{"elasticd runs as uid " + std::to_string(uid) +
@@ -503,7 +497,7 @@ void JobSupervisor::process(TimePoint now) {
   if (now >= next_report_) send_reports(now);
   if (now >= next_progress_) {
     next_progress_ = kNever;
-    for (auto& [id, job] : jobs_) flush_progress(now, id, job, /*all=*/false);
+    for (auto& [id, job] : jobs_) flush_progress(now, job, /*all=*/false);
   }
   for (auto& [id, job] : jobs_) {
     if (now >= hang_deadline(job)) hang(now, id, job);
@@ -742,7 +736,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
     if (event == "step") job.first_step_sent = true;
     if (out.held) ++progress_coalesced_;  // an older held one, superseded before it was due
     out.held = std::move(report);
-    forward_held(now, id, out);
+    forward_held(now, out);
   } else {
     if (out.held) ++progress_coalesced_;  // the one it replaces is never sent
     out.held = std::move(report);
@@ -751,26 +745,26 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   return ok_status();
 }
 
-void JobSupervisor::flush_progress(TimePoint now, const std::string& id, Job& job, bool all) {
+void JobSupervisor::flush_progress(TimePoint now, Job& job, bool all) {
   for (auto& [event, out] : job.progress) {
     if (!out.held) continue;
     if (all || now >= out.last_sent + kProgressInterval) {
-      forward_held(now, id, out);
+      forward_held(now, out);
     } else {
       next_progress_ = std::min(next_progress_, out.last_sent + kProgressInterval);
     }
   }
 }
 
-void JobSupervisor::forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out) {
+void JobSupervisor::forward_held(TimePoint now, Job::ProgressOut& out) {
   out.last_sent = now;
   ++progress_forwarded_;
   reports_.push_back(std::move(*out.held));
   out.held.reset();
 }
 
-void JobSupervisor::end_progress_round(TimePoint now, const std::string& id, Job& job) {
-  flush_progress(now, id, job, /*all=*/true);
+void JobSupervisor::end_progress_round(TimePoint now, Job& job) {
+  flush_progress(now, job, /*all=*/true);
   job.progress.clear();
   job.first_step_sent = false;
   job.last_report.reset();
@@ -786,7 +780,7 @@ std::vector<CheckpointInfo> JobSupervisor::checkpoints() const {
       const rendezvous::JobSpec& spec = job.current->spec;
       const std::string root =
           spec.checkpoint_root.empty() ? config_.get().checkpoint.root : spec.checkpoint_root;
-      if (!root.empty()) newest = read_latest(root + "/" + id, run_as_owner(spec));
+      if (!root.empty()) newest = read_latest(*host_, root + "/" + id, run_as_owner(*host_, spec));
     }
     if (!newest) continue;
     newest->job = id;

@@ -104,6 +104,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/core/time.h"
+#include "daemon/node/host.h"
 #include "daemon/node/round_codec.h"
 #include "daemon/node/round_report.h"
 #include "daemon/node/worker_logs.h"
@@ -148,11 +149,15 @@ class JobSupervisor {
   // Whether a TCP port is taken on this host (port_probe.h's tcp_port_in_use in the daemon;
   // empty: never checked). See "store_port_busy" in the header comment.
   using PortProbe = std::function<bool(std::uint16_t port)>;
-  // Wall times in its reports and checkpoint records come from `clock` (core/clock.h).
-  // `config` is read where used (a reload replaces it); it must outlive the supervisor.
+  // Wall times in its reports and checkpoint records come from `clock` (core/clock.h); who the
+  // daemon runs as, its environment, users' accounts and every file it looks at (worker logs,
+  // LATEST, the python_dir module) from `host` (host.h).
+  // `config` is read where used (a reload replaces it); it, `clock` and `host` must outlive the
+  // supervisor.
   JobSupervisor(std::string self, const config::Current& config,
                 std::unique_ptr<spawner::Launcher> spawner, topology::Plan plan,
-                PortProbe port_in_use, const Clock& clock = system_clock());
+                PortProbe port_in_use, const Clock& clock = system_clock(),
+                Host& host = posix_host());
 
   // The reports made since the last take, in order (see "Reports" in the header comment), each
   // for the leader of its job's round (RoundService::report_for carries it).
@@ -219,6 +224,7 @@ class JobSupervisor {
 
  private:
   const Clock* clock_;
+  Host* host_;
   struct Worker {
     spawner::WorkerId id = 0;
     std::uint64_t round = 0;
@@ -262,11 +268,11 @@ class JobSupervisor {
   // Fails the current round as hung and aborts its local workers (see the header comment).
   void hang(TimePoint now, const std::string& id, Job& job);
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
-  void flush_progress(TimePoint now, const std::string& id, Job& job, bool all);
+  void flush_progress(TimePoint now, Job& job, bool all);
   // Sends `out.held` to the leader now and starts its interval.
-  void forward_held(TimePoint now, const std::string& id, Job::ProgressOut& out);
+  void forward_held(TimePoint now, Job::ProgressOut& out);
   // The round of `job` ends on this node: what is held goes out, the limits start over.
-  void end_progress_round(TimePoint now, const std::string& id, Job& job);
+  void end_progress_round(TimePoint now, Job& job);
   // A worker of `round` is gone: the round's last one sends "workers_stopped".
   void worker_gone(const std::string& id, Job& job, std::uint64_t round);
 
@@ -312,7 +318,9 @@ class JobSupervisor {
 // spawner.python_dir as the workers get it: "" stays off, a path is kept as is, and "auto" is
 // <dir of `exe`>/../share/elastic/python (make install's place for the module) when that holds
 // elastic_worker.py, else "" (a daemon run from its build tree). `exe`: the daemon's binary
-// (/proc/self/exe). The daemon's own files only: nothing a user chose is looked at.
-std::string resolve_python_dir(const std::string& setting, const std::string& exe);
+// (Host::executable()), `host` where the module is looked for. The daemon's own files only:
+// nothing a user chose is looked at.
+std::string resolve_python_dir(const std::string& setting, const std::string& exe,
+                               const Host& host = posix_host());
 
 }  // namespace elastic::node

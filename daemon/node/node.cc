@@ -22,6 +22,7 @@
 #include "daemon/control/server.h"
 #include "daemon/control/verbs.h"
 #include "daemon/node/body_limits.h"
+#include "daemon/node/host.h"
 #include "daemon/node/logging.h"
 #include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/port_probe.h"
@@ -224,7 +225,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   const std::uint64_t seed = clock.seed() ^ node->generation_;
   // Every daemon runs Raft; those outside the current voter set stay passive (consensus_host.h).
   CoreParts parts;
-  parts.jobs = std::make_unique<JobService>(clock);
+  parts.jobs = std::make_unique<JobService>(clock, posix_host());
   OpenFailure raft_failure;
   parts.consensus =
       ConsensusHost::open(config, node->name_, node->generation_, *parts.jobs, clock, raft_failure);
@@ -265,6 +266,7 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
   parts.launcher = std::move(spawner.value());
   parts.plan = std::move(plan.value());
   parts.port_in_use = tcp_port_in_use;
+  parts.host = &posix_host();
   node->core_ = std::make_unique<NodeCore>(
       Identity{.name = node->name_, .generation = node->generation_, .address = node->address_},
       config, std::move(parts), clock, seed);

@@ -64,8 +64,8 @@
 // that is safe only because CURVE (transport.curve) proves the sender holds a node key. With
 // transport.curve = false (loopback only) a daemon refuses every forwarded client request
 // (answered kDenied with a sentence, counted as messages_dropped reason forward_without_curve),
-// so there a client must use the leader's own control socket; round reports carry no identity
-// and are still taken.
+// so there a client must use the leader's own control socket. Nor does it act on another
+// daemon's round reports (node_core.cc says why).
 //
 // Signals: start() blocks SIGTERM, SIGINT and SIGHUP in the calling thread before ZeroMQ starts
 // its I/O threads (which inherit the mask), so they are only ever read from the signal fd. Call

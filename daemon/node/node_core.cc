@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "daemon/control/verbs.h"
+#include "daemon/node/round_report.h"
 #include "daemon/node/worker_log_verbs.h"
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/wire/codec.h"
@@ -27,6 +29,28 @@ wire::Envelope forward_envelope(std::uint64_t id, const ClientRequest& request) 
   return envelope;
 }
 
+// How long a call waits before its next attempt: for an election to finish (no leader yet, or
+// the local leader deposed), after the leader it asked could not be reached, and after the
+// daemon a node verb names could not be.
+constexpr std::chrono::milliseconds kElectionRetry{50};
+constexpr std::chrono::milliseconds kLeaderRetry{100};
+constexpr std::chrono::milliseconds kNodeRetry{200};
+
+// Without CURVE the sender of an envelope is whoever reached the port (any local user on a
+// loopback bind): only membership gossip and forwarded requests (answered with a refusal) are
+// taken. Raft could commit a forged job and a round start names a spec to run, as any user. A
+// round report would let that user fail or reopen anyone's round (the sender's name is only a
+// claim), and no other daemon can hold a round here to report on (it takes no round start
+// either); one that does not decode goes on to be counted as malformed, as with CURVE.
+bool taken_without_curve(const wire::Envelope& envelope) {
+  if (envelope.type == wire::MsgType::kRoundReport) {
+    return !decode_round_report(envelope.body).ok();
+  }
+  return wire::is_membership_type(envelope.type) ||
+         envelope.type == wire::MsgType::kForwardRequest ||
+         envelope.type == wire::MsgType::kForwardReply;
+}
+
 }  // namespace
 
 NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts parts, Clock& clock,
@@ -42,8 +66,13 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
       membership::Self{self_.name, self_.generation, self_.address}, config.membership, seed,
       last_now_);
   jobs_->set_submit_limits(submit_limits(config.control));
-  supervisor_ = std::make_unique<JobSupervisor>(self_.name, config_, std::move(parts.launcher),
-                                                std::move(parts.plan), parts.port_in_use, clock);
+  if (parts.host == nullptr) {
+    spdlog::critical("NodeCore started without a Host (CoreParts::host)");
+    std::abort();
+  }
+  supervisor_ =
+      std::make_unique<JobSupervisor>(self_.name, config_, std::move(parts.launcher),
+                                      std::move(parts.plan), parts.port_in_use, clock, *parts.host);
   rounds_ = std::make_unique<RoundService>(self_.name, self_.generation, config_,
                                            seed ^ 0x9e3779b97f4a7c15ULL, clock);
   rounds_->set_slots(supervisor_->slots());
@@ -87,15 +116,8 @@ CoreOutput NodeCore::step(TimePoint now, CoreInput input) {
     const auto found = calls_.find(id);
     if (found == calls_.end()) continue;
     Call& call = found->second;
-    call.in_flight = false;
-    if (call.target.empty()) {
-      call.last_error = call.attempt_to + " is not reachable";
-      hint_.clear();
-      call.attempt_deadline = now + std::chrono::milliseconds(100);
-    } else {
-      call.last_error = call.target + " is not reachable";
-      call.attempt_deadline = now + std::chrono::milliseconds(200);
-    }
+    retry_unreachable(now, call,
+                      (call.target.empty() ? call.attempt_to : call.target) + " is not reachable");
   }
   {
     membership::Effects effects;
@@ -107,8 +129,12 @@ CoreOutput NodeCore::step(TimePoint now, CoreInput input) {
   deliver(now, input.envelopes);
   // A peer whose TCP connection dropped (kill -9 closes it at once): its round peers suspect it
   // now instead of after job_peer_timeout of silence.
+  // If that peer is the Raft leader, the voters elect another now (ConsensusHost::
+  // leader_unreachable): a leader's host loss then costs no election timeout.
   for (const std::string& peer : input.disconnected) {
-    if (!peer.empty()) rounds_->on_peer_disconnected(now, peer);
+    if (peer.empty()) continue;
+    rounds_->on_peer_disconnected(now, peer);
+    consensus_->leader_unreachable(now, peer);
   }
   {
     membership::Effects effects;
@@ -146,15 +172,7 @@ TimePoint NodeCore::next_deadline() const {
 void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
   membership::Effects effects;
   for (wire::Envelope& envelope : envelopes) {
-    // Without CURVE the sender is whoever reached the port (any local user on a loopback bind):
-    // only membership gossip, forwarded requests (answered with a refusal below) and round
-    // reports are taken. Raft could commit a forged job and a round start names a spec to run,
-    // as any user; a report only feeds the leader's planning, as membership gossip does, and
-    // was taken without CURVE when it rode on a forwarded request too (a bad one is counted).
-    if (!config_.get().transport.curve && !wire::is_membership_type(envelope.type) &&
-        envelope.type != wire::MsgType::kForwardRequest &&
-        envelope.type != wire::MsgType::kForwardReply &&
-        envelope.type != wire::MsgType::kRoundReport) {
+    if (!config_.get().transport.curve && !taken_without_curve(envelope)) {
       if (++counters_.unauthenticated_peer_drops % 100 == 1) {
         spdlog::warn(
             "dropped a message of type {} from {}: with transport.curve = false this daemon acts "
@@ -207,8 +225,14 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
 }
 
 void NodeCore::on_membership(TimePoint now, membership::Effects effects) {
-  (void)now;
   log_events(effects.events);
+  for (const membership::MemberEvent& event : effects.events) {
+    // A suspected, dead or departed Raft leader: elect another at once (a live leader's next
+    // heartbeat cancels that; raft.h, the fast election).
+    if (event.state != membership::MemberState::kAlive) {
+      consensus_->leader_unreachable(now, event.name);
+    }
+  }
   for (membership::MemberEvent& event : effects.events) out_.member_events.push_back(event);
   for (membership::Outgoing& send : effects.sends) {
     wire::Envelope envelope;
@@ -399,8 +423,7 @@ void NodeCore::dispatch(TimePoint now, std::uint64_t id) {
     // A node verb for one named daemon: retried there until the call's deadline.
     const std::string address = address_of(call.target);
     if (address.empty()) {
-      call.last_error = call.target + " is not a member this daemon knows";
-      call.attempt_deadline = now + std::chrono::milliseconds(200);
+      retry_unreachable(now, call, call.target + " is not a member this daemon knows");
       return;
     }
     out_.sends.push_back(PeerSend{.to = call.target,
@@ -420,9 +443,7 @@ void NodeCore::dispatch(TimePoint now, std::uint64_t id) {
                    if (outcome == ForwardOutcome::kRedirect) {
                      // Not the leader after all (or deposed before the commit): try again where
                      // it moved.
-                     found->second.in_flight = false;
-                     found->second.last_error = body;
-                     found->second.attempt_deadline = last_now_ + std::chrono::milliseconds(50);
+                     retry_after(found->second, last_now_ + kElectionRetry, std::move(body));
                      return;
                    }
                    finish_call(id, outcome, std::move(body));
@@ -445,17 +466,12 @@ void NodeCore::dispatch(TimePoint now, std::uint64_t id) {
   }
   if (target.empty()) {
     // A lone voter that is not leader yet: it will be in an election timeout or two.
-    call.in_flight = false;
-    call.last_error = "no leader is elected yet";
-    call.attempt_deadline = now + std::chrono::milliseconds(50);
+    retry_after(call, now + kElectionRetry, "no leader is elected yet");
     return;
   }
   const std::string address = address_of(target);
   if (address.empty()) {
-    call.in_flight = false;
-    call.last_error = target + " is not reachable";
-    hint_.clear();
-    call.attempt_deadline = now + std::chrono::milliseconds(100);
+    retry_unreachable(now, call, target + " is not reachable");
     return;
   }
   out_.sends.push_back(PeerSend{.to = target,
@@ -465,6 +481,22 @@ void NodeCore::dispatch(TimePoint now, std::uint64_t id) {
   call.attempt_to = target;
   call.attempt_deadline = now + kForwardAttemptTimeout;
   call.last_error = target + " did not answer";
+}
+
+void NodeCore::retry_after(Call& call, TimePoint at, std::string why) {
+  call.in_flight = false;
+  call.last_error = std::move(why);
+  call.attempt_deadline = at;
+}
+
+void NodeCore::retry_unreachable(TimePoint now, Call& call, std::string why) {
+  if (!call.target.empty()) {
+    retry_after(call, now + kNodeRetry, std::move(why));
+    return;
+  }
+  // The leader this daemon believed in is out of reach: the next attempt asks the voters.
+  hint_.clear();
+  retry_after(call, now + kLeaderRetry, std::move(why));
 }
 
 void NodeCore::finish_call(std::uint64_t id, ForwardOutcome outcome, std::string body) {
@@ -580,14 +612,12 @@ void NodeCore::on_forward_reply(TimePoint now, const wire::Envelope& envelope) {
     finish_call(reply->id, reply->outcome, std::move(reply->body));
     return;
   }
-  Call& call = it->second;
-  call.in_flight = false;
-  call.last_error = envelope.sender + " redirected: " + reply->body;
   const bool new_hint =
       !reply->leader.empty() && reply->leader != envelope.sender && reply->leader != self_.name;
   hint_ = new_hint ? reply->leader : std::string();
   // Straight to a named leader; otherwise pause briefly so an election can finish.
-  call.attempt_deadline = now + (new_hint ? Duration::zero() : std::chrono::milliseconds(100));
+  retry_after(it->second, now + (new_hint ? Duration::zero() : kLeaderRetry),
+              envelope.sender + " redirected: " + reply->body);
 }
 
 }  // namespace elastic::node

@@ -5,7 +5,9 @@
 // peers, replies to calls). Worker processes go through the spawner::Launcher seam
 // (spawner/launcher.h: fork/exec in elasticd, simulated workers in the simulator), Raft's
 // durable state through consensus::RaftStore (files in elasticd, the simulator's storage map),
-// time and seeds only through the `now` of each call and the Clock given at construction.
+// the machine (its users, the daemon's uid and environment, worker log and checkpoint files)
+// through the Host seam (host.h), time and seeds only through the `now` of each call and the
+// Clock given at construction.
 //
 // What it owns and how they talk (one direction each, wired here and nowhere else):
 //   Membership (SWIM)            <- membership envelopes, failed sends; -> member events
@@ -34,7 +36,9 @@
 //
 // Trust: with transport.curve = false the sender of an envelope is whoever reached the port, so
 // only membership gossip and forwarded calls are taken from other daemons, and forwarded calls
-// are refused (their uid and admin claims are unproven); see node.h.
+// are refused (their uid and admin claims are unproven); see node.h. Round reports are not taken
+// either (a claimed sender could fail, reopen or end anyone's round); one that does not decode
+// is still counted as malformed.
 //
 // Thread safety: none; one thread owns the core (elasticd's loop thread; the simulator's).
 // Errors: hostile bytes are counted and dropped (never thrown); a Raft store that fails makes
@@ -57,6 +61,7 @@
 #include "daemon/membership/membership.h"
 #include "daemon/node/consensus_host.h"
 #include "daemon/node/forward_codec.h"
+#include "daemon/node/host.h"
 #include "daemon/node/job_service.h"
 #include "daemon/node/job_supervisor.h"
 #include "daemon/node/round_service.h"
@@ -93,6 +98,10 @@ struct CoreParts {
   topology::Plan plan;
   // Whether a TCP port is taken on this host (port_probe.h in elasticd; null: never checked).
   bool (*port_in_use)(std::uint16_t port) = nullptr;
+  // Who the daemon runs as, its environment, users' accounts and the files of worker logs and
+  // checkpoints (host.h: posix_host() in elasticd, memory in the simulator). Required; it must
+  // outlive the core.
+  Host* host = nullptr;
 };
 
 struct CoreInput {
@@ -130,7 +139,8 @@ struct CoreCounters {
   std::uint64_t undecodable_bodies = 0;  // envelopes whose body did not decode
   // Forwarded calls refused because transport.curve = false (nobody vouches for them).
   std::uint64_t forwards_refused = 0;
-  // Raft, round, job-tier and lease messages dropped because transport.curve = false.
+  // Raft, round start, round report, job-tier and lease messages dropped because
+  // transport.curve = false.
   std::uint64_t unauthenticated_peer_drops = 0;
 };
 
@@ -225,6 +235,11 @@ class NodeCore {
   bool send_to(const std::string& name, wire::Envelope envelope);
   void send_at(const std::string& name, const std::string& address, wire::Envelope envelope);
   void dispatch(TimePoint now, std::uint64_t id);
+  // The call's attempt did not go out or was turned away: `why` is what its final error quotes,
+  // and expire_calls() dispatches it again at `at`.
+  void retry_after(Call& call, TimePoint at, std::string why);
+  // Whom the call's attempt was for could not be reached: the leader call forgets its hint.
+  void retry_unreachable(TimePoint now, Call& call, std::string why);
   void finish_call(std::uint64_t id, ForwardOutcome outcome, std::string body);
   void expire_calls(TimePoint now);
   void on_forward_request(TimePoint now, const wire::Envelope& envelope);

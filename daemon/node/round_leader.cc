@@ -334,13 +334,11 @@ void RoundLeader::plan_job(
   std::set<std::pair<std::string, std::uint64_t>> lost;
   for (const auto& [key, until] : state.lost) lost.insert(key);
   std::map<std::string, std::uint64_t> usable_generations;
-  std::set<std::string> usable_names;
-  for (const auto& [name, entry] : usable) {
+  for (const auto& [name, entry] : usable)
     usable_generations.emplace(name, entry.first->generation);
-    usable_names.insert(name);
-  }
-  // Quarantine: count this round's worker failure against the node that reported it, once.
-  // Not when a member is lost: its peers' workers crash because of it, not their node.
+  // Quarantine: count this round's worker failure against the node that reported it, once. Not
+  // when a member is lost, or the job recovers from a lost member: its peers' workers crash
+  // because of it, not their node.
   auto& quarantined = quarantine_[job.id];
   const bool members_alive = rendezvous::members_alive(job.ranks, usable_generations, lost);
   if (failure_due && rendezvous::counts_toward_quarantine(job, state.failure_node, members_alive)) {
@@ -356,10 +354,6 @@ void RoundLeader::plan_job(
                    record.failures);
     }
   }
-  // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
-  // not grow back in to fail again); a job that needs it takes it back once its time out ends.
-  const std::set<std::string> sitting_out =
-      rendezvous::sitting_out(quarantined, usable_names, job.spec.min_nodes, now);
   std::vector<rendezvous::UsableNode> nodes;
   for (const auto& [name, entry] : usable) {
     const membership::MemberView* view = entry.first;
@@ -373,6 +367,10 @@ void RoundLeader::plan_job(
         .lost = lost.contains({name, view->generation}),
         .first_seen = seen == first_seen_.end() ? rendezvous::WallTime{} : seen->second});
   }
+  // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
+  // not grow back in to fail again); a job that needs it takes it back once its time out ends.
+  const std::set<std::string> sitting_out =
+      rendezvous::sitting_out(quarantined, nodes, job.spec, now);
   rendezvous::CandidateSet candidates = rendezvous::candidates_for(job, nodes, sitting_out);
   input.candidates = std::move(candidates.candidates);
   input.wait_list = std::move(candidates.wait_list);

@@ -1,13 +1,9 @@
 #include "daemon/node/worker_log_verbs.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "daemon/control/requests.h"
 #include "daemon/rendezvous/job_spec.h"
@@ -56,14 +52,15 @@ Result<std::string> serve_logs(const std::string& args_text, const JobSupervisor
   }
   const std::string path =
       round ? logs.rank_path(job, *round, static_cast<std::uint32_t>(rank)) : std::string();
-  struct stat st {};
-  if (!round || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  const std::optional<FileInfo> info =
+      round ? logs.host().stat(path, Follow::kYes) : std::optional<FileInfo>();
+  if (!info || info->kind != FileInfo::Kind::kRegular) {
     return Error{"Rank " + std::to_string(rank) + " of job " + job + round_words(args->round) +
                  " has no log on " + node + (path.empty() ? "." : " (" + path + ").")};
   }
   if (Status ok = check_reader(supervisor, job, caller, denied); !ok.ok()) return ok.error();
   const std::uint64_t max_bytes = args->max_bytes;
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t size = info->size;
   std::uint64_t offset = size > max_bytes ? size - max_bytes : 0;
   bool rotated = false;
   if (args->offset) {
@@ -73,19 +70,11 @@ Result<std::string> serve_logs(const std::string& args_text, const JobSupervisor
       rotated = true;
     }
   }
-  std::string data;
-  if (FILE* file = std::fopen(path.c_str(), "rb"); file != nullptr) {
-    const std::uint64_t want = std::min<std::uint64_t>(max_bytes, size - offset);
-    data.resize(want);
-    if (::fseeko(file, static_cast<off_t>(offset), SEEK_SET) == 0) {
-      data.resize(std::fread(data.data(), 1, want, file));
-    } else {
-      data.clear();
-    }
-    std::fclose(file);
-  } else {
-    return Error{"Cannot read " + path + ": " + std::strerror(errno) + "."};
-  }
+  Result<FileRead> read = logs.host().read_file(
+      path, Follow::kYes, offset,
+      static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, size - offset)));
+  if (!read.ok()) return read.error();
+  std::string data = std::move(read->bytes);
   json reply = {{"ok", true},
                 {"node", node},
                 {"job", job},

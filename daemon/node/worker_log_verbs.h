@@ -17,7 +17,8 @@
 // else is refused with *denied set. A node that holds nothing of the job says so to anyone
 // (an empty list, or "has no log"), so asking every member never fails for want of rights.
 //
-// Errors: a Result with one sentence. Thread safety: the node's loop thread (it reads files).
+// Errors: a Result with one sentence. Thread safety: the node's loop thread (it reads files,
+// through the Host of the supervisor's WorkerLogs).
 #pragma once
 
 #include <cstddef>

@@ -27,6 +27,9 @@
 // never name a file outside base. The daemon (root) opens these files itself: base is a
 // directory of the daemon's configuration, and the workers only ever write through their pipe.
 //
+// Every file operation goes through the Host it is given (host.h): the real file system in
+// elasticd, memory in the simulator and the unit tests.
+//
 // Errors: start_round() returns a Status the caller logs (a round's workers still start: their
 // log files are opened by the spawner, which reports its own failure); the readers treat a
 // missing or unreadable entry as absent. Thread safety: none; the node's loop thread owns it.
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "daemon/core/result.h"
+#include "daemon/node/host.h"
 
 namespace elastic::node {
 
@@ -58,10 +62,13 @@ struct WorkerLogFile {
 class WorkerLogs {
  public:
   // `self` (the node name) keeps the temporary files of daemons sharing a log_root apart.
-  WorkerLogs(std::string base, int rounds_kept, std::string self)
-      : base_(std::move(base)), kept_(rounds_kept), self_(std::move(self)) {}
+  // `host` must outlive it.
+  WorkerLogs(std::string base, int rounds_kept, std::string self, Host& host)
+      : base_(std::move(base)), kept_(rounds_kept), self_(std::move(self)), host_(&host) {}
 
   const std::string& base() const { return base_; }
+  // Where the files are (the `logs` verbs read them through it).
+  const Host& host() const { return *host_; }
 
   // <base>/<job>/round-<round>/rank-<rank>.log (`job` must be is_job_id).
   std::string rank_path(const std::string& job, std::uint64_t round, std::uint32_t rank) const;
@@ -88,6 +95,7 @@ class WorkerLogs {
   std::string base_;
   int kept_;
   std::string self_;
+  Host* host_;
 };
 
 }  // namespace elastic::node

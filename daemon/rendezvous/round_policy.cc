@@ -48,7 +48,10 @@ bool members_alive(const RankMap& ranks, const std::map<std::string, std::uint64
 
 bool counts_toward_quarantine(const JobRecord& job, const std::string& failure_node,
                               bool members_alive) {
-  return !failure_node.empty() && members_alive && job.restarts < job.spec.max_restarts;
+  const bool lost_member_to_blame =
+      job.state == JobState::kRecovering && job.recovery_cause != RoundReason::kWorkerFailed;
+  return !failure_node.empty() && members_alive && !lost_member_to_blame &&
+         job.restarts < job.spec.max_restarts;
 }
 
 Duration quarantine_length(std::uint32_t failures, Duration restart_backoff) {
@@ -70,14 +73,19 @@ QuarantineRecord count_failure(QuarantineRecord record, std::uint64_t round,
 }
 
 std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>& records,
-                                  const std::set<std::string>& usable, std::uint32_t min_nodes,
+                                  const std::vector<UsableNode>& usable, const JobSpec& spec,
                                   TimePoint now) {
   std::set<std::string> out;
-  for (const auto& [name, record] : records) {
-    if (record.failures >= 2 && usable.contains(name)) out.insert(name);
+  for (const UsableNode& node : usable) {
+    const auto record = records.find(node.name);
+    if (record != records.end() && record->second.failures >= 2) out.insert(node.name);
   }
+  const std::uint32_t slots_needed = std::max<std::uint32_t>(1, spec.workers_per_node);
+  const auto could_join = std::count_if(usable.begin(), usable.end(), [&](const UsableNode& n) {
+    return !out.contains(n.name) && n.free_slots >= slots_needed && !n.lost;
+  });
   // A job that needs a quarantined node takes it back once its time out ends.
-  if (!out.empty() && usable.size() - out.size() < min_nodes) {
+  if (!out.empty() && static_cast<std::size_t>(could_join) < spec.min_nodes) {
     std::erase_if(out, [&](const std::string& name) { return now >= records.at(name).until; });
   }
   return out;

@@ -8,7 +8,8 @@
 //   1. usable_for_job(): reachable in cluster membership (alive or suspect), its slots reported
 //      by this very daemon instance, and not drained or draining -- unless it is a member of
 //      the job's active round (a job already on a drained node keeps it);
-//   2. sitting_out(): quarantined nodes, while the job reaches min_nodes without them;
+//   2. sitting_out(): quarantined nodes, while the job reaches min_nodes without them
+//      (counting the nodes that could join its next round);
 //   3. candidates_for(): every other usable node is a planner candidate, alive unless the job
 //      tier declared it lost for this job; a usable node that is neither a member nor lost is a
 //      waiter since the leader first saw it.
@@ -104,7 +105,9 @@ struct QuarantineRecord {
 };
 
 // Whether a worker failure that is due is charged to `failure_node`: known, no member lost
-// (members_alive), and restarts left (a job that fails anyway needs no quarantine).
+// (members_alive), not while the job recovers from a lost member (the failure stays the
+// round's while the job waits, and the member may be alive again before the round changes),
+// and restarts left (a job that fails anyway needs no quarantine).
 bool counts_toward_quarantine(const JobRecord& job, const std::string& failure_node,
                               bool members_alive);
 // The time out after `failures` counted failures: zero below 2, else
@@ -113,10 +116,14 @@ Duration quarantine_length(std::uint32_t failures, Duration restart_backoff);
 // `record` after a failure of `round` charged at `now`: counted once per round.
 QuarantineRecord count_failure(QuarantineRecord record, std::uint64_t round,
                                Duration restart_backoff, TimePoint now);
-// The usable nodes that sit the job out: quarantined (2 failures or more) while the others
-// reach `min_nodes`; when they do not, only those whose time out has not ended at `now`.
+// The usable nodes that sit `spec`'s job out: quarantined (2 failures or more) while the
+// nodes that could join its next round instead reach spec.min_nodes; when they do not, only
+// those whose time out has not ended at `now`. Could join: usable, not sitting out, not lost,
+// and with free slots for the job (spec.workers_per_node, at least 1). Counting nodes whose
+// slots other jobs hold, a job that keeps its quarantined node's slot would wait for them for
+// ever while those jobs wait the same way.
 std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>& records,
-                                  const std::set<std::string>& usable, std::uint32_t min_nodes,
+                                  const std::vector<UsableNode>& usable, const JobSpec& spec,
                                   TimePoint now);
 // Whether the planner's `decision` (reason member_lost) only leaves quarantined members of
 // `ranks` out: an open round whose missing members all sit out, or a recovery while every

@@ -178,8 +178,9 @@ TEST(ControlAbuseInteg, EveryVerbOfTheTableIsServedAndAnUnknownOneListsThemAll) 
 TEST(ControlAbuseInteg, ForgedRoundReportsAreDroppedAndCounted) {
   Node node;
   const std::uint64_t before = node.undecodable();
-  // Any local process can reach a loopback transport port and claim to be a daemon; round
-  // reports carry no identity and are taken without CURVE.
+  // Any local process can reach a loopback transport port and claim to be a daemon; without
+  // CURVE a report is not acted on, but one that does not decode is still counted
+  // (forged_report_integ_test.cc has the well-formed forgeries).
   transport::TransportOptions options;
   options.bind = "tcp://127.0.0.1:*";
   options.name = "mallory";

@@ -246,7 +246,17 @@ bool NodeCoreCluster::crash_worker() {
   if (live_.empty()) return false;
   auto it = live_.begin();
   std::advance(it, static_cast<long>(sim_.rng().below(live_.size())));
-  const auto [node, id] = it->first;
+  return fail_live_worker(it->first);
+}
+
+bool NodeCoreCluster::crash_worker_on(NodeId node) {
+  const auto it = std::find_if(live_.begin(), live_.end(),
+                               [&](const auto& entry) { return entry.first.first == node; });
+  return it != live_.end() && fail_live_worker(it->first);
+}
+
+bool NodeCoreCluster::fail_live_worker(WorkerKey worker) {
+  const auto [node, id] = worker;
   NodeCoreProcess* p = process(node);
   if (p == nullptr || !p->fail_worker(id, sim_.now(), 1)) return false;
   ++counters_.worker_crashes;

@@ -142,6 +142,9 @@ class NodeCoreCluster : public NodeCoreObserver {
   void drive_clients();
   // A random live worker exits with status 1; false when none runs.
   bool crash_worker();
+  // A live worker on daemon `node` exits with status 1 (the first by worker id); false when
+  // none runs there.
+  bool crash_worker_on(NodeId node);
 
   // The next OpenRound a leader appends crashes that leader right after the event, or, with
   // `after_commit`, right after the event in which it applied it.
@@ -189,6 +192,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   using WorkerKey = std::pair<NodeId, spawner::WorkerId>;
 
   void attempt(std::size_t index, NodeId via);
+  bool fail_live_worker(WorkerKey worker);  // exits 1 (crash_worker, crash_worker_on)
   void note_violation(std::string problem);
   std::optional<std::string> check();
   void record_table(NodeId id, const rendezvous::JobTable& table);

@@ -110,14 +110,18 @@ NodeCoreProcess::NodeCoreProcess(const NodeInfo& info, const NodeCoreOptions& op
       observer_(observer),
       sim_(&sim),
       clock_(sim, info.seed),
-      config_(daemon_config(options, info.id)) {}
+      config_(daemon_config(options, info.id)) {
+  // Root's daemon, whose users include root (jobs are submitted as this process's uid).
+  host_.accounts[0] =
+      control::Account{.name = "root", .gid = 0, .home = "/root", .shell = "/bin/sh"};
+}
 
 NodeCoreProcess::~NodeCoreProcess() = default;
 
 void NodeCoreProcess::start(SimContext& ctx) {
   const std::string self = name_for(info_.id);
   log_as(ctx, self);
-  auto jobs = std::make_unique<node::JobService>(clock_);
+  auto jobs = std::make_unique<node::JobService>(clock_, host_);
   node::OpenFailure failure;
   consensus::RaftConfig raft;
   raft.election_timeout = config_.consensus.election_timeout;
@@ -136,7 +140,8 @@ void NodeCoreProcess::start(SimContext& ctx) {
                         .consensus = std::move(consensus),
                         .launcher = std::move(launcher),
                         .plan = synthetic_plan(options_->slots_per_node),
-                        .port_in_use = nullptr};
+                        .port_in_use = nullptr,
+                        .host = &host_};
   core_ = std::make_unique<node::NodeCore>(
       node::Identity{.name = self, .generation = info_.generation, .address = ctx.address()},
       config_, std::move(parts), clock_, clock_.seed());

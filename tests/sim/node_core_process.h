@@ -15,7 +15,11 @@
 //  - a synthetic topology::Plan of `slots_per_node` CPU slots.
 // Daemons are "d<k>" at "tcp://10.<k/65536>.<k/256%256>.<k%256>:7946"; d0 .. d<voters-1> are the
 // Raft voters; each joins membership through the others (or the first `seeds` daemons).
-// Its state_dir is <state_root>/d<k> (the supervisor writes worker log owner files there).
+// Its state_dir is <state_root>/d<k>; the machine the supervisor sees (users, the daemon's uid,
+// worker log and checkpoint files) is a FakeHost (tests/unit/fake_host.h) of root's daemon with
+// only root's account and an empty file tree, so no file is written. That tree is the
+// process's: a restart starts a fresh one, as on a host whose log directory is on tmpfs
+// (nothing the checkers read is in it).
 // What it sees goes to a NodeCoreObserver: call replies, RoundStarts received (decoded, before
 // the core sees them), Raft persists and, through the launcher, worker spawns and exits.
 // Ownership: the Simulator owns the process; the process owns its NodeCore; the observer and
@@ -35,6 +39,7 @@
 #include "daemon/node/round_codec.h"
 #include "tests/sim/sim_launcher.h"
 #include "tests/sim/simulator.h"
+#include "tests/unit/fake_host.h"
 
 namespace elastic::sim {
 
@@ -112,6 +117,7 @@ class NodeCoreProcess : public SimProcess {
   SimClock clock_;
   config::DaemonConfig config_;
   SimLauncher* launcher_ = nullptr;  // owned by the core's supervisor
+  testing::FakeHost host_;           // before core_, which uses it until it is destroyed
   std::unique_ptr<node::NodeCore> core_;
   std::uint64_t seq_ = 0;
   std::pair<std::string, std::uint64_t> stamped_hint_;  // (leader, term) stamped on envelopes

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/sim/node_core_cluster.h"
@@ -221,11 +222,9 @@ TEST(NodeCoreSim, RandomFaultsWithLongDelays) {
   link.reorder_delay = 2s;
   Totals totals;
   for (std::uint64_t seed :
-       scenario_seeds({21, 22, 23, 25, 26, 27, 28, 29, 30, 51, 52, 53, 54, 55, 56})) {
+       scenario_seeds({21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 51, 52, 53, 54, 55, 56})) {
     SeedReport report(seed);
-    // Up to 20 min to settle: with late packets more rounds fail, nodes are quarantined for
-    // doubling times (up to 10 min), and the jobs waiting for them hold the other slots.
-    run_random(seed, Chaos{}, 40s, totals, link, 20min);
+    run_random(seed, Chaos{}, 40s, totals, link);
   }
   // Coverage over the default seeds (one seed alone, e.g. a rerun, may see none).
   if (totals.seeds > 1) {
@@ -233,20 +232,6 @@ TEST(NodeCoreSim, RandomFaultsWithLongDelays) {
   }
   totals.print("RandomFaultsWithLongDelays",
                "3% loss / 3% duplication / 20% reordering (10% of packets up to 2 s late)");
-}
-
-// Open: seed 24 of the long-delay chaos does not settle. After healing, job c0-1 stays
-// recovering ("node d1 (generation 2) was lost; 1 of the 2 nodes needed remain") for the whole
-// 20 minutes while two other jobs wait out quarantines of their nodes and every other job is
-// pending behind them. Not yet understood (a planning or quarantine problem under 2 s delays):
-// kept out of the CI seed list above and reproduced here (--gtest_also_run_disabled_tests).
-TEST(NodeCoreSim, DISABLED_LongDelaysSeed24Settles) {
-  LinkModel link = default_cluster_options().link;
-  link.reorder_probability = 0.1;
-  link.reorder_delay = 2s;
-  Totals totals;
-  SeedReport report(24);
-  run_random(24, Chaos{}, 40s, totals, link, 20min);
 }
 
 TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
@@ -276,6 +261,127 @@ TEST(NodeCoreSim, JobSurvivesAnySingleVoterLoss) {
     }
   }
   totals.print("JobSurvivesAnySingleVoterLoss");
+}
+
+// A full cluster: three daemons of one slot, no loss or reordering; a 2-node job c0 and a
+// 1-node job c1, whose workers run until stopped, take every slot.
+NodeCoreClusterOptions full_cluster_options() {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.core.daemons = 3;
+  options.core.launcher.job_runtime = Duration::zero();
+  // A worker's failure report reaches the leader before its peer's (whose worker exits 69 with
+  // it), so the failures count against its node.
+  options.link = LinkModel{};
+  return options;
+}
+
+// Job `name` runs a round newer than `round`.
+bool running_after(NodeCoreCluster& c, const std::string& name, std::uint64_t round) {
+  const auto job = c.job_by_name(name);
+  return job && job->round > round && job->state == JobState::kRunning;
+}
+
+NodeId daemon_id(const std::string& name) {
+  return static_cast<NodeId>(std::stoul(name.substr(1)));
+}
+
+void start_full_cluster_jobs(NodeCoreCluster& c) {
+  await_leader(c);
+  c.submit(2, 2);
+  c.submit(1, 1);
+  ASSERT_TRUE(c.sim().run_until_condition(
+      [&] {
+        c.drive_clients();
+        return running_after(c, "c0", 0) && running_after(c, "c1", 0);
+      },
+      c.sim().now() + 30s))
+      << c.sim().violation().value_or(c.describe_jobs());
+}
+
+// A worker of `node` in job c0 fails; c0 runs again within `limit`.
+void fail_c0_worker_on(NodeCoreCluster& c, NodeId node, Duration limit, const char* what) {
+  const std::uint64_t round = c.job_by_name("c0")->round;
+  ASSERT_TRUE(c.crash_worker_on(node));
+  ASSERT_TRUE(c.sim().run_until_condition(
+      [&] {
+        c.drive_clients();
+        return running_after(c, "c0", round);
+      },
+      c.sim().now() + limit))
+      << "job c0 did not run again after " << what << " of node d" << node << "\n"
+      << c.sim().violation().value_or(c.describe_jobs());
+}
+
+// A node whose workers of a job failed twice sits out that job (quarantine) while the job
+// reaches min_nodes without it; a job that needs it takes it back once its time out ends. In a
+// full cluster c0 needs its quarantined member back. (The leader once counted nodes whose slots
+// other jobs hold as able to replace it and kept the member out for good; long-delay seed 24
+// ended with three jobs each waiting like this for the others' nodes.)
+TEST(NodeCoreSim, QuarantinedMemberRejoinsWhenNoOtherNodeIsFree) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({801, 802, 803, 804})) {
+    SeedReport report(seed);
+    NodeCoreCluster c(seed, full_cluster_options());
+    start_full_cluster_jobs(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    const std::string flapping = c.job_by_name("c0")->ranks.front().node;
+    // The first failure is forgiven, the second quarantines the node for 10 s.
+    fail_c0_worker_on(c, daemon_id(flapping), 60s, "failure 1");
+    if (::testing::Test::HasFatalFailure()) return;
+    fail_c0_worker_on(c, daemon_id(flapping), 60s, "failure 2");
+    if (::testing::Test::HasFatalFailure()) return;
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print("QuarantinedMemberRejoinsWhenNoOtherNodeIsFree", "no loss");
+}
+
+// A worker that fails because a peer of its round was lost is not its node's fault, also once
+// the peer is back while the job still waits for it: the node is not quarantined for it, and
+// the job runs again on both nodes at once. (The failure, still the round's, was once counted
+// then: with an earlier failure of the node, the job waited out a 10 s quarantine of a node it
+// needed. In long-delay seed 24 it quarantined d0 for c0-1 when the job tier's loss of d1 was
+// forgotten, 30 s after it.)
+TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({811, 812, 813, 814})) {
+    SeedReport report(seed);
+    NodeCoreCluster c(seed, full_cluster_options());
+    start_full_cluster_jobs(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    const NodeId leader = *c.leader();
+    const auto ranks = c.job_by_name("c0")->ranks;
+    NodeId node = daemon_id(ranks[0].node);
+    NodeId peer = daemon_id(ranks[1].node);
+    if (peer == leader) std::swap(node, peer);             // the leader stays with the majority
+    fail_c0_worker_on(c, node, 60s, "its first failure");  // forgiven
+    if (::testing::Test::HasFatalFailure()) return;
+    const std::uint64_t round = c.job_by_name("c0")->round;
+    std::vector<std::vector<NodeId>> groups(2);
+    for (NodeId id = 0; id < c.daemons(); ++id) groups[id == peer ? 0 : 1].push_back(id);
+    c.partition(groups);
+    const TimePoint cut = c.sim().now();
+    // The leader learns of the loss (membership or the job tier) and the job waits for the
+    // peer; `node`'s worker crashes with it before `node` hears that the round is over.
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] { return c.job_by_name("c0")->state == JobState::kRecovering; }, cut + 10s, 1ms))
+        << c.sim().violation().value_or(c.describe_jobs());
+    ASSERT_TRUE(c.crash_worker_on(node)) << "d" << node << " stopped its worker already";
+    ASSERT_TRUE(c.sim().run_for(5s)) << *c.sim().violation();
+    c.heal();
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] {
+          c.drive_clients();
+          return running_after(c, "c0", round);
+        },
+        c.sim().now() + 5s))
+        << "job c0 did not run again on d" << node << " and d" << peer << " once d" << peer
+        << " was back\n"
+        << c.sim().violation().value_or(c.describe_jobs());
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print("FailureCausedByALostPeerIsNotCountedLater", "no loss");
 }
 
 // More jobs than slots: three daemons of two slots each; jobs of one node taking one or both

@@ -630,6 +630,95 @@ TEST(RaftCheckQuorum, LeaderWithAMajorityStays) {
   EXPECT_EQ(c.raft(*leader).term(), term);
 }
 
+// --- fast election on a detected leader loss ------------------------------------------------
+
+// Crashes the leader of a settled 3-voter cluster; the survivors' failure detectors report it
+// at `detected` after the crash (both at once, the worst case for a split vote). Returns how
+// long after the crash a survivor led.
+Duration fast_election_after_leader_crash(std::uint64_t runs_before, Duration detected) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s + Duration(std::chrono::milliseconds(static_cast<std::int64_t>(runs_before))));
+  const auto old = c.leader();
+  EXPECT_TRUE(old.has_value());
+  c.crash(*old);
+  const TimePoint crashed = c.now();
+  const std::vector<NodeId> survivors = all_but(*old, 3);
+  c.run(detected, survivors);
+  for (NodeId id : survivors) {
+    Effects e;
+    c.raft(id).leader_unreachable(c.now(), *old, e);
+    EXPECT_TRUE(e.leader_change.has_value()) << "node " << id << " forgot no leader";
+    c.carry_out(id, e);
+  }
+  while (!c.leader() && c.now() - crashed < 10s) c.run(1ms, survivors);
+  EXPECT_TRUE(c.leader().has_value());
+  return c.now() - crashed;
+}
+
+TEST(RaftFastElection, SurvivorsElectWithinAQuarterTimeoutOfTheDetection) {
+  const Duration t = RaftConfig{}.election_timeout;
+  std::vector<Duration> took;
+  for (std::uint64_t k = 0; k < 40; ++k) took.push_back(fast_election_after_leader_crash(k * 7, 20ms));
+  std::sort(took.begin(), took.end());
+  // Without the shortcut a survivor campaigns a whole election timeout after the leader's last
+  // heartbeat at the earliest: [t, 2t) after it.
+  EXPECT_LT(took[took.size() / 2], 20ms + t / 4) << "median";
+  // A split vote (both campaign within one message time) falls back to the normal timer: rare.
+  const auto slow = std::count_if(took.begin(), took.end(), [&](Duration d) { return d >= t; });
+  EXPECT_LE(slow, 4) << "of " << took.size();
+}
+
+TEST(RaftFastElection, OneVoterSuspectingALiveLeaderDisruptsNothing) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  const auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const Term term = c.raft(*leader).term();
+  const NodeId suspicious = *leader == 3 ? 2 : 3;
+  Effects e;
+  c.raft(suspicious).leader_unreachable(c.now(), *leader, e);
+  c.carry_out(suspicious, e);
+  EXPECT_EQ(c.raft(suspicious).leader(), kNoNode);
+  c.run(5s);  // its pre-votes are refused by the voter that hears the leader
+  EXPECT_EQ(c.leader(), leader);
+  EXPECT_EQ(c.raft(*leader).term(), term);
+  EXPECT_EQ(c.raft(suspicious).leader(), *leader) << "follows the live leader again";
+}
+
+TEST(RaftFastElection, NoOpUnlessFollowingExactlyThatLeaderTable) {
+  Cluster c(3, RaftConfig{});
+  c.run(2s);
+  const auto leader = c.leader();
+  ASSERT_TRUE(leader.has_value());
+  const NodeId follower = *leader == 1 ? 2 : 1;
+  const NodeId other = 6 - *leader - follower;
+  struct Case {
+    const char* name;
+    NodeId at;
+    NodeId suspect;
+  };
+  const Case cases[] = {
+      {"the leader told its own host is gone", *leader, *leader},
+      {"the leader told a follower is gone", *leader, follower},
+      {"a follower told of another node", follower, other},
+      {"a follower told of itself", follower, follower},
+      {"a follower told of no node", follower, kNoNode},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const Role role = c.raft(k.at).role();
+    const NodeId follows = c.raft(k.at).leader();
+    const TimePoint deadline = c.raft(k.at).next_deadline();
+    Effects e;
+    c.raft(k.at).leader_unreachable(c.now(), k.suspect, e);
+    EXPECT_FALSE(e.leader_change.has_value());
+    EXPECT_TRUE(e.sends.empty());
+    EXPECT_EQ(c.raft(k.at).role(), role);
+    EXPECT_EQ(c.raft(k.at).leader(), follows);
+    EXPECT_EQ(c.raft(k.at).next_deadline(), deadline);
+  }
+}
+
 // --- read index -----------------------------------------------------------------------------
 
 // The read round an AppendEntries carries or an AppendReply echoes; nullopt for other messages.

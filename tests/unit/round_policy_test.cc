@@ -229,6 +229,12 @@ TEST(RoundPolicy, OnlyAFailureOfAKnownNodeWithRestartsLeftCounts) {
   EXPECT_FALSE(counts_toward_quarantine(job, "a", false)) << "a member is lost: not a's fault";
   job.restarts = 3;
   EXPECT_FALSE(counts_toward_quarantine(job, "a", true)) << "the job fails anyway";
+  job.restarts = 2;
+  job.state = JobState::kRecovering;
+  job.recovery_cause = RoundReason::kMemberLost;
+  EXPECT_FALSE(counts_toward_quarantine(job, "a", true)) << "recovering from a lost member";
+  job.recovery_cause = RoundReason::kWorkerFailed;
+  EXPECT_TRUE(counts_toward_quarantine(job, "a", true)) << "recovering from the failure itself";
 }
 
 struct LengthRow {
@@ -272,13 +278,24 @@ TEST(RoundPolicy, AFailureIsCountedOncePerRound) {
   EXPECT_EQ(count_failure(q, 3, 5s, at(90000)), q);
 }
 
+// A usable node for sitting_out, named by its first letter: "b" (2 free slots), "b-" (declared
+// lost), "b0" (no free slot), "b1" (1 free slot).
+UsableNode could_be(const std::string& spec) {
+  UsableNode node = usable(spec.substr(0, 1), 1);
+  if (spec.size() > 1 && spec[1] == '-') node.lost = true;
+  if (spec.size() > 1 && spec[1] == '0') node.free_slots = 0;
+  if (spec.size() > 1 && spec[1] == '1') node.free_slots = 1;
+  return node;
+}
+
 struct SittingRow {
   const char* name;
   std::map<std::string, QuarantineRecord> records;
-  std::set<std::string> usable;
+  std::vector<std::string> usable;  // could_be()
   std::uint32_t min_nodes;
   std::int64_t now_ms;
   std::set<std::string> out;
+  std::uint32_t workers_per_node = 0;
 };
 void PrintTo(const SittingRow& row, std::ostream* os) { *os << row.name; }
 
@@ -286,7 +303,12 @@ class SittingTable : public ::testing::TestWithParam<SittingRow> {};
 
 TEST_P(SittingTable, Decides) {
   const SittingRow& row = GetParam();
-  EXPECT_EQ(sitting_out(row.records, row.usable, row.min_nodes, at(row.now_ms)), row.out);
+  std::vector<UsableNode> nodes;
+  for (const std::string& n : row.usable) nodes.push_back(could_be(n));
+  JobSpec spec;
+  spec.min_nodes = row.min_nodes;
+  spec.workers_per_node = row.workers_per_node;
+  EXPECT_EQ(sitting_out(row.records, nodes, spec, at(row.now_ms)), row.out);
 }
 
 QuarantineRecord failed(std::uint32_t failures, std::int64_t until_ms) {
@@ -316,7 +338,35 @@ INSTANTIATE_TEST_SUITE_P(
                    2,
                    2000,
                    {"b"}},
-        SittingRow{"nothing_usable", {{"a", failed(2, 1000)}}, {}, 1, 0, {}}),
+        SittingRow{"nothing_usable", {{"a", failed(2, 1000)}}, {}, 1, 0, {}},
+        // Only nodes that could join the next round count toward min_nodes.
+        SittingRow{"a_lost_node_cannot_replace_it",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c-"},
+                   2,
+                   5000,
+                   {}},
+        SittingRow{"a_full_node_cannot_replace_it",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c0"},
+                   2,
+                   5000,
+                   {}},
+        SittingRow{
+            "replaced_by_free_nodes", {{"a", failed(2, 5000)}}, {"a", "b", "c1"}, 2, 5000, {"a"}},
+        SittingRow{"too_few_free_slots_for_the_job",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c1"},
+                   2,
+                   5000,
+                   {},
+                   2},
+        SittingRow{"a_lost_node_still_sits_out_before_its_time_out",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c-"},
+                   2,
+                   4000,
+                   {"a"}}),
     [](const auto& row) { return std::string(row.param.name); });
 
 struct ChargeRow {
