@@ -1,14 +1,19 @@
 #include "trainer/dist.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef ELASTIC_HAVE_GLOO
+#include <gloo/transport/pair.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef USE_C10D_NCCL
@@ -47,7 +52,107 @@ namespace {
   return local;
 }
 
+#ifdef ELASTIC_HAVE_GLOO
+// Whether two socket addresses are the same IPv4/IPv6 address and port.
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port &&
+           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
+  }
+  return false;
+}
+
+// ProcessGroupGloo with an abort: its Gloo contexts are protected members (1.13 and 2.x alike).
+class AbortableGloo final : public c10d::ProcessGroupGloo {
+ public:
+  using c10d::ProcessGroupGloo::ProcessGroupGloo;
+
+  // Shuts down the socket of every connection of every context. Gloo's event loop then reads
+  // an end of stream on each: the pair fails with "Connection closed by peer", which wakes every
+  // send and receive posted on it, and the peer reads the same end of stream on its side. A
+  // collective waiting on a live peer would otherwise wait out the whole timeout; pair->close()
+  // would release the peer but strand this side's waiting operations.
+  //
+  // Gloo does not expose a pair's descriptor, but it does expose the pair's local address (its
+  // bytes begin with a sockaddr_storage); every pair has its own (its own listening port, or an
+  // ephemeral one), so the connected socket of this process bound to it is the pair's.
+  void abort_connections() {
+    std::vector<sockaddr_storage> endpoints;
+    for (auto& context : contexts_) {
+      if (!context) continue;
+      for (int peer = 0; peer < context->size; ++peer) {
+        if (peer == context->rank) continue;
+        try {
+          auto& pair = context->getPair(peer);
+          if (!pair) continue;
+          const std::vector<char> bytes = pair->address().bytes();
+          if (bytes.size() < sizeof(sockaddr_storage)) continue;
+          sockaddr_storage address{};
+          std::memcpy(&address, bytes.data(), sizeof address);
+          endpoints.push_back(address);
+        } catch (const std::exception&) {
+          // A pair that cannot be reached has nothing left to close.
+        }
+      }
+    }
+    if (endpoints.empty()) return;
+    DIR* fds = ::opendir("/proc/self/fd");
+    if (fds == nullptr) return;
+    while (const dirent* entry = ::readdir(fds)) {
+      char* end = nullptr;
+      const long fd = std::strtol(entry->d_name, &end, 10);
+      if (end == entry->d_name || *end != '\0' || fd == ::dirfd(fds)) continue;
+      sockaddr_storage local{}, remote{};
+      socklen_t length = sizeof local, remote_length = sizeof remote;
+      int type = 0;
+      socklen_t type_length = sizeof type;
+      if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 ||
+          type != SOCK_STREAM ||
+          ::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+          ::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&remote),
+                        &remote_length) != 0) {
+        continue;
+      }
+      for (const auto& endpoint : endpoints) {
+        if (same_endpoint(local, endpoint)) {
+          ::shutdown(static_cast<int>(fd), SHUT_RDWR);
+          break;
+        }
+      }
+    }
+    ::closedir(fds);
+  }
+};
+#endif
+
 }  // namespace
+
+void abort_backend(Dist& dist) {
+  if (!dist.backend) return;
+#ifdef ELASTIC_HAVE_GLOO
+  if (auto* gloo = dynamic_cast<AbortableGloo*>(dist.backend.get())) {
+    gloo->abort_connections();
+    return;
+  }
+#endif
+#ifdef USE_C10D_NCCL
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(dist.backend.get())) {
+    try {
+      abort_nccl(*nccl);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "elastic-trainer: aborting the NCCL communicators: %s\n", e.what());
+    }
+  }
+#endif
+}
 
 bool nccl_compiled_in() {
 #ifdef USE_C10D_NCCL
@@ -98,8 +203,8 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
             local_address_towards(env.master_addr, env.master_port)));
       }
       gloo_options->threads = 2;
-      dist.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(dist.store, env.rank,
-                                                                 env.world_size, gloo_options);
+      dist.backend =
+          c10::make_intrusive<AbortableGloo>(dist.store, env.rank, env.world_size, gloo_options);
       dist.backend_name = "gloo";
 #else
       return Error{

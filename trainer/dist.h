@@ -31,6 +31,16 @@ struct Dist {
 
 Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options);
 
+// Makes every collective of `dist` that is pending, running or still to come fail now, on this
+// rank and, through the connections this closes, on its peers: a survivor of a lost peer calls it
+// before it leaves the group, so that no peer waits for it until a collective times out.
+//  - Gloo (which has no abort of its own): the socket of every connection of the group is shut
+//    down; collectives waiting on them throw gloo::IoException, here and on the peers.
+//  - NCCL: the communicators are aborted (LibTorch 2.x ProcessGroupNCCL::abort(); 1.13 has no
+//    such call and aborts them when the group is destroyed, which the caller does next).
+// The group is unusable afterwards; destroy it. Never throws.
+void abort_backend(Dist& dist);
+
 // Whether this build can run NCCL (a CUDA LibTorch with c10d NCCL compiled in).
 bool nccl_compiled_in();
 

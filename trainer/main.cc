@@ -1,11 +1,14 @@
 // elastic-trainer: a data-parallel LibTorch worker (Gloo on CPU, NCCL on GPUs) that can be
-// stopped at any moment and resumes exactly from the last checkpoint, at any world size.
+// stopped at any moment and resumes exactly from the last checkpoint, at any world size. With a
+// round source (--round-file) it re-forms its group in place when a peer is lost or a new round
+// is announced, keeping its state in memory (trainer/reformer.h).
 //
 // Exit codes (also in README.md):
 //   0   training finished
 //   64  bad command line or worker environment
 //   66  the data set cannot be read
-//   69  the store, a peer or a collective failed (a lost peer shows up here)
+//   69  the store, a peer or a collective failed (a lost peer shows up here); with
+//       --round-file only when it joined no next round within --reform-timeout
 //   74  a checkpoint could not be written or read
 //   75  stopped by SIGTERM/SIGINT; a checkpoint was written first when a directory is set
 //   1   anything else
@@ -38,6 +41,8 @@
 #include "trainer/profiling.h"
 #include "trainer/progress.h"
 #include "trainer/reducer.h"
+#include "trainer/reformer.h"
+#include "trainer/round_source.h"
 #include "trainer/worker_env.h"
 #include "trainer/workload.h"
 
@@ -93,7 +98,14 @@ struct Flags {
   GptShape gpt;
   std::int64_t gpt_sequence = 0;
   std::int64_t gpt_train_size = 1 << 20;
+  std::string round_file;
+  double reform_timeout_s = 60;
+  bool reform_checksums = false;
 };
+
+// At most this long for an abandoned group's collectives to return after its abort (they fail
+// at once unless a peer is wedged; the group is then left to end on its own).
+constexpr std::chrono::milliseconds kAbandonBound{2000};
 
 void emit(const nlohmann::json& line) {
   std::printf("%s\n", line.dump().c_str());
@@ -205,9 +217,67 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--gpt-train-size", f.gpt_train_size, "gpt: samples per epoch")
       ->check(CLI::PositiveNumber);
+  app.add_option("--round-file", f.round_file,
+                 "Live re-formation: read the next round (the worker variables, KEY=VALUE lines) "
+                 "from PATH; a lost peer or a newer round there re-forms the group in place, "
+                 "keeping the state in memory, instead of ending the process");
+  app.add_option("--reform-timeout", f.reform_timeout_s,
+                 "Seconds to wait for the next round after a collective failed (--round-file)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--reform-checksums", f.reform_checksums,
+               "Print each rank's parameter checksum after every re-formation (a test aid: one "
+               "pass over the parameters)");
 }
 
-int train(const Flags& flags, const WorkerEnv& env) {
+// Whether a failure says a peer or the store is gone (exit 69, or a re-formation), whichever
+// library raised it (trainer/peer_loss.h): c10d raises c10::Error (the store, NCCL,
+// ProcessGroupGloo's checks); Gloo's transport raises gloo::IoException ("Connection closed by
+// peer", "Read error ...: Connection reset by peer"), which ProcessGroupGloo's wait() rethrows as
+// it is: the survivor of a SIGKILLed peer exited 1 for it (trainer_integ's
+// TheSurvivorOfAKilledPeerExits69EveryTime). `what` gets the message without a backtrace.
+bool is_lost_peer(const std::exception& e, std::string* what) {
+  bool lost_peer = false;
+  *what = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e); c10_error != nullptr) {
+    lost_peer = true;
+    *what = c10_error->what_without_backtrace();
+  }
+#ifdef ELASTIC_HAVE_GLOO
+  lost_peer = lost_peer || dynamic_cast<const gloo::IoException*>(&e) != nullptr;
+#endif
+  return lost_peer || says_a_peer_was_lost(*what);
+}
+
+// The line a rank prints once it has re-formed (or joined live): the round, the agreed step and
+// where the state came from, the time each phase took, and with `checksummed` its parameters'
+// checksum.
+nlohmann::json reform_event(const WorkerEnv& env, const Reformed& formed, const TrainState& state,
+                            torch::nn::Module* checksummed) {
+  nlohmann::json line = {{"event", "reform"},
+                         {"rank", env.rank},
+                         {"round", env.round},
+                         {"world_size", env.world_size},
+                         {"step", formed.plan->step},
+                         {"epoch", state.position.epoch},
+                         {"position", state.position.position},
+                         {"source", formed.plan->source},
+                         {"receivers", formed.plan->receivers},
+                         {"form_s", formed.form_seconds},
+                         {"agree_s", formed.agree_seconds},
+                         {"transfer_s", formed.transfer_seconds}};
+  if (checksummed != nullptr) {
+    double abs_sum = 0;
+    line["param_checksum"] = parameter_checksum(*checksummed, &abs_sum);
+  }
+  return line;
+}
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
+  WorkerEnv env = first_env;  // the current round's; a re-formation moves it on
   const auto started = std::chrono::steady_clock::now();
   int threads = flags.threads;
   if (threads == 0) {
@@ -248,17 +318,6 @@ int train(const Flags& flags, const WorkerEnv& env) {
   }
   torch::nn::Module& module = workload->module();
 
-  // ProcessGroupNCCL reads this when it is created; the reducer then reads each work's duration.
-  if (flags.comm_timing) ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 1);
-  auto dist_result = init_dist(
-      env, {device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))});
-  if (!dist_result) {
-    fail(dist_result.error().message);
-    return kExitUnavailable;
-  }
-  Dist dist = std::move(dist_result).value();
-  Backend& backend = *dist.backend;
-
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (flags.optimizer == "adam") {
     optimizer = std::make_unique<FusedAdam>(module.parameters(),
@@ -266,6 +325,42 @@ int train(const Flags& flags, const WorkerEnv& env) {
   } else {
     optimizer = std::make_unique<torch::optim::SGD>(
         module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9));
+  }
+  data::ElasticSampler sampler(workload->train_size(), flags.seed);
+  TrainState state;
+  state.seed = flags.seed;
+  state.dataset_size = workload->train_size();
+  state.workload = workload->name();
+  LiveModel live{module, *optimizer, state};
+
+  // ProcessGroupNCCL reads this when it is created; the reducer then reads each work's duration.
+  if (flags.comm_timing) ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 1);
+  const DistOptions dist_options{
+      device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))};
+  Dist dist;
+  // With a round source this process may be joining a group that is already training: the step
+  // agreement then hands it the live state, and no checkpoint is read.
+  std::optional<TransferPlan> joined_live;
+  if (rounds == nullptr) {
+    auto dist_result = init_dist(env, dist_options);
+    if (!dist_result) {
+      fail(dist_result.error().message);
+      return kExitUnavailable;
+    }
+    dist = std::move(dist_result).value();
+  } else {
+    auto formed = reform_group(env, dist_options, live, RankFacts{});
+    if (!formed) {
+      fail(formed.error().message);
+      return kExitUnavailable;
+    }
+    dist = std::move(formed->dist);
+    joined_live = formed->plan;
+    if (joined_live) {
+      auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
+      line["joined"] = true;
+      emit(line);
+    }
   }
 
   // ---- resume: rank 0 decides which checkpoint (so every rank loads the same one)
@@ -276,7 +371,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
   std::int64_t resume_step = -1;
   if (!checkpoint_dir.empty()) {
     store.emplace(*fs, checkpoint_dir, flags.keep);
-    if (env.rank == 0) {
+    if (env.rank == 0 && !joined_live) {
       if (auto s = store->recover(); !s) {
         fail(s.error().message);
         return kExitIo;
@@ -289,18 +384,15 @@ int train(const Flags& flags, const WorkerEnv& env) {
       if (latest->has_value()) resume_step = (*latest)->step;
     }
   }
-  std::vector<at::Tensor> decision{
-      torch::tensor({static_cast<double>(resume_step)}, torch::kDouble).to(device)};
   c10d::BroadcastOptions from_rank0;
   from_rank0.rootRank = 0;
-  backend.broadcast(decision, from_rank0)->wait();
-  resume_step = static_cast<std::int64_t>(decision[0].cpu().item<double>());
+  if (!joined_live) {
+    std::vector<at::Tensor> decision{
+        torch::tensor({static_cast<double>(resume_step)}, torch::kDouble).to(device)};
+    dist.backend->broadcast(decision, from_rank0)->wait();
+    resume_step = static_cast<std::int64_t>(decision[0].cpu().item<double>());
+  }
 
-  data::ElasticSampler sampler(workload->train_size(), flags.seed);
-  TrainState state;
-  state.seed = flags.seed;
-  state.dataset_size = workload->train_size();
-  state.workload = workload->name();
   if (resume_step >= 0) {
     if (!store) {
       fail("rank 0 resumes from step " + std::to_string(resume_step) +
@@ -332,11 +424,11 @@ int train(const Flags& flags, const WorkerEnv& env) {
     }
     state.step = loaded->step;
     state.position = loaded->position;
-  } else {
+  } else if (!joined_live) {
     torch::NoGradGuard no_grad;
     for (auto& p : module.parameters()) {
       std::vector<at::Tensor> one{p.detach()};
-      backend.broadcast(one, from_rank0)->wait();
+      dist.backend->broadcast(one, from_rank0)->wait();
     }
   }
 
@@ -344,7 +436,8 @@ int train(const Flags& flags, const WorkerEnv& env) {
   reducer_options.bucket_bytes = static_cast<std::int64_t>(flags.bucket_mb * (1 << 20));
   reducer_options.overlap = !flags.no_overlap;
   reducer_options.time_collectives = flags.comm_timing;
-  BucketReducer reducer(module.parameters(), backend, reducer_options);
+  std::optional<BucketReducer> reducer;  // of the current group; a re-formation replaces it
+  reducer.emplace(module.parameters(), *dist.backend, reducer_options);
 
   std::int64_t parameter_count = 0;
   for (const auto& p : module.parameters()) parameter_count += p.numel();
@@ -361,7 +454,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
           {"restart_count", env.restart_count},
           {"job", env.job_id},
           {"batch_size", flags.batch_size},
-          {"buckets", reducer.stats().buckets},
+          {"buckets", reducer->stats().buckets},
           {"overlap", reducer_options.overlap},
           {"threads", threads},
           {"step", state.step},
@@ -370,15 +463,25 @@ int train(const Flags& flags, const WorkerEnv& env) {
   }
 
   std::ofstream trace;
-  if (!flags.trace_samples.empty()) {
+  auto open_trace = [&] {
+    if (flags.trace_samples.empty()) return;
+    if (trace.is_open()) trace.close();
     trace.open(flags.trace_samples + ".round" + std::to_string(env.round) + ".rank" +
                    std::to_string(env.rank),
                std::ios::app);
-  }
+  };
+  open_trace();
 
   // Progress to the daemon (trainer/progress.h): global rank 0 only, which knows every step
   // and publishes every checkpoint; one report per second at most, never blocking for long.
-  ProgressReporter progress(env.rank == 0 ? current_environment() : EnvMap{});
+  auto progress_env = [&] {
+    if (env.rank != 0) return EnvMap{};
+    EnvMap map = current_environment();
+    map["RANK"] = std::to_string(env.rank);  // after a re-formation: the current round's
+    map["ELASTIC_ROUND"] = std::to_string(env.round);
+    return map;
+  };
+  ProgressReporter progress(progress_env());
 
   std::int64_t last_checkpoint_step = state.step;
   auto write_checkpoint = [&]() -> int {
@@ -402,6 +505,49 @@ int train(const Flags& flags, const WorkerEnv& env) {
     return kExitOk;
   };
 
+  // ---- live re-formation (with a round source): leave the current group, join the next
+  // round's (`next`, or the next one the source announces before the deadline), agree on the
+  // step and take the state from a rank that has it (trainer/reformer.h). Not kExitOk: give up.
+  std::int64_t state_round = env.round;  // the round of the group this rank's state is from
+  std::optional<double> reformed_at;     // monotonic seconds of the last re-formation
+  auto reform = [&](std::optional<WorkerEnv> next) -> int {
+    reducer.reset();  // its buckets and gradient hooks belong to the old group
+    const double abandon_s = abandon_group(
+        dist, std::min<std::chrono::milliseconds>(dist_options.timeout, kAbandonBound));
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<std::int64_t>(flags.reform_timeout_s * 1000));
+    std::int64_t newer_than = env.round;
+    for (;;) {
+      if (!next) next = rounds->wait(newer_than, deadline);
+      if (!next) {
+        fail("no round after round " + std::to_string(newer_than) + " was announced within " +
+             std::to_string(flags.reform_timeout_s) + " s");
+        return kExitUnavailable;
+      }
+      auto formed =
+          reform_group(*next, dist_options, live, RankFacts{true, state.step, state_round, -1});
+      if (formed && formed->plan) {
+        dist = std::move(formed->dist);
+        env = *next;
+        state_round = env.round;
+        reducer.emplace(module.parameters(), *dist.backend, reducer_options);
+        progress = ProgressReporter(progress_env());
+        open_trace();
+        reformed_at = monotonic_seconds();
+        auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
+        line["abandon_s"] = abandon_s;
+        emit(line);
+        return kExitOk;
+      }
+      // A rank of that round failed too, or (impossible: this rank holds state) none had state.
+      fail(formed ? formed->no_plan_reason : formed.error().message);
+      if (formed) abandon_group(formed->dist, kAbandonBound);
+      newer_than = next->round;
+      next.reset();
+    }
+  };
+
   // ---- train
   module.train();
   StepProfiler profiler(
@@ -419,45 +565,77 @@ int train(const Flags& flags, const WorkerEnv& env) {
          (flags.max_steps == 0 || state.step < flags.max_steps)) {
     if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
       ::kill(::getpid(), SIGKILL);
+    // A round announced while this group is healthy (a grow, say) is joined at a step boundary;
+    // a peer still in the old group fails its next collective and re-forms too.
+    if (rounds != nullptr) {
+      if (auto next = rounds->poll(env.round)) {
+        if (int rc = reform(std::move(next)); rc != kExitOk) return rc;
+        continue;
+      }
+    }
     profiler.begin_step(steps_this_run + 1);
     const auto step_start = std::chrono::steady_clock::now();
     const auto indices =
         sampler.indices(state.position, env.world_size, env.rank, flags.batch_size);
     const auto global_batch =
         sampler.global_batch(state.position, env.world_size, flags.batch_size);
+    try {
+      optimizer->zero_grad();
+      reducer->prepare();
+      reducer->set_control(0, stop_requested.load() ? 1.0f : 0.0f);
+      if (!indices.empty()) {
+        auto loss = workload->scaled_loss(indices, global_batch);
+        reducer->set_control(1, loss.detach().to(torch::kFloat));
+        loss.backward();
+      }
+      reducer->finish();
+      if (flags.sync_every_step) reducer->control(0);
+    } catch (const std::exception& e) {
+      // The step's collectives failed before the optimizer step: the state is still the last
+      // completed step's, which is what the step agreement needs. Without a round source this
+      // ends the process, as it always did.
+      std::string what;
+      if (rounds == nullptr || !is_lost_peer(e, &what)) throw;
+      fail("step " + std::to_string(state.step + 1) + " failed in round " +
+           std::to_string(env.round) + "; re-forming: " + what);
+      if (int rc = reform(std::nullopt); rc != kExitOk) return rc;
+      continue;
+    }
+    optimizer->step();
+    // Written once the step is certain to count, so a step redone after a re-formation is not
+    // traced twice.
     if (trace.is_open()) {
       trace << state.position.epoch;
       for (auto i : indices) trace << ' ' << i;
       trace << '\n' << std::flush;
     }
-    optimizer->zero_grad();
-    reducer.prepare();
-    reducer.set_control(0, stop_requested.load() ? 1.0f : 0.0f);
-    if (!indices.empty()) {
-      auto loss = workload->scaled_loss(indices, global_batch);
-      reducer.set_control(1, loss.detach().to(torch::kFloat));
-      loss.backward();
-    }
-    reducer.finish();
-    if (flags.sync_every_step) reducer.control(0);
-    optimizer->step();
     // The previous step's control values are on the host by now: acting on them (one step
     // late) lets the host run ahead of the GPU; every rank reads the same sums, so all still
     // stop after the same step.
-    const auto control = reducer.control(flags.sync_every_step ? 0 : 1);
+    const auto control = reducer->control(flags.sync_every_step ? 0 : 1);
     state.position = sampler.advance(state.position, env.world_size, flags.batch_size);
     ++state.step;
     ++steps_this_run;
     progress.step(state.step, resume_step);
+    if (reformed_at) {
+      // The first step after a re-formation: what an incident costs ends here.
+      emit({{"event", "reformed_step"},
+            {"rank", env.rank},
+            {"round", env.round},
+            {"step", state.step},
+            {"monotonic_s", monotonic_seconds()},
+            {"since_reform_s", monotonic_seconds() - *reformed_at}});
+      reformed_at.reset();
+    }
     if ((env.rank == 0 && state.step % flags.log_interval == 0) || state.position.position == 0)
-      last_loss = reducer.control(0)[1];  // this step's loss: a host sync, only when shown
+      last_loss = reducer->control(0)[1];  // this step's loss: a host sync, only when shown
     interval_samples += global_batch;
     if (steps_this_run > flags.warmup_steps) {
       samples_measured += global_batch;
       measured_seconds += seconds_since(step_start);
     } else if (steps_this_run == flags.warmup_steps) {
-      reducer.control(0);  // the measured steps start with the GPU idle, as DDP's timing does
-      reducer.reset_timing();
+      reducer->control(0);  // the measured steps start with the GPU idle, as DDP's timing does
+      reducer->reset_timing();
     }
     profiler.end_step(steps_this_run);
     if (env.rank == 0 && state.step % flags.log_interval == 0) {
@@ -476,7 +654,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
     const bool epoch_done = state.position.position == 0;
     if (epoch_done) {
       const double epoch_seconds = seconds_since(epoch_start);
-      if (eval) accuracy = workload->evaluate(env.rank, env.world_size, backend);
+      if (eval) accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend);
       if (env.rank == 0) {
         nlohmann::json line = {{"event", "epoch"},
                                {"epoch", state.position.epoch - 1},
@@ -499,7 +677,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
 
   if (steps_this_run > 0) {
     const auto drain_start = std::chrono::steady_clock::now();
-    last_loss = reducer.control(0)[1];  // waits for the last step on the device
+    last_loss = reducer->control(0)[1];  // waits for the last step on the device
     if (samples_measured > 0) measured_seconds += seconds_since(drain_start);
   }
 
@@ -510,7 +688,7 @@ int train(const Flags& flags, const WorkerEnv& env) {
     if (int rc = write_checkpoint(); rc != kExitOk) return rc;
   }
   if (!stopped && eval && !accuracy)
-    accuracy = workload->evaluate(env.rank, env.world_size, backend);
+    accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend);
 
   const auto* fused = dynamic_cast<const FusedAdam*>(optimizer.get());
   const bool fused_adam_used = fused != nullptr && fused->last_step_fused();
@@ -529,40 +707,27 @@ int train(const Flags& flags, const WorkerEnv& env) {
       {"loss", last_loss},
       {"seconds", seconds_since(started)},
       {"samples_per_s", measured_seconds > 0 ? samples_measured / measured_seconds : 0.0},
-      {"comm_wait_s", reducer.stats().wait_seconds},
-      {"control_wait_s", reducer.stats().control_wait_seconds},
+      {"comm_wait_s", reducer->stats().wait_seconds},
+      {"control_wait_s", reducer->stats().control_wait_seconds},
       {"fused_adam", fused_adam_used},
       {"overlap", reducer_options.overlap},
       {"param_checksum", checksum},
       {"param_abs_sum", abs_sum}};
   if (accuracy) summary["test_accuracy"] = *accuracy;
-  if (const auto& stats = reducer.stats(); stats.timed_steps > 0 && stats.collective_seconds > 0) {
+  if (const auto& stats = reducer->stats(); stats.timed_steps > 0 && stats.collective_seconds > 0) {
     summary["allreduce_gpu_s_per_step"] = stats.collective_seconds / stats.timed_steps;
     summary["allreduce_busbw_gbs"] = stats.collective_bus_bytes / stats.collective_seconds / 1e9;
   }
   emit(summary);
-  backend.barrier()->wait();
-  shutdown_backend(backend);
+  dist.backend->barrier()->wait();
+  shutdown_backend(*dist.backend);
   return stopped ? kExitStopped : kExitOk;
 }
 
-// Exit 69 for every failure that says a peer or the store is gone, whichever library raised it
-// (trainer/peer_loss.h): c10d raises c10::Error (the store, NCCL, ProcessGroupGloo's checks);
-// Gloo's transport raises gloo::IoException ("Connection closed by peer", "Read error ...:
-// Connection reset by peer"), which ProcessGroupGloo's wait() rethrows as it is: the survivor of
-// a SIGKILLed peer exited 1 for it (trainer_integ's TheSurvivorOfAKilledPeerExits69EveryTime).
+// Exit 69 for every failure that says a peer or the store is gone (is_lost_peer()), 1 otherwise.
 int report_failure(const std::exception& e) {
-  bool lost_peer = false;
-  std::string what = e.what();
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e); c10_error != nullptr) {
-    lost_peer = true;
-    what = c10_error->what_without_backtrace();
-  }
-#ifdef ELASTIC_HAVE_GLOO
-  lost_peer = lost_peer || dynamic_cast<const gloo::IoException*>(&e) != nullptr;
-#endif
-  lost_peer = lost_peer || says_a_peer_was_lost(what);
-  if (!lost_peer) {
+  std::string what;
+  if (!is_lost_peer(e, &what)) {
     fail("training failed: " + what);
     return kExitOther;
   }
@@ -614,8 +779,12 @@ int run(int argc, char** argv) {
   // Gloo writes to its peers with writev() (no MSG_NOSIGNAL): a write to a peer that was killed
   // would end this rank by SIGPIPE instead of failing the collective with "Broken pipe" (exit 69).
   ::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<RoundSource> rounds;
+  if (!flags.round_file.empty()) {
+    rounds = std::make_unique<FileRoundSource>(flags.round_file, current_environment());
+  }
   try {
-    return train(flags, *env);
+    return train(flags, *env, rounds.get());
   } catch (const std::exception& e) {
     return report_failure(e);
   }

@@ -6,6 +6,11 @@
 // - TCPStore: 2.x adds libuv (on by default); we keep the classic server for identical
 //   behaviour on both.
 // - Shutdown: 2.x process groups (NCCL above all) want shutdown() before exit; 1.13 has none.
+// - Abort (live re-formation): 2.x ProcessGroupNCCL::abort() aborts the communicators at once
+//   (2.0-2.5 take an optional reason and may return bool; later ones take none; both compile
+//   as abort()); 1.13 has no abort of the group: its destructor aborts the communicators.
+//   Gloo has no abort in either; dist.cc closes the group's connections (its contexts_ are
+//   protected members in both).
 // - Optimizer state: 1.13 keys it by the parameter's TensorImpl address as a string, 2.x by the
 //   address itself.
 // - Collective timing: 2.x works report their CUDA-event duration (getDuration(), with
@@ -39,6 +44,17 @@ inline void shutdown_backend(Backend& backend) {
   backend.shutdown();
 #else
   (void)backend;
+#endif
+}
+
+// Aborts an NCCL group's communicators now where LibTorch can (a template so that this header
+// needs no NCCL header).
+template <typename NcclGroup>
+inline void abort_nccl(NcclGroup& group) {
+#if TORCH_VERSION_MAJOR >= 2
+  group.abort();
+#else
+  (void)group;  // ~ProcessGroupNCCL aborts them when the caller destroys the group
 #endif
 }
 

@@ -176,6 +176,10 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     }
     if (job.state == JobState::kRunning) state.port_moves = 0;
     std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
+    // Until caught up it tells members nothing either: an earlier leader may have committed a
+    // newer round or the job's end that this table has not applied yet, and a member that
+    // has forgotten the job (it ended there) would start the superseded round again.
+    if (!caught_up) continue;
     if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
       if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
       if (job.round != 0 && now < state.ended_until) {
@@ -244,7 +248,8 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     const LeaderJob& state = it->second;
     const bool notifying =
         is_active_round_state(job->state) || (job->round != 0 && now < state.ended_until);
-    if (notifying) next_lead_ = std::min(next_lead_, state.next_start);
+    // (Not caught up: no RoundStart goes out; next_plan_ brings it back in kCatchUpRetry.)
+    if (notifying && caught_up) next_lead_ = std::min(next_lead_, state.next_start);
     ++it;
   }
 }

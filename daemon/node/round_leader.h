@@ -11,13 +11,14 @@
 //    inputs. A node's slots (its node_info) are shared by the jobs whose rounds hold them, and
 //    a NodeLedger (rendezvous/node_ledger.h) counts them per pass: the table's rounds, this
 //    leader's proposals in flight, and every round decided earlier in the same pass, so no slot
-//    is given twice. A new leader plans only once it applied an entry of its own term (before,
-//    an earlier leader's round may still commit), and plans a job only once every live member
-//    of its round told it its slots (node_info; each node sends it when it learns of a new
-//    leader), or kNodeInfoResend after it became leader: a member whose slots it has not heard
-//    yet would look lost. The store port of a round is a port of
-//    [store_port_min, store_port_max] that no other round holds on its rank-0 node, not the
-//    job's current one (its store may still be bound), and not one that node reported in use.
+//    is given twice. A new leader plans, and sends RoundStart, only once it applied an entry of
+//    its own term (before, an earlier leader's round or a job's end may still commit), and
+//    plans a job only once every live member of its round told it its slots (node_info; each
+//    node sends it when it learns of a new leader), or kNodeInfoResend after it became leader:
+//    a member whose slots it has not heard yet would look lost. The store port of a round is a
+//    port of [store_port_min, store_port_max] that no other round holds on its rank-0 node, not
+//    the job's current one (its store may still be bound), and not one that node reported in
+//    use.
 //  - the rank-0 member checks its port before starting workers and reports "store_port_busy"
 //    {job, round, port, detail} when another process holds it: the leader leaves that port out
 //    of that node's rounds for kBusyPortMemory and reopens the round with the same members on

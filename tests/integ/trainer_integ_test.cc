@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -396,6 +398,224 @@ TEST(Trainer, BadInputGetsOneClearErrorAndAUsageCode) {
   EXPECT_TRUE(no_data.status.exited_with(66));
   EXPECT_NE(no_data.err.find(empty.path() + "/train-images-idx3-ubyte"), std::string::npos)
       << no_data.err;
+}
+
+// ---- live re-formation (--round-file): the survivors keep their processes and their state.
+
+// Announces the next round to the worker reading `file`, atomically (write, then rename).
+void announce(const std::string& file, int rank, int world, int port, int round) {
+  {
+    std::ofstream out(file + ".tmp");
+    out << "# round " << round << "\nRANK=" << rank << "\nLOCAL_RANK=" << rank
+        << "\nWORLD_SIZE=" << world << "\nLOCAL_WORLD_SIZE=" << world
+        << "\nMASTER_ADDR=127.0.0.1\nMASTER_PORT=" << port << "\nELASTIC_ROUND=" << round << "\n";
+  }
+  ASSERT_EQ(std::rename((file + ".tmp").c_str(), file.c_str()), 0) << file;
+}
+
+// One live worker: its round file and its process, started as `rank` of `world` in `round`.
+struct LiveWorker {
+  std::string round_file;
+  std::unique_ptr<Process> process;
+
+  LiveWorker(const TempDir& dir, const std::string& name, int rank, int world, int port, int round)
+      : round_file(dir / (name + ".round")) {
+    auto argv =
+        quick({"--train-limit", "4096", "--batch-size", "16", "--max-steps", "100000", "--no-eval",
+               "--timeout", "30", "--reform-timeout", "60", "--reform-checksums", "--round-file",
+               round_file, "--trace-samples", dir / ("trace-" + name)});
+    // No checkpoint directory at all, whatever the test's environment says.
+    process = std::make_unique<Process>(
+        argv,
+        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                           {"LOCAL_RANK", std::to_string(rank)},
+                                           {"WORLD_SIZE", std::to_string(world)},
+                                           {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(port)},
+                                           {"ELASTIC_ROUND", std::to_string(round)},
+                                           {"ELASTIC_CHECKPOINT_DIR", ""},
+                                           {"ELASTIC_CONTROL_SOCKET", ""}},
+        dir.path(), name);
+  }
+
+  // The worker's `kind` event of `round`, if it printed one.
+  std::optional<json> event_of_round(const std::string& kind, int round) const {
+    for (const json& e : events(process->out(), kind)) {
+      if (e.value("round", -1) == round) return e;
+    }
+    return std::nullopt;
+  }
+};
+
+double monotonic_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Three ranks train; rank 0 (the store's host) is SIGKILLed; the two survivors are told round 2
+// and re-form in place: no checkpoint exists anywhere, they agree on the step and go on with
+// identical parameters. Then a new process joins (round 3) with no state and receives it live
+// from the running ranks; all three have identical parameters and training continues. Every
+// sample the job trained on was trained on once: the sampler went on from the same global
+// position in each new world. Prints the time from the kill to the survivors' first step.
+TEST(TrainerLive, SurvivorsReformInPlaceAndAJoinerReceivesTheStateLive) {
+  TempDir dir;
+  const int port1 = free_loopback_port(), port2 = free_loopback_port(),
+            port3 = free_loopback_port();
+  ASSERT_GT(port1, 0);
+  std::vector<std::unique_ptr<LiveWorker>> workers;
+  for (int rank = 0; rank < 3; ++rank) {
+    workers.push_back(
+        std::make_unique<LiveWorker>(dir, "w" + std::to_string(rank), rank, 3, port1, 1));
+  }
+  LiveWorker &victim = *workers[0], &b = *workers[1], &c = *workers[2];
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto steps = events(victim.process->out(), "step");
+        return !steps.empty() && steps.back()["step"].get<int>() >= 5;
+      },
+      std::chrono::minutes(2)))
+      << victim.process->err();
+
+  // ---- shrink: the kill, then the next round for the survivors (what their daemons would say)
+  victim.process->signal(SIGKILL);
+  const double killed_at = monotonic_now();
+  ASSERT_TRUE(victim.process->wait(std::chrono::seconds(30)).has_value());
+  announce(b.round_file, 0, 2, port2, 2);
+  announce(c.round_file, 1, 2, port2, 2);
+  const double announced_at = monotonic_now();
+  ASSERT_TRUE(wait_until(
+      [&] { return b.event_of_round("reformed_step", 2) && c.event_of_round("reformed_step", 2); },
+      std::chrono::minutes(1)))
+      << "b:\n"
+      << b.process->err() << "\nc:\n"
+      << c.process->err();
+  const json b2 = *b.event_of_round("reform", 2), c2 = *c.event_of_round("reform", 2);
+  EXPECT_EQ(b2["step"], c2["step"]) << "the survivors must agree on the step";
+  EXPECT_EQ(b2["position"], c2["position"]);
+  EXPECT_EQ(b2["param_checksum"], c2["param_checksum"]) << "survivors' parameters differ";
+  EXPECT_EQ(b2["world_size"], 2);
+  // The abort ends the old group's collectives at once: none is left to wait out its timeout.
+  for (const auto* w : {&b, &c}) {
+    EXPECT_EQ(w->process->err().find("left to end on its own"), std::string::npos)
+        << w->process->err();
+  }
+  const json first = *b.event_of_round("reformed_step", 2);
+  const double first_step = first["monotonic_s"];
+  const double reformed = first_step - first["since_reform_s"].get<double>();
+  std::printf(
+      "live re-formation: kill -> survivors' first step %.3f s (round announced %.3f s "
+      "after the kill; re-formed %.3f s after that: abandon %.3f s, group %.3f s, "
+      "agreement %.3f s; the first step %.3f s)\n",
+      first_step - killed_at, announced_at - killed_at, reformed - announced_at,
+      b2["abandon_s"].get<double>(), b2["form_s"].get<double>(), b2["agree_s"].get<double>(),
+      first_step - reformed);
+  const int agreed_step = b2["step"];
+  // The victim completed at least the agreed step (it counts only steps every survivor did).
+  EXPECT_GE(agreed_step, 5);
+
+  // ---- grow: a new process with no state joins round 3 and receives the state live
+  const int resumed_at = (*b.event_of_round("reformed_step", 2))["step"];
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto steps = events(b.process->out(), "step");
+        return !steps.empty() && steps.back()["step"].get<int>() >= resumed_at + 3;
+      },
+      std::chrono::minutes(1)));
+  LiveWorker joiner(dir, "w3", 2, 3, port3, 3);
+  announce(b.round_file, 0, 3, port3, 3);
+  announce(c.round_file, 1, 3, port3, 3);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return joiner.event_of_round("reform", 3) && b.event_of_round("reformed_step", 3) &&
+               c.event_of_round("reformed_step", 3);
+      },
+      std::chrono::minutes(1)))
+      << "joiner:\n"
+      << joiner.process->err() << "\nb:\n"
+      << b.process->err();
+  const json b3 = *b.event_of_round("reform", 3), c3 = *c.event_of_round("reform", 3),
+             j3 = *joiner.event_of_round("reform", 3);
+  EXPECT_EQ(j3["joined"], true);
+  EXPECT_EQ(j3["receivers"], json::array({2})) << j3;
+  EXPECT_EQ(j3["step"], b3["step"]);
+  EXPECT_EQ(j3["position"], b3["position"]);
+  EXPECT_EQ(j3["param_checksum"], b3["param_checksum"]) << "the joiner did not get the state";
+  EXPECT_EQ(c3["param_checksum"], b3["param_checksum"]);
+  const int grown_at = b3["step"];
+  // The running ranks' pause includes waiting in the new group for the joiner to start up: a
+  // daemon announces the round once the joiner is up, the test does at once.
+  const double b3_step = (*b.event_of_round("reformed_step", 3))["since_reform_s"];
+  std::printf(
+      "live grow: running ranks' pause %.3f s (abandon %.3f s, group %.3f s, agreement "
+      "%.3f s, state transfer %.3f s, first step %.3f s)\n",
+      b3["abandon_s"].get<double>() + b3["form_s"].get<double>() + b3["agree_s"].get<double>() +
+          b3["transfer_s"].get<double>() + b3_step,
+      b3["abandon_s"].get<double>(), b3["form_s"].get<double>(), b3["agree_s"].get<double>(),
+      b3["transfer_s"].get<double>(), b3_step);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto steps = events(b.process->out(), "step");
+        return !steps.empty() && steps.back()["step"].get<int>() >= grown_at + 3;
+      },
+      std::chrono::minutes(1)))
+      << "training did not continue in round 3";
+
+  // ---- stop: all three stop after the same step with identical parameters
+  for (auto* w : {&b, &c, &joiner}) w->process->signal(SIGTERM);
+  std::set<std::string> checksums;
+  std::set<int> last_steps;
+  long final_position = -1;
+  for (auto* w : {&b, &c, &joiner}) {
+    auto status = w->process->wait(std::chrono::minutes(1));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(status->exited_with(75)) << w->process->err();
+    const auto summaries = events(w->process->out(), "summary");
+    ASSERT_EQ(summaries.size(), 1u) << w->process->out();
+    EXPECT_EQ(summaries[0]["round"], 3);
+    EXPECT_EQ(summaries[0]["world_size"], 3);
+    checksums.insert(summaries[0]["param_checksum"].get<std::string>());
+    last_steps.insert(summaries[0]["step"].get<int>());
+    final_position = summaries[0]["position"].get<long>();
+    EXPECT_TRUE(events(w->process->out(), "resume").empty()) << "nothing may resume from disk";
+    EXPECT_TRUE(events(w->process->out(), "checkpoint").empty());
+  }
+  EXPECT_EQ(checksums.size(), 1u) << "ranks ended with different parameters";
+  EXPECT_EQ(last_steps.size(), 1u);
+  // No checkpoint anywhere: nothing but logs, round files and sample traces in the test's dir.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name.rfind("w", 0) == 0 || name.rfind("trace-", 0) == 0) << entry.path();
+    EXPECT_FALSE(entry.is_directory()) << entry.path();
+  }
+
+  // Every sample trained on (epoch 0 throughout) was trained on once, and they are exactly the
+  // first `final_position` of the epoch: nothing repeated or skipped across the three worlds.
+  // Steps of a round past the step the next round agreed on (a rank whose collective completed
+  // where a peer's failed) do not count: they were rolled back and trained again.
+  const std::map<std::string, int> steps_that_count = {{".round1.", agreed_step},
+                                                       {".round2.", grown_at - agreed_step}};
+  std::map<long, int> seen;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("trace-", 0) != 0) continue;
+    int limit = -1;
+    for (const auto& [round, steps] : steps_that_count) {
+      if (name.find(round) != std::string::npos) limit = steps;
+    }
+    std::ifstream in(entry.path());
+    int line_number = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (limit >= 0 && ++line_number > limit) break;
+      std::istringstream fields(line);
+      long epoch = -1, index = 0;
+      fields >> epoch;
+      ASSERT_EQ(epoch, 0) << name;
+      while (fields >> index) ++seen[index];
+    }
+  }
+  EXPECT_EQ(static_cast<long>(seen.size()), final_position);
+  for (const auto& [index, count] : seen) ASSERT_EQ(count, 1) << "sample " << index;
 }
 
 }  // namespace

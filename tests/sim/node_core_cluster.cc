@@ -50,6 +50,18 @@ std::string ms(Duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
 
+// "[<id> <state> r<round>, ...]" of the jobs of a reply (or of a committed state as JSON), for
+// read violations.
+std::string jobs_text(const nlohmann::json& jobs) {
+  std::string out = "[";
+  for (const nlohmann::json& job : jobs) {
+    if (out.size() > 1) out += ", ";
+    out += job.value("id", "?") + " " + job.value("state", "?") + " r" +
+           std::to_string(job.value("round", std::uint64_t{0}));
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 NodeCoreClusterOptions default_cluster_options() {
@@ -102,6 +114,7 @@ NodeCoreCluster::NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions opti
     });
   }
   sim_.add_invariant([this] { return check(); });
+  if (options_.check_reads) views_.emplace(0, TableView{});  // nothing applied yet: no jobs
 }
 
 NodeCoreCluster::~NodeCoreCluster() {
@@ -235,6 +248,7 @@ void NodeCoreCluster::drive_clients() {
     }
     attempt(i, via);
   }
+  if (options_.check_reads) prune_reads();
   if (!options_.lease_check_every_event) {
     std::set<NodeId> with_workers;
     for (const auto& [key, worker] : live_) with_workers.insert(key.first);
@@ -264,6 +278,72 @@ bool NodeCoreCluster::fail_live_worker(WorkerKey worker) {
   return true;
 }
 
+void NodeCoreCluster::read(NodeId via, const std::string& job) {
+  if (!options_.check_reads) die("read() without options.check_reads");
+  NodeCoreProcess* p = process(via);
+  if (p == nullptr || !p->started()) die("read() at a daemon that is down");
+  const std::uint64_t generation = sim_.info(via).generation;
+  node::ClientRequest call;
+  call.verb = job.empty() ? "jobs" : "job";
+  // As elasticctl sends them (ctl/jobs.cc): {"verb": "jobs"}, {"verb": "job", "job": <id>}.
+  nlohmann::json args{{"verb", call.verb}};
+  if (!job.empty()) args["job"] = job;
+  call.args = args.dump();
+  call.uid = static_cast<std::uint32_t>(::geteuid());
+  call.gid = static_cast<std::uint32_t>(::getegid());
+  Read read{.verb = call.verb,
+            .job = job,
+            .who = "d" + std::to_string(via) + " (gen " + std::to_string(generation) + ")",
+            .invoked = sim_.now(),
+            .lo = views_.rbegin()->first};
+  ++counters_.reads;
+  if (led_.contains({via, generation}) && !p->core().leading()) ++counters_.reads_at_deposed;
+  SimContext ctx(sim_, via);
+  // Reads carry no session (they change nothing); the answer may come out of the call itself.
+  in_read_call_ = true;
+  const std::uint64_t id = p->call(ctx, std::move(call), "", options_.call_timeout);
+  in_read_call_ = false;
+  const CallKey key{via, generation, id};
+  reads_.emplace(key, std::move(read));
+  for (auto& [early, reply] : std::exchange(early_replies_, {})) {
+    if (early == key) on_reply(via, generation, reply);
+  }
+  sim_.reschedule(via);
+}
+
+void NodeCoreCluster::read_random() {
+  std::vector<NodeId> up;
+  std::vector<NodeId> have_led;
+  for (NodeId id = 0; id < options_.core.daemons; ++id) {
+    if (process(id) == nullptr || !process(id)->started()) continue;
+    up.push_back(id);
+    if (led_.contains({id, sim_.info(id).generation})) have_led.push_back(id);
+  }
+  if (up.empty()) return;
+  Rng& rng = sim_.rng();
+  const NodeId via = !have_led.empty() && rng.unit() < 0.5 ? have_led[rng.below(have_led.size())]
+                                                           : up[rng.below(up.size())];
+  std::vector<const std::string*> acknowledged;
+  for (const Request& r : requests_) {
+    if (r.job_id) acknowledged.push_back(&*r.job_id);
+  }
+  const bool one = !acknowledged.empty() && rng.below(3) == 0;
+  read(via, one ? *acknowledged[rng.below(acknowledged.size())] : std::string());
+}
+
+void NodeCoreCluster::prune_reads() {
+  // A read whose daemon went down is never answered; the core answers every other one within
+  // its timeout.
+  std::erase_if(reads_, [&](const auto& entry) {
+    return sim_.now() > entry.second.invoked + options_.call_timeout + options_.client_retry;
+  });
+  // States older than every outstanding read's lo can no longer be shown (nor can any but the
+  // newest to a read called from now on).
+  consensus::Index keep = views_.rbegin()->first;
+  for (const auto& [key, read] : reads_) keep = std::min(keep, read.lo);
+  views_.erase(views_.begin(), views_.lower_bound(keep));
+}
+
 bool NodeCoreCluster::settle(Duration limit, Duration poll) {
   heal();
   restart_all();
@@ -289,7 +369,16 @@ void NodeCoreCluster::note_violation(std::string problem) {
 void NodeCoreCluster::on_reply(NodeId node, std::uint64_t generation,
                                const node::CallReply& reply) {
   const auto call = calls_.find({node, generation, reply.call});
-  if (call == calls_.end()) return;
+  if (call == calls_.end()) {
+    const CallKey key{node, generation, reply.call};
+    if (const auto read = reads_.find(key); read != reads_.end()) {
+      check_read(read->second, reply);
+      reads_.erase(read);
+    } else if (in_read_call_) {
+      early_replies_.emplace_back(key, reply);
+    }
+    return;
+  }
   Request& request = requests_[call->second.first];
   const std::string name = call->second.second;
   calls_.erase(call);
@@ -348,8 +437,29 @@ void NodeCoreCluster::on_persist(NodeId node, const consensus::Persist& persist)
   }
 }
 
+void NodeCoreCluster::on_applied(NodeId, const rendezvous::JobTable& table) {
+  if (!options_.check_reads) return;
+  const consensus::Index index = table.applied_index();
+  // Every daemon applies the same committed entries: the first to reach an index shows it.
+  if (index <= views_.rbegin()->first) return;
+  const TableView& before = views_.rbegin()->second;
+  TableView view;
+  for (const auto& [id, job] : table.jobs()) {
+    const auto same = before.find(id);
+    if (same != before.end() && same->second->record == job) {
+      view.emplace(id, same->second);
+    } else {
+      view.emplace(id, std::make_shared<const ViewedJob>(
+                           ViewedJob{.record = job, .listed = {}, .shown = {}}));
+    }
+  }
+  views_.emplace(index, std::move(view));
+  if (reads_.empty()) views_.erase(views_.begin(), std::prev(views_.end()));
+}
+
 void NodeCoreCluster::on_spawn(const SimWorker& worker) {
   ++counters_.spawns;
+  ++spawns_by_job_[worker.job];
   const auto [slot, free] = slots_.emplace(std::make_pair(worker.node, worker.slot), worker.id);
   if (!free) {
     const auto& other = live_.at({worker.node, slot->second});
@@ -511,6 +621,96 @@ void NodeCoreCluster::check_spawn(const SimWorker& w) {
   }
 }
 
+void NodeCoreCluster::check_read(const Read& read, const node::CallReply& reply) {
+  const consensus::Index hi = views_.rbegin()->first;
+  const std::string no_job = "No job \"" + read.job + "\" is known.";
+  // What the answer claims: the whole list, one job, or that the job does not exist.
+  const bool absent =
+      read.verb == "job" && reply.outcome == node::ForwardOutcome::kError && reply.body == no_job;
+  if (reply.outcome != node::ForwardOutcome::kOk && !absent) {
+    ++counters_.read_errors;
+    return;
+  }
+  const auto when = [](TimePoint t) {
+    const auto at = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
+    char text[32];
+    std::snprintf(text, sizeof text, "%lld.%03lld s", static_cast<long long>(at.count() / 1000),
+                  static_cast<long long>(at.count() % 1000));
+    return std::string(text);
+  };
+  const std::string call = "\"" + read.verb + "\"" + (read.job.empty() ? "" : " " + read.job) +
+                           " called at " + read.who + " at " + when(read.invoked) +
+                           " (committed up to index " + std::to_string(read.lo) + ")";
+  nlohmann::json body;
+  if (!absent) {
+    body = nlohmann::json::parse(reply.body, nullptr, false);
+    const char* key = read.verb == "jobs" ? "jobs" : "job";
+    if (body.is_discarded() || !body.contains(key) ||
+        (read.verb == "jobs" ? !body[key].is_array() : !body[key].is_object())) {
+      note_violation(call + " was answered with no " + key + ": " + reply.body);
+      return;
+    }
+    body = std::move(body[key]);
+  }
+  std::vector<std::string> listed;  // a "jobs" answer, job by job as compared
+  if (read.verb == "jobs") {
+    for (const nlohmann::json& job : body) listed.push_back(job.dump());
+  }
+  const std::string shown = read.verb == "job" && !absent ? body.dump() : std::string();
+  // The JSON JobService answers with for a job (rendezvous::to_json, env included: the
+  // simulated client submitted every job): "jobs" lists no events, "job" its last 20.
+  const auto as_listed = [](const ViewedJob& job) -> const std::string& {
+    if (!job.listed) job.listed = nlohmann::json::parse(rendezvous::to_json(job.record, 0)).dump();
+    return *job.listed;
+  };
+  const auto as_shown = [](const ViewedJob& job) -> const std::string& {
+    if (!job.shown) job.shown = nlohmann::json::parse(rendezvous::to_json(job.record, 20)).dump();
+    return *job.shown;
+  };
+  const auto matches = [&](const TableView& view) {
+    if (read.verb == "job") {
+      const auto job = view.find(read.job);
+      if (absent) return job == view.end();
+      return job != view.end() && as_shown(*job->second) == shown;
+    }
+    if (view.size() != listed.size()) return false;
+    std::size_t k = 0;
+    for (const auto& [id, job] : view) {
+      if (as_listed(*job) != listed[k++]) return false;
+    }
+    return true;
+  };
+  const auto view_text = [&](const TableView& view) {
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const auto& [id, job] : view) jobs.push_back(nlohmann::json::parse(as_listed(*job)));
+    return jobs_text(jobs);
+  };
+  const auto first = views_.find(read.lo);
+  if (first == views_.end()) die("checker 8 lost the state a read was called at");
+  for (auto it = first; it != views_.end(); ++it) {
+    if (matches(it->second)) {
+      ++counters_.reads_checked;
+      if (read.lo < hi) ++counters_.reads_during_writes;
+      return;
+    }
+  }
+  std::string answer;
+  if (absent) {
+    answer = "\"" + no_job + "\"";
+  } else if (read.verb == "jobs") {
+    answer = jobs_text(body);
+  } else {
+    answer = jobs_text(nlohmann::json::array({body})) + " (" + shown + ")";
+  }
+  note_violation(
+      "stale read (seed=" + std::to_string(sim_.seed()) + "): " + call + ", answered at " +
+      when(sim_.now()) + " (committed up to index " + std::to_string(hi) + ") with " + answer +
+      ", which no committed table between those indices shows: at " + std::to_string(read.lo) +
+      " it was " + view_text(first->second) +
+      (read.lo == hi ? std::string()
+                     : ", at " + std::to_string(hi) + " " + view_text(views_.rbegin()->second)));
+}
+
 void NodeCoreCluster::check_stale_workers() {
   const config::DaemonConfig& c = options_.core.config;
   const Duration allowance =
@@ -594,6 +794,7 @@ std::optional<std::string> NodeCoreCluster::check() {
   for (NodeId id = 0; id < options_.core.voters; ++id) {
     const NodeCoreProcess* p = process(id);
     if (p == nullptr || !p->started()) continue;
+    if (options_.check_reads && p->core().leading()) led_.emplace(id, sim_.info(id).generation);
     const rendezvous::JobTable& t = p->core().jobs().table();
     const auto key = std::make_pair(sim_.info(id).generation, t.applied_index());
     auto& recorded = recorded_[id];

@@ -30,7 +30,19 @@
 //     still runs R as the job's current round, unfenced (no RoundStart told it otherwise, and
 //     the lease it holds is the fence); and a round its daemon marked fenced (its lease ran
 //     out; RoundService::member_rounds) has no live worker there 200 ms later;
-//  7. every call creates at most one job: no voter's table holds two jobs of one name.
+//  7. every call creates at most one job: no voter's table holds two jobs of one name;
+//  8. job-table reads are linearizable (with options.check_reads; read() and read_random()
+//     issue them): a read answered with data (the "jobs" list, one "job", or "No job" for an
+//     id) must show the table as it stood after some committed index i, lo <= i <= hi. lo is
+//     the furthest any daemon's table had applied (JobTable::applied_index) when the read was
+//     called: every write committed by then (a submit acknowledged to anyone, a state change a
+//     leader made) must show. hi is the furthest any had applied when the answer reached the
+//     caller: nothing not yet committed may show. (Raft's read index answers from a table at
+//     least at the leader's commit index on arrival, which covers everything applied anywhere
+//     before.) Tables are compared as the control reply shows them (rendezvous::to_json of
+//     each job); each daemon reports every apply and snapshot restore, and the cluster keeps
+//     the committed states from the oldest outstanding read's lo on. The violation names the
+//     seed. Other error replies claim nothing and are not checked.
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every
@@ -42,6 +54,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -87,6 +100,9 @@ struct NodeCoreClusterOptions {
   // Checker 6's lease half reads every daemon with workers after every event; off, it runs in
   // drive_clients() only (large clusters).
   bool lease_check_every_event = true;
+  // Checker 8: read() may be used, and every committed table state is kept while a read that
+  // may show it is outstanding. Off, read() aborts and applied tables are not looked at.
+  bool check_reads = false;
 };
 
 // The settings the scenarios share: the netns tests' short timers (tests/integ).
@@ -109,6 +125,11 @@ struct NodeCoreCounters {
   std::uint64_t restarts = 0;
   std::uint64_t partitions = 0;
   std::uint64_t voters_lost = 0;
+  std::uint64_t reads = 0;                // read calls (checker 8)
+  std::uint64_t reads_at_deposed = 0;     // ... at a daemon that had led and led no more
+  std::uint64_t reads_checked = 0;        // answered with data, found linearizable
+  std::uint64_t reads_during_writes = 0;  // ... while the table moved (lo < hi)
+  std::uint64_t read_errors = 0;          // answered with an error (nothing to check)
 };
 
 class NodeCoreCluster : public NodeCoreObserver {
@@ -140,6 +161,13 @@ class NodeCoreCluster : public NodeCoreObserver {
                      std::uint32_t workers_per_node = 1);
   // Retries due requests (call every ~100 ms of virtual time), and runs the polled checks.
   void drive_clients();
+  // A read at up daemon `via`: "jobs", or "job" of `job` when not empty; checker 8 checks its
+  // answer. Needs options.check_reads.
+  void read(NodeId via, const std::string& job = "");
+  // A read at a random up daemon: half of them at one that has led in its current generation
+  // (the leader, or a deposed leader that may not know it yet), and one in three a "job" of a
+  // random acknowledged job.
+  void read_random();
   // A random live worker exits with status 1; false when none runs.
   bool crash_worker();
   // A live worker on daemon `node` exits with status 1 (the first by worker id); false when
@@ -170,6 +198,11 @@ class NodeCoreCluster : public NodeCoreObserver {
 
   NodeCoreCounters& counters() { return counters_; }
   std::size_t live_workers() const { return live_.size(); }
+  // Workers of job `job_id` started so far.
+  std::uint64_t spawns_of(const std::string& job_id) const {
+    const auto it = spawns_by_job_.find(job_id);
+    return it == spawns_by_job_.end() ? 0 : it->second;
+  }
   std::string summary();
 
   // NodeCoreObserver.
@@ -179,6 +212,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   void on_round_start(NodeId node, std::uint64_t generation,
                       const node::RoundStart& start) override;
   void on_persist(NodeId node, const consensus::Persist& persist) override;
+  void on_applied(NodeId node, const rendezvous::JobTable& table) override;
 
  private:
   struct Request {
@@ -190,6 +224,23 @@ class NodeCoreCluster : public NodeCoreObserver {
     std::string last_error;
   };
   using WorkerKey = std::pair<NodeId, spawner::WorkerId>;
+  using CallKey = std::tuple<NodeId, std::uint64_t, std::uint64_t>;  // (daemon, generation, call)
+  // Checker 8: a read called and not answered yet.
+  struct Read {
+    std::string verb;  // "jobs" or "job"
+    std::string job;   // the id a "job" read asks for
+    std::string who;   // "d<k> (gen <g>)"
+    TimePoint invoked{};
+    consensus::Index lo = 0;  // the newest committed state when it was called
+  };
+  // A job as one committed table state holds it, shared by the states it did not change in,
+  // with its JSON as the "jobs" and "job" replies show it (made when first compared).
+  struct ViewedJob {
+    rendezvous::JobRecord record;
+    mutable std::optional<std::string> listed;
+    mutable std::optional<std::string> shown;
+  };
+  using TableView = std::map<std::string, std::shared_ptr<const ViewedJob>>;
 
   void attempt(std::size_t index, NodeId via);
   bool fail_live_worker(WorkerKey worker);  // exits 1 (crash_worker, crash_worker_on)
@@ -200,6 +251,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   void check_stale_workers();
   void check_leases(NodeId id);
   void count_stale_starts(NodeId id);
+  void check_read(const Read& read, const node::CallReply& reply);
+  void prune_reads();
 
   // Declared first: destroyed after the processes, which write under it.
   testing::TempDir dir_;
@@ -231,6 +284,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   // Checker 5 and the worker ledger.
   std::map<WorkerKey, SimWorker> live_;
   std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
+  std::map<std::string, std::uint64_t> spawns_by_job_;
   std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
   // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event.
   std::set<std::pair<std::string, std::uint64_t>> broken_;
@@ -244,6 +298,14 @@ class NodeCoreCluster : public NodeCoreObserver {
   NodeCoreCounters counters_;
   std::map<std::string, std::string> known_stuck_;
   std::map<std::string, TimePoint> stuck_since_;  // job -> since when it shows a known signature
+  // Checker 8: committed table states by applied index (from the oldest outstanding read's lo
+  // on), reads not answered yet, replies that came out of the call that made them, and the
+  // (daemon, generation)s that have led.
+  std::map<consensus::Index, TableView> views_;
+  std::map<CallKey, Read> reads_;
+  bool in_read_call_ = false;
+  std::vector<std::pair<CallKey, node::CallReply>> early_replies_;
+  std::set<std::pair<NodeId, std::uint64_t>> led_;
   // Declared last: destroyed first, while everything its processes report to still exists.
   Simulator sim_;
 };

@@ -21,7 +21,11 @@
 // process's: a restart starts a fresh one, as on a host whose log directory is on tmpfs
 // (nothing the checkers read is in it).
 // What it sees goes to a NodeCoreObserver: call replies, RoundStarts received (decoded, before
-// the core sees them), Raft persists and, through the launcher, worker spawns and exits.
+// the core sees them), Raft persists, the job table after each committed entry it applies (the
+// process stands between ConsensusHost and the JobService as the state machine) and, through
+// the launcher, worker spawns and exits.
+// NodeCoreOptions::reads_skip_read_index breaks reads on purpose (see there): a scenario checks
+// with it that the cluster's linearizable-read checker catches a stale read.
 // Ownership: the Simulator owns the process; the process owns its NodeCore; the observer and
 // the simulator outlive it. Thread safety: none (the simulator's thread).
 // Errors: a core that cannot start (ConsensusHost refuses) aborts loudly (a scenario bug).
@@ -37,6 +41,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/node/node_core.h"
 #include "daemon/node/round_codec.h"
+#include "daemon/rendezvous/job_table.h"
 #include "tests/sim/sim_launcher.h"
 #include "tests/sim/simulator.h"
 #include "tests/unit/fake_host.h"
@@ -52,6 +57,10 @@ struct NodeCoreOptions {
   config::DaemonConfig config;
   SimLauncherOptions launcher;
   std::string state_root;  // a directory the daemons' state_dirs go under (the test's)
+  // A stale-read bug, made on purpose: a "jobs" call at a Raft voter is answered at once from
+  // that voter's own applied table (as JobService words it), with no forwarding and no read
+  // index, so a deposed leader or a lagging follower answers with what it has.
+  bool reads_skip_read_index = false;
 };
 
 class NodeCoreObserver : public SimWorkerObserver {
@@ -63,6 +72,8 @@ class NodeCoreObserver : public SimWorkerObserver {
                               const node::RoundStart& start) = 0;
   // `node` made its Raft state durable (before the messages that depend on it leave).
   virtual void on_persist(NodeId node, const consensus::Persist& persist) = 0;
+  // `node`'s job table right after it applied a committed entry or restored a snapshot.
+  virtual void on_applied(NodeId node, const rendezvous::JobTable& table) = 0;
 };
 
 // The simulator's time as a Clock.
@@ -109,6 +120,8 @@ class NodeCoreProcess : public SimProcess {
 
  private:
   void carry_out(SimContext& ctx, node::CoreOutput output);
+  // The reads_skip_read_index answer to a "jobs" call.
+  std::uint64_t answer_locally();
 
   NodeInfo info_;
   const NodeCoreOptions* options_;
@@ -118,8 +131,12 @@ class NodeCoreProcess : public SimProcess {
   config::DaemonConfig config_;
   SimLauncher* launcher_ = nullptr;  // owned by the core's supervisor
   testing::FakeHost host_;           // before core_, which uses it until it is destroyed
+  // The state machine ConsensusHost applies to: the core's JobService, observed. Declared before
+  // the core, which holds the ConsensusHost that refers to it.
+  std::unique_ptr<node::StateMachine> machine_;
   std::unique_ptr<node::NodeCore> core_;
   std::uint64_t seq_ = 0;
+  std::uint64_t local_answers_ = 0;  // reads_skip_read_index calls (ids beside the core's)
   std::pair<std::string, std::uint64_t> stamped_hint_;  // (leader, term) stamped on envelopes
 };
 
