@@ -32,6 +32,7 @@
 
 #include "daemon/checkpoint/checkpoint_store.h"
 #include "elastic/version.h"
+#include "trainer/async_checkpointer.h"
 #include "trainer/checkpointing.h"
 #include "trainer/data/sampler.h"
 #include "trainer/dist.h"
@@ -76,6 +77,8 @@ struct Flags {
   std::int64_t checkpoint_interval = 0;
   int keep = 3;
   bool checkpoint_on_stop = true;
+  double checkpoint_exit_wait_s = 600;
+  std::int64_t checkpoint_write_delay_ms = 0;
   std::int64_t log_interval = 20;
   std::uint64_t seed = 42;
   bool no_overlap = false;
@@ -166,6 +169,13 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--keep", f.keep, "Complete checkpoints to keep")->check(CLI::PositiveNumber);
   app.add_flag("!--no-checkpoint-on-stop", f.checkpoint_on_stop,
                "Do not write a checkpoint when stopped by SIGTERM/SIGINT");
+  app.add_option(
+         "--checkpoint-exit-wait", f.checkpoint_exit_wait_s,
+         "At exit, seconds to wait for the checkpoint being written, then for the final one")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-write-delay-ms", f.checkpoint_write_delay_ms,
+                 "Fault injection: the checkpoint writer pauses N ms after each file it writes")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--log-interval", f.log_interval, "Print a step line every N steps")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", f.seed, "Seed of the model initialisation and the data order");
@@ -483,27 +493,26 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
   };
   ProgressReporter progress(progress_env());
 
-  std::int64_t last_checkpoint_step = state.step;
-  auto write_checkpoint = [&]() -> int {
-    last_checkpoint_step = state.step;
-    if (!store || env.rank != 0) return kExitOk;
-    const auto begin = std::chrono::steady_clock::now();
-    state.world_size = env.world_size;
-    state.round = env.round;
-    auto ref = save_checkpoint(*store, state, module, *optimizer);
-    if (!ref) {
-      fail(ref.error().message);
-      return kExitIo;
+  // Rank 0 checkpoints off the training thread (trainer/async_checkpointer.h). After a live
+  // re-formation another process may be rank 0: the new one starts a checkpointer, the old one
+  // finishes the write it has in flight and stops checkpointing.
+  std::optional<AsyncCheckpointer> checkpointer;
+  auto follow_rank_zero = [&]() -> bool {
+    if (store && env.rank == 0 && !checkpointer) {
+      checkpointer.emplace(
+          AsyncCheckpointOptions{checkpoint_dir, flags.keep, env.job_id,
+                                 std::chrono::milliseconds(static_cast<std::int64_t>(
+                                     flags.checkpoint_exit_wait_s * 1e3)),
+                                 std::chrono::milliseconds(flags.checkpoint_write_delay_ms)},
+          emit, progress);
+    } else if (env.rank != 0 && checkpointer) {
+      const bool finished = checkpointer->finish(nullptr, module, *optimizer);
+      checkpointer.reset();
+      return finished;
     }
-    emit({{"event", "checkpoint"},
-          {"step", state.step},
-          {"epoch", state.position.epoch},
-          {"position", state.position.position},
-          {"dir", ref->dir},
-          {"seconds", seconds_since(begin)}});
-    progress.checkpoint(state.step);
-    return kExitOk;
+    return true;
   };
+  follow_rank_zero();
 
   // ---- live re-formation (with a round source): leave the current group, join the next
   // round's (`next`, or the next one the source announces before the deadline), agree on the
@@ -535,6 +544,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
         progress = ProgressReporter(progress_env());
         open_trace();
         reformed_at = monotonic_seconds();
+        if (!follow_rank_zero()) return kExitIo;
         auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
         line["abandon_s"] = abandon_s;
         emit(line);
@@ -627,6 +637,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
             {"since_reform_s", monotonic_seconds() - *reformed_at}});
       reformed_at.reset();
     }
+    if (checkpointer) checkpointer->poll();
     if ((env.rank == 0 && state.step % flags.log_interval == 0) || state.position.position == 0)
       last_loss = reducer->control(0)[1];  // this step's loss: a host sync, only when shown
     interval_samples += global_batch;
@@ -670,8 +681,11 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
       stopped = true;
       break;
     }
-    if (flags.checkpoint_interval > 0 && state.step % flags.checkpoint_interval == 0) {
-      if (int rc = write_checkpoint(); rc != kExitOk) return rc;
+    if (checkpointer && flags.checkpoint_interval > 0 &&
+        state.step % flags.checkpoint_interval == 0) {
+      state.world_size = env.world_size;
+      state.round = env.round;
+      checkpointer->checkpoint(state, module, *optimizer);
     }
   }
 
@@ -681,11 +695,14 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
     if (samples_measured > 0) measured_seconds += seconds_since(drain_start);
   }
 
-  // The final state is saved unless the last step was just saved (or the user opted out for
-  // a stop); a resumed run that had nothing left to do writes nothing.
-  if (store && steps_this_run > 0 && state.step != last_checkpoint_step &&
-      (!stopped || flags.checkpoint_on_stop)) {
-    if (int rc = write_checkpoint(); rc != kExitOk) return rc;
+  // The final state is saved unless it already is (or the user opted out for a stop); a resumed
+  // run that had nothing left to do writes nothing. The write in flight is waited for either way.
+  const bool final_checkpoint = steps_this_run > 0 && (!stopped || flags.checkpoint_on_stop);
+  state.world_size = env.world_size;
+  state.round = env.round;
+  if (checkpointer &&
+      !checkpointer->finish(final_checkpoint ? &state : nullptr, module, *optimizer)) {
+    return kExitIo;
   }
   if (!stopped && eval && !accuracy)
     accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend);

@@ -16,6 +16,7 @@ constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kTmpPrefix = ".tmp-";
 constexpr std::string_view kLatest = "LATEST";
 constexpr std::string_view kLatestTmp = "LATEST.tmp";
+constexpr std::string_view kRoundPrefix = "round-";
 
 // Misuse of the API is a bug in the caller, not an environment failure (STYLE.md rule 6).
 [[noreturn]] void die(const std::string& message) {
@@ -61,6 +62,24 @@ std::string tmp_dir_name(std::int64_t step, std::string_view suffix) {
   char name[64];
   std::snprintf(name, sizeof name, ".tmp-%09" PRId64 "-", step);
   return name + std::string(suffix);
+}
+
+std::string round_claim_name(std::int64_t round, std::string_view job) {
+  char name[64];
+  std::snprintf(name, sizeof name, "round-%09" PRId64 "-", round);
+  return name + std::string(job);
+}
+
+// The round of a claim of `job` ("round-NNNNNNNNN-<job>"); nullopt for any other name.
+std::optional<std::int64_t> parse_round_claim(std::string_view name, std::string_view job) {
+  if (!name.starts_with(kRoundPrefix)) return std::nullopt;
+  name.remove_prefix(kRoundPrefix.size());
+  const std::size_t dash = name.find('-');
+  if (dash == std::string_view::npos || name.substr(dash + 1) != job) return std::nullopt;
+  std::int64_t round = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + dash, round);
+  if (dash == 0 || ec != std::errc() || end != name.data() + dash) return std::nullopt;
+  return round;
 }
 
 std::string strip_trailing_slashes(std::string path) {
@@ -283,6 +302,56 @@ Status CheckpointStore::recover() {
   // Not needed for safety (a leftover that comes back is removed again), but it spares the
   // next start the same work.
   if (removed_any) return fs_.sync_dir(job_dir_);
+  return ok_status();
+}
+
+Result<std::vector<std::int64_t>> CheckpointStore::claimed_rounds(std::string_view job) {
+  Result<std::vector<std::string>> names = fs_.list_dir(job_dir_);
+  if (!names) return names.error();
+  std::vector<std::int64_t> rounds;
+  for (const std::string& name : *names) {
+    if (std::optional<std::int64_t> round = parse_round_claim(name, job)) rounds.push_back(*round);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds;
+}
+
+Status CheckpointStore::check_round(std::string_view job, std::int64_t round) {
+  Result<std::vector<std::int64_t>> rounds = claimed_rounds(job);
+  if (!rounds) {
+    return Error{"Cannot check which round of job " + std::string(job) + " owns " + job_dir_ +
+                 ". " + rounds.error().message};
+  }
+  if (!rounds->empty() && rounds->back() > round) {
+    return Error{"Round " + std::to_string(round) + " of job " + std::string(job) +
+                 " is stale: round " + std::to_string(rounds->back()) +
+                 " has claimed the checkpoints in " + job_dir_ + "."};
+  }
+  return ok_status();
+}
+
+Status CheckpointStore::claim_round(std::string_view job, std::int64_t round) {
+  if (round < 0)
+    die("CheckpointStore::claim_round() needs round >= 0, got " + std::to_string(round) + ".");
+  const std::string name = round_claim_name(round, job);
+  if (job.empty() || !valid_file_name(name)) {
+    return Error{"The job id \"" + std::string(job) +
+                 "\" cannot name a round claim: it must be non-empty and contain no '/' or NUL."};
+  }
+  if (Status current = check_round(job, round); !current) return current;
+  const std::string claim = path(name);
+  if (!fs_.exists(claim)) {
+    if (Status written = fs_.write_file(claim, ""); !written) return written;
+    if (Status synced = fs_.sync_file(claim); !synced) return synced;
+    if (Status synced = fs_.sync_dir(job_dir_); !synced) return synced;
+  }
+  // Older claims no longer fence anything (this one is newer); a removal lost in a crash only
+  // leaves a file that the next claim removes.
+  if (Result<std::vector<std::int64_t>> rounds = claimed_rounds(job); rounds) {
+    for (std::int64_t older : *rounds) {
+      if (older < round) (void)fs_.remove_all(path(round_claim_name(older, job)));
+    }
+  }
   return ok_status();
 }
 

@@ -17,6 +17,16 @@
 // was ever published, so every step dir is such a leftover. Never delete LATEST by hand to roll
 // back: that discards every checkpoint of the job at the next recover().
 //
+// Round fencing: a round's writer claims the job dir for its round before it publishes
+// (claim_round()) and publishes with a fence that asks check_round(): once a newer round of the
+// same job has claimed the dir, the older round's publish is refused, so a stale round (a
+// cut-off old member's rank 0) cannot move LATEST past a newer round's checkpoint. A claim is an
+// empty durable file <job_dir>/round-NNNNNNNNN-<job> (never read as a checkpoint; recover()
+// leaves it). The check and the rename of LATEST are not one atomic step: a stale writer whose
+// check passed just before the newer round's claim still publishes once, and that checkpoint is
+// older than anything the newer round publishes after its claim (the workers' lease, which stops
+// a cut-off member's workers, bounds how long such a writer can run at all).
+//
 // Readers re-read LATEST every time (latest()). Ownership: holds a reference to an Fs that
 // must outlive it. Thread safety: none; one writer per job (rank 0) at a time, and at most one
 // CheckpointWriter of a job in progress. Errors: environment failures (I/O, a corrupt LATEST)
@@ -113,6 +123,13 @@ class CheckpointStore {
   Result<CheckpointWriter> begin(std::int64_t step, std::int64_t round);
   // The published checkpoints present (steps <= LATEST's), oldest first; empty without LATEST.
   Result<std::vector<CheckpointRef>> list();
+  // Claims the job dir for `round` of `job` (round >= 0; the job id must be a valid file name
+  // part): an Error, creating nothing, when a newer round of the job has claimed it; otherwise
+  // the claim is durable on return and the job's older claims are removed (best effort).
+  Status claim_round(std::string_view job, std::int64_t round);
+  // ok_status() unless a round of `job` newer than `round` has claimed the job dir; the Error
+  // names both rounds. Meant as publish()'s `still_current`.
+  Status check_round(std::string_view job, std::int64_t round);
 
   const std::string& job_dir() const { return job_dir_; }
 
@@ -128,6 +145,8 @@ class CheckpointStore {
   Status rename_checked(const std::string& from, const std::string& to);
   // Removes a step dir by a durable rename to a tmp name first, so none is ever half there.
   Status remove_step_dir(std::int64_t step);
+  // The rounds of `job` that hold a claim, ascending.
+  Result<std::vector<std::int64_t>> claimed_rounds(std::string_view job);
   // Steps of the step dirs present, ascending.
   Result<std::vector<std::int64_t>> step_dirs();
   std::string path(std::string_view name) const;

@@ -135,6 +135,143 @@ TEST(Trainer, ExternalKillNineLeavesACompleteCheckpointThatResumes) {
   }
 }
 
+// The tmp dirs of checkpoints being written (or left by a killed writer).
+std::vector<std::string> tmp_dirs(const std::string& ckpt) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".tmp-", 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+// Rank 0 writes checkpoints on a thread of its own: a SIGKILL while one is being written (the
+// writer is held up after its first file) leaves LATEST on the last complete checkpoint, from
+// which the job resumes; training went on meanwhile, and the checkpoints that came due while the
+// write was in flight were skipped (logged once).
+TEST(Trainer, KillDuringABackgroundWriteLeavesLatestOnTheLastCompleteCheckpoint) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  auto args = [&](std::vector<std::string> extra) {
+    auto argv = quick(
+        {"--train-limit", "4096", "--batch-size", "32", "--no-eval", "--checkpoint-dir", ckpt});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  auto first = run(args({"--max-steps", "10"}), {}, kRunTimeout);
+  ASSERT_TRUE(first.status.exited_with(0)) << first.err;
+  ASSERT_EQ(latest(ckpt), "step-000000010");
+
+  Process p(args({"--epochs", "100", "--checkpoint-interval", "2", "--checkpoint-write-delay-ms",
+                  "600000"}),
+            {}, dir.path(), "trainer");
+  // The write of step 12 is under way (its first file is in the tmp dir) and training has gone
+  // past the next checkpoint, which was skipped.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto tmp = tmp_dirs(ckpt);
+        return tmp.size() == 1 && std::filesystem::exists(ckpt + "/" + tmp[0] + "/model.pt") &&
+               events(p.out(), "checkpoint_skipped").size() == 1 &&
+               p.out().find("\"step\":20,") != std::string::npos;
+      },
+      std::chrono::minutes(2)))
+      << p.out() << p.err();
+  p.signal(SIGKILL);
+  ASSERT_TRUE(p.wait(std::chrono::seconds(30)).has_value());
+  const std::string out = p.out();
+  EXPECT_EQ(tmp_dirs(ckpt), std::vector<std::string>{".tmp-000000012-r0"});
+  EXPECT_EQ(latest(ckpt), "step-000000010");
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/step-000000012"));
+  EXPECT_TRUE(events(out, "checkpoint").empty()) << out;
+  auto skipped = events(out, "checkpoint_skipped");
+  ASSERT_EQ(skipped.size(), 1u) << "a skip is logged once:\n" << out;
+  EXPECT_EQ(skipped[0]["step"], 14);
+  EXPECT_EQ(skipped[0]["writing"], 12);
+
+  auto resumed = run(args({"--max-steps", "13"}), {}, kRunTimeout);
+  ASSERT_TRUE(resumed.status.exited_with(0)) << resumed.err;
+  EXPECT_EQ(only_event(resumed, "resume")["step"], 10);
+  EXPECT_EQ(latest(ckpt), "step-000000013");
+  EXPECT_TRUE(tmp_dirs(ckpt).empty());
+}
+
+// Checkpoints due while one is written are skipped; at exit the trainer waits for the write in
+// flight and then writes the final state, so the last checkpoint is complete.
+TEST(Trainer, ACheckpointDueDuringAWriteIsSkippedAndTheFinalOneIsWaitedFor) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  auto r = run(quick({"--train-limit", "4096", "--batch-size", "32", "--no-eval", "--max-steps",
+                      "6", "--checkpoint-interval", "1", "--checkpoint-write-delay-ms", "1000",
+                      "--checkpoint-dir", ckpt}),
+               {}, kRunTimeout);
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_EQ(latest(ckpt), "step-000000006");
+  auto written = events(r.out, "checkpoint");
+  ASSERT_EQ(written.size(), 2u) << r.out;
+  EXPECT_EQ(written[0]["step"], 1);
+  EXPECT_EQ(written[1]["step"], 6);
+  EXPECT_EQ(written[1]["skipped"], 5) << "steps 2 to 6 came due while step 1 was written";
+  EXPECT_EQ(events(r.out, "checkpoint_skipped").size(), 1u) << r.out;
+  EXPECT_EQ(only_event(r, "summary")["step"], 6);
+  EXPECT_TRUE(tmp_dirs(ckpt).empty());
+}
+
+// At exit the wait for a write is bounded: a write that never ends is reported (exit 74) and
+// LATEST stays where it was.
+TEST(Trainer, AWriteThatOutlastsTheExitWaitIsReported) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  auto r = run(quick({"--train-limit", "4096", "--batch-size", "32", "--no-eval", "--max-steps",
+                      "3", "--checkpoint-write-delay-ms", "600000", "--checkpoint-exit-wait", "1",
+                      "--checkpoint-dir", ckpt}),
+               {}, kRunTimeout);
+  EXPECT_TRUE(r.status.exited_with(74)) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint of step 3 is still being written after 1000 ms"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/LATEST"));
+}
+
+// A stale round's rank 0 (a newer round of the job has published) cannot move LATEST: its
+// writes are refused and reported, training goes on, and its final checkpoint fails (exit 74).
+// A newer round publishes again.
+TEST(Trainer, AStaleRoundCannotMoveLatestPastANewerRounds) {
+  TempDir dir;
+  const std::string ckpt = dir / "ckpt";
+  auto args = [&](const std::string& max_steps) {
+    return quick({"--train-limit", "4096", "--batch-size", "32", "--no-eval",
+                  "--checkpoint-interval", "2", "--max-steps", max_steps, "--checkpoint-dir",
+                  ckpt});
+  };
+  auto round = [](const char* n) {
+    return std::map<std::string, std::string>{{"ELASTIC_JOB_ID", "fenced-job"},
+                                              {"ELASTIC_ROUND", n}};
+  };
+  auto newer = run(args("10"), round("2"), kRunTimeout);
+  ASSERT_TRUE(newer.status.exited_with(0)) << newer.err;
+  ASSERT_EQ(latest(ckpt), "step-000000010");
+
+  auto stale = run(args("16"), round("1"), kRunTimeout);
+  EXPECT_TRUE(stale.status.exited_with(74)) << stale.err;
+  EXPECT_EQ(latest(ckpt), "step-000000010");
+  EXPECT_TRUE(events(stale.out, "checkpoint").empty()) << stale.out;
+  auto failed = events(stale.out, "checkpoint_failed");
+  ASSERT_FALSE(failed.empty()) << stale.out;
+  EXPECT_EQ(failed[0]["step"], 12);
+  EXPECT_NE(failed[0]["error"].get<std::string>().find(
+                "Round 1 of job fenced-job is stale: round 2 has claimed"),
+            std::string::npos)
+      << failed[0];
+  EXPECT_NE(stale.out.find("\"step\":15,"), std::string::npos) << "training went on:\n"
+                                                               << stale.out;
+  EXPECT_TRUE(tmp_dirs(ckpt).empty());
+
+  auto newest = run(args("12"), round("3"), kRunTimeout);
+  ASSERT_TRUE(newest.status.exited_with(0)) << newest.err;
+  EXPECT_EQ(only_event(newest, "resume")["step"], 10);
+  EXPECT_EQ(latest(ckpt), "step-000000012");
+}
+
 TEST(Trainer, WorldSizeChangeContinuesFromTheSameGlobalPosition) {
   TempDir dir;
   const std::string ckpt = dir / "ckpt", trace = dir / "trace";

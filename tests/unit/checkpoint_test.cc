@@ -511,6 +511,69 @@ TEST_F(CheckpointTest, FenceAcceptancePublishes) {
   EXPECT_EQ(latest_step(store_), 10);
 }
 
+// A stale round's writer: the newer round claimed the dir (and published) while the older one
+// was writing; the older one's publish is refused and LATEST stays on the newer round's step.
+TEST_F(CheckpointTest, AStaleRoundCannotMoveLatestPastANewerRounds) {
+  ASSERT_OK(store_.claim_round("job-a", 3));
+  Result<CheckpointWriter> stale = store_.begin(40, 3);
+  ASSERT_OK(stale);
+  ASSERT_OK(stale->add("model.pt", "round 3 weights"));
+
+  ASSERT_OK(store_.claim_round("job-a", 4));
+  ASSERT_OK(write_checkpoint(store_, 30, 4, [&] { return store_.check_round("job-a", 4); }));
+
+  Result<CheckpointRef> refused = stale->publish([&] { return store_.check_round("job-a", 3); });
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("Round 3 of job job-a is stale: round 4"));
+  EXPECT_EQ(latest_step(store_), 30);
+  EXPECT_FALSE(fs_.exists(step_dir(40)));
+  EXPECT_FALSE(fs_.exists(stale->tmp_dir()));
+  // The stale round cannot claim the dir back either.
+  Status reclaimed = store_.claim_round("job-a", 3);
+  ASSERT_FALSE(reclaimed.ok());
+  EXPECT_THAT(reclaimed.error().message, HasSubstr("is stale"));
+}
+
+TEST_F(CheckpointTest, ClaimsAreDurableAndReplaceTheJobsOlderClaims) {
+  ASSERT_OK(store_.claim_round("job-a", 2));
+  ASSERT_OK(store_.claim_round("job-a", 2));  // the same round again: idempotent
+  ASSERT_OK(store_.claim_round("job-a", 5));
+  EXPECT_FALSE(fs_.exists("/ckpt/job/round-000000002-job-a"));
+  // The claim is durable; the removal of the older one need not be (it fences nothing).
+  fs_.crash();
+  EXPECT_TRUE(fs_.exists("/ckpt/job/round-000000005-job-a"));
+  EXPECT_OK(store_.check_round("job-a", 5));
+  EXPECT_OK(store_.check_round("job-a", 6));  // a round newer than every claim is current
+  EXPECT_FALSE(store_.check_round("job-a", 4).ok());
+  // Claims survive recover() and do not count as checkpoints.
+  ASSERT_OK(store_.recover());
+  EXPECT_TRUE(fs_.exists("/ckpt/job/round-000000005-job-a"));
+  Result<std::vector<CheckpointRef>> listed = store_.list();
+  ASSERT_OK(listed);
+  EXPECT_TRUE(listed->empty());
+}
+
+TEST_F(CheckpointTest, AnotherJobsClaimsFenceNothing) {
+  // A resubmitted job (a new id, rounds counting from 0 again) may reuse the directory.
+  ASSERT_OK(store_.claim_round("job-a", 9));
+  ASSERT_OK(store_.claim_round("job-a-2", 1));
+  EXPECT_OK(store_.check_round("job-a-2", 1));
+  EXPECT_OK(store_.check_round("job-a", 9));
+  EXPECT_TRUE(fs_.exists("/ckpt/job/round-000000009-job-a"));
+}
+
+TEST_F(CheckpointTest, ClaimWithABadJobIdOrAFailedWriteIsAnError) {
+  for (std::string bad : {std::string(), std::string("a/b"), std::string("a\0b", 3)}) {
+    Status claimed = store_.claim_round(bad, 1);
+    ASSERT_FALSE(claimed.ok()) << bad;
+    EXPECT_THAT(claimed.error().message, HasSubstr("cannot name a round claim"));
+  }
+  fs_.fail_next(FaultFs::Op::kSyncFile, "round-");
+  Status claimed = store_.claim_round("job-a", 1);
+  ASSERT_FALSE(claimed.ok());
+  EXPECT_THAT(claimed.error().message, HasSubstr("round-000000001-job-a"));
+}
+
 TEST_F(CheckpointTest, NfsRenameReportedAsFailedButDoneIsSuccess) {
   CheckpointStore store(fs_, kJob, 1);  // garbage collection renames too
   fs_.set_rename_reports_error(true);
