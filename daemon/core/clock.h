@@ -29,6 +29,12 @@ class Clock {
   virtual std::uint64_t seed() = 0;
 };
 
+// The wall time (ms) at which steady time `then` was, seen from steady `now` on `clock`.
+inline std::int64_t wall_ms_at(const Clock& clock, TimePoint now, TimePoint then) {
+  return clock.wall_ms() -
+         std::chrono::duration_cast<std::chrono::milliseconds>(now - then).count();
+}
+
 class SystemClock final : public Clock {
  public:
   TimePoint now() const override {

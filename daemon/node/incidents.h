@@ -42,7 +42,7 @@
 // this leader's memory: a new leader starts with none (job state changes are replicated in the
 // job table's events instead).
 //
-// Thread safety: none; the node's loop thread owns it (through RoundService).
+// Thread safety: none; the node's loop thread owns it (through RoundLeader).
 #pragma once
 
 #include <array>

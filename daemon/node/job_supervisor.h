@@ -1,5 +1,5 @@
 // JobSupervisor: turns the rounds this daemon belongs to into local worker processes (the
-// "job supervisor" layer of ARCHITECTURE.md). RoundService decides which round stands (fence,
+// "job supervisor" layer of ARCHITECTURE.md). RoundMember decides which round stands (fence,
 // leases); the supervisor carries it out through the Spawner and reports back what happened to
 // the workers.
 //

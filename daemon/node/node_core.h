@@ -13,8 +13,8 @@
 //   Membership (SWIM)            <- membership envelopes, failed sends; -> member events
 //   ConsensusHost (Raft)         <- Raft envelopes; applies to JobService (the state machine)
 //   JobService                   <- client calls served on the leader (submit, cancel, jobs...)
-//   RoundService, leader half    <- the applied job table, the members; proposes to Raft
-//   RoundService, member half    <- RoundStart, job-tier and lease envelopes; -> the supervisor
+//   RoundService: RoundLeader    <- the applied job table, the members; proposes to Raft
+//   RoundService: RoundMember    <- RoundStart, job-tier and lease envelopes; -> the supervisor
 //   JobSupervisor                <- rounds to run and stop; -> reports to the leader
 // A pass of step() runs them in the order elasticd always has: deliver the envelopes, let
 // membership tick, Raft tick, the leader half plan (when due), the member half tick, the

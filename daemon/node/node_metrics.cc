@@ -4,8 +4,8 @@
 //    counters, its own worker processes and the checkpoints of jobs with workers here;
 //  - voters (every daemon of a cluster without consensus.voters): the job table (jobs by state,
 //    restarts and round per job) -- non-voters hold no copy of the table;
-//  - the Raft leader only: rounds opened and the recovery histogram (RoundService's leader
-//    state is volatile: a new leader starts both from zero, so Prometheus sees a counter reset).
+//  - the Raft leader only: rounds opened and the recovery histogram (RoundLeader's state
+//    is volatile: a new leader starts both from zero, so Prometheus sees a counter reset).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -104,7 +104,7 @@ void message_family(
 
 double as_double(std::uint64_t value) { return static_cast<double>(value); }
 
-// Leader-only: RoundService's incidents and rounds (volatile leader memory, incidents.h).
+// Leader-only: RoundLeader's incidents and rounds (volatile leader memory, incidents.h).
 void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
   m.family("elastic_rounds_opened_total", MetricType::kCounter,
            "Rounds this daemon committed as Raft leader since it became leader (leader only).");

@@ -1,4 +1,4 @@
-// The reports a member daemon sends the leader about its rounds (RoundService::on_report), as
+// The reports a member daemon sends the leader about its rounds (RoundLeader::on_report), as
 // the body of a kRoundReport envelope: one map-encoded struct whose kind says which of the
 // fields below it carries. Keys (daemon/wire/msgpack_schema.h), in this order; k, j and r are
 // always written, every other key only when its value is not the default (0, "", unset, -1 for
@@ -28,6 +28,7 @@
 // Thread safety: pure functions over values.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -42,6 +43,9 @@ inline constexpr std::size_t kMaxReportIdBytes = 256;
 inline constexpr std::size_t kMaxReportTextBytes = 4096;
 // A whole report body: its two texts at their bounds and the keys and numbers around them.
 inline constexpr std::size_t kMaxRoundReportBytes = 16 * 1024;
+// A daemon sends node_info to the leader it believes in when that changes, and again this
+// often; a new leader waits this long for a member's slots before it plans without it.
+inline constexpr std::chrono::seconds kNodeInfoResend{10};
 
 // Wire numbers: only ever appended.
 enum class ReportKind : std::uint8_t {

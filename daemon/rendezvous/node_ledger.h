@@ -1,7 +1,6 @@
 // NodeLedger: which job holds each node's worker slots and store ports, so the leader never
-// gives a slot or a store port twice. The leader (RoundService::lead,
-// and the control-plane simulator's leader, which checks this code) builds one per planning
-// pass and feeds it everything that may hold a node:
+// gives a slot or a store port twice. The leader (RoundLeader::lead, daemon/node/round_leader.h)
+// builds one per planning pass and feeds it everything that may hold a node:
 //   1. hold_table(): every job of the applied table that is not terminal and has a round
 //      (rendezvous, running and recovering: a recovering job keeps its surviving members);
 //   2. hold() for each OpenRound proposed but not applied yet: its ranks hold their slots from

@@ -79,7 +79,7 @@ struct NodeCoreClusterOptions {
   // A round's ranks depend on each other: when one leaves abnormally (killed, crashed, its
   // daemon gone), the others of that (job, round), and any that start in it later, exit 69 this
   // much later, as elastic-trainer does when a collective or the store loses a peer (a TCP
-  // reset: round_service.cc's failure grace assumes ~0.2 s). 0: ranks are independent.
+  // reset: round_leader.cc's failure grace assumes ~0.2 s). 0: ranks are independent.
   Duration peer_loss_exit = std::chrono::milliseconds(200);
   std::uint32_t max_restarts = 50;  // of every submitted job
   // Two liveness bugs of RoundService (rendezvous/leases) that these scenarios hit; while they

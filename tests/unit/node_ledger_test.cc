@@ -30,7 +30,7 @@ struct Holding {
   std::uint16_t port = 0;
 };
 // A job planned in the pass: it asks for `want` slots on `node` and holds them when they are
-// free (what RoundService::lead does after each decision).
+// free (what RoundLeader::lead does after each decision).
 struct Ask {
   std::string job;
   std::string node;

@@ -661,7 +661,7 @@ TEST(PlannerTest, RestartCountsArePerNodeLikeTorchrunAgents) {
   EXPECT_EQ(counts(make_open_round(job, grow, ms(100'000))),
             (std::vector<std::uint32_t>{0, 1, 0, 0}));
 
-  // The same members on another store port (RoundService's port move): nobody counts.
+  // The same members on another store port (RoundLeader's port move): nobody counts.
   Decision moved;
   moved.kind = Kind::kOpenRound;
   moved.reason = R::kMemberLost;

@@ -1,0 +1,763 @@
+#include "daemon/node/round_leader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "daemon/node/round_codec.h"
+#include "daemon/rendezvous/job_codec.h"
+
+namespace elastic::node {
+namespace {
+
+using json = nlohmann::json;
+using rendezvous::is_active_round_state;
+using rendezvous::JobState;
+
+constexpr std::chrono::milliseconds kPlanInterval{100};
+constexpr std::chrono::seconds kStartResend{1};
+// How long the leader keeps telling an ended job's members that it ended.
+constexpr std::chrono::seconds kEndNotice{10};
+// A store port a node found in use stays out of its rounds this long (its holder may let go).
+constexpr std::chrono::minutes kBusyPortMemory{10};
+// A new leader that has not applied an entry of its own term looks again this soon.
+constexpr std::chrono::milliseconds kCatchUpRetry{10};
+
+rendezvous::WallTime wall_time(const Clock& clock) {
+  return rendezvous::WallTime(std::chrono::milliseconds(clock.wall_ms()));
+}
+// "tcp://10.0.0.2:7946" -> "10.0.0.2" ("[::1]" keeps its brackets off: the planner adds them).
+std::string host_of(const std::string& address) {
+  std::string rest = address;
+  if (rest.rfind("tcp://", 0) == 0) rest = rest.substr(6);
+  const auto colon = rest.rfind(':');
+  if (colon != std::string::npos) rest = rest.substr(0, colon);
+  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') {
+    rest = rest.substr(1, rest.size() - 2);
+  }
+  return rest;
+}
+
+// Whether a member of `job`'s round is alive in membership (the same daemon instance, not
+// suspect, not declared lost by the job tier: `lost`) but has not told this leader its slots
+// yet: a new leader hears them only once each node learns of it (node_info), and until then the
+// planner would count that member as lost. A dead member (say the old leader) is not waited for.
+bool member_slots_unknown(
+    const rendezvous::JobRecord& job,
+    const std::map<std::string, const membership::MemberView*>& alive,
+    const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots,
+    const std::map<std::pair<std::string, std::uint64_t>, TimePoint>& lost) {
+  return std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+    const auto view = alive.find(member.node);
+    if (view == alive.end() || view->second->generation != member.generation ||
+        view->second->state != membership::MemberState::kAlive ||
+        lost.contains({member.node, member.generation})) {
+      return false;
+    }
+    const auto known = node_slots.find(member.node);
+    return known == node_slots.end() || known->second.first != member.generation;
+  });
+}
+
+}  // namespace
+
+RoundLeader::RoundLeader(std::string self, std::uint64_t generation, const config::Current& config,
+                         const Clock& clock)
+    : clock_(&clock),
+      self_(std::move(self)),
+      generation_(generation),
+      config_(config),
+      // The margin covers a deposed leader granting until CheckQuorum demotes it (one election
+      // timeout) and clock-rate differences.
+      granter_(config.get().rendezvous.lease_duration, config.get().consensus.election_timeout) {}
+
+void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
+                       const std::vector<membership::MemberView>& members,
+                       ConsensusHost* consensus) {
+  if (!leading || consensus == nullptr) {
+    if (leading_) {
+      granter_.step_down();
+      incidents_.abandon_open();
+      round_members_.clear();
+      leader_jobs_.clear();
+      proposed_.clear();
+      in_rounds_.clear();
+      leading_ = false;
+    }
+    return;
+  }
+  if (!leading_) {
+    granter_.become_leader(consensus->term(), now);
+    leading_ = true;
+    leading_since_ = now;
+    next_plan_ = now;
+    drains_seen_ = table.drained();
+    incidents_.record(ClusterEvent{.at_ms = wall_time(*clock_).time_since_epoch().count(),
+                                   .kind = "leader_elected",
+                                   .node = self_,
+                                   .job = "",
+                                   .detail = "term " + std::to_string(consensus->term())});
+  }
+  const rendezvous::WallTime wall = wall_time(*clock_);
+
+  std::map<std::string, const membership::MemberView*> alive;
+  std::map<std::string, std::string> addresses;
+  // When this leader first saw each usable (node, generation): the wait list's order and the
+  // start of its last-call window. Entries of nodes no longer usable are dropped.
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> seen;
+  for (const membership::MemberView& m : members) {
+    addresses[m.name] = m.address;
+    if (m.state == membership::MemberState::kAlive ||
+        m.state == membership::MemberState::kSuspect) {
+      alive[m.name] = &m;
+      const auto key = std::make_pair(m.name, m.generation);
+      const auto earlier = first_seen_.find(key);
+      seen.emplace(key, earlier == first_seen_.end() ? wall : earlier->second);
+    }
+  }
+  first_seen_ = std::move(seen);
+  left_.clear();
+  for (const membership::MemberView& m : members) {
+    if (m.state == membership::MemberState::kLeft) left_.emplace(m.name, m.generation);
+  }
+  // A drained node's entry goes once that daemon instance is no longer a member at all.
+  std::erase_if(leaving_, [&](const auto& entry) {
+    return std::none_of(members.begin(), members.end(), [&](const membership::MemberView& m) {
+      return m.name == entry.first && m.generation == entry.second;
+    });
+  });
+  // Slots and store ports: a node's are shared by the jobs whose rounds hold them; each job may
+  // use what the others leave. Held: the table's rounds, this leader's proposals in flight, and
+  // (plan_job) each round decided in this pass before the next job is planned.
+  rendezvous::NodeLedger ledger;
+  for (const auto& [name, known] : node_slots_) ledger.set_capacity(name, known.second);
+  ledger.hold_table(table);
+  for (const auto& [id, proposal] : proposed_) ledger.hold(id, proposal.first, proposal.second);
+  // Lease eligibility: members of active rounds, except where this leader's job tier declared
+  // the member lost. Such a member is often alive (cut off from its peers, not from the leader,
+  // or the leader itself): renewing its lease would keep may_replace() false and the job could
+  // never re-place its work. Unrenewed, it fences itself within a lease, and the job moves on.
+  in_rounds_.clear();
+  for (const auto& [id, job] : table.jobs()) {
+    if (!is_active_round_state(job.state)) continue;
+    const auto state = leader_jobs_.find(id);
+    for (const auto& r : job.ranks) {
+      bool lost = false;
+      if (state != leader_jobs_.end()) {
+        const auto mark = state->second.lost.find({r.node, r.generation});
+        lost = mark != state->second.lost.end() && now < mark->second;
+      }
+      if (!lost) in_rounds_.insert(r.node);
+    }
+  }
+  for (auto& [node, ports] : busy_ports_) {
+    std::erase_if(ports, [now](const auto& entry) { return now >= entry.second; });
+  }
+  std::erase_if(busy_ports_, [](const auto& entry) { return entry.second.empty(); });
+
+  // Until this leader applied an entry of its own term, its table may lack a round an earlier
+  // leader proposed that still commits: planning now could give that round's slots again.
+  const bool caught_up = consensus->applied_own_term();
+  const bool plan_now = caught_up && now >= next_plan_;
+  if (now >= next_plan_) next_plan_ = now + (caught_up ? Duration(kPlanInterval) : kCatchUpRetry);
+  for (const auto& [id, job] : table.jobs()) {
+    LeaderJob& state = leader_jobs_[id];
+    if (state.round_seen != job.round) {
+      const bool in_flight = state.in_flight;
+      auto lost = std::move(state.lost);
+      const std::uint32_t port_moves = state.port_moves;
+      state = LeaderJob{};
+      state.round_seen = job.round;
+      state.in_flight = in_flight;
+      state.lost = std::move(lost);
+      state.port_moves = port_moves;
+    }
+    if (job.state == JobState::kRunning) state.port_moves = 0;
+    std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
+    // Until caught up it tells members nothing either: an earlier leader may have committed a
+    // newer round or the job's end that this table has not applied yet, and a member that
+    // has forgotten the job (it ended there) would start the superseded round again.
+    if (!caught_up) continue;
+    if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
+      if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
+      if (job.round != 0 && now < state.ended_until) {
+        send_starts(now, job, state, addresses, consensus->term());
+      }
+      if (rendezvous::is_terminal(job.state)) {
+        quarantine_.erase(id);
+        continue;
+      }
+    }
+    if (is_active_round_state(job.state)) {
+      send_starts(now, job, state, addresses, consensus->term());
+      const rendezvous::RoundVerdict verdict =
+          state.in_flight
+              ? rendezvous::RoundVerdict::kNone
+              : rendezvous::round_verdict(job.state, job.ranks, state.acked, state.done);
+      if (verdict == rendezvous::RoundVerdict::kRunning) {
+        propose_state(now, wall, job, JobState::kRunning,
+                      "every daemon of round " + std::to_string(job.round) + " started it",
+                      *consensus);
+        continue;
+      }
+      if (verdict == rendezvous::RoundVerdict::kSucceeded) {
+        propose_state(now, wall, job, JobState::kSucceeded,
+                      "every rank of round " + std::to_string(job.round) + " exited 0", *consensus);
+        continue;
+      }
+    }
+    if (!plan_now || state.in_flight) continue;
+    std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>> usable;
+    for (const auto& [name, view] : alive) {
+      const auto leaving = leaving_.find(name);
+      const auto known = node_slots_.find(name);
+      const rendezvous::NodeStanding standing{
+          .reachable = view->state == membership::MemberState::kAlive ||
+                       view->state == membership::MemberState::kSuspect,
+          .slots_known = known != node_slots_.end() && known->second.first == view->generation,
+          .drained = table.drained().contains(name),
+          .leaving = leaving != leaving_.end() && leaving->second == view->generation,
+          .in_active_round = is_active_round_state(job.state) &&
+                             std::any_of(job.ranks.begin(), job.ranks.end(),
+                                         [&](const auto& r) { return r.node == name; })};
+      if (rendezvous::usable_for_job(standing)) usable[name] = {view, ledger.free_slots(name, id)};
+    }
+    // A new leader waits for the slots of the job's live members (every node sends them when
+    // it learns of the leader) rather than re-plan the job without them, but not beyond
+    // kNodeInfoResend: a member that never reports is then treated as gone.
+    if (now < leading_since_ + kNodeInfoResend &&
+        member_slots_unknown(job, alive, node_slots_, state.lost)) {
+      continue;
+    }
+    if (state.port_busy && is_active_round_state(job.state) &&
+        on_port_conflict(now, job, state, ledger, *consensus)) {
+      continue;
+    }
+    plan_job(now, job, usable, ledger, *consensus);
+  }
+  observe(now, table, members);
+  next_lead_ = next_plan_;
+  for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
+    const rendezvous::JobRecord* job = table.job(it->first);
+    if (job == nullptr) {
+      it = leader_jobs_.erase(it);
+      continue;
+    }
+    const LeaderJob& state = it->second;
+    const bool notifying =
+        is_active_round_state(job->state) || (job->round != 0 && now < state.ended_until);
+    // (Not caught up: no RoundStart goes out; next_plan_ brings it back in kCatchUpRetry.)
+    if (notifying && caught_up) next_lead_ = std::min(next_lead_, state.next_start);
+    ++it;
+  }
+}
+
+std::uint16_t RoundLeader::store_port_for(TimePoint now, const rendezvous::JobRecord& job,
+                                          const std::string& node, std::uint64_t generation,
+                                          const rendezvous::NodeLedger& ledger, bool strict) const {
+  const auto& r = config_.get().rendezvous;
+  const rendezvous::PortRange range{static_cast<std::uint16_t>(r.store_port_min),
+                                    static_cast<std::uint16_t>(r.store_port_max)};
+  std::set<std::uint16_t> busy;
+  if (const auto found = busy_ports_.find({node, generation}); found != busy_ports_.end()) {
+    for (const auto& [port, until] : found->second) {
+      if (now < until) busy.insert(port);
+    }
+  }
+  return rendezvous::choose_store_port(ledger, node, job.round + 1, range, busy, strict);
+}
+
+bool RoundLeader::on_port_conflict(TimePoint now, const rendezvous::JobRecord& job,
+                                   LeaderJob& state, rendezvous::NodeLedger& ledger,
+                                   ConsensusHost& consensus) {
+  const rendezvous::PortConflict conflict = std::move(*state.port_busy);
+  state.port_busy.reset();
+  // Only the node that runs the store can say its port is taken, and only about this round's.
+  if (!rendezvous::conflict_applies(job, conflict, state.failure.has_value())) return false;
+  busy_ports_[{conflict.node, conflict.generation}][conflict.port] = now + kBusyPortMemory;
+  const std::string what = "store port " + std::to_string(conflict.port) + " on node " +
+                           conflict.node + " is in use by another process";
+  spdlog::info("rendezvous: job {} round {}: {} ({})", job.id, job.round, what, conflict.detail);
+  const std::uint16_t port =
+      store_port_for(now, job, conflict.node, conflict.generation, ledger, /*strict=*/true);
+  if (!rendezvous::may_move_store(port, state.port_moves)) {
+    // No other port, or moved enough: a failure of that node's workers (it costs a restart, so
+    // a job whose store can never start fails instead of moving for ever).
+    spdlog::warn("rendezvous: job {} round {}: {} (a worker failure now)", job.id, job.round, what);
+    state.failure = rendezvous::WorkerFailure{
+        .round = job.round, .at = wall_time(*clock_), .detail = what, .node = conflict.node};
+    state.failure_node = conflict.node;
+    state.failure_seen = now - config_.get().rendezvous.job_peer_timeout;  // no crash to wait out
+    return false;
+  }
+  ++state.port_moves;
+  rendezvous::Decision decision;
+  decision.kind = rendezvous::Decision::Kind::kOpenRound;
+  decision.ranks = job.ranks;
+  // The same members: no restart (kMemberLost counts none), the store on the new port.
+  decision.reason = rendezvous::RoundReason::kMemberLost;
+  decision.detail = what + "; the store moves to port " + std::to_string(port);
+  const std::string& endpoint = job.store_endpoint;
+  decision.store_endpoint = endpoint.substr(0, endpoint.rfind(':') + 1) + std::to_string(port);
+  propose_decision(now, job, decision, ledger, consensus);
+  return true;
+}
+
+void RoundLeader::plan_job(
+    TimePoint now, const rendezvous::JobRecord& job,
+    const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
+    rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  LeaderJob& state = leader_jobs_[job.id];
+  const rendezvous::WallTime wall = wall_time(*clock_);
+  const auto& r = config_.get().rendezvous;
+
+  rendezvous::PlannerInput input;
+  input.job = &job;
+  input.now = wall;
+  input.config = r;
+  // A worker failure waits out the job tier's detection time first: when a daemon dies, its
+  // peers' workers crash on the broken connection (~0.2 s) before the job tier declares the
+  // daemon lost (~0.4 s: the same reset drops the daemons' connection, so it is suspected at
+  // once and confirmed by indirect probes), and a lost member must win (it costs no restart,
+  // and the crashed survivors are not to blame). A silent death makes no worker crash early.
+  const Duration failure_grace = r.job_peer_timeout;
+  // A member that drains stops its workers on purpose: failures in its round are no one's fault
+  // (the round is re-planned without it once it has left membership).
+  const bool member_draining =
+      std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+        const auto leaving = leaving_.find(member.node);
+        return leaving != leaving_.end() && leaving->second == member.generation;
+      });
+  const rendezvous::FailureTiming timing = rendezvous::failure_timing(
+      state.failure.has_value(), member_draining, state.failure_seen, failure_grace, now);
+  const bool failure_due = timing.due;
+  next_plan_ = std::min(next_plan_, timing.wake_at);
+  input.worker_failure = failure_due ? state.failure : std::nullopt;
+
+  std::set<std::pair<std::string, std::uint64_t>> lost;
+  for (const auto& [key, until] : state.lost) lost.insert(key);
+  std::map<std::string, std::uint64_t> usable_generations;
+  for (const auto& [name, entry] : usable)
+    usable_generations.emplace(name, entry.first->generation);
+  // Quarantine: count this round's worker failure against the node that reported it, once. Not
+  // when a member is lost, or the job recovers from a lost member: its peers' workers crash
+  // because of it, not their node.
+  auto& quarantined = quarantine_[job.id];
+  const bool members_alive = rendezvous::members_alive(job.ranks, usable_generations, lost);
+  if (failure_due && rendezvous::counts_toward_quarantine(job, state.failure_node, members_alive)) {
+    rendezvous::QuarantineRecord& record = quarantined[state.failure_node];
+    const rendezvous::QuarantineRecord before = record;
+    record = rendezvous::count_failure(record, job.round, job.spec.restart_backoff, now);
+    if (record.failures >= 2 && record != before) {
+      spdlog::warn("rendezvous: job {}: node {} quarantined for {} ms after {} worker failures",
+                   job.id, state.failure_node,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       rendezvous::quarantine_length(record.failures, job.spec.restart_backoff))
+                       .count(),
+                   record.failures);
+    }
+  }
+  std::vector<rendezvous::UsableNode> nodes;
+  for (const auto& [name, entry] : usable) {
+    const membership::MemberView* view = entry.first;
+    const auto seen = first_seen_.find({name, view->generation});
+    nodes.push_back(rendezvous::UsableNode{
+        .name = name,
+        .generation = view->generation,
+        .free_slots = entry.second,
+        .address = host_of(view->address),
+        .store_port = store_port_for(now, job, name, view->generation, ledger, /*strict=*/false),
+        .lost = lost.contains({name, view->generation}),
+        .first_seen = seen == first_seen_.end() ? rendezvous::WallTime{} : seen->second});
+  }
+  // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
+  // not grow back in to fail again); a job that needs it takes it back once its time out ends.
+  const std::set<std::string> sitting_out =
+      rendezvous::sitting_out(quarantined, nodes, job.spec, now);
+  rendezvous::CandidateSet candidates = rendezvous::candidates_for(job, nodes, sitting_out);
+  input.candidates = std::move(candidates.candidates);
+  input.wait_list = std::move(candidates.wait_list);
+  rendezvous::Decision decision = rendezvous::plan(input);
+  // A member left out by quarantine looks lost to the planner; the round still replaces a
+  // failed worker, so it consumes a restart like any other worker failure. So does a recovery
+  // that waits for the quarantined node (were it counted as a lost node, a worker that can
+  // never start would consume no restart and its job would never fail).
+  if (failure_due &&
+      rendezvous::charged_to_failed_worker(decision, job.ranks, sitting_out, members_alive)) {
+    decision.reason = rendezvous::RoundReason::kWorkerFailed;
+    decision.failed_node = state.failure_node;
+    decision.detail =
+        state.failure->detail + "; node " + state.failure_node + " is quarantined for this job";
+  }
+  if (decision.kind == rendezvous::Decision::Kind::kNone ||
+      decision.kind == rendezvous::Decision::Kind::kWaitUntil) {
+    return;
+  }
+  // A member that is gone from the round may still run workers under its lease: its work is
+  // placed elsewhere only once that lease has certainly run out. (Recovering places nothing;
+  // a quarantined member is alive, and its lease is not renewed once the round has moved on,
+  // so its leftover workers -- stuck on peers that are gone -- stop within a lease.)
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
+    for (const auto& member : job.ranks) {
+      const bool kept =
+          std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
+            return a.node == member.node && a.generation == member.generation;
+          });
+      // A member that left gracefully stopped its workers before it left: nothing to wait for.
+      const bool left = left_.contains({member.node, member.generation});
+      if (!kept && !left && !sitting_out.contains(member.node) &&
+          !granter_.may_replace(member.node, now)) {
+        next_plan_ = std::min(next_plan_, granter_.replace_after(member.node));
+        return;
+      }
+    }
+  }
+  propose_decision(now, job, decision, ledger, consensus);
+}
+
+void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& job,
+                                   const rendezvous::Decision& decision,
+                                   rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  LeaderJob& state = leader_jobs_[job.id];
+  const rendezvous::WallTime wall = wall_time(*clock_);
+  rendezvous::Command command;
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
+    command = rendezvous::make_open_round(job, decision, wall);
+  } else {
+    command = rendezvous::make_set_state(job, decision, wall);
+  }
+  spdlog::info("rendezvous: job {} round {}: {} ({})", job.id, job.round,
+               rendezvous::to_string(decision.kind), decision.detail);
+  std::optional<Opened> opened;
+  if (const auto* open = std::get_if<rendezvous::OpenRound>(&command)) {
+    opened = Opened{.job = job.id,
+                    .round = open->round,
+                    .nodes = static_cast<std::uint32_t>(open->ranks.size()),
+                    .reason = open->reason,
+                    .detail = decision.detail};
+    // Its slots and store port are taken from now on: by the next job of this pass, and by
+    // later passes until the table holds them (the completion runs once it is applied).
+    const std::uint16_t port = rendezvous::endpoint_port(open->store_endpoint);
+    ledger.hold(job.id, open->ranks, port);
+    proposed_[job.id] = std::make_pair(open->ranks, port);
+  }
+  state.in_flight = true;
+  const std::string id = job.id;
+  consensus.propose(now, rendezvous::encode_command(command),
+                    [this, id, opened](Result<std::string> committed) {
+                      if (committed.ok() && opened) on_round_opened(*opened, *committed);
+                      leader_jobs_[id].in_flight = false;
+                      proposed_.erase(id);
+                      next_lead_ = TimePoint{};  // the table changed, or re-plan: act now
+                      if (!committed.ok()) {
+                        spdlog::info("rendezvous: job {}: proposal not committed: {}", id,
+                                     committed.error().message);
+                      }
+                    });
+}
+
+void RoundLeader::propose_state(TimePoint now, rendezvous::WallTime wall,
+                                const rendezvous::JobRecord& job, JobState state,
+                                std::string reason, ConsensusHost& consensus) {
+  const rendezvous::SetJobState command{.job_id = job.id,
+                                        .round = job.round,
+                                        .state = state,
+                                        .cause = rendezvous::RoundReason::kMemberLost,
+                                        .reason = std::move(reason),
+                                        .at = wall};
+  leader_jobs_[job.id].in_flight = true;
+  const std::string id = job.id;
+  consensus.propose(now, rendezvous::encode_command(command), [this, id](Result<std::string>) {
+    leader_jobs_[id].in_flight = false;
+    next_lead_ = TimePoint{};  // the table changed: act on it now
+  });
+}
+
+void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                              const std::map<std::string, std::string>& addresses,
+                              std::uint64_t term) {
+  if (now < state.next_start) return;
+  state.next_start = now + kStartResend;
+  RoundStart start{.term = term,
+                   .state = job.state,
+                   .round = rendezvous::OpenRound{.job_id = job.id,
+                                                  .round = job.round,
+                                                  .expected_prev_round = 0,
+                                                  .ranks = job.ranks,
+                                                  .store_endpoint = job.store_endpoint,
+                                                  .reason = job.round_reason,
+                                                  .detail = "",
+                                                  .at = job.round_opened_at},
+                   .spec = job.spec,
+                   .restarts = job.restarts};
+  const std::string body = encode_round_start(start);
+  for (const auto& member : job.ranks) {
+    if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
+    wire::Envelope envelope;
+    envelope.type = wire::MsgType::kRoundStart;
+    envelope.body = body;
+    std::string address;
+    if (member.node == self_) {
+      // For this daemon's own member half (round_send.h).
+      envelope.sender = self_;
+      envelope.generation = generation_;
+    } else if (const auto found = addresses.find(member.node); found != addresses.end()) {
+      address = found->second;
+    }
+    sends_.push_back(RoundSend{.to = member.node,
+                               .address = std::move(address),
+                               .envelope = std::move(envelope),
+                               .report = std::nullopt});
+  }
+}
+
+void RoundLeader::on_report(TimePoint now, const wire::Envelope& envelope) {
+  Result<RoundReport> decoded = decode_round_report(envelope.body);
+  if (!decoded.ok()) {
+    ++malformed_reports_;
+    spdlog::debug("rendezvous: dropped a report from {} (gen {}): {}", envelope.sender,
+                  envelope.generation, decoded.error().message);
+    return;
+  }
+  on_report(now, envelope.sender, envelope.generation, *decoded);
+}
+
+void RoundLeader::on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                            const RoundReport& report) {
+  // The last line of defence: nothing in a report may stop the leader (and then the next).
+  try {
+    act_on_report(now, from, generation, report);
+  } catch (const std::exception& e) {
+    ++malformed_reports_;
+    spdlog::error("rendezvous: a {} report from {} (gen {}) failed: {}", report_name(report.kind),
+                  from, generation, e.what());
+  }
+}
+
+void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                                const RoundReport& report) {
+  // Slots are kept even before this node's first lead() pass: a node reports them once per
+  // leader change (and every kNodeInfoResend), right when a new leader is elected.
+  if (!leading_ && report.kind != ReportKind::kNodeInfo) return;
+  const std::string& job = report.job;
+  const std::uint64_t round = report.round;
+  if (report.kind == ReportKind::kNodeInfo) {
+    const std::uint32_t slots = report.slots;
+    auto& known = node_slots_[from];
+    if (known != std::make_pair(generation, slots)) {
+      known = {generation, slots};
+      spdlog::info("rendezvous: {} (gen {}) offers {} worker slot(s)", from, generation, slots);
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  if (report.kind == ReportKind::kNodeLeaving) {
+    if (leaving_.insert_or_assign(from, generation).second) {
+      spdlog::info("rendezvous: {} (gen {}) drains: no new work; its jobs go on without it", from,
+                   generation);
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  // Incident reports are about rounds that may be over already: the log checks rounds itself.
+  if (report.kind == ReportKind::kWorkersStopped) {
+    incidents_.on_workers_stopped(now, job, round, from);
+    return;
+  }
+  if (report.kind == ReportKind::kProgress) {
+    incidents_.on_progress(now, job, round, report.event, report.step, report.resumed_from);
+    return;
+  }
+  const auto it = leader_jobs_.find(job);
+  if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (report.kind == ReportKind::kWorkerFailed || report.kind == ReportKind::kPeerLost) {
+    const auto members = round_members_.find(job);
+    const bool lost = report.kind == ReportKind::kPeerLost;
+    const std::optional<std::int64_t> evidence = lost ? report.last_heard_ms : report.at_ms;
+    if (members != round_members_.end() && members->second.first == round) {
+      incidents_.on_loss(now, wall_time(*clock_).time_since_epoch().count(), job, round,
+                         members->second.second, lost ? "node_lost" : "worker_failed",
+                         lost ? report.peer : from, evidence);
+    }
+  }
+  if (report.kind == ReportKind::kWorkerFailed) {
+    if (!it->second.failure) {
+      const std::string detail =
+          report.detail.empty() ? "a worker of " + from + " failed" : report.detail;
+      spdlog::warn("rendezvous: job {} round {}: {}", job, round, detail);
+      it->second.failure = rendezvous::WorkerFailure{
+          .round = round, .at = wall_time(*clock_), .detail = detail, .node = from};
+      it->second.failure_node = from;
+      it->second.failure_seen = now;
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  if (report.kind == ReportKind::kStorePortBusy) {
+    // Acted on by the next lead() pass, which checks it came from the round's rank-0 node.
+    if (!it->second.port_busy) {
+      it->second.port_busy = rendezvous::PortConflict{
+          .node = from, .generation = generation, .port = report.port, .detail = report.detail};
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+    return;
+  }
+  if (report.kind == ReportKind::kWorkersDone) {
+    if (it->second.done.insert(from).second) next_lead_ = TimePoint{};
+    return;
+  }
+  if (report.kind == ReportKind::kRoundAck) {
+    if (it->second.acked.insert(from).second) {
+      next_lead_ = TimePoint{};  // the round may be complete: commit running now
+      spdlog::debug("rendezvous: {} (gen {}) runs job {} round {}", from, generation, job, round);
+      // The last ack completes the incident's rendezvous now: a worker's first step may be in
+      // the same batch of messages, before the next lead() pass.
+      const auto members = round_members_.find(job);
+      if (members != round_members_.end() && members->second.first == round &&
+          std::all_of(members->second.second.begin(), members->second.second.end(),
+                      [&](const std::string& node) { return it->second.acked.contains(node); })) {
+        incidents_.on_round_acked(now, job, round);
+      }
+    }
+  } else if (report.kind == ReportKind::kPeerLost) {
+    const std::string& peer = report.peer;
+    const std::uint64_t peer_generation = report.peer_generation;
+    if (it->second.lost
+            .emplace(std::make_pair(peer, peer_generation), now + rendezvous::kLostMemory)
+            .second) {
+      spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
+                   peer_generation, job, round, report.reason);
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
+  }
+}
+
+void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table,
+                          const std::vector<membership::MemberView>& members) {
+  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
+  // Drains are replicated in the table; the leader logs them as it sees them change.
+  const auto& drained = table.drained();
+  if (drained != drains_seen_) {
+    for (const auto& [node, drain] : drained) {
+      if (!drains_seen_.contains(node)) {
+        incidents_.record(ClusterEvent{.at_ms = drain.at.time_since_epoch().count(),
+                                       .kind = "node_drained",
+                                       .node = node,
+                                       .job = "",
+                                       .detail = drain.reason});
+      }
+    }
+    for (const auto& [node, drain] : drains_seen_) {
+      if (!drained.contains(node)) {
+        incidents_.record(ClusterEvent{
+            .at_ms = wall, .kind = "node_undrained", .node = node, .job = "", .detail = ""});
+      }
+    }
+    drains_seen_ = drained;
+  }
+  std::map<std::string, const membership::MemberView*> views;
+  for (const membership::MemberView& m : members) views[m.name] = &m;
+  for (const auto& [id, job] : table.jobs()) {
+    if (rendezvous::is_terminal(job.state)) {
+      if (round_members_.erase(id) > 0) incidents_.on_job_ended(now, id);
+      continue;
+    }
+    if (!is_active_round_state(job.state) || job.round == 0) continue;
+    auto& [round, nodes] = round_members_[id];
+    if (round != job.round) {
+      // A new round in the table (seen here rather than in the proposal's completion, which
+      // may run after the members' first acks).
+      const std::uint64_t old_round = round;
+      const std::set<std::string> old_nodes = std::move(nodes);
+      round = job.round;
+      nodes.clear();
+      for (const auto& r : job.ranks) nodes.insert(r.node);
+      if (old_round != 0) {
+        incidents_.on_round_committed(
+            now, wall, id, old_round, job.round, static_cast<std::uint32_t>(job.ranks.size()),
+            job.round_reason == rendezvous::RoundReason::kGrow, old_nodes);
+      }
+    }
+    const auto state = leader_jobs_.find(id);
+    if (state != leader_jobs_.end() && state->second.round_seen == job.round) {
+      bool all_acked = !job.ranks.empty();
+      for (const auto& r : job.ranks) all_acked = all_acked && state->second.acked.contains(r.node);
+      if (all_acked || job.state == JobState::kRunning) {
+        incidents_.on_round_acked(now, id, job.round);
+      }
+    }
+    // A member gone from cluster membership (dead, left, or back as a new generation) is
+    // evidence of a loss even before the job tier reports it (a silent death of a lone member).
+    for (const auto& r : job.ranks) {
+      const auto found = views.find(r.node);
+      const membership::MemberView* view = found == views.end() ? nullptr : found->second;
+      std::optional<std::int64_t> evidence;
+      std::string cause = "node_lost";
+      if (view != nullptr && view->generation == r.generation) {
+        if (view->state == membership::MemberState::kDead) {
+          if (view->last_heard != TimePoint{})
+            evidence = wall_ms_at(*clock_, now, view->last_heard);
+        } else if (view->state == membership::MemberState::kLeft) {
+          cause = "node_left";
+          evidence = wall_ms_at(*clock_, now, view->state_since);
+        } else {
+          continue;
+        }
+      }
+      incidents_.on_loss(now, wall, id, job.round, nodes, cause, r.node, evidence);
+    }
+  }
+}
+
+void RoundLeader::on_round_opened(const Opened& opened, const std::string& applied) {
+  const json result = json::parse(applied, nullptr, /*allow_exceptions=*/false);
+  if (!result.is_object() || result.value("code", -1) != 0) return;  // refused by the table
+  ++rounds_opened_;
+  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
+  incidents_.record(ClusterEvent{
+      .at_ms = wall,
+      .kind = "round_opened",
+      .node = "",
+      .job = opened.job,
+      .detail = "round " + std::to_string(opened.round) + " (" +
+                rendezvous::to_string(opened.reason) + ", " + std::to_string(opened.nodes) +
+                (opened.nodes == 1 ? " node" : " nodes") + "): " + opened.detail});
+}
+
+void RoundLeader::on_lease_request(TimePoint now, const wire::Envelope& envelope) {
+  auto message = rendezvous::decode_lease(envelope.type, envelope.body);
+  if (!message.ok()) return;
+  const auto* request = std::get_if<rendezvous::LeaseRequest>(&*message);
+  // Only the daemon itself may ask for its own lease.
+  if (request == nullptr || request->node != envelope.sender) return;
+  const auto grant = granter_.on_request(now, *request, in_rounds_.contains(request->node));
+  if (!grant) return;
+  wire::Envelope reply;
+  reply.type = wire::MsgType::kLeaseGrant;
+  reply.body = rendezvous::encode_lease(*grant);
+  if (envelope.sender == self_) {
+    reply.sender = self_;
+    reply.generation = generation_;
+  }
+  sends_.push_back(RoundSend{.to = envelope.sender,
+                             .address = envelope.sender_address,
+                             .envelope = std::move(reply),
+                             .report = std::nullopt});
+}
+
+void RoundLeader::tick(TimePoint now) {
+  if (leading_) incidents_.tick(now);
+}
+
+TimePoint RoundLeader::next_deadline() const {
+  return leading_ ? std::min(next_lead_, incidents_.next_deadline()) : kNever;
+}
+
+}  // namespace elastic::node

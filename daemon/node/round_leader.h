@@ -1,0 +1,234 @@
+// RoundLeader: the leader's half of round handling. It turns the replicated job table into
+// rounds on real daemons; the Raft leader runs it on every pass of the node loop (lead()), and
+// every daemon keeps one, idle while it follows (its member half is round_member.h; the two
+// are composed by RoundService, round_service.h).
+//
+//  - for each active job, the planner (rendezvous/planner.h) decides from the applied job
+//    record, the usable nodes and the wait list; an open-round, recover or fail decision
+//    becomes a command proposed to Raft (one in flight per job). Which nodes are usable, when
+//    a node is quarantined, when a round is running or succeeded and when a worker failure is
+//    acted on are the pure functions of rendezvous/round_policy.h; this class gathers their
+//    inputs. A node's slots (its node_info) are shared by the jobs whose rounds hold them, and
+//    a NodeLedger (rendezvous/node_ledger.h) counts them per pass: the table's rounds, this
+//    leader's proposals in flight, and every round decided earlier in the same pass, so no slot
+//    is given twice. A new leader plans, and sends RoundStart, only once it applied an entry of
+//    its own term (before, an earlier leader's round or a job's end may still commit), and
+//    plans a job only once every live member of its round told it its slots (node_info; each
+//    node sends it when it learns of a new leader), or kNodeInfoResend after it became leader:
+//    a member whose slots it has not heard yet would look lost. The store port of a round is a
+//    port of [store_port_min, store_port_max] that no other round holds on its rank-0 node, not
+//    the job's current one (its store may still be bound), and not one that node reported in
+//    use.
+//  - the rank-0 member checks its port before starting workers and reports "store_port_busy"
+//    {job, round, port, detail} when another process holds it: the leader leaves that port out
+//    of that node's rounds for kBusyPortMemory and reopens the round with the same members on
+//    another port, costing no restart, at most rendezvous::kMaxPortMoves times until the job
+//    runs; after that, or with no port left, the conflict is a worker failure of that node (a
+//    restart; the job fails with it once its restarts are used up), so a held port range never
+//    makes a job loop.
+//  - a worker failure whose node is then quarantined is a worker failure whether the job goes
+//    on without the node or must wait for it: it costs a restart, so a worker that can never
+//    start fails its job after max_restarts with the failure as reason. Quarantine records are
+//    volatile: a new leader starts with none (the restart count, which bounds the job, is
+//    replicated).
+//  - re-placing a lost member's work waits for LeaseGranter::may_replace(): its workers may
+//    still run under a lease until then (a partitioned node stops them itself when its lease
+//    runs out). Leases (kLeaseRequest, on_lease_request()) go to members of active rounds that
+//    this leader's job tier has not declared lost.
+//  - once a round is committed, RoundStart (the committed OpenRound command and the leader's
+//    term) goes to every member until it acknowledges; when all have, the leader commits
+//    SetJobState(running). Members of a job that ended or is recovering get a RoundStart
+//    carrying that state, so they stop watching it.
+//  - members' reports (kRoundReport, round_report.h: node_info, node_leaving, round_ack,
+//    workers_done, worker_failed, peer_lost, store_port_busy, and for incidents
+//    workers_stopped and progress) arrive through on_report().
+//
+// Output: take_sends(), in the order it was made; a message to this daemon itself is for its
+// member half (round_send.h). Proposals go straight to the ConsensusHost given to lead().
+//
+// Events and recovery incidents (incidents.h): incidents, their RecoveryStats, rounds_opened
+// and the round/drain/election events are this leader's volatile memory: a new leader starts
+// empty (open incidents are given up when this node stops leading). Membership events are
+// recorded on every daemon (record_event), so a new leader keeps what it saw as a follower.
+//
+// Thread safety: none; the node's loop thread owns it. Errors: a report that does not decode,
+// or that throws while acted on, is dropped and counted (malformed_reports()).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/time.h"
+#include "daemon/membership/membership.h"
+#include "daemon/node/consensus_host.h"
+#include "daemon/node/incidents.h"
+#include "daemon/node/round_report.h"
+#include "daemon/node/round_send.h"
+#include "daemon/rendezvous/job_table.h"
+#include "daemon/rendezvous/lease.h"
+#include "daemon/rendezvous/node_ledger.h"
+#include "daemon/rendezvous/planner.h"
+#include "daemon/rendezvous/round_policy.h"
+#include "daemon/wire/messages.h"
+
+namespace elastic::node {
+
+class RoundLeader {
+ public:
+  // Wall times it stamps on events, failures and commands come from `clock`. `config` is read
+  // where used (a reload replaces it); it must outlive this object.
+  RoundLeader(std::string self, std::uint64_t generation, const config::Current& config,
+              const Clock& clock);
+
+  std::vector<RoundSend> take_sends() { return std::exchange(sends_, {}); }
+
+  // One planning pass. `leading` false (or no consensus) makes it forget leader state. Call it
+  // when lead_due(): the caller builds the member list only then, since the loop runs on every
+  // received message.
+  void lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
+            const std::vector<membership::MemberView>& members, ConsensusHost* consensus);
+  // True when lead() has work: leadership changed, planning or a RoundStart resend is due, or a
+  // proposal of this leader was applied or a member reported since the last pass.
+  bool lead_due(TimePoint now, bool leading) const {
+    return leading != leading_ || (leading && now >= next_lead_);
+  }
+
+  // A kRoundReport envelope another daemon sent this leader. Its body is decoded first; one
+  // that does not decode is dropped, logged at debug and counted: it comes from another daemon,
+  // and nothing it holds may stop this one.
+  void on_report(TimePoint now, const wire::Envelope& envelope);
+  // A decoded report from daemon `from` (generation `generation`); ignored unless leading (but
+  // node_info, kept at once). An exception while acting on it is caught, logged and counted.
+  void on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                 const RoundReport& report);
+  std::uint64_t malformed_reports() const { return malformed_reports_; }
+
+  // A kLeaseRequest envelope (the sender asks for its own lease): granted, as a kLeaseGrant
+  // send, while this node leads and the sender is in an active round.
+  void on_lease_request(TimePoint now, const wire::Envelope& envelope);
+
+  // Incident time outs (only while leading).
+  void tick(TimePoint now);
+  // kNever while following.
+  TimePoint next_deadline() const;
+
+  // The slots each (node, generation) reported (for `elasticctl nodes`).
+  const std::map<std::string, std::pair<std::uint64_t, std::uint32_t>>& node_slots() const {
+    return node_slots_;
+  }
+  const std::deque<Incident>& incidents() const { return incidents_.incidents(); }
+  const std::map<std::string, RecoveryStats>& recovery_stats() const {
+    return incidents_.stats_by_cause();
+  }
+  // Rounds this leader committed since it started leading.
+  std::uint64_t rounds_opened() const { return rounds_opened_; }
+  void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }
+  const IncidentLog& incident_log() const { return incidents_; }
+
+ private:
+  struct LeaderJob {
+    std::uint64_t round_seen = 0;  // the round the fields below are about
+    bool in_flight = false;        // a proposal for this job awaits its commit
+    std::set<std::string> acked;   // members that acknowledged round_seen
+    // Declared lost by the job tier -> until when it stays out of this job's rounds
+    // (rendezvous::kLostMemory). Kept across rounds.
+    std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;
+    std::set<std::string> done;  // members whose workers all exited 0 in round_seen
+    std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
+    std::string failure_node;                          // the node that reported it
+    TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
+    TimePoint next_start{};    // when to (re)send RoundStart to unacked members
+    TimePoint ended_until{};   // keep telling members of an ended job until then
+    // A "store_port_busy" report about round_seen.
+    std::optional<rendezvous::PortConflict> port_busy;
+    // Rounds reopened for a store port conflict since the job last ran (kept across rounds).
+    std::uint32_t port_moves = 0;
+  };
+  // An OpenRound this leader proposed: counted and logged once it is applied.
+  struct Opened {
+    std::string job;
+    std::uint64_t round = 0;
+    std::uint32_t nodes = 0;
+    rendezvous::RoundReason reason = rendezvous::RoundReason::kSubmitted;
+    std::string detail;
+  };
+
+  // usable: node -> (its member view, the slots other jobs leave it). A round it decides to open
+  // is held in `ledger` at once.
+  void plan_job(
+      TimePoint now, const rendezvous::JobRecord& job,
+      const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
+      rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  // Proposes the command that carries out `decision` for `job` (one in flight per job).
+  void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
+                        const rendezvous::Decision& decision, rendezvous::NodeLedger& ledger,
+                        ConsensusHost& consensus);
+  // Proposes SetJobState(`state`) at `wall` for `job`'s round (running or succeeded), one in
+  // flight.
+  void propose_state(TimePoint now, rendezvous::WallTime wall, const rendezvous::JobRecord& job,
+                     rendezvous::JobState state, std::string reason, ConsensusHost& consensus);
+  // rendezvous::choose_store_port() for `job`'s next round on `node`, with the ports that node
+  // reported in use.
+  std::uint16_t store_port_for(TimePoint now, const rendezvous::JobRecord& job,
+                               const std::string& node, std::uint64_t generation,
+                               const rendezvous::NodeLedger& ledger, bool strict) const;
+  // Acts on a "store_port_busy" report of `job`'s rank-0 member: remembers the ports in use
+  // and proposes the round again on another port, or records the conflict as that node's
+  // worker failure. True when it proposed.
+  bool on_port_conflict(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                        rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  void send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
+                   const std::map<std::string, std::string>& addresses, std::uint64_t term);
+  void act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
+                     const RoundReport& report);
+  // Feeds the incident log from one lead() pass (losses seen in membership, acks, drains).
+  void observe(TimePoint now, const rendezvous::JobTable& table,
+               const std::vector<membership::MemberView>& members);
+  void on_round_opened(const Opened& opened, const std::string& applied);
+
+  const Clock* clock_;
+  std::string self_;
+  std::uint64_t generation_;
+  const config::Current& config_;
+  std::vector<RoundSend> sends_;
+
+  rendezvous::LeaseGranter granter_;
+  bool leading_ = false;
+  std::map<std::string, LeaderJob> leader_jobs_;
+  // job -> the OpenRound this leader proposed and has not seen applied: its ranks and store
+  // port hold their nodes (NodeLedger) until the proposal's completion.
+  std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
+  std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
+  std::map<std::string, std::map<std::string, rendezvous::QuarantineRecord>>
+      quarantine_;  // job -> node
+  // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
+  // placed.
+  std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> node_slots_;
+  TimePoint leading_since_{};  // when this node last became the leader
+  // Store ports a (node, generation) reported in use by another process -> until when they are
+  // left out of its rounds (kBusyPortMemory; a holder may let go).
+  std::map<std::pair<std::string, std::uint64_t>, std::map<std::uint16_t, TimePoint>> busy_ports_;
+  // Draining nodes (node_leaving reports): name -> generation; and the (name, generation) of
+  // members that left membership gracefully, refreshed by lead().
+  std::map<std::string, std::uint64_t> leaving_;
+  std::set<std::pair<std::string, std::uint64_t>> left_;
+  TimePoint next_plan_{};
+  TimePoint next_lead_{};  // when lead() next has work (see lead_due)
+  IncidentLog incidents_;
+  std::uint64_t rounds_opened_ = 0;
+  std::map<std::string, rendezvous::NodeDrain> drains_seen_;  // to log drain changes
+  // job -> (round, its member nodes): who must report a stop when the round breaks.
+  std::map<std::string, std::pair<std::uint64_t, std::set<std::string>>> round_members_;
+  std::uint64_t malformed_reports_ = 0;  // not decoded, or acting on it threw
+};
+
+}  // namespace elastic::node

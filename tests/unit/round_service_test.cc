@@ -1,0 +1,107 @@
+// RoundService's routing between its halves (round_service.h, round_send.h): what the member
+// half makes for this very daemon reaches its own leader half and never leaves the daemon;
+// what it makes for another daemon leaves as a message.
+#include "daemon/node/round_service.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "daemon/core/clock.h"
+#include "daemon/node/round_codec.h"
+#include "daemon/node/round_report.h"
+#include "daemon/wire/messages.h"
+
+namespace elastic::node {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kGeneration = 7;
+
+struct Fixture {
+  ManualClock clock{TimePoint(1h), 1'790'000'000'000, 1};
+  config::Current config{config::DaemonConfig{}};
+  RoundService rounds{"a", kGeneration, config, 42, clock};
+  TimePoint now = TimePoint(1h);
+};
+
+// A RoundStart of job j1's round 1, on this daemon alone, as `sender` sends it.
+wire::Envelope round_start(const std::string& sender, const std::string& address) {
+  RoundStart start;
+  start.term = 3;
+  start.state = rendezvous::JobState::kRendezvous;
+  start.round.job_id = "j1";
+  start.round.round = 1;
+  start.round.ranks = {{"a", kGeneration, 1, 0}};
+  start.round.store_endpoint = "10.0.0.1:29500";
+  start.spec.name = "j";
+  start.spec.command = {"/bin/true"};
+  start.spec.min_nodes = 1;
+  start.spec.max_nodes = 1;
+  wire::Envelope envelope;
+  envelope.type = wire::MsgType::kRoundStart;
+  envelope.body = encode_round_start(start);
+  envelope.sender = sender;
+  envelope.sender_address = address;
+  envelope.generation = 1;
+  return envelope;
+}
+
+std::vector<RoundService::Send> of_type(std::vector<RoundService::Send> sends, wire::MsgType type) {
+  std::erase_if(sends, [&](const RoundService::Send& s) { return s.envelope.type != type; });
+  return sends;
+}
+
+TEST(RoundService, NodeInfoForItselfReachesItsOwnLeaderHalf) {
+  Fixture f;
+  f.rounds.set_slots(4);
+  f.rounds.set_leader(f.now, "a", "");
+  EXPECT_TRUE(f.rounds.take_sends().empty()) << "nothing leaves the daemon";
+  ASSERT_TRUE(f.rounds.node_slots().contains("a"));
+  EXPECT_EQ(f.rounds.node_slots().at("a"), std::make_pair(kGeneration, std::uint32_t{4}));
+}
+
+TEST(RoundService, NodeInfoForAnotherLeaderLeavesAsARoundReport) {
+  Fixture f;
+  f.rounds.set_slots(4);
+  f.rounds.set_leader(f.now, "b", "tcp://10.0.0.2:7946");
+  const std::vector<RoundService::Send> sends = f.rounds.take_sends();
+  ASSERT_EQ(sends.size(), 1u);
+  EXPECT_EQ(sends[0].to, "b");
+  EXPECT_EQ(sends[0].address, "tcp://10.0.0.2:7946");
+  EXPECT_FALSE(sends[0].report.has_value());
+  ASSERT_EQ(sends[0].envelope.type, wire::MsgType::kRoundReport);
+  auto report = decode_round_report(sends[0].envelope.body);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_EQ(report->kind, ReportKind::kNodeInfo);
+  EXPECT_EQ(report->slots, 4u);
+  EXPECT_TRUE(f.rounds.node_slots().empty()) << "this daemon's leader half heard nothing";
+}
+
+TEST(RoundService, ARoundFromItselfAsksItsOwnLeaderHalfForTheLease) {
+  Fixture f;
+  f.rounds.on_envelope(f.now, round_start("a", ""));
+  const std::vector<RoundService::WorkerOrder> orders = f.rounds.take_orders();
+  ASSERT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders[0].kind, RoundService::WorkerOrder::Kind::kRun);
+  // The request went to the leader half, which does not lead and grants nothing.
+  const std::vector<RoundService::Send> sends = f.rounds.take_sends();
+  EXPECT_TRUE(of_type(sends, wire::MsgType::kLeaseRequest).empty());
+  EXPECT_TRUE(of_type(sends, wire::MsgType::kLeaseGrant).empty());
+}
+
+TEST(RoundService, ARoundFromAnotherLeaderAsksThatLeaderForTheLease) {
+  Fixture f;
+  f.rounds.on_envelope(f.now, round_start("b", "tcp://10.0.0.2:7946"));
+  ASSERT_EQ(f.rounds.take_orders().size(), 1u);
+  const std::vector<RoundService::Send> requests =
+      of_type(f.rounds.take_sends(), wire::MsgType::kLeaseRequest);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].to, "b");
+  EXPECT_EQ(requests[0].address, "tcp://10.0.0.2:7946");
+}
+
+}  // namespace
+}  // namespace elastic::node
