@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "trainer/reducer.h"
 #include "trainer/reformer.h"
 #include "trainer/round_source.h"
+#include "trainer/worker_channel.h"
 #include "trainer/worker_env.h"
 #include "trainer/workload.h"
 
@@ -103,6 +105,7 @@ struct Flags {
   std::int64_t gpt_train_size = 1 << 20;
   std::string round_file;
   double reform_timeout_s = 60;
+  bool live = true;  // under elasticd: re-form in place when its worker channel says so
   bool reform_checksums = false;
 };
 
@@ -231,6 +234,9 @@ void add_flags(CLI::App& app, Flags& f) {
                  "Live re-formation: read the next round (the worker variables, KEY=VALUE lines) "
                  "from PATH; a lost peer or a newer round there re-forms the group in place, "
                  "keeping the state in memory, instead of ending the process");
+  app.add_flag("!--no-live", f.live,
+               "Under elasticd, be stopped and restarted at every incident instead of "
+               "re-forming in place (the plain-command path)");
   app.add_option("--reform-timeout", f.reform_timeout_s,
                  "Seconds to wait for the next round after a collective failed (--round-file)")
       ->check(CLI::PositiveNumber);
@@ -286,7 +292,24 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
+// The group a round source's thread may abort (ChannelRoundSource::on_round): a round newer
+// than the group's ends its collectives at once, so a rank stuck on a peer that will never
+// answer re-forms now instead of after the collective's timeout. The training thread holds
+// `mutex` while it replaces or destroys the group.
+struct AbortableGroup {
+  std::mutex mutex;
+  Dist* dist = nullptr;     // null: no group to abort
+  std::int64_t round = -1;  // the round `dist` belongs to
+  void abort_if_older(std::int64_t newer) {
+    std::lock_guard lock(mutex);
+    if (dist == nullptr || round >= newer) return;
+    abort_backend(*dist);
+    round = newer;  // aborted once is enough
+  }
+};
+
+int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
+          AbortableGroup* abortable) {
   WorkerEnv env = first_env;  // the current round's; a re-formation moves it on
   const auto started = std::chrono::steady_clock::now();
   int threads = flags.threads;
@@ -348,6 +371,16 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
   const DistOptions dist_options{
       device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))};
   Dist dist;
+  // Declared after `dist`, so destroyed before it: the source's thread never aborts a group that
+  // is gone.
+  struct Unregister {
+    AbortableGroup* group;
+    ~Unregister() {
+      if (group == nullptr) return;
+      std::lock_guard lock(group->mutex);
+      group->dist = nullptr;
+    }
+  } unregister{abortable};
   // With a round source this process may be joining a group that is already training: the step
   // agreement then hands it the live state, and no checkpoint is read.
   std::optional<TransferPlan> joined_live;
@@ -365,6 +398,11 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
       return kExitUnavailable;
     }
     dist = std::move(formed->dist);
+    if (abortable != nullptr) {
+      std::lock_guard lock(abortable->mutex);
+      abortable->dist = &dist;
+      abortable->round = env.round;
+    }
     joined_live = formed->plan;
     if (joined_live) {
       auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
@@ -521,8 +559,13 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
   std::optional<double> reformed_at;     // monotonic seconds of the last re-formation
   auto reform = [&](std::optional<WorkerEnv> next) -> int {
     reducer.reset();  // its buckets and gradient hooks belong to the old group
-    const double abandon_s = abandon_group(
-        dist, std::min<std::chrono::milliseconds>(dist_options.timeout, kAbandonBound));
+    double abandon_s = 0;
+    {
+      std::unique_lock<std::mutex> lock;
+      if (abortable != nullptr) lock = std::unique_lock(abortable->mutex);
+      abandon_s = abandon_group(
+          dist, std::min<std::chrono::milliseconds>(dist_options.timeout, kAbandonBound));
+    }
     const auto deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<std::int64_t>(flags.reform_timeout_s * 1000));
@@ -537,8 +580,14 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds) {
       auto formed =
           reform_group(*next, dist_options, live, RankFacts{true, state.step, state_round, -1});
       if (formed && formed->plan) {
-        dist = std::move(formed->dist);
+        {
+          std::unique_lock<std::mutex> lock;
+          if (abortable != nullptr) lock = std::unique_lock(abortable->mutex);
+          dist = std::move(formed->dist);
+          if (abortable != nullptr) abortable->round = next->round;
+        }
         env = *next;
+        rounds->joined(env);
         state_round = env.round;
         reducer.emplace(module.parameters(), *dist.backend, reducer_options);
         progress = ProgressReporter(progress_env());
@@ -796,12 +845,29 @@ int run(int argc, char** argv) {
   // Gloo writes to its peers with writev() (no MSG_NOSIGNAL): a write to a peer that was killed
   // would end this rank by SIGPIPE instead of failing the collective with "Broken pipe" (exit 69).
   ::signal(SIGPIPE, SIG_IGN);
+  AbortableGroup abortable;
   std::unique_ptr<RoundSource> rounds;
   if (!flags.round_file.empty()) {
     rounds = std::make_unique<FileRoundSource>(flags.round_file, current_environment());
+  } else {
+    // Under elasticd: its worker channel announces the next rounds (trainer/worker_channel.h).
+    auto channel = WorkerChannel::from_env(current_environment());
+    if (!channel.ok()) {
+      fail(channel.error().message);
+      return kExitUsage;
+    }
+    if (channel->has_value() && flags.live) {
+      rounds = std::make_unique<ChannelRoundSource>(
+          std::move(**channel), *env,
+          [&abortable](std::int64_t round) { abortable.abort_if_older(round); });
+    } else if (channel->has_value()) {
+      // --no-live: the daemon stops and restarts this worker at every incident, as it does a
+      // plain command's.
+      if (Status said = (*channel)->hello(false); !said.ok()) fail(said.error().message);
+    }
   }
   try {
-    return train(flags, *env, rounds.get());
+    return train(flags, *env, rounds.get(), &abortable);
   } catch (const std::exception& e) {
     return report_failure(e);
   }

@@ -39,6 +39,8 @@ class RoundSource {
   // passes (nullopt).
   virtual std::optional<WorkerEnv> wait(std::int64_t current_round,
                                         std::chrono::steady_clock::time_point deadline) = 0;
+  // The trainer re-formed into `env`'s round (a source that answers its announcer says so).
+  virtual void joined(const WorkerEnv& env) { (void)env; }
 };
 
 class FileRoundSource final : public RoundSource {

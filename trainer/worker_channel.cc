@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 namespace elastic::trainer {
@@ -110,6 +111,85 @@ Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::mi
     if (n == 0) return Error{where() + " was closed by elasticd."};
     frames_.append(chunk.data(), static_cast<std::size_t>(n));
   }
+}
+
+ChannelRoundSource::ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
+                                       std::function<void(std::int64_t)> on_round)
+    : channel_(std::move(channel)), base_(std::move(base)), on_round_(std::move(on_round)) {
+  if (Status said = channel_.hello(true); !said.ok()) {
+    stopped_ = said.error().message;
+    return;
+  }
+  reader_ = std::thread([this] { read_loop(); });
+}
+
+ChannelRoundSource::~ChannelRoundSource() {
+  {
+    std::lock_guard lock(mutex_);
+    ending_ = true;
+  }
+  if (reader_.joinable()) reader_.join();
+}
+
+void ChannelRoundSource::read_loop() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (ending_) return;
+    }
+    auto got = channel_.receive(kReadSlice, base_);
+    std::unique_lock lock(mutex_);
+    if (!got.ok()) {
+      stopped_ = got.error().message;
+      changed_.notify_all();
+      return;
+    }
+    if (!got->has_value()) continue;
+    if (const auto* stop = std::get_if<StopRequest>(&**got)) {
+      stopped_ = "elasticd asked this worker to stop: " + stop->reason;
+      changed_.notify_all();
+      return;
+    }
+    NextRound round = std::get<NextRound>(std::move(**got));
+    if (newest_ && newest_->env.round >= round.env.round) continue;  // not newer
+    const std::int64_t number = round.env.round;
+    newest_ = std::move(round);
+    changed_.notify_all();
+    lock.unlock();
+    if (on_round_) on_round_(number);
+  }
+}
+
+std::optional<WorkerEnv> ChannelRoundSource::poll(std::int64_t current_round) {
+  std::lock_guard lock(mutex_);
+  if (newest_ && newest_->env.round > current_round) return newest_->env;
+  return std::nullopt;
+}
+
+std::optional<WorkerEnv> ChannelRoundSource::wait(std::int64_t current_round,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, deadline, [&] {
+    return !stopped_.empty() || (newest_ && newest_->env.round > current_round);
+  });
+  if (newest_ && newest_->env.round > current_round) return newest_->env;
+  return std::nullopt;
+}
+
+void ChannelRoundSource::joined(const WorkerEnv& env) {
+  std::uint64_t term = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (newest_ && newest_->env.round == env.round) term = newest_->term;
+  }
+  if (Status said = channel_.joined(env.round, term); !said.ok()) {
+    std::fprintf(stderr, "elastic-trainer: %s\n", said.error().message.c_str());
+  }
+}
+
+std::string ChannelRoundSource::stopped() const {
+  std::lock_guard lock(mutex_);
+  return stopped_;
 }
 
 }  // namespace elastic::trainer

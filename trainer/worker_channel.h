@@ -17,14 +17,19 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "daemon/core/result.h"
 #include "daemon/core/unique_fd.h"
 #include "daemon/worker_channel/messages.h"
+#include "trainer/round_source.h"
 #include "trainer/worker_env.h"
 
 namespace elastic::trainer {
@@ -75,6 +80,46 @@ class WorkerChannel {
 
   UniqueFd fd_;
   worker_channel::FrameReader frames_;
+};
+
+// The worker channel as elastic-trainer's RoundSource. A thread of its own reads the channel, so
+// a round arrives even while the training thread is stuck in a collective with a peer that will
+// never answer (a cut link, a stopped process: no connection closes): `on_round` (set before the
+// first round can come) is then called on that thread with the round's number, and the trainer
+// aborts its current group there, so the stuck collective fails at once instead of after its
+// timeout. poll() and wait() hand the newest announced round to the training thread; joined()
+// answers the daemon with the round's term. A stop request or a closed or garbled channel ends
+// the announcements (stopped() says why): the daemon ends such a worker itself.
+// Thread safety: poll/wait/joined/stopped from one training thread; on_round runs on the reader.
+class ChannelRoundSource final : public RoundSource {
+ public:
+  // `base` supplies what a round does not carry (to_worker_env). Says hello(live = true).
+  ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
+                     std::function<void(std::int64_t round)> on_round);
+  ~ChannelRoundSource() override;
+  ChannelRoundSource(const ChannelRoundSource&) = delete;
+  ChannelRoundSource& operator=(const ChannelRoundSource&) = delete;
+
+  std::optional<WorkerEnv> poll(std::int64_t current_round) override;
+  std::optional<WorkerEnv> wait(std::int64_t current_round,
+                                std::chrono::steady_clock::time_point deadline) override;
+  void joined(const WorkerEnv& env) override;
+  // Why no round will come any more ("" while they may).
+  std::string stopped() const;
+
+ private:
+  void read_loop();
+
+  WorkerChannel channel_;
+  WorkerEnv base_;
+  std::function<void(std::int64_t)> on_round_;
+  static constexpr std::chrono::milliseconds kReadSlice{100};  // how soon the reader sees `ending_`
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<NextRound> newest_;  // guarded by mutex_
+  std::string stopped_;              // guarded by mutex_
+  bool ending_ = false;              // guarded by mutex_
+  std::thread reader_;
 };
 
 }  // namespace elastic::trainer

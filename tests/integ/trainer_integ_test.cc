@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/worker_channel/messages.h"
 #include "tests/support/process.h"
 
 namespace elastic::testing {
@@ -753,6 +756,164 @@ TEST(TrainerLive, SurvivorsReformInPlaceAndAJoinerReceivesTheStateLive) {
   }
   EXPECT_EQ(static_cast<long>(seen.size()), final_position);
   for (const auto& [index, count] : seen) ASSERT_EQ(count, 1) << "sample " << index;
+}
+
+
+// The daemon's side of one worker's channel, played by the test: the worker gets one end of a
+// socket pair as a descriptor it inherits (ELASTIC_WORKER_FD), the test keeps the other.
+class ChannelPeer {
+ public:
+  ChannelPeer() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    ours_ = fds[0];
+    theirs_ = fds[1];
+    ::fcntl(ours_, F_SETFD, FD_CLOEXEC);
+  }
+  ~ChannelPeer() {
+    if (ours_ >= 0) ::close(ours_);
+    close_theirs();
+  }
+  ChannelPeer(const ChannelPeer&) = delete;
+  ChannelPeer& operator=(const ChannelPeer&) = delete;
+  int theirs() const { return theirs_; }
+  // After the worker started: only the worker holds its end.
+  void close_theirs() {
+    if (theirs_ >= 0) ::close(theirs_);
+    theirs_ = -1;
+  }
+  void offer(const worker_channel::RoundOffer& round) {
+    const std::string bytes = worker_channel::frame(worker_channel::encode(
+        worker_channel::DaemonMessage(round)));
+    ASSERT_EQ(::send(ours_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  // Every message the worker has sent so far (reads what has arrived, never blocks long).
+  const std::vector<worker_channel::WorkerMessage>& received() {
+    char chunk[4096];
+    pollfd ready{ours_, POLLIN, 0};
+    while (::poll(&ready, 1, 0) > 0) {
+      const ssize_t n = ::recv(ours_, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n <= 0) break;
+      frames_.append(chunk, static_cast<std::size_t>(n));
+    }
+    for (;;) {
+      auto frame = frames_.next();
+      EXPECT_TRUE(frame.ok());
+      if (!frame.ok() || !frame->has_value()) break;
+      auto message = worker_channel::decode_worker_message(**frame);
+      EXPECT_TRUE(message.ok()) << **frame;
+      if (message.ok()) messages_.push_back(*message);
+    }
+    return messages_;
+  }
+  bool said_hello_live() {
+    for (const auto& m : received()) {
+      if (const auto* hello = std::get_if<worker_channel::Hello>(&m)) return hello->live;
+    }
+    return false;
+  }
+  std::optional<worker_channel::Joined> joined(std::uint64_t round) {
+    for (const auto& m : received()) {
+      const auto* j = std::get_if<worker_channel::Joined>(&m);
+      if (j != nullptr && j->round == round) return *j;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  int ours_ = -1;
+  int theirs_ = -1;
+  worker_channel::FrameReader frames_;
+  std::vector<worker_channel::WorkerMessage> messages_;
+};
+
+// Under elasticd's worker channel (no --round-file): the workers say hello (live), a stopped
+// peer (SIGSTOP: nothing closes its connections, so the survivors' collective would wait out its
+// 30 s timeout) is left behind as soon as the channel announces the next round: the source's
+// thread aborts the stuck group, the survivors re-form in place and answer "joined" with the
+// round's term.
+TEST(TrainerLive, TheChannelsRoundEndsAStuckCollectiveAtOnce) {
+  TempDir dir;
+  const int port1 = free_loopback_port(), port2 = free_loopback_port();
+  ASSERT_GT(port1, 0);
+  std::vector<std::unique_ptr<ChannelPeer>> peers;
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int rank = 0; rank < 3; ++rank) {
+    peers.push_back(std::make_unique<ChannelPeer>());
+    const std::string name = "w" + std::to_string(rank);
+    workers.push_back(std::make_unique<Process>(
+        quick({"--train-limit", "4096", "--batch-size", "16", "--max-steps", "100000", "--no-eval",
+               "--timeout", "30", "--reform-timeout", "60", "--reform-checksums"}),
+        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                           {"LOCAL_RANK", std::to_string(rank)},
+                                           {"WORLD_SIZE", "3"},
+                                           {"LOCAL_WORLD_SIZE", "3"},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(port1)},
+                                           {"ELASTIC_JOB_ID", "live"},
+                                           {"ELASTIC_ROUND", "1"},
+                                           {"ELASTIC_CHECKPOINT_DIR", ""},
+                                           {"ELASTIC_CONTROL_SOCKET", ""},
+                                           {"ELASTIC_WORKER_FD",
+                                            std::to_string(peers.back()->theirs())}},
+        dir.path(), name));
+    peers.back()->close_theirs();
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto steps = events(workers[0]->out(), "step");
+        return !steps.empty() && steps.back()["step"].get<int>() >= 5;
+      },
+      std::chrono::minutes(2)))
+      << workers[0]->err();
+  for (auto& peer : peers) EXPECT_TRUE(peer->said_hello_live());
+
+  workers[2]->signal(SIGSTOP);
+  const double stopped_at = monotonic_now();
+  // Round 2 for the survivors, as their daemons would offer it (term 7).
+  for (int rank = 0; rank < 2; ++rank) {
+    peers[rank]->offer(worker_channel::RoundOffer{.job = "live",
+                                                  .round = 2,
+                                                  .term = 7,
+                                                  .rank = static_cast<std::uint32_t>(rank),
+                                                  .local_rank = static_cast<std::uint32_t>(rank),
+                                                  .world_size = 2,
+                                                  .local_world_size = 2,
+                                                  .master_addr = "127.0.0.1",
+                                                  .master_port = static_cast<std::uint32_t>(port2)});
+  }
+  auto reformed = [&](int rank) {
+    for (const json& e : events(workers[rank]->out(), "reformed_step")) {
+      if (e.value("round", -1) == 2) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_until([&] { return reformed(0) && reformed(1); }, std::chrono::seconds(60)))
+      << workers[0]->err() << workers[1]->err();
+  const double took = monotonic_now() - stopped_at;
+  std::printf("channel round -> both survivors' first step in round 2: %.3f s\n", took);
+  // Far below the collective's 30 s timeout: the group was aborted, not waited out.
+  EXPECT_LT(took, 15.0);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto joined = peers[rank]->joined(2);
+    ASSERT_TRUE(joined.has_value()) << "rank " << rank << " did not answer joined";
+    EXPECT_EQ(joined->term, 7u);
+  }
+  workers[2]->signal(SIGKILL);
+  for (int rank = 0; rank < 2; ++rank) {
+    workers[rank]->signal(SIGTERM);
+    auto status = workers[rank]->wait(std::chrono::minutes(1));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(status->exited_with(75)) << workers[rank]->err();
+  }
+  std::set<std::string> checksums;
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto summaries = events(workers[rank]->out(), "summary");
+    ASSERT_EQ(summaries.size(), 1u);
+    checksums.insert(summaries[0]["param_checksum"].get<std::string>());
+  }
+  EXPECT_EQ(checksums.size(), 1u) << "survivors ended with different parameters";
 }
 
 }  // namespace
