@@ -320,6 +320,11 @@ void NodeCore::settle(TimePoint now) {
       busy = true;
       rounds_->report_for(report);
     }
+    // A round peer the job tier declared lost may be the Raft leader's host: elect another now
+    // rather than an election timeout later (raft.h, the fast election).
+    for (const std::string& peer : rounds_->take_lost_peers()) {
+      consensus_->leader_unreachable(now, peer);
+    }
     for (RoundService::Send& send : rounds_->take_sends()) {
       busy = true;
       if (send.address.empty()) {

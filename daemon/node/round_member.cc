@@ -203,6 +203,10 @@ void RoundMember::report_for(const RoundReport& report) {
 void RoundMember::set_leader(TimePoint now, const std::string& leader, const std::string& address) {
   if (leader.empty()) return;
   if (leader != leader_ || (address != leader_address_ && !address.empty())) {
+    // A new leader has not heard this daemon's pending reports (a declared loss, a fenced
+    // round): they go to it at the next tick, not a kReportResend later. When the old leader's
+    // host is the one lost, this is what lets the new leader plan the recovery at once.
+    if (leader != leader_ && !leader_.empty()) next_report_ = std::min(next_report_, now);
     leader_ = leader;
     leader_address_ = address;
     next_node_info_ = now;
@@ -216,6 +220,9 @@ void RoundMember::set_leader(TimePoint now, const std::string& leader, const std
 
 void RoundMember::report(const Watched& watched, const RoundReport& report) {
   send_report(watched.leader, watched.leader_address, report);
+  // The round's leader may be the daemon that is gone: the leader this daemon believes in now
+  // hears it too (a leader takes a report of a round only from its table, and twice is as once).
+  if (!leader_.empty() && leader_ != watched.leader) send_report(leader_, leader_address_, report);
 }
 
 void RoundMember::send_report(const std::string& leader, const std::string& address,
@@ -247,6 +254,7 @@ void RoundMember::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects)
     spdlog::warn("job {} round {}: peer {} (gen {}) lost ({})", lost.job, lost.round, lost.peer,
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
+    lost_peers_.push_back(lost.peer);
     const auto heard = it->second.heard.find(lost.peer);
     report(it->second, lost_report(lost, heard == it->second.heard.end()
                                              ? 0

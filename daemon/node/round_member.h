@@ -82,6 +82,9 @@ class RoundMember {
 
   std::vector<RoundSend> take_sends() { return std::exchange(sends_, {}); }
   std::vector<WorkerOrder> take_orders() { return std::exchange(orders_, {}); }
+  // The peers the job tier declared lost since the last call (names; the caller tells Raft, in
+  // case one of them is its leader: ConsensusHost::leader_unreachable).
+  std::vector<std::string> take_lost_peers() { return std::exchange(lost_peers_, {}); }
 
   // kRoundStart, the job tier's messages and kLeaseGrant (others are ignored).
   void on_envelope(TimePoint now, const wire::Envelope& envelope);
@@ -135,6 +138,7 @@ class RoundMember {
   std::uint64_t seed_;
   std::vector<RoundSend> sends_;
   std::vector<WorkerOrder> orders_;
+  std::vector<std::string> lost_peers_;
 
   rendezvous::RoundFence fence_;
   std::map<std::string, Watched> watched_;

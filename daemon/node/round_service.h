@@ -61,6 +61,7 @@ class RoundService {
   // daemon (those went to the other half).
   std::vector<Send> take_sends() { return std::exchange(sends_, {}); }
   std::vector<WorkerOrder> take_orders() { return member_.take_orders(); }
+  std::vector<std::string> take_lost_peers() { return member_.take_lost_peers(); }
   // RoundMember::acknowledge.
   void acknowledge(const RoundStart& start);
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,54 @@ TEST(RoundService, ARoundFromAnotherLeaderAsksThatLeaderForTheLease) {
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0].to, "b");
   EXPECT_EQ(requests[0].address, "tcp://10.0.0.2:7946");
+}
+
+
+// The peer_lost reports of a member whose round leader is gone: the leader it believes in now
+// hears them too, at once when it changes (not a resend interval later), and the loss is handed
+// out for Raft (take_lost_peers) in case the lost peer was its leader's host.
+TEST(RoundService, AMembersLossReportsFollowANewLeaderAtOnce) {
+  Fixture f;
+  wire::Envelope start = round_start("b", "tcp://10.0.0.2:7946");
+  {
+    RoundStart decoded = *decode_round_start(start.body);
+    decoded.round.ranks = {{"a", kGeneration, 1, 0}, {"c", 1, 1, 1}};
+    start.body = encode_round_start(decoded);
+  }
+  f.rounds.set_leader(f.now, "b", "tcp://10.0.0.2:7946");
+  f.rounds.on_envelope(f.now, start);
+  (void)f.rounds.take_orders();
+  (void)f.rounds.take_sends();
+  // c is never heard: the job tier declares it lost.
+  TimePoint t = f.now;
+  std::vector<RoundService::Send> lost;
+  while (lost.empty() && t < f.now + 30s) {
+    t += 50ms;
+    f.rounds.tick(t);
+    for (auto& send : of_type(f.rounds.take_sends(), wire::MsgType::kRoundReport)) {
+      auto report = decode_round_report(send.envelope.body);
+      if (report.ok() && report->kind == ReportKind::kPeerLost) lost.push_back(send);
+    }
+  }
+  ASSERT_EQ(lost.size(), 1u) << "c was never declared lost";
+  EXPECT_EQ(lost[0].to, "b");
+  EXPECT_EQ(f.rounds.take_lost_peers(), std::vector<std::string>{"c"});
+  EXPECT_TRUE(f.rounds.take_lost_peers().empty()) << "handed out once";
+
+  // b is gone; d leads now. The very next tick tells d (and b, the round's leader).
+  f.rounds.set_leader(t, "d", "tcp://10.0.0.4:7946");
+  (void)f.rounds.take_sends();  // node_info for d
+  t += 1ms;
+  f.rounds.tick(t);
+  std::vector<std::string> told;
+  for (auto& send : of_type(f.rounds.take_sends(), wire::MsgType::kRoundReport)) {
+    auto report = decode_round_report(send.envelope.body);
+    if (report.ok() && report->kind == ReportKind::kPeerLost && report->peer == "c") {
+      told.push_back(send.to);
+    }
+  }
+  std::sort(told.begin(), told.end());
+  EXPECT_EQ(told, (std::vector<std::string>{"b", "d"}));
 }
 
 }  // namespace
