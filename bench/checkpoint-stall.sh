@@ -13,7 +13,7 @@
 # Prints one Markdown row per build: median and min-max over every checkpoint taken except the
 # final one (written at exit, after the last step); checkpoints skipped because the previous
 # write was still running are counted, not measured.
-# Usage: bench/checkpoint-stall.sh BUILD_DIR [BUILD_DIR...]   (e.g. build/release /work/old/build)
+# Usage: [GPU=1] bench/checkpoint-stall.sh BUILD_DIR [BUILD_DIR...]   (e.g. build/release /work/old/build)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 interval=${INTERVAL:-12}
@@ -22,7 +22,12 @@ workdir=$(mktemp -d "${TMPDIR:-/tmp}/checkpoint-stall.XXXXXX")
 trap 'rm -rf "$workdir"' EXIT
 
 model=(--model gpt --gpt-layers 4 --gpt-width 640 --gpt-heads 8 --gpt-vocab 8192
-       --gpt-context 32 --batch-size 1)
+       --gpt-context 32 --batch-size 1 --threads 1)
+# GPU=1: GPT-2 small as it is (124 M parameters, fp32: 1.5 GB of parameters + Adam moments) on
+# the first CUDA device, per-GPU batch 8 (bench/gpu/run-on-device.sh checkpoint_stall).
+if [ "${GPU:-0}" = 1 ]; then
+  model=(--model gpt --device cuda --dtype fp32 --batch-size 8)
+fi
 
 echo "| build | state MB | checkpoints | gap median s | gap min-max s | own median s | own min-max s |"
 echo "|---|---|---|---|---|---|---|"
@@ -31,14 +36,17 @@ for build in "$@"; do
   [ -x "$trainer" ] || trainer=$here/$build/trainer/elastic-trainer
   [ -x "$trainer" ] || { echo "$build: no trainer/elastic-trainer" >&2; exit 1; }
   rm -rf "$workdir/ckpt"
-  "$trainer" "${model[@]}" --threads 1 --no-eval --log-interval 1 --keep 2 \
+  "$trainer" "${model[@]}" --no-eval --log-interval 1 --keep 2 \
     --max-steps $((interval * checkpoints + 1)) --checkpoint-interval "$interval" \
     --checkpoint-dir "$workdir/ckpt" > "$workdir/out.jsonl"
   python3 - "$build" "$interval" "$workdir/out.jsonl" "$workdir/ckpt" <<'EOF'
 import json, os, statistics, sys
 build, interval, path, ckpt = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 lines = [json.loads(l) for l in open(path) if l.startswith("{")]
-steps = {d["step"]: 1.0 / d["samples_per_s"] for d in lines
+# samples_per_s counts the whole world's samples: a step is batch_size * world_size of them.
+start = next(d for d in lines if d.get("event") == "start")
+global_batch = start["batch_size"] * start.get("world_size", 1)
+steps = {d["step"]: global_batch / d["samples_per_s"] for d in lines
          if d.get("event") == "step" and d.get("samples_per_s")}
 last = max(steps)
 # Checkpoints that were taken (a new build skips one that comes due while one is written).

@@ -19,6 +19,10 @@
 #   bench/gpu/run-on-device.sh recovery_python        gpt_ddp.py under elastic, cold vs warm
 #   bench/gpu/run-on-device.sh recovery_python_ready  warm, standbys ready: default vs 1.5 s lease
 #   bench/gpu/run-on-device.sh recovery_python_lease  warm with a 1.5 s lease, beside torchrun
+#   bench/gpu/run-on-device.sh checkpoint_stall  one checkpoint's stall of the training thread,
+#                                           GPT-2 small fp32 on GPU 0, this tree's trainer
+#                                           beside the one in .device/old-src (a `git archive`
+#                                           of an earlier commit, if present)
 # Several phases may be named in one call. NVLink multicast stays off everywhere.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -64,6 +68,23 @@ setup() {
     2>&1 | head -30 | tee -a "$out/setup.log"
   kill -TERM "$pid"; wait "$pid"
   grep -i 'gpu\|hwloc\|topolog\|error\|warn' "$d/elasticd.log" | head -10 | tee -a "$out/setup.log"
+}
+
+checkpoint_stall() {
+  local builds=("$root/build/gpu")
+  if [ -d "$root/.device/old-src" ]; then
+    # build-trainer.sh builds the tree it lives in: run the old tree's own copy, with this
+    # tree's header-only dependencies.
+    mkdir -p "$root/.device/old-src/.device"
+    ln -sfn "$root/.device/deps" "$root/.device/old-src/.device/deps"
+    (cd "$root/.device/old-src" && bash bench/gpu/build-trainer.sh "$work/old-build") \
+      >"$work/build-old.log" 2>&1 || tail -30 "$work/build-old.log" | tee -a "$out/checkpoint-stall.md"
+    [ -x "$work/old-build/trainer/elastic-trainer" ] && builds=("$work/old-build" "${builds[@]}")
+  fi
+  CUDA_VISIBLE_DEVICES=0 GPU=1 INTERVAL=${INTERVAL:-10} CHECKPOINTS=${CHECKPOINTS:-6} \
+    TMPDIR=$work bash "$root/bench/checkpoint-stall.sh" "${builds[@]}" 2>"$work/stall.err" |
+    tee -a "$out/checkpoint-stall.md"
+  tail -20 "$work/stall.err" >>"$out/checkpoint-stall.md"
 }
 
 throughput() {
