@@ -285,16 +285,19 @@ JobView wait_training(const DaemonCluster& daemons, int through, const std::stri
 Incident measure(DaemonCluster& daemons, const std::string& id, const std::string& kind,
                  LogTail& tail, Progress& steps) {
   const int leader = leader_host(daemons, all_hosts());
-  const int through = leader;
+  // Status goes through the leader, unless the leader's host is the victim ("leader").
+  const int through = kind == "leader" ? (leader + 1) % kHosts : leader;
   const JobView before = wait_training(daemons, through, id, tail, steps, 3, 300s);
   Incident incident;
   incident.kind = kind;
   incident.from_round = before.round;
   int victim = -1;
   for (const auto& rank : before.ranks) {
-    if (daemons.host_of(rank.node) != leader) victim = daemons.host_of(rank.node);
+    const int host = daemons.host_of(rank.node);
+    if (kind == "leader" ? host == leader : host != leader) victim = host;
   }
-  if (victim < 0) fail("no non-leader node in " + before.summary());
+  if (victim < 0) fail("no " + std::string(kind == "leader" ? "" : "non-") + "leader node in " +
+                       before.summary());
   incident.victim = DaemonCluster::name(victim);
   const std::vector<WorkerProc> old_workers = elastic::netns::find_workers(id);
   std::optional<WorkerProc> target;
@@ -304,7 +307,7 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   if (!target) fail("no worker of " + id + " on " + incident.victim);
 
   const double t0 = wall_ms();
-  if (kind == "daemon") {
+  if (kind != "worker") {
     daemons.daemon(victim).signal(SIGKILL);
   } else {
     ::kill(target->pid, SIGKILL);
@@ -362,7 +365,7 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
     if (host != victim) survivors.push_back(host);
   }
   const double detected =
-      kind == "daemon"
+      kind != "worker"
           ? first_log_line(daemons, survivors, t0, {"peer " + incident.victim + " (gen", " lost"})
           : first_log_line(daemons, {victim}, t0,
                            {"(pid " + std::to_string(target->pid) + ")", "killed by signal"});
@@ -371,7 +374,7 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   // the job tier declares it lost).
   incident.detect = detected < 0 ? incident.decided : std::min(detected - t0, incident.decided);
   incident.restarts = after.restarts;
-  if (kind == "daemon") {
+  if (kind != "worker") {
     std::cerr << "  restarting " << incident.victim << "\n";
     if (const auto started = daemons.start(victim, 60s); !started.ok()) {
       fail(started.error().message);
@@ -457,12 +460,25 @@ int run(int incidents, int idle_s) {
 
   // ---- the incidents: a fresh job for each, so that one incident's consequences (a restart
   // counted, a node quarantined or kept out of the job for a while) never shape the next one.
-  std::vector<Incident> kills, crashes;
+  std::vector<Incident> kills, crashes, leader_kills;
   // A failed incident ends the incidents but not the report: what was measured is printed,
   // with the failure.
   std::string failed;
   int serial = 0;
-  for (const std::string kind : {"daemon", "worker"}) {
+  // KINDS: which incidents, in order (default "daemon worker"; "leader" kills the Raft
+  // leader's host, which also runs a worker of the job).
+  std::vector<std::string> kinds;
+  {
+    const char* env = std::getenv("KINDS");
+    std::istringstream words(env != nullptr && *env != '\0' ? env : "daemon worker");
+    for (std::string word; words >> word;) {
+      if (word != "daemon" && word != "worker" && word != "leader") {
+        fail("KINDS: \"" + word + "\" is not daemon, worker or leader");
+      }
+      kinds.push_back(word);
+    }
+  }
+  for (const std::string& kind : kinds) {
     for (int i = 0; i < incidents && !g_stop.load() && failed.empty(); ++i) {
       std::cerr << kind << " incident " << i + 1 << "/" << incidents << "\n";
       try {
@@ -485,7 +501,7 @@ int run(int incidents, int idle_s) {
         std::cerr << "  " << incident.victim << ": round " << incident.from_round << " -> "
                   << incident.to_round << ", first step after " << format(incident.step / 1000, 2)
                   << " s\n";
-        (kind == "daemon" ? kills : crashes).push_back(incident);
+        (kind == "daemon" ? kills : kind == "leader" ? leader_kills : crashes).push_back(incident);
         // Cancel it and let the cluster settle: no worker left, every daemon alive again.
         (void)daemons.ctl(leader_host(daemons, all_hosts()), {"cancel", id});
         if (!elastic::testing::wait_until([&] { return elastic::netns::find_workers(id).empty(); },
@@ -516,6 +532,9 @@ int run(int incidents, int idle_s) {
   std::cout << "\n(The peak of a restarted daemon covers only its own lifetime.)\n";
   if (!kills.empty()) report("### kill -9 of a daemon (not the leader) and its worker", kills);
   if (!crashes.empty()) report("### kill -9 of one worker", crashes);
+  if (!leader_kills.empty()) {
+    report("### kill -9 of the Raft leader's daemon and its worker", leader_kills);
+  }
   if (!failed.empty()) {
     std::cout << "\nINCOMPLETE: " << kills.size() << " daemon kills and " << crashes.size()
               << " worker crashes measured, then: " << failed << "\n";

@@ -221,6 +221,12 @@ class RaftStore {
  public:
   virtual ~RaftStore() = default;
   virtual Status persist(const Persist& persist) = 0;
+  // Removes the file `name` (no '/') from the store's directory; one that is not there is no
+  // error. A store without files (the simulator's) has nothing to remove.
+  virtual Status remove_file(const std::string& name) {
+    (void)name;
+    return ok_status();
+  }
 };
 
 enum class Role : std::uint8_t { kFollower, kPreCandidate, kCandidate, kLeader };

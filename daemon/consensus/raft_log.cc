@@ -591,4 +591,15 @@ Status RaftLog::persist(const Persist& p) {
   return write_mark(last(), false);
 }
 
+Status RaftLog::remove_file(const std::string& name) {
+  const std::string path = dir_ + "/" + name;
+  if (name.empty() || name.find('/') != std::string::npos) {
+    return Error{"cannot remove \"" + name + "\" from " + dir_ + ": not a file name"};
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Error{"cannot remove " + path + ": " + std::strerror(errno)};
+  }
+  return ok_status();
+}
+
 }  // namespace elastic::consensus

@@ -101,6 +101,7 @@ class RaftLog final : public RaftStore {
 
   // Carries out Effects::persist in the contract's order; durable when it returns ok.
   Status persist(const Persist& persist) override;
+  Status remove_file(const std::string& name) override;
   Status save_hard_state(const HardState& hard_state);
 
  private:

@@ -378,9 +378,8 @@ void ConsensusHost::note_rebuild_progress() {
   }
   if (raft_->term() <= rebuild_leader_term_) return;
   // A later term began: every vote this voter can be asked for now is in a term it never saw.
-  const std::string marker = dir_ + "/" + kRebuildFile;
-  if (::unlink(marker.c_str()) != 0 && errno != ENOENT) {
-    spdlog::warn("raft: cannot remove {}: {}", marker, std::strerror(errno));
+  if (Status removed = store_->remove_file(kRebuildFile); !removed.ok()) {
+    spdlog::warn("raft: {}", removed.error().message);
     return;
   }
   rebuilding_ = false;
