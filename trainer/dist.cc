@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,10 +71,53 @@ bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
   return false;
 }
 
+// A connected TCP socket of this process: its descriptor and both ends.
+struct InetSocket {
+  int fd = -1;
+  sockaddr_storage local{};
+  sockaddr_storage remote{};
+};
+
+// Every connected IPv4/IPv6 stream socket of this process (from /proc/self/fd).
+std::vector<InetSocket> connected_inet_sockets() {
+  std::vector<InetSocket> sockets;
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) return sockets;
+  while (const dirent* entry = ::readdir(fds)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(fds)) continue;
+    InetSocket socket;
+    socket.fd = static_cast<int>(fd);
+    socklen_t length = sizeof socket.local, remote_length = sizeof socket.remote;
+    int type = 0;
+    socklen_t type_length = sizeof type;
+    if (::getsockopt(socket.fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 ||
+        type != SOCK_STREAM ||
+        ::getsockname(socket.fd, reinterpret_cast<sockaddr*>(&socket.local), &length) != 0 ||
+        (socket.local.ss_family != AF_INET && socket.local.ss_family != AF_INET6) ||
+        ::getpeername(socket.fd, reinterpret_cast<sockaddr*>(&socket.remote), &remote_length) !=
+            0) {
+      continue;
+    }
+    sockets.push_back(socket);
+  }
+  ::closedir(fds);
+  return sockets;
+}
+
+bool same_socket(const InetSocket& a, const InetSocket& b) {
+  return a.fd == b.fd && same_endpoint(a.local, b.local) && same_endpoint(a.remote, b.remote);
+}
+
 // ProcessGroupGloo with an abort: its Gloo contexts are protected members (1.13 and 2.x alike).
 class AbortableGloo final : public c10d::ProcessGroupGloo {
  public:
   using c10d::ProcessGroupGloo::ProcessGroupGloo;
+
+  // The sockets the group's construction connected (its full mesh): the pairs this process
+  // dialled have an ephemeral local address, not the pair's, so only this list finds them.
+  void remember(std::vector<InetSocket> sockets) { sockets_ = std::move(sockets); }
 
   // Shuts down the socket of every connection of every context. Gloo's event loop then reads
   // an end of stream on each: the pair fails with "Connection closed by peer", which wakes every
@@ -100,6 +144,16 @@ class AbortableGloo final : public c10d::ProcessGroupGloo {
           endpoints.push_back(address);
         } catch (const std::exception&) {
           // A pair that cannot be reached has nothing left to close.
+        }
+      }
+    }
+    // The remembered mesh first: each one that is still the same socket (not closed and its
+    // number reused) is shut down.
+    for (const InetSocket& now : connected_inet_sockets()) {
+      for (const InetSocket& mesh : sockets_) {
+        if (same_socket(now, mesh)) {
+          ::shutdown(now.fd, SHUT_RDWR);
+          break;
         }
       }
     }
@@ -130,6 +184,9 @@ class AbortableGloo final : public c10d::ProcessGroupGloo {
     }
     ::closedir(fds);
   }
+
+ private:
+  std::vector<InetSocket> sockets_;
 };
 #endif
 
@@ -203,8 +260,16 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
             local_address_towards(env.master_addr, env.master_port)));
       }
       gloo_options->threads = 2;
-      dist.backend =
+      const std::vector<InetSocket> before = connected_inet_sockets();
+      auto gloo =
           c10::make_intrusive<AbortableGloo>(dist.store, env.rank, env.world_size, gloo_options);
+      std::vector<InetSocket> mesh = connected_inet_sockets();
+      std::erase_if(mesh, [&](const InetSocket& socket) {
+        return std::any_of(before.begin(), before.end(),
+                           [&](const InetSocket& old) { return same_socket(old, socket); });
+      });
+      gloo->remember(std::move(mesh));
+      dist.backend = gloo;
       dist.backend_name = "gloo";
 #else
       return Error{
