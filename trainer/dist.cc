@@ -125,9 +125,11 @@ class AbortableGloo final : public c10d::ProcessGroupGloo {
   // collective waiting on a live peer would otherwise wait out the whole timeout; pair->close()
   // would release the peer but strand this side's waiting operations.
   //
-  // Gloo does not expose a pair's descriptor, but it does expose the pair's local address (its
-  // bytes begin with a sockaddr_storage); every pair has its own (its own listening port, or an
-  // ephemeral one), so the connected socket of this process bound to it is the pair's.
+  // Gloo does not expose a pair's descriptor. Which sockets are the group's: those its
+  // construction connected (remember(): every pair of the mesh, dialled or accepted), and any
+  // socket bound to a pair's local address (its bytes begin with a sockaddr_storage; a pair that
+  // accepted has its own listening port), in case a pair reconnected since. A remembered socket
+  // counts only while it is still the same one (not closed and its number reused).
   void abort_connections() {
     std::vector<sockaddr_storage> endpoints;
     for (auto& context : contexts_) {
@@ -147,42 +149,15 @@ class AbortableGloo final : public c10d::ProcessGroupGloo {
         }
       }
     }
-    // The remembered mesh first: each one that is still the same socket (not closed and its
-    // number reused) is shut down.
-    for (const InetSocket& now : connected_inet_sockets()) {
-      for (const InetSocket& mesh : sockets_) {
-        if (same_socket(now, mesh)) {
-          ::shutdown(now.fd, SHUT_RDWR);
-          break;
-        }
-      }
+    for (const InetSocket& socket : connected_inet_sockets()) {
+      const bool in_mesh = std::any_of(sockets_.begin(), sockets_.end(), [&](const InetSocket& m) {
+        return same_socket(socket, m);
+      });
+      const bool on_a_pair =
+          std::any_of(endpoints.begin(), endpoints.end(),
+                      [&](const sockaddr_storage& e) { return same_endpoint(socket.local, e); });
+      if (in_mesh || on_a_pair) ::shutdown(socket.fd, SHUT_RDWR);
     }
-    if (endpoints.empty()) return;
-    DIR* fds = ::opendir("/proc/self/fd");
-    if (fds == nullptr) return;
-    while (const dirent* entry = ::readdir(fds)) {
-      char* end = nullptr;
-      const long fd = std::strtol(entry->d_name, &end, 10);
-      if (end == entry->d_name || *end != '\0' || fd == ::dirfd(fds)) continue;
-      sockaddr_storage local{}, remote{};
-      socklen_t length = sizeof local, remote_length = sizeof remote;
-      int type = 0;
-      socklen_t type_length = sizeof type;
-      if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 ||
-          type != SOCK_STREAM ||
-          ::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
-          ::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&remote),
-                        &remote_length) != 0) {
-        continue;
-      }
-      for (const auto& endpoint : endpoints) {
-        if (same_endpoint(local, endpoint)) {
-          ::shutdown(static_cast<int>(fd), SHUT_RDWR);
-          break;
-        }
-      }
-    }
-    ::closedir(fds);
   }
 
  private:

@@ -309,7 +309,7 @@ struct AbortableGroup {
 };
 
 int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
-          AbortableGroup* abortable) {
+          AbortableGroup& abortable) {
   WorkerEnv env = first_env;  // the current round's; a re-formation moves it on
   const auto started = std::chrono::steady_clock::now();
   int threads = flags.threads;
@@ -374,11 +374,10 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   // Declared after `dist`, so destroyed before it: the source's thread never aborts a group that
   // is gone.
   struct Unregister {
-    AbortableGroup* group;
+    AbortableGroup& group;
     ~Unregister() {
-      if (group == nullptr) return;
-      std::lock_guard lock(group->mutex);
-      group->dist = nullptr;
+      std::lock_guard lock(group.mutex);
+      group.dist = nullptr;
     }
   } unregister{abortable};
   // With a round source this process may be joining a group that is already training: the step
@@ -398,10 +397,10 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       return kExitUnavailable;
     }
     dist = std::move(formed->dist);
-    if (abortable != nullptr) {
-      std::lock_guard lock(abortable->mutex);
-      abortable->dist = &dist;
-      abortable->round = env.round;
+    {
+      std::lock_guard lock(abortable.mutex);
+      abortable.dist = &dist;
+      abortable.round = env.round;
     }
     joined_live = formed->plan;
     if (joined_live) {
@@ -561,8 +560,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     reducer.reset();  // its buckets and gradient hooks belong to the old group
     double abandon_s = 0;
     {
-      std::unique_lock<std::mutex> lock;
-      if (abortable != nullptr) lock = std::unique_lock(abortable->mutex);
+      std::lock_guard lock(abortable.mutex);
       abandon_s = abandon_group(
           dist, std::min<std::chrono::milliseconds>(dist_options.timeout, kAbandonBound));
     }
@@ -581,10 +579,9 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
           reform_group(*next, dist_options, live, RankFacts{true, state.step, state_round, -1});
       if (formed && formed->plan) {
         {
-          std::unique_lock<std::mutex> lock;
-          if (abortable != nullptr) lock = std::unique_lock(abortable->mutex);
+          std::lock_guard lock(abortable.mutex);
           dist = std::move(formed->dist);
-          if (abortable != nullptr) abortable->round = next->round;
+          abortable.round = next->round;
         }
         env = *next;
         rounds->joined(env);
@@ -867,7 +864,7 @@ int run(int argc, char** argv) {
     }
   }
   try {
-    return train(flags, *env, rounds.get(), &abortable);
+    return train(flags, *env, rounds.get(), abortable);
   } catch (const std::exception& e) {
     return report_failure(e);
   }
