@@ -9,7 +9,8 @@
 # root and iproute2; takes about 10 minutes with the defaults.
 # Usage: bench/recovery.sh [build dir]   (default build/release; configured with the daemon, the
 #        trainer and the tests). Environment: INCIDENTS (10), IDLE (60), KINDS ("daemon worker";
-#        add "leader" for kills of the Raft leader's host).
+#        add "leader" for kills of the Raft leader's host), LIVE (1; 0 runs the trainer with --no-live:
+#        the stop-and-restart path).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build/release}
@@ -20,6 +21,6 @@ cmake --build "$build" --target recovery_netns_bench elasticd elasticctl elastic
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "Machine: $(nproc) vCPU ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
   "$(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "Command: bench/recovery.sh $* (INCIDENTS=${INCIDENTS:-10} IDLE=${IDLE:-60} KINDS=${KINDS:-daemon worker})"
+echo "Command: bench/recovery.sh $* (INCIDENTS=${INCIDENTS:-10} IDLE=${IDLE:-60} KINDS=${KINDS:-daemon worker} LIVE=${LIVE:-1})"
 echo
 exec "$build/tests/netns/recovery_netns_bench" --incidents "${INCIDENTS:-10}" --idle "${IDLE:-60}"

@@ -391,6 +391,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     }
     dist = std::move(dist_result).value();
   } else {
+    rounds->ready();
     auto formed = reform_group(env, dist_options, live, RankFacts{});
     if (!formed) {
       fail(formed.error().message);
@@ -854,9 +855,11 @@ int run(int argc, char** argv) {
       return kExitUsage;
     }
     if (channel->has_value() && flags.live) {
+      // hello once the model and data are loaded (train() calls ready()).
       rounds = std::make_unique<ChannelRoundSource>(
           std::move(**channel), *env,
-          [&abortable](std::int64_t round) { abortable.abort_if_older(round); });
+          [&abortable](std::int64_t round) { abortable.abort_if_older(round); },
+          /*hello_now=*/false);
     } else if (channel->has_value()) {
       // --no-live: the daemon stops and restarts this worker at every incident, as it does a
       // plain command's.

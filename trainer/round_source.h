@@ -41,6 +41,9 @@ class RoundSource {
                                         std::chrono::steady_clock::time_point deadline) = 0;
   // The trainer re-formed into `env`'s round (a source that answers its announcer says so).
   virtual void joined(const WorkerEnv& env) { (void)env; }
+  // The trainer has built its model and data and is about to join its first group: a source
+  // whose announcer waits for that (the worker channel's hello) says so now.
+  virtual void ready() {}
 };
 
 class FileRoundSource final : public RoundSource {

@@ -114,9 +114,16 @@ Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::mi
 }
 
 ChannelRoundSource::ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
-                                       std::function<void(std::int64_t)> on_round)
+                                       std::function<void(std::int64_t)> on_round, bool hello_now)
     : channel_(std::move(channel)), base_(std::move(base)), on_round_(std::move(on_round)) {
+  if (hello_now) ready();
+}
+
+void ChannelRoundSource::ready() {
+  if (started_) return;
+  started_ = true;
   if (Status said = channel_.hello(true); !said.ok()) {
+    std::lock_guard lock(mutex_);
     stopped_ = said.error().message;
     return;
   }

@@ -93,9 +93,12 @@ class WorkerChannel {
 // Thread safety: poll/wait/joined/stopped from one training thread; on_round runs on the reader.
 class ChannelRoundSource final : public RoundSource {
  public:
-  // `base` supplies what a round does not carry (to_worker_env). Says hello(live = true).
+  // `base` supplies what a round does not carry (to_worker_env). Says hello(live = true) and
+  // starts reading now, or with `hello_now` false at ready(): the daemon counts a worker as
+  // live (offers it rounds, and lets a grow's running ranks wait for it) from its hello, so a
+  // trainer says it once its model and data are loaded.
   ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
-                     std::function<void(std::int64_t round)> on_round);
+                     std::function<void(std::int64_t round)> on_round, bool hello_now = true);
   ~ChannelRoundSource() override;
   ChannelRoundSource(const ChannelRoundSource&) = delete;
   ChannelRoundSource& operator=(const ChannelRoundSource&) = delete;
@@ -104,6 +107,8 @@ class ChannelRoundSource final : public RoundSource {
   std::optional<WorkerEnv> wait(std::int64_t current_round,
                                 std::chrono::steady_clock::time_point deadline) override;
   void joined(const WorkerEnv& env) override;
+  // Says hello(live = true) and starts the reader, once.
+  void ready() override;
   // Why no round will come any more ("" while they may).
   std::string stopped() const;
 
@@ -120,6 +125,7 @@ class ChannelRoundSource final : public RoundSource {
   std::string stopped_;              // guarded by mutex_
   bool ending_ = false;              // guarded by mutex_
   std::thread reader_;
+  bool started_ = false;  // the training thread's: ready() ran
 };
 
 }  // namespace elastic::trainer

@@ -352,13 +352,14 @@ class Elastic:
         return (s[-1][1]["step"] - s[0][1]["step"]) / max(1e-9, s[-1][0] - s[0][0])
 
     def settle(self, world):
-        """Trains on `world` GPUs past at least one checkpoint of the current round."""
+        """Trains on `world` GPUs past at least one checkpoint (in the current round or a later
+        one: after a live shrink the job grows back by itself)."""
         L = self.tail.snapshot()
         rnd = steps(L)[-1][1]["round"]
         target = steps(L)[-1][1]["step"] + self.a.ckpt_interval + 10
-        ok = self.tail.wait(lambda L: True if any(d["step"] >= target for (_, d) in
-                                                  steps(L, world_size=world, round=rnd)) else None,
-                            120, f"step {target} on {world} GPUs")
+        ok = self.tail.wait(lambda L: True if any(d["step"] >= target and d["round"] >= rnd
+                                                  for (_, d) in steps(L, world_size=world))
+                            else None, 120, f"step {target} on {world} GPUs")
         if not ok:
             raise RuntimeError(f"the job did not reach step {target} on {world} GPUs")
 
@@ -390,16 +391,21 @@ class Elastic:
             out["worker_died_with_daemon_s"] = died
         log(f"{kind}: killed {'worker' if kind == 'worker_crash' else 'daemon'} of rank {rank} on "
             f"{node} (Raft leader {leader})")
-        world = 2 if kind == "worker_crash" else 1
-        hit = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=world)
+        # A node loss leaves 1 GPU; a worker crash 2 (restarted) or 1 (the survivor re-formed
+        # in place without the crashed rank's node, which grows back once its rank is ready).
+        world = None if kind == "worker_crash" else 1
+        match = {} if world is None else {"world_size": world}
+        hit = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, **match)
                                              if d["round"] > old_round), None), a.limit,
                              f"recovery after {kind}")
         L = self.tail.snapshot()
         out["last_step_before"] = max(d["step"] for (_, d) in steps(L, round=old_round))
         if hit:
             new_round = hit[1]["round"]
-            resume = next((d for (_, _, d) in L if d.get("event") in ("resume", "start") and
-                           d.get("round") == new_round), {})
+            # "reform": re-formed in place, its step the agreed one (no checkpoint read).
+            resume = next((d for (_, _, d) in L if d.get("event") in ("resume", "start", "reform")
+                           and d.get("round") == new_round), {})
+            out["reformed_in_place"] = resume.get("event") == "reform"
             out.update(recovered=True, first_step_s=hit[0] - t0, new_round=new_round,
                        world_after=hit[1]["world_size"], resume_step=resume.get("step"),
                        steps_lost=out["last_step_before"] - resume.get("step", 0))
@@ -419,6 +425,11 @@ class Elastic:
                 f"{out['steps_lost']}, detected {out.get('detected_s', float('nan')):.2f} s")
         else:
             out.update(recovered=False, waited_s=a.limit)
+        if kind == "worker_crash" and hit and hit[1]["world_size"] < 2:
+            cur = hit[1]["round"]
+            grow = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
+                                                  if d["round"] > cur), None), 120, "growth to 2")
+            res["grow"].append(self.grow_record(kind, node, grow, None, cur))
         if kind != "worker_crash":
             self.settle(1)
             t1 = time.time()
@@ -426,11 +437,21 @@ class Elastic:
             cur = steps(self.tail.snapshot())[-1][1]["round"]
             grow = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
                                                   if d["round"] > cur), None), 120, "growth to 2")
-            g = {"after": kind, "node": node,
-                 "first_step_on_2_s": grow[0] - t1 if grow else None}
+            g = self.grow_record(kind, node, grow, t1, cur)
             res["grow"].append(g)
             log(f"  {node} restarted: training on 2 GPUs again {g['first_step_on_2_s']} s later")
         return out
+
+    def grow_record(self, kind, node, grow, t1, cur):
+        """The growth back to 2 GPUs: from the restart (t1) to its first step, and the running
+        rank's pause (its last step line of round `cur` -> its first of the grown round)."""
+        g = {"after": kind, "node": node,
+             "first_step_on_2_s": grow[0] - t1 if grow and t1 is not None else None}
+        if grow:
+            before = [t for (t, d) in steps(self.tail.snapshot(), round=cur)]
+            if before:
+                g["pause_s"] = grow[0] - max(before)
+        return g
 
     def shutdown(self):
         for p in self.procs.values():
@@ -618,7 +639,12 @@ def summary(paths):
                 rows.append((name, i["kind"], f"not within {i.get('waited_s', 0):.0f}", "-", "-", "-"))
         for g in r.get("grow", []):
             v = g.get("first_step_on_2_s")
-            rows.append((name, f"grow back after {g['after']}", f"{v:.2f}" if v else "no", "-", "2", "-"))
+            if v is not None or "pause_s" not in g:
+                rows.append((name, f"grow back after {g['after']}", f"{v:.2f}" if v else "no", "-",
+                             "2", "-"))
+            if "pause_s" in g:
+                rows.append((name, f"running rank's pause when growing after {g['after']}",
+                             f"{g['pause_s']:.2f}", "-", "2", "-"))
         if r["system"] == "elastic":
             print(f"elastic: loss {r.get('first_loss')} -> {r.get('last_loss')}; worker died with its "
                   f"daemon: {[i.get('worker_died_with_daemon_s') for i in r.get('incidents', [])]}; "

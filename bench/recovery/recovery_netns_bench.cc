@@ -22,10 +22,16 @@
 //                  waits out the job's restart backoff (1 s by default)
 //      rendezvous  -> the next round's "running" event (every daemon of the round started it)
 //      spawn       -> the trainer's "start" line (process start, data set, store, Gloo,
-//                  checkpoint load; the resume line comes just before it)
-//      load        -> the first "step" line (the first step, after the warm-up)
-//      stop        (overlaps the others; from the kill) every worker of the broken round gone,
-//                  polled in /proc every ~10 ms
+//                  checkpoint load; the resume line comes just before it), or with live
+//                  re-formation (the default) the first "reform" line: the survivors re-formed
+//                  in place (new store and group, step agreement, state transfer)
+//      load        -> the first "step" or "reformed_step" line (the first step)
+//      stop        (overlaps the others; from the kill) every worker of the broken round that
+//                  does not carry on is gone (with re-formation in place: the victim's),
+//                  polled in /proc every ~10 ms; "kept" counts those that carried on
+//    After a daemon kill, also the node's return: the bench restarts the daemon and measures
+//    the running ranks' pause while the job grows back (their last step line before the grown
+//    round -> its first). LIVE=0 passes --no-live to the trainer: the stop-and-restart path.
 //    Trainer lines are timed when the bench reads them (tailing every log every ~10 ms), so
 //    they are late by at most the poll interval plus the pipe to the log file.
 //    After each daemon kill the daemon is restarted (same state dir) and the bench waits until
@@ -196,13 +202,18 @@ class LogTail {
 struct Progress {
   struct Range {
     std::int64_t first = -1, last = -1;
+    double first_ms = -1, last_ms = -1;  // when the bench read its first and last step line
   };
   std::map<std::uint64_t, Range> rounds;
   void add(const Line& line) {
-    if (line.event != "step" || line.round < 0) return;
+    // "reformed_step": each rank's first step after re-forming in place (rank 0 alone prints
+    // "step" lines).
+    if ((line.event != "step" && line.event != "reformed_step") || line.round < 0) return;
     Range& range = rounds[static_cast<std::uint64_t>(line.round)];
     if (range.first < 0 || line.step < range.first) range.first = line.step;
     range.last = std::max(range.last, line.step);
+    if (range.first_ms < 0) range.first_ms = line.seen_ms;
+    range.last_ms = line.seen_ms;
   }
   // Steps the round has trained so far (0 if none logged).
   std::int64_t trained(std::uint64_t round) const {
@@ -225,6 +236,8 @@ struct Incident {
   std::int64_t last_step = -1, resumed = -1;
   std::string cause;           // the reason of the first event after the kill
   std::uint64_t restarts = 0;  // the job's restarts after the incident
+  std::size_t kept = 0;        // workers of the broken round that re-formed in place
+  double grow_pause = -1;      // after a daemon kill: the running ranks' pause when it returned
 };
 
 // The wall-clock time (ms since the epoch) of a daemon log line, or nullopt.
@@ -312,32 +325,36 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   } else {
     ::kill(target->pid, SIGKILL);
   }
-  bool stopped = false;
+  // When each worker of the broken round was seen gone (those that re-form in place never are).
+  std::map<pid_t, double> gone_ms;
   std::optional<double> start_seen, step_seen;
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   auto next_status = std::chrono::steady_clock::now();
   JobView after;
-  while (!(stopped && step_seen && after.round > before.round && after.state == "running")) {
+  while (!(step_seen && after.round > before.round && after.state == "running")) {
     if (std::chrono::steady_clock::now() > deadline || g_stop.load()) {
       fail(kind + " incident on " + incident.victim +
            ": no first step of a new round within 120 s; " + after.summary());
     }
-    if (!stopped && std::all_of(old_workers.begin(), old_workers.end(), [](const WorkerProc& w) {
-          return elastic::netns::process_gone(w.pid);
-        })) {
-      stopped = true;
-      incident.stop = wall_ms() - t0;
+    for (const WorkerProc& w : old_workers) {
+      if (!gone_ms.contains(w.pid) && elastic::netns::process_gone(w.pid)) {
+        gone_ms[w.pid] = wall_ms() - t0;
+      }
     }
     for (const auto& line : tail.poll()) {
       if (line.round < 0) continue;
       const auto round = static_cast<std::uint64_t>(line.round);
       steps.add(line);
       if (round <= before.round) continue;
-      if (line.event == "start" && !start_seen) {
+      // "start": a new process resumed from the checkpoint; "reform": a rank re-formed in
+      // place (its step is the agreed one).
+      if ((line.event == "start" || line.event == "reform") && !start_seen) {
         start_seen = line.seen_ms;
         incident.resumed = line.step;
       }
-      if (line.event == "step" && !step_seen) step_seen = line.seen_ms;
+      if ((line.event == "step" || line.event == "reformed_step") && !step_seen) {
+        step_seen = line.seen_ms;
+      }
     }
     if (std::chrono::steady_clock::now() >= next_status) {
       // Through the leader (never the victim); elasticctl costs a few ms of CPU, so not on
@@ -349,6 +366,15 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   }
   incident.to_round = after.round;
   incident.last_step = steps.last(before.round);
+  // Stop: the last worker of the broken round that did not carry on was gone (the victim's
+  // with live re-formation; every one with restarts).
+  for (const WorkerProc& w : old_workers) {
+    if (!gone_ms.contains(w.pid) && elastic::netns::process_gone(w.pid)) {
+      gone_ms[w.pid] = wall_ms() - t0;
+    }
+    if (!gone_ms.contains(w.pid)) ++incident.kept;
+  }
+  for (const auto& [pid, at] : gone_ms) incident.stop = std::max(incident.stop, at);
   incident.start = *start_seen - t0;
   incident.step = *step_seen - t0;
   for (const auto& event : after.events) {
@@ -358,7 +384,10 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
       incident.decided = at;
       incident.cause = event.reason;
     }
-    if (event.to == "running" && event.round == after.round) incident.running = at;
+    // The first round after the kill to run (a worker crash may shrink, then grow at once).
+    if (event.to == "running" && event.round > before.round && incident.running < 0) {
+      incident.running = at;
+    }
   }
   std::vector<int> survivors;
   for (int host = 0; host < kHosts; ++host) {
@@ -380,6 +409,15 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
       fail(started.error().message);
     }
   }
+  // The job grows back to 3 (the returning daemon, or the crashed worker's node once the others
+  // went on without it): how long the running ranks stop training for it (the last step line
+  // before the grown round -> its first).
+  const JobView grown = wait_training(daemons, through, id, tail, steps, 3, 120s);
+  const auto regrown = steps.rounds.find(grown.round);
+  if (grown.round > before.round + 1 && regrown != steps.rounds.end() &&
+      regrown != steps.rounds.begin() && std::prev(regrown)->first > before.round) {
+    incident.grow_pause = regrown->second.first_ms - std::prev(regrown)->second.last_ms;
+  }
   return incident;
 }
 
@@ -392,8 +430,11 @@ std::string cell(const std::vector<double>& values) {
 }
 
 void report(const std::string& title, const std::vector<Incident>& incidents) {
-  std::vector<double> total, detect, decide, rendezvous, spawn, load, stop, lost;
+  std::vector<double> total, detect, decide, rendezvous, spawn, load, stop, lost, pause;
+  std::size_t kept = 0;
   for (const auto& i : incidents) {
+    kept += i.kept;
+    if (i.grow_pause >= 0) pause.push_back(i.grow_pause);
     total.push_back(i.step);
     detect.push_back(i.detect);
     decide.push_back(i.decided - i.detect);
@@ -412,6 +453,12 @@ void report(const std::string& title, const std::vector<Incident>& incidents) {
             << cell(rendezvous) << " | " << cell(spawn) << " | " << cell(load) << " | "
             << cell(stop) << " | " << format(quantile(lost, 0.5) / 1000, 0) << " / "
             << format(*std::max_element(lost.begin(), lost.end()) / 1000, 0) << " |\n";
+  std::cout << "\nWorkers of the broken rounds that re-formed in place: " << kept
+            << " (spawn is then the re-formation: the \"reform\" line instead of \"start\")."
+            << (pause.empty() ? std::string()
+                              : " The node's return -> running ranks' pause: " + cell(pause) +
+                                    " s (p50 / max).")
+            << "\n";
   std::cout << "\n<details><summary>each incident (ms since the kill)</summary>\n\n"
             << "| # | victim | rounds | detect | decided | running | start line | first step | "
                "stop | last step -> resumed | restarts | first event |\n"
@@ -491,6 +538,10 @@ int run(int incidents, int idle_s) {
                                            "--"};
         for (auto& arg : elastic::netns::small_fmnist_trainer(ELASTIC_TRAINER_PATH, 10, 100000)) {
           submit.push_back(arg);
+        }
+        // LIVE=0: the restart path (the trainer ignores the worker channel), for comparison.
+        if (const char* live = std::getenv("LIVE"); live != nullptr && std::string(live) == "0") {
+          submit.push_back("--no-live");
         }
         const auto submitted = daemons.submit_job(leader_host(daemons, all_hosts()), submit);
         if (submitted.exit_code != 0 || submitted.id.empty()) fail("submit: " + submitted.output);

@@ -135,6 +135,16 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
     return job.started && !job.failure;
   }
   if (job.current && job.current->round.round > start.round.round) return false;
+  if (start.hold_live && plan_offer(job, start)) {
+    if (job.held != start.round.round) {
+      job.held = start.round.round;
+      spdlog::info("job {} round {}: this node's workers keep training in round {} until the "
+                   "round's new members are ready",
+                   id, start.round.round, job.current->round.round);
+    }
+    return false;
+  }
+  job.held = 0;
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
@@ -177,6 +187,7 @@ void JobSupervisor::stop_job(TimePoint now, const std::string& id, StopMode mode
   }
   end_progress_round(now, job);
   job.current.reset();
+  job.held = 0;
   job.started = false;
   job.failure.reset();
   job.done = false;

@@ -30,7 +30,10 @@
 // than the new round keeps, rank 0's store port busy) is started the old way. Once every
 // running worker of a round started cold said hello(live), a round_ack with live = true tells
 // the leader that this job's workers re-form in place (RoundLeader: no lease wait for a lost
-// member of such a job).
+// member of such a job). A grow round's RoundStart may say hold_live (round_codec.h): the
+// running workers then keep training in their round, and the offer waits for the same round
+// without it (the leader sends it once the joiners' workers are ready), so growing costs them
+// only the re-formation.
 // Local slots (GPUs, or CPU slots) come from the topology plan; a round's workers take the
 // lowest free ones, so two jobs on one node never share a slot.
 //
@@ -290,6 +293,9 @@ class JobSupervisor {
     // `current` waits for, and whether a live round_ack for `current` went out.
     std::set<spawner::WorkerId> joining;
     bool live_acked = false;
+    // A grow round whose offer waits for its joiners (RoundStart::hold_live): its number. The
+    // workers keep training in `current` meanwhile.
+    std::uint64_t held = 0;
   };
   // A warm job's started interpreter on a slot, waiting for the job's next round.
   struct Standby {
@@ -320,6 +326,13 @@ class JobSupervisor {
   // Live rounds: offers `start` to the job's running workers instead of restarting them, when
   // all of them can re-form in place (see the header comment); false: restart as before.
   bool offer_round(TimePoint now, const std::string& id, Job& job, const RoundStart& start);
+  // Whether `start` can be offered to the job's running workers here: those workers (sorted by
+  // rank) and the free slots for the local ranks that start cold; nullopt: restart instead.
+  struct OfferPlan {
+    std::vector<Worker*> keep;
+    std::vector<std::uint32_t> free;
+  };
+  std::optional<OfferPlan> plan_offer(Job& job, const RoundStart& start);
   // Reads every worker channel and acts on what the workers said and on offers that ran late.
   void pump_channels(TimePoint now);
   void on_link_step(const std::string& id, Job& job, Worker& w,

@@ -28,38 +28,50 @@ bool offerable(const worker_channel::WorkerLink& link) {
 
 }  // namespace
 
-bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
-                                const RoundStart& start) {
-  if (!job.current || !job.started || job.done) return false;
+std::optional<JobSupervisor::OfferPlan> JobSupervisor::plan_offer(Job& job,
+                                                                  const RoundStart& start) {
+  if (!job.current || !job.started || job.done) return std::nullopt;
   // A store port conflict started no worker; a worker failure leaves the others running.
-  if (job.failure && job.failure->kind != ReportKind::kWorkerFailed) return false;
+  if (job.failure && job.failure->kind != ReportKind::kWorkerFailed) return std::nullopt;
   std::uint32_t group_rank = 0;
   const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
-  if (entry == nullptr) return false;
-  const std::uint64_t old_round = job.current->round.round;
-  std::vector<Worker*> keep;
+  if (entry == nullptr) return std::nullopt;
+  OfferPlan plan;
   for (Worker& w : job.workers) {
     if (w.exit || w.stopping) continue;  // the crashed, and older rounds' stopping workers
-    if (w.round != old_round || !w.channel || !offerable(w.channel->link)) return false;
-    keep.push_back(&w);
+    if (w.round != job.current->round.round || !w.channel || !offerable(w.channel->link)) {
+      return std::nullopt;
+    }
+    plan.keep.push_back(&w);
   }
-  if (keep.empty() || keep.size() > entry->slots) return false;
+  if (plan.keep.empty() || plan.keep.size() > entry->slots) return std::nullopt;
   // Rank 0's worker hosts the new round's store on the new port: a port another process holds
   // is reported by the restart path (store_port_busy), which moves the round.
   if (entry->first_rank == 0 && port_in_use_) {
     const std::uint16_t port = rendezvous::endpoint_port(start.round.store_endpoint);
-    if (port != 0 && port_in_use_(port)) return false;
+    if (port != 0 && port_in_use_(port)) return std::nullopt;
   }
   // Local ranks the new round adds here start cold, on free slots.
   const std::set<std::uint32_t> busy = busy_slots();
-  std::vector<std::uint32_t> free;
   for (const topology::Slot& slot : plan_.slots) {
-    if (!busy.contains(slot.index)) free.push_back(slot.index);
+    if (!busy.contains(slot.index)) plan.free.push_back(slot.index);
   }
-  const std::size_t cold = entry->slots - keep.size();
-  if (free.size() < cold) return false;
+  if (plan.free.size() < entry->slots - plan.keep.size()) return std::nullopt;
+  std::sort(plan.keep.begin(), plan.keep.end(),
+            [](const Worker* a, const Worker* b) { return a->rank < b->rank; });
+  return plan;
+}
 
-  std::sort(keep.begin(), keep.end(), [](const Worker* a, const Worker* b) { return a->rank < b->rank; });
+bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
+                                const RoundStart& start) {
+  std::optional<OfferPlan> plan = plan_offer(job, start);
+  if (!plan) return false;
+  std::uint32_t group_rank = 0;
+  const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
+  const std::uint64_t old_round = job.current->round.round;
+  const std::vector<Worker*>& keep = plan->keep;
+  const std::vector<std::uint32_t>& free = plan->free;
+  const std::size_t cold = entry->slots - keep.size();
   if (Status logs = logs_.start_round(id, start.round.round, start.spec.uid); !logs.ok()) {
     spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
   }

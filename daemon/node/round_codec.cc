@@ -19,6 +19,7 @@ struct RoundStartBody {
   std::string command;
   std::string spec;
   std::uint32_t restarts = 0;
+  bool hold = false;
 };
 template <typename V, Like<RoundStartBody> M>
 void visit_fields(V& v, M& b) {
@@ -27,6 +28,7 @@ void visit_fields(V& v, M& b) {
   v.field("o", b.command, AsBin{kMaxRoundStartBytes});
   v.field("j", b.spec, AsBin{kMaxRoundStartBytes});
   v.field("r", b.restarts);
+  v.field("h", b.hold, wire::internal::When{b.hold});
 }
 void check_fields(wire::internal::MapReader& r, const RoundStartBody& b) {
   if (static_cast<std::uint8_t>(b.state) > rendezvous::kMaxJobState) {
@@ -39,7 +41,7 @@ void check_fields(wire::internal::MapReader& r, const RoundStartBody& b) {
 std::string encode_round_start(const RoundStart& start) {
   return wire::internal::encode_fields(
       RoundStartBody{start.term, start.state, rendezvous::encode_command(start.round),
-                     rendezvous::encode_job_spec(start.spec), start.restarts});
+                     rendezvous::encode_job_spec(start.spec), start.restarts, start.hold_live});
 }
 
 Result<RoundStart> decode_round_start(std::string_view body) {
@@ -54,6 +56,7 @@ Result<RoundStart> decode_round_start(std::string_view body) {
   start.term = b.term;
   start.state = b.state;
   start.restarts = b.restarts;
+  start.hold_live = b.hold;
   auto decoded = rendezvous::decode_command(b.command);
   if (!decoded.ok()) return Error{what + ": " + decoded.error().message};
   const auto* open = std::get_if<rendezvous::OpenRound>(&*decoded);

@@ -168,8 +168,13 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       const bool in_flight = state.in_flight;
       auto lost = std::move(state.lost);
       const std::uint32_t port_moves = state.port_moves;
+      std::set<std::string> live_before = std::move(state.live);
       state = LeaderJob{};
       state.round_seen = job.round;
+      state.live_before = std::move(live_before);
+      // The longest a grow keeps its running ranks training in the old round for the joiners
+      // (their start-up: process, model, data; CUDA on GPUs).
+      state.hold_until = now + config_.get().rendezvous.reform_timeout / 2;
       state.in_flight = in_flight;
       state.lost = std::move(lost);
       state.port_moves = port_moves;
@@ -322,7 +327,13 @@ void RoundLeader::plan_job(
   // daemon lost (~0.4 s: the same reset drops the daemons' connection, so it is suspected at
   // once and confirmed by indirect probes), and a lost member must win (it costs no restart,
   // and the crashed survivors are not to blame). A silent death makes no worker crash early.
-  const Duration failure_grace = r.job_peer_timeout;
+  // Workers that re-form in place never exit over a lost peer: a failure in a job whose members
+  // are all live is the worker's own, and is acted on at once.
+  const bool all_live = !job.ranks.empty() &&
+                        std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+                          return state.live.contains(member.node);
+                        });
+  const Duration failure_grace = all_live ? Duration::zero() : r.job_peer_timeout;
   // A member that drains stops its workers on purpose: failures in its round are no one's fault
   // (the round is re-planned without it once it has left membership).
   const bool member_draining =
@@ -335,6 +346,7 @@ void RoundLeader::plan_job(
   const bool failure_due = timing.due;
   next_plan_ = std::min(next_plan_, timing.wake_at);
   input.worker_failure = failure_due ? state.failure : std::nullopt;
+  input.live = state.live;
 
   std::set<std::pair<std::string, std::uint64_t>> lost;
   for (const auto& [key, until] : state.lost) lost.insert(key);
@@ -497,7 +509,10 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                                                   .detail = "",
                                                   .at = job.round_opened_at},
                    .spec = job.spec,
-                   .restarts = job.restarts};
+                   .restarts = job.restarts,
+                   .hold_live = rendezvous::hold_for_joiners(
+                       job.state == JobState::kRendezvous, job.round_reason, job.ranks,
+                       state.live_before, state.live, now < state.hold_until)};
   const std::string body = encode_round_start(start);
   for (const auto& member : job.ranks) {
     if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
@@ -584,6 +599,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
       it->second.live.insert(from).second) {
     next_plan_ = now;  // a loss that waited out a lease may not need to any more
     next_lead_ = TimePoint{};
+    it->second.next_start = TimePoint{};  // a held grow may go on now
   }
   if (report.kind == ReportKind::kWorkerFailed || report.kind == ReportKind::kPeerLost) {
     const auto members = round_members_.find(job);

@@ -141,6 +141,10 @@ class RoundLeader {
     // Members whose workers of round_seen re-form in place (a live round_ack or peer_lost):
     // such a job's survivors need not wait out a lost member's lease (see plan_job).
     std::set<std::string> live;
+    // A grow round: the previous round's live members, whose RoundStart says hold_live until
+    // every new member's workers are ready (acknowledged live) or hold_until has passed.
+    std::set<std::string> live_before;
+    TimePoint hold_until{};
     // Declared lost by the job tier -> until when it stays out of this job's rounds
     // (rendezvous::kLostMemory). Kept across rounds.
     std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;

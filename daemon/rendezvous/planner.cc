@@ -125,6 +125,20 @@ class Planner {
     const std::optional<WorkerFailure>& failure = in_.worker_failure;
     if (failure && failure->round == job_.round) {
       if (job_.restarts >= spec.max_restarts) return restarts_exhausted(failure->detail);
+      if (survivors_live(failure->node)) {
+        // Nothing to back off from: the survivors keep their processes and re-form in place,
+        // only the failed node's ranks start again. Without that node while the others reach
+        // min_nodes (it joins again by growing, once its replacement can start), else with it.
+        std::vector<Pick> others;
+        for (const Pick& p : alive_) {
+          if (p.candidate->name != failure->node) others.push_back(p);
+        }
+        Decision d = others.size() < alive_.size() && others.size() >= spec.min_nodes
+                         ? open(others, RoundReason::kWorkerFailed, failure->detail)
+                         : open(with_waiters(alive_), RoundReason::kWorkerFailed, failure->detail);
+        d.failed_node = failure->node;
+        return d;
+      }
       if (spec.restart_backoff <= Duration::zero()) {
         Decision d = open(with_waiters(alive_), RoundReason::kWorkerFailed, failure->detail);
         d.failed_node = failure->node;
@@ -149,6 +163,15 @@ class Planner {
       return wait_until(at, "last call before growing");
     }
     return Decision{};
+  }
+
+  // Whether every alive member but `failed` re-forms in place (PlannerInput::live); false when
+  // the failed node is unknown.
+  bool survivors_live(const std::string& failed) const {
+    if (failed.empty() || in_.live.empty()) return false;
+    return std::all_of(alive_.begin(), alive_.end(), [&](const Pick& p) {
+      return p.candidate->name == failed || in_.live.contains(p.candidate->name);
+    });
   }
 
   // A round from `members` (kept first, in order) and the waiters, or a wait, or a failure.

@@ -25,7 +25,10 @@
 //                         old order and waiters appended up to max (no last call: survivors
 //                         should resume at once); otherwise recover (cause member_lost).
 //                         Else a worker failure of the current round -> fail when restarts
-//                         reached max_restarts; open now with the same members (plus
+//                         reached max_restarts; when every alive member but the failed node
+//                         is live (re-forms in place), open now without the failed node if
+//                         the others reach min_nodes (it grows back as a waiter), else with
+//                         it; otherwise open now with the same members (plus
 //                         waiters up to max: the round restarts anyway) when
 //                         restart_backoff is 0; otherwise recover (cause worker_failed).
 //                         A lost member wins over a worker failure, so a dead node's peers
@@ -52,6 +55,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +96,8 @@ struct PlannerInput {
   std::vector<Candidate> candidates;
   std::vector<Waiter> wait_list;
   std::optional<WorkerFailure> worker_failure;
+  // Members whose workers of the current round re-form in place (they reported live).
+  std::set<std::string> live;
   WallTime now{};
   config::RendezvousConfig config;
 };

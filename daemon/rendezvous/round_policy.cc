@@ -127,6 +127,22 @@ bool survivors_re_form_in_place(const Decision& decision, const RankMap& ranks,
   return any;
 }
 
+bool hold_for_joiners(bool rendezvous, RoundReason reason, const RankMap& ranks,
+                      const std::set<std::string>& live_before,
+                      const std::set<std::string>& live_now, bool in_time) {
+  if (!rendezvous || reason != RoundReason::kGrow || !in_time) return false;
+  bool holder = false;
+  bool waiting = false;
+  for (const RankAssignment& member : ranks) {
+    if (live_before.contains(member.node)) {
+      holder = true;
+    } else if (!live_now.contains(member.node)) {
+      waiting = true;
+    }
+  }
+  return holder && waiting;
+}
+
 RoundVerdict round_verdict(JobState state, const RankMap& ranks, const std::set<std::string>& acked,
                            const std::set<std::string>& done) {
   const auto every = [&](const std::set<std::string>& reported) {

@@ -137,6 +137,15 @@ bool charged_to_failed_worker(const Decision& decision, const RankMap& ranks,
 // round and join no round but one they are offered). False for any other decision.
 bool survivors_re_form_in_place(const Decision& decision, const RankMap& ranks,
                                 const std::set<std::string>& live);
+// Whether the RoundStart of a grow round still tells members to hold their live workers'
+// offer (node/round_codec.h, RoundStart::hold_live): the round is still gathering
+// (`rendezvous`), some member of it ran the previous round live (`live_before`: it keeps its
+// workers training meanwhile), some member is new to the job or was not live (it starts cold),
+// and not every such member has acknowledged live yet (`live_now`: its workers are loaded and
+// waiting for their peers), and the hold's time is not over (`in_time`).
+bool hold_for_joiners(bool rendezvous, RoundReason reason, const RankMap& ranks,
+                      const std::set<std::string>& live_before,
+                      const std::set<std::string>& live_now, bool in_time);
 
 // ---------------------------------------------------------------------------------------------
 // Round outcomes

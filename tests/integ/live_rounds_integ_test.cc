@@ -185,6 +185,35 @@ TEST_F(LiveRoundsTest, RunningLiveWorkersAreOfferedTheNextRoundAndKeepTheirProce
   EXPECT_EQ(pids(3), before);
 }
 
+TEST_F(LiveRoundsTest, AHeldGrowKeepsTheWorkersInTheirRoundUntilReleased) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  const std::set<int> before = pids(1);
+  RoundStart grow = round(2, 2, 0, 3);
+  grow.round.reason = RoundReason::kGrow;
+  grow.hold_live = true;
+  EXPECT_FALSE(supervisor_->on_round(now(), grow));
+  EXPECT_FALSE(supervisor_->on_round(now(), grow));  // the leader's resend changes nothing
+  // Nothing is offered: they stay in round 1.
+  EXPECT_FALSE(pump_until([&] { return !pids(2).empty() || supervisor_->live_reforms() > 0; },
+                          300ms));
+  EXPECT_EQ(pids(1), before);
+  EXPECT_FALSE(contains(log(1, 0) + log(1, 1), "round 2 term 3"));
+  // The joiner is ready: the same round without the hold is offered.
+  grow.hold_live = false;
+  EXPECT_FALSE(supervisor_->on_round(now(), grow));
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2, true) == 1; }));
+  EXPECT_EQ(pids(2), before);
+}
+
+TEST_F(LiveRoundsTest, AHoldMeansNothingToWorkersThatStartCold) {
+  ASSERT_NO_FATAL_FAILURE(open());
+  RoundStart grow = round(1, 2, 0, 3);
+  grow.round.reason = RoundReason::kGrow;
+  grow.hold_live = true;
+  EXPECT_TRUE(supervisor_->on_round(now(), grow));
+  EXPECT_EQ(pids(1).size(), 2u);
+}
+
 TEST_F(LiveRoundsTest, ACrashedRanksReplacementStartsColdBesideTheKeptOne) {
   ASSERT_NO_FATAL_FAILURE(start_live());
   std::vector<WorkerRow> rows = supervisor_->workers();

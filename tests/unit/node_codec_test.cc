@@ -131,6 +131,12 @@ TEST(RoundStartCodec, RoundTripsTheCommittedOpenRound) {
   EXPECT_EQ(decoded->round, start.round);
   EXPECT_EQ(decoded->spec, start.spec);
   EXPECT_EQ(decoded->restarts, start.restarts);
+  EXPECT_FALSE(decoded->hold_live);
+  RoundStart held = start;
+  held.hold_live = true;
+  auto decoded_held = decode_round_start(encode_round_start(held));
+  ASSERT_TRUE(decoded_held.ok()) << decoded_held.error().message;
+  EXPECT_TRUE(decoded_held->hold_live);
 }
 
 TEST(RoundStartCodec, TruncatedOrForeignBodiesAreErrors) {

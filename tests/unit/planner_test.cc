@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +105,7 @@ struct PlanCase {
   RoundReason reason = RoundReason::kSubmitted;
   std::int64_t wake_at = 0;  // kWaitUntil
   std::string detail = "";   // checked when not empty
+  std::set<std::string> live = {};  // members whose workers re-form in place
 };
 
 std::vector<std::string> names(const RankMap& ranks) {
@@ -123,6 +125,7 @@ TEST_P(PlannerRules, Decide) {
   in.candidates = c.candidates;
   in.wait_list = c.wait_list;
   in.worker_failure = c.worker_failure;
+  in.live = c.live;
   in.now = ms(c.now);
   in.config = test_config();
   const Decision d = plan(in);
@@ -299,6 +302,54 @@ INSTANTIATE_TEST_SUITE_P(
                  R::kWorkerFailed,
                  0,
                  "rank 1 on b exited with status 1"},
+        PlanCase{"LiveWorkerFailureGoesOnWithoutTheFailedNodeAtOnce",
+                 JobBuilder(S::kRunning, 2, 3).members({"a", "b", "c"}).job,
+                 {node("a"), node("b"), node("c")},
+                 {},
+                 WorkerFailure{1, ms(90), "rank 1 on b exited with status 1", "b"},
+                 100,
+                 Kind::kOpenRound,
+                 {"a", "c"},
+                 R::kWorkerFailed,
+                 0,
+                 "rank 1 on b exited with status 1",
+                 {"a", "b", "c"}},
+        PlanCase{"LiveWorkerFailureAtMinKeepsTheFailedNode",
+                 JobBuilder(S::kRunning, 3, 3).members({"a", "b", "c"}).job,
+                 {node("a"), node("b"), node("c")},
+                 {},
+                 WorkerFailure{1, ms(90), "rank 1 on b exited with status 1", "b"},
+                 100,
+                 Kind::kOpenRound,
+                 {"a", "b", "c"},
+                 R::kWorkerFailed,
+                 0,
+                 "",
+                 {"a", "c"}},
+        PlanCase{"WorkerFailureWithOnePlainSurvivorBacksOff",
+                 JobBuilder(S::kRunning, 2, 3).members({"a", "b", "c"}).job,
+                 {node("a"), node("b"), node("c")},
+                 {},
+                 WorkerFailure{1, ms(90), "rank 1 on b exited with status 1", "b"},
+                 100,
+                 Kind::kRecover,
+                 {},
+                 R::kWorkerFailed,
+                 0,
+                 "",
+                 {"a", "b"}},
+        PlanCase{"LiveWorkerFailureOfAnUnknownNodeBacksOff",
+                 JobBuilder(S::kRunning, 2, 3).members({"a", "b", "c"}).job,
+                 {node("a"), node("b"), node("c")},
+                 {},
+                 WorkerFailure{1, ms(90), "a worker failed", ""},
+                 100,
+                 Kind::kRecover,
+                 {},
+                 R::kWorkerFailed,
+                 0,
+                 "",
+                 {"a", "b", "c"}},
         PlanCase{"WorkerFailureWithoutBackoffOpensWithTheSameMembers",
                  JobBuilder(S::kRunning, 1, 2).members({"b", "a"}).backoff(0s).job,
                  {node("a"), node("b")},

@@ -460,6 +460,44 @@ INSTANTIATE_TEST_SUITE_P(
         LiveRow{"fail_is_no_open_round", of_kind(Kind::kFail), {"a", "b", "c"}, false}),
     [](const auto& row) { return std::string(row.param.name); });
 
+// Whether a grow's RoundStart still holds the running ranks' offer: members a, b (ran the
+// previous round live) and c (new).
+struct HoldRow {
+  const char* name;
+  bool rendezvous;
+  RoundReason reason;
+  std::set<std::string> live_before;
+  std::set<std::string> live_now;
+  bool in_time;
+  bool hold;
+};
+void PrintTo(const HoldRow& row, std::ostream* os) { *os << row.name; }
+
+class HoldTable : public ::testing::TestWithParam<HoldRow> {};
+
+TEST_P(HoldTable, Decides) {
+  const HoldRow& row = GetParam();
+  const RankMap members = ranks({{"a", 1}, {"b", 1}, {"c", 1}});
+  EXPECT_EQ(
+      hold_for_joiners(row.rendezvous, row.reason, members, row.live_before, row.live_now, row.in_time),
+      row.hold);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RoundPolicy, HoldTable,
+    ::testing::Values(
+        HoldRow{"joiner_not_ready", true, RoundReason::kGrow, {"a", "b"}, {}, true, true},
+        HoldRow{"joiner_ready", true, RoundReason::kGrow, {"a", "b"}, {"c"}, true, false},
+        HoldRow{"only_a_running_member_ready", true, RoundReason::kGrow, {"a", "b"}, {"a"}, true,
+                true},
+        HoldRow{"hold_time_over", true, RoundReason::kGrow, {"a", "b"}, {}, false, false},
+        HoldRow{"round_running_already", false, RoundReason::kGrow, {"a", "b"}, {}, true, false},
+        HoldRow{"not_a_grow", true, RoundReason::kMemberLost, {"a", "b"}, {}, true, false},
+        HoldRow{"nobody_ran_live_before", true, RoundReason::kGrow, {}, {}, true, false},
+        HoldRow{"everyone_ran_live_before", true, RoundReason::kGrow, {"a", "b", "c"}, {}, true,
+                false}),
+    [](const auto& row) { return std::string(row.param.name); });
+
 // ---------------------------------------------------------------------------------------------
 // Round verdicts and failure timing
 
