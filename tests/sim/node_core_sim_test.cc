@@ -51,10 +51,17 @@ const auto* const kQuietLogs = ::testing::AddGlobalTestEnvironment(new QuietLogs
 struct Totals {
   std::uint64_t seeds = 0, requests = 0, acknowledged = 0, rounds = 0, spawns = 0, stale = 0,
                 faults = 0, worker_crashes = 0, events = 0, known_stuck = 0, reads = 0,
-                reads_at_deposed = 0, reads_checked = 0, reads_during_writes = 0;
+                reads_at_deposed = 0, reads_checked = 0, reads_during_writes = 0, live_spawns = 0,
+                offers = 0, reforms = 0, groups_trained = 0, steps = 0, steps_rolled_back = 0;
   void add(NodeCoreCluster& c) {
     const auto& k = c.counters();
     ++seeds;
+    live_spawns += k.live_spawns;
+    offers += k.offers;
+    reforms += k.reforms;
+    groups_trained += k.groups_trained;
+    steps += k.steps_applied;
+    steps_rolled_back += k.steps_rolled_back;
     requests += k.requests;
     acknowledged += k.acknowledged;
     rounds += k.rounds_opened;
@@ -83,6 +90,13 @@ struct Totals {
         "tolerate_known_stuck_rounds)\n",
         test, u(seeds), u(requests), u(acknowledged), u(rounds), u(spawns), u(stale), u(faults),
         u(worker_crashes), link, u(events), u(known_stuck));
+    if (live_spawns > 0) {
+      std::printf(
+          "node core sim: %s: %llu live workers started, %llu offers read, %llu re-formed in "
+          "place; %llu groups trained, %llu steps applied, %llu rolled back\n",
+          test, u(live_spawns), u(offers), u(reforms), u(groups_trained), u(steps),
+          u(steps_rolled_back));
+    }
     if (reads > 0) {
       std::printf(
           "node core sim: %s: %llu job-table reads (%llu at deposed leaders), %llu answered with "
@@ -126,6 +140,9 @@ struct Chaos {
   std::size_t max_down = 2;
   bool lose_voter = false;  // lose one voter for good, halfway
   double read = 0.15;       // per step: a job-table read (checker 8) at a random up daemon
+  // The share of workers that speak the worker channel live (SimLauncherOptions::live_workers);
+  // the others are plain commands.
+  double live_workers = 0;
 };
 
 void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Totals& totals,
@@ -133,6 +150,7 @@ void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Total
   NodeCoreClusterOptions options = default_cluster_options();
   if (link) options.link = *link;
   options.check_reads = true;
+  options.core.launcher.live_workers = chaos.live_workers;
   NodeCoreCluster c(seed, options);
   Rng& rng = c.sim().rng();
   const std::size_t daemons = c.daemons();
@@ -767,6 +785,113 @@ TEST(NodeCoreSim, RoundsOfSelfFencedMembersAreReplanned) {
     c.partition(groups);
     ASSERT_TRUE(c.sim().run_for(3s)) << *c.sim().violation();
     settle_and_check(c);
+  }
+}
+
+// The worker channel under every fault RandomFaults injects (daemon crashes and restarts,
+// partitions with the leader in the minority, the loss of a voter for good, worker crashes,
+// message loss, duplication and reordering): four in five workers speak the channel live and
+// re-form in place when offered a round, the rest are plain commands on the stop-and-restart
+// path. Checker 9 runs after every event: no two groups of a job train at once, no superseded
+// group trains again, no step is applied by two groups. Offers must have been made and joined:
+// the supervisor offers a new round to live workers instead of restarting them.
+TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
+  Chaos chaos;
+  chaos.live_workers = 0.8;
+  chaos.lose_voter = true;
+  chaos.max_down = 1;
+  Totals totals;
+  for (std::uint64_t seed : scenario_seed_range(1101, 30)) {
+    SeedReport report(seed);
+    run_random(seed, chaos, 40s, totals);
+  }
+  Chaos all_live;
+  all_live.live_workers = 1;
+  for (std::uint64_t seed : scenario_seed_range(1201, 30)) {
+    SeedReport report(seed);
+    run_random(seed, all_live, 40s, totals);
+  }
+  totals.print("LiveWorkersUnderRandomFaults");
+  EXPECT_GT(totals.live_spawns, 0u) << "no worker spoke the channel: nothing was tested";
+  // Coverage over the default seeds (one seed alone, e.g. a rerun, may see no incident).
+  if (totals.seeds > 1) {
+    EXPECT_GT(totals.offers, 0u) << "no round was offered to a live worker";
+    EXPECT_GT(totals.reforms, 0u) << "no live worker re-formed in place";
+  }
+}
+
+// A job of live workers runs on the three voters while d3 and d4 are down; when they come back
+// the job grows (a new round on five nodes), which the supervisor offers to the running workers.
+// Returns the cluster's violation, and the counters through `counters`.
+std::optional<std::string> grow_live_job(std::uint64_t seed, bool keep_old_group,
+                                         NodeCoreCounters* counters) {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.core.launcher.live_workers = 1;
+  options.core.launcher.keep_old_group = keep_old_group;
+  options.core.launcher.job_runtime = Duration::zero();
+  NodeCoreCluster c(seed, options);
+  Simulator& sim = c.sim();
+  c.crash(3);
+  c.crash(4);
+  EXPECT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+  c.submit(1, 5);
+  const bool ran = sim.run_until_condition(
+      [&] {
+        c.drive_clients();
+        return running_after(c, "c0", 0);
+      },
+      sim.now() + 30s);
+  if (sim.violation()) return sim.violation();
+  EXPECT_TRUE(ran) << "job c0 never ran: " << c.describe_jobs();
+  const std::uint64_t round = c.job_by_name("c0")->round;
+  c.restart(3);
+  c.restart(4);
+  const bool grew = sim.run_until_condition(
+      [&] {
+        c.drive_clients();
+        const auto job = c.job_by_name("c0");
+        return job && job->round > round && job->ranks.size() == 5 &&
+               job->state == JobState::kRunning && c.live_workers() == 5;
+      },
+      sim.now() + 60s);
+  // A few more seconds of training in the grown round.
+  if (!sim.violation()) sim.run_for(5s);
+  if (counters != nullptr) *counters = c.counters();
+  if (sim.violation()) return sim.violation();
+  EXPECT_TRUE(grew) << "job c0 did not grow to five nodes: " << c.describe_jobs();
+  return std::nullopt;
+}
+
+TEST(NodeCoreSim, LiveJobGrowsInPlace) {
+  std::uint64_t reforms = 0;
+  for (std::uint64_t seed : scenario_seeds({1301, 1302, 1303, 1304})) {
+    SeedReport report(seed);
+    NodeCoreCounters counters;
+    EXPECT_EQ(grow_live_job(seed, /*keep_old_group=*/false, &counters), std::nullopt);
+    reforms += counters.reforms;
+    std::printf("seed %llu: %llu offers, %llu re-formed in place, %llu groups trained\n",
+                static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(counters.offers),
+                static_cast<unsigned long long>(counters.reforms),
+                static_cast<unsigned long long>(counters.groups_trained));
+  }
+  // The three running workers re-form into the grown round instead of being restarted.
+  EXPECT_GT(reforms, 0u) << "no running worker was offered the grown round";
+}
+
+// Checker 9 against trainers that never abort their old group (the bug made on purpose): when
+// the grown round forms, the old round's group still trains, and the checker must report two
+// groups of one job training at once, with the seed.
+TEST(NodeCoreSim, TrainerKeepingItsOldGroupIsCaught) {
+  for (std::uint64_t seed : scenario_seeds({1301, 1302, 1303, 1304})) {
+    SeedReport report(seed);
+    const auto violation = grow_live_job(seed, /*keep_old_group=*/true, nullptr);
+    ASSERT_TRUE(violation.has_value()) << "checker 9 missed two groups of one job training";
+    EXPECT_NE(violation->find("two groups of job"), std::string::npos) << *violation;
+    EXPECT_NE(violation->find("(seed=" + std::to_string(seed) + ")"), std::string::npos)
+        << *violation;
+    std::printf("seed %llu: caught as expected: %s\n", static_cast<unsigned long long>(seed),
+                violation->c_str());
   }
 }
 
