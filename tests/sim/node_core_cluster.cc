@@ -574,10 +574,21 @@ void NodeCoreCluster::group_trains(const std::string& job, std::uint64_t round) 
       agreed = c;
     }
   }
+  // Checker 9c: live state is only ever the newest branch of the job's steps.
+  if (agreed && agreed->round < steps.top_round) {
+    note_violation(what + " continues from step " + std::to_string(agreed->step) + " of round " +
+                   std::to_string(agreed->round) + ", which round " +
+                   std::to_string(steps.top_round) + " superseded (it trained after it, to step " +
+                   std::to_string(steps.top) + "): the steps after " +
+                   std::to_string(agreed->step) + " are applied twice, once on each branch " +
+                   seed_text());
+  }
   group.base = agreed ? agreed->step : steps.checkpoint;
   if (steps.top > group.base) {
     counters_.steps_rolled_back += static_cast<std::uint64_t>(steps.top - group.base);
   }
+  steps.top = group.base;
+  steps.top_round = round;
   group.training = true;
   group.since = sim_.now();
   ++counters_.groups_trained;
@@ -587,44 +598,18 @@ void NodeCoreCluster::group_stops(const std::string& job, std::uint64_t round) {
   TrainingGroup& group = training_.at({job, round});
   JobSteps& steps = steps_[job];
   group.training = false;
-  const TimePoint now = sim_.now();
-  const std::int64_t applied = (now - group.since) / options_.step_time;
+  const std::int64_t applied = (sim_.now() - group.since) / options_.step_time;
   const std::int64_t reached = group.base + applied;
   counters_.steps_applied += static_cast<std::uint64_t>(applied);
-  // Every member keeps the state it reached (a member that exits loses it on_exit).
+  // Every member keeps the state it reached (a member that exits loses it, on_exit).
   for (const auto& [rank, key] : group.held) carried_[key] = Carried{reached, round};
-  steps.top = reached;
+  if (steps.top_round == round) steps.top = reached;
   // Rank 0 checkpoints every checkpoint_steps; publication is fenced by round.
   const std::int64_t published = reached / options_.checkpoint_steps * options_.checkpoint_steps;
   if (round >= steps.checkpoint_round && published > group.base) {
     steps.checkpoint = published;
     steps.checkpoint_round = round;
   }
-  const Segment mine{
-      .round = round, .from_step = group.base, .to_step = reached, .from = group.since, .to = now};
-  // Checker 9c: the steps a segment applied inside [from, to), counted at their due times.
-  const auto steps_in = [&](const Segment& s, TimePoint from, TimePoint to) -> std::int64_t {
-    if (to <= from) return 0;
-    const auto done_by = [&](TimePoint t) { return (t - s.from) / options_.step_time; };
-    return done_by(std::min(to, s.to)) - done_by(std::max(from, s.from));
-  };
-  for (const Segment& other : steps.segments) {
-    const TimePoint from = std::max(mine.from, other.from);
-    const TimePoint to = std::min(mine.to, other.to);
-    if (steps_in(mine, from, to) == 0 || steps_in(other, from, to) == 0) continue;
-    note_violation("job " + job + "'s steps were applied by two groups at once " + seed_text() +
-                   ": round " + std::to_string(round) + " applied steps " +
-                   std::to_string(mine.from_step + 1) + ".." + std::to_string(mine.to_step) +
-                   " over " + ms(mine.to - mine.from) + " while round " +
-                   std::to_string(other.round) + " applied " + std::to_string(other.from_step + 1) +
-                   ".." + std::to_string(other.to_step) + " over " + ms(other.to - other.from) +
-                   ", " + ms(to - from) + " of it at once");
-    break;
-  }
-  steps.segments.push_back(mine);
-  // Only recent segments can overlap a group still training: one was training when any stopped.
-  constexpr std::size_t kKeep = 16;
-  if (steps.segments.size() > kKeep) steps.segments.erase(steps.segments.begin());
 }
 
 void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table) {

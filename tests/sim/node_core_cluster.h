@@ -47,17 +47,19 @@
 //  9. groups and steps (the trainer model of sim_launcher.h and sim_groups.h). A group is a
 //     (job, round) whose every rank 0..world-1 is held by a running worker that trains in it (a
 //     cold-started worker once its round's group formed, a live one once it joined). At every
-//     event: (a) at most one round of a job trains; (b) no round trains once a newer round of
-//     its job has trained (the fence: a superseded group never comes back). Steps: a training
-//     group applies one step every options.step_time from the step it continued from: the
-//     agreed step of its members that carry live state (those whose state is of the newest round
-//     any of them trained in; the smallest step among them, as trainer/live_state.h agrees it),
-//     else, when every member started cold, the job's checkpoint (the newest multiple of
-//     options.checkpoint_steps a group reached, published only by a round no older than the
-//     checkpoint's: round-fenced). Each group's steps make a segment (round, steps, wall time);
-//     (c) no two segments of a job overlap in wall time with both applying steps in the overlap,
-//     so no step is applied twice by two groups. Steps a new group rolls back (the lineage was
-//     ahead of its agreed step) are counted as lost, not as a violation. Violations name the seed.
+//     event: (a) at most one round of a job trains, so no two groups ever apply steps at once;
+//     (b) no round trains once a newer round of its job has trained (the fence: a superseded
+//     group never comes back). Steps: a training group applies one step every
+//     options.step_time from the step it continued from, its agreed step: that of its members
+//     that carry live state, taking those whose state is of the newest round any of them
+//     trained in and the smallest step among them (as trainer/live_state.h agrees it); when every
+//     member started cold, the job's checkpoint (the newest multiple of options.checkpoint_steps
+//     a group reached, published only by a round no older than the checkpoint's: round-fenced).
+//     The job's steps form one line: each group continues it from its agreed step (a cold
+//     restart from the checkpoint rolls back the steps after it: counted as lost, not applied
+//     twice). (c) no group continues from live state of a round that a newer round of the job
+//     superseded by training after it: that state's branch was left behind, and continuing it
+//     would apply the steps after its step a second time. Violations name the seed.
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every
@@ -328,7 +330,7 @@ class NodeCoreCluster : public NodeCoreObserver {
   // (with that round).
   std::set<std::pair<std::string, std::uint64_t>> broken_;
   std::vector<std::pair<WorkerKey, std::uint64_t>> pending_peer_loss_;
-  // Checker 9. Per (job, round) the ranks held by training workers; per job its step lineage;
+  // Checker 9. Per (job, round) the ranks held by training workers; per job its line of steps;
   // per live worker the state it carries (its step, and the round it trained that in).
   struct TrainingGroup {
     std::uint64_t world = 0;
@@ -337,17 +339,12 @@ class NodeCoreCluster : public NodeCoreObserver {
     TimePoint since{};      // when it became complete
     std::int64_t base = 0;  // the step it continued from
   };
-  struct Segment {
-    std::uint64_t round = 0;
-    std::int64_t from_step = 0, to_step = 0;  // it applied from_step+1 .. to_step
-    TimePoint from{}, to{};
-  };
   struct JobSteps {
     std::uint64_t newest_trained = 0;  // the newest round that trained
-    std::int64_t top = 0;              // the step the last group to stop reached
+    std::int64_t top = 0;              // the step the job's line of steps reached ...
+    std::uint64_t top_round = 0;       // ... in the round that trained last
     std::int64_t checkpoint = 0;
     std::uint64_t checkpoint_round = 0;
-    std::vector<Segment> segments;  // the most recent, oldest first
   };
   struct Carried {
     std::int64_t step = 0;

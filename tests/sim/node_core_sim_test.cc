@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -145,8 +146,10 @@ struct Chaos {
   double live_workers = 0;
 };
 
+// `summary`, when given, gets the run's summary (its counters and trace hash).
 void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Totals& totals,
-                std::optional<LinkModel> link = std::nullopt, Duration settle = 300s) {
+                std::optional<LinkModel> link = std::nullopt, Duration settle = 300s,
+                std::string* summary = nullptr) {
   NodeCoreClusterOptions options = default_cluster_options();
   if (link) options.link = *link;
   options.check_reads = true;
@@ -204,6 +207,7 @@ void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Total
   if (::testing::Test::HasFailure()) {
     std::printf("seed %llu: %s\n", static_cast<unsigned long long>(seed), c.summary().c_str());
   }
+  if (summary != nullptr) *summary = c.summary();
   totals.add(c);
 }
 
@@ -820,6 +824,22 @@ TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
   }
 }
 
+// The worker channel's real sockets keep a run a function of its seed: the same seed twice gives
+// the same run, event for event (the trace hash covers every delivery and timer).
+TEST(NodeCoreSim, LiveWorkersRepeatFromTheSeed) {
+  Chaos chaos;
+  chaos.live_workers = 0.8;
+  for (std::uint64_t seed : scenario_seeds({1111, 1112})) {
+    SeedReport report(seed);
+    Totals totals;
+    std::string first, second;
+    run_random(seed, chaos, 40s, totals, std::nullopt, 300s, &first);
+    run_random(seed, chaos, 40s, totals, std::nullopt, 300s, &second);
+    EXPECT_FALSE(first.empty());
+    EXPECT_EQ(first, second);
+  }
+}
+
 // A job of live workers runs on the three voters while d3 and d4 are down; when they come back
 // the job grows (a new round on five nodes), which the supervisor offers to the running workers.
 // Returns the cluster's violation, and the counters through `counters`.
@@ -893,6 +913,86 @@ TEST(NodeCoreSim, TrainerKeepingItsOldGroupIsCaught) {
     std::printf("seed %llu: caught as expected: %s\n", static_cast<unsigned long long>(seed),
                 violation->c_str());
   }
+}
+
+// Checker 9 on its own: the cluster hears of training straight through its observer interface,
+// as a launcher tells it, in stories that each break one rule (no daemon runs these jobs), and
+// one that breaks none. Returns the violation after `story`.
+std::optional<std::string> checker_nine(const std::function<void(NodeCoreCluster&)>& story,
+                                        NodeCoreCounters* counters = nullptr) {
+  NodeCoreCluster c(1401, default_cluster_options());
+  story(c);
+  c.sim().run_for(10ms);  // the checkers run after the next event
+  if (counters != nullptr) *counters = c.counters();
+  return c.sim().violation();
+}
+
+SimWorker trainer(spawner::WorkerId id, std::uint64_t round) {
+  SimWorker w;
+  w.node = 3;
+  w.generation = 1;
+  w.id = id;
+  w.daemon = "d3";
+  w.job = "j";
+  w.round = round;
+  w.world = 1;
+  w.live = true;
+  return w;
+}
+
+void train(NodeCoreCluster& c, spawner::WorkerId id, std::uint64_t round, Duration for_how_long) {
+  const SimSeat seat{.round = round, .rank = 0, .world = 1};
+  c.on_training(trainer(id, round), seat, true);
+  if (for_how_long == Duration::zero()) return;
+  c.sim().run_for(for_how_long);
+  c.on_training(trainer(id, round), seat, false);
+}
+
+TEST(NodeCoreSim, CheckerNineNamesEachBrokenRule) {
+  // A live worker goes on from its own state in the next round; a cold one would take the
+  // checkpoint. 100 ms steps: 10 steps per second.
+  NodeCoreCounters counters;
+  EXPECT_EQ(checker_nine(
+                [](NodeCoreCluster& c) {
+                  train(c, 1, 1, 1s);
+                  train(c, 1, 2, 1s);
+                  train(c, 2, 3, 1s);  // cold: from the checkpoint at step 20
+                },
+                &counters),
+            std::nullopt);
+  EXPECT_EQ(counters.groups_trained, 3u);
+  EXPECT_EQ(counters.steps_applied, 30u);
+  EXPECT_EQ(counters.steps_rolled_back, 0u);
+
+  const auto two = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 1, Duration::zero());
+    train(c, 2, 2, Duration::zero());
+  });
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NE(two->find("two groups of job j train at once (seed=1401)"), std::string::npos) << *two;
+
+  const auto stale = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 2, 1s);
+    train(c, 2, 1, Duration::zero());
+  });
+  ASSERT_TRUE(stale.has_value());
+  EXPECT_NE(stale->find("job j round 1 trains after round 2 of the job trained (seed=1401)"),
+            std::string::npos)
+      << *stale;
+
+  // Worker 1's state of round 1 comes back after round 2 (cold, from the checkpoint at step 10)
+  // trained on to step 20.
+  const auto twice = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 1, 1s);
+    train(c, 2, 2, 1s);
+    train(c, 1, 3, Duration::zero());
+  });
+  ASSERT_TRUE(twice.has_value());
+  EXPECT_NE(twice->find("job j round 3 continues from step 10 of round 1, which round 2 "
+                        "superseded (it trained after it, to step 20): the steps after 10 are "
+                        "applied twice, once on each branch (seed=1401)"),
+            std::string::npos)
+      << *twice;
 }
 
 }  // namespace

@@ -258,6 +258,7 @@ void SimLauncher::leave_all(Running& running) {
   }
   t.arrived.reset();
   t.target.reset();
+  t.lost_round.reset();
   t.arrive_at = t.give_up_at = t.lost_at = kNever;
 }
 
