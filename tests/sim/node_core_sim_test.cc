@@ -9,9 +9,12 @@
 // index, no request creating two jobs, never two live workers on a slot (and no daemon's slots
 // held twice by committed rounds), no worker of a superseded round outliving its lease, and
 // (the random-fault and voter-loss scenarios, which also read the job table at random daemons,
-// deposed leaders included) every read answered with data linearizable; at the end (healed,
-// everyone restarted): every acknowledged job in every live voter's table, and every job
-// succeeded after running or running its workers on up daemons.
+// deposed leaders included) every read answered with data linearizable, and, of the simulated
+// trainers (sim_launcher.h), never two groups of one job training at once, no superseded group
+// training again and no step applied twice; at the end (healed, everyone restarted): every
+// acknowledged job in every live voter's table, and every job succeeded after running or
+// running its workers on up daemons. The Live* scenarios run workers that speak the worker
+// channel and re-form in place when their daemon offers them a round.
 //
 // Each scenario runs for each seed of scenario_seeds() (ELASTIC_SIM_SEED=<n> runs just <n>); a
 // failure prints "SIM FAILED seed=<n> ..." with the rerun command. Each test prints a
@@ -822,6 +825,25 @@ TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
     EXPECT_GT(totals.offers, 0u) << "no round was offered to a live worker";
     EXPECT_GT(totals.reforms, 0u) << "no live worker re-formed in place";
   }
+}
+
+// Checker 9a on seeds of the default chaos beyond RandomFaults' (plain workers, no channel).
+// Each shows the same sequence: a member sits out a quarantine (it stops watching the job and
+// releases its lease), the restart round names it and it starts the round's worker at once, on
+// the RoundStart, without a lease; seconds later the job tier declares it lost and the leader,
+// whose newest grant to it is old, re-places the work at once (LeaseGranter::may_replace), while
+// the member, never granted the lease it wants, never fences itself (LeaseHolder says
+// stop_workers only for a lease it held). The old round's group trains on beside the new one;
+// checker 6 lets it, since the member still believes its round. Disabled until members start
+// workers only under a lease (run it with --gtest_also_run_disabled_tests: seeds 156, 165 and
+// 288 report two groups of one job training at once).
+TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({156, 165, 288})) {
+    SeedReport report(seed);
+    run_random(seed, Chaos{}, 40s, totals);
+  }
+  totals.print("NoTwoGroupsTrainAtOnceUnderMoreSeeds");
 }
 
 // The worker channel's real sockets keep a run a function of its seed: the same seed twice gives
