@@ -172,6 +172,10 @@ struct RendezvousConfig {
   // A lost node's work is re-placed only after its lease (+ one election timeout)
   // has run out, so this bounds recovery from a node loss; renewed every quarter.
   Duration lease_duration = 3s;
+  // A worker that speaks the worker channel and can re-form in place (elastic-trainer) is
+  // offered the next round instead of being restarted; one that has not joined it within this
+  // long (its peers included: the slowest rank starting cold) is restarted after all.
+  Duration reform_timeout = 60s;
   // The rank-0 node's c10d store port (MASTER_PORT) is chosen from this range.
   int store_port_min = 29500;
   int store_port_max = 29599;

@@ -312,6 +312,7 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
                 dur(c.rendezvous.join_timeout) + ")");
   k.positive("rendezvous.job_keepalive_interval", c.rendezvous.job_keepalive_interval);
   k.positive("rendezvous.job_peer_timeout", c.rendezvous.job_peer_timeout);
+  k.positive("rendezvous.reform_timeout", c.rendezvous.reform_timeout);
   k.require(c.rendezvous.job_keepalive_interval < c.rendezvous.job_peer_timeout,
             {"rendezvous.job_keepalive_interval", "rendezvous.job_peer_timeout"},
             dur(c.rendezvous.job_keepalive_interval) +

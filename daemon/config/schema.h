@@ -69,6 +69,7 @@ void visit_config(Config& c, Visitor& v) {
   v.field("job_keepalive_interval", c.rendezvous.job_keepalive_interval);
   v.field("job_peer_timeout", c.rendezvous.job_peer_timeout);
   v.field("lease_duration", c.rendezvous.lease_duration);
+  v.field("reform_timeout", c.rendezvous.reform_timeout);
   v.field("store_port_min", c.rendezvous.store_port_min);
   v.field("store_port_max", c.rendezvous.store_port_max);
 

@@ -50,16 +50,7 @@ spawner::RunAs run_as_owner(const Host& host, const rendezvous::JobSpec& spec) {
   return as;
 }
 
-// "host:port" or "[v6]:port" -> (host, port).
-std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) {
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return {endpoint, ""};
-  std::string host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return {host, endpoint.substr(colon + 1)};
-}
+}  // namespace
 
 const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std::string& self,
                                              std::uint32_t* group_rank) {
@@ -71,6 +62,8 @@ const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std:
   }
   return nullptr;
 }
+
+namespace {
 
 // The step and mtime of <dir>/LATEST ("step-000001200"), if it names one. The directory is the
 // user's: it is read as the job's user (any symlink on the way, or a directory the user may not
@@ -146,6 +139,7 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
   end_progress_round(now, job);
+  if (offer_round(now, id, job, start)) return false;  // acknowledged once they joined
   stop_workers(now, job, mode);
   job.current = start;
   job.standbys_at = kNever;
@@ -155,6 +149,8 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
   job.started = false;
   job.failure.reset();
   job.done = false;
+  job.joining.clear();
+  job.live_acked = false;
   try_start(now, id, job);
   return job.started && !job.failure;
 }
@@ -269,38 +265,53 @@ void JobSupervisor::try_start(TimePoint now, const std::string& id, Job& job) {
     spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
   }
   for (std::uint32_t local = 0; local < entry->slots; ++local) {
-    const std::uint32_t rank = entry->first_rank + local;
-    const std::uint32_t slot = free[local];
-    // Another job's standby would share the slot's GPU with this rank.
-    if (standbys_.contains(slot) && !holds_standby(slot)) {
-      end_standby(slot, "job " + id + " takes its slot");
-    }
-    auto spec = worker_spec(start, local, slot);
-    std::optional<spawner::WorkerId> warm;
-    if (spec.ok() && start.spec.warm) warm = hand_to_standby(id, slot, *spec);
-    Result<spawner::WorkerId> spawned = warm        ? Result<spawner::WorkerId>(*warm)
-                                        : spec.ok() ? spawner_->spawn(now, *spec)
-                                                    : Result<spawner::WorkerId>(spec.error());
-    if (!spawned.ok()) {
-      const std::string detail = "rank " + std::to_string(rank) + " on node " + self_ +
-                                 " could not start: " + spawned.error().message;
-      spdlog::error("job {} round {}: {}", id, start.round.round, detail);
-      fail(now, id, job, start.round.round, rank, detail);
-      return;
-    }
-    Worker w;
-    w.id = *spawned;
-    w.round = start.round.round;
-    w.rank = rank;
-    w.slot = slot;
-    w.pid = spawner_->pid(w.id).value_or(0);
-    job.workers.push_back(w);
-    ++job.live[w.round];
-    spdlog::info("job {} round {}: rank {} started (pid {}, slot {}{})", id, start.round.round,
-                 rank, w.pid, slot, warm ? ", in its warm standby" : "");
+    if (!start_rank(now, id, job, local, free[local])) return;
   }
   if (start.spec.warm) job.standbys_at = now + kStandbyDelay;
   reports_.push_back(round_report(ReportKind::kRoundAck, id, start.round.round));
+}
+
+bool JobSupervisor::start_rank(TimePoint now, const std::string& id, Job& job, std::uint32_t local,
+                               std::uint32_t slot) {
+  const RoundStart& start = *job.current;
+  std::uint32_t group_rank = 0;
+  const std::uint32_t rank = self_entry(start, self_, &group_rank)->first_rank + local;
+  // Another job's standby would share the slot's GPU with this rank.
+  const auto standby = standbys_.find(slot);
+  if (standby != standbys_.end() && standby->second.job != id) {
+    end_standby(slot, "job " + id + " takes its slot");
+  }
+  auto spec = worker_spec(start, local, slot);
+  std::optional<spawner::WorkerId> warm;
+  if (spec.ok() && start.spec.warm) warm = hand_to_standby(id, slot, *spec);
+  Result<spawner::Spawned> spawned = warm        ? Result<spawner::Spawned>(spawner::Spawned{*warm, {}})
+                                     : spec.ok() ? spawner_->start(now, *spec)
+                                                 : Result<spawner::Spawned>(spec.error());
+  if (!spawned.ok()) {
+    const std::string detail = "rank " + std::to_string(rank) + " on node " + self_ +
+                               " could not start: " + spawned.error().message;
+    spdlog::error("job {} round {}: {}", id, start.round.round, detail);
+    fail(now, id, job, start.round.round, rank, detail);
+    return false;
+  }
+  Worker w;
+  w.id = spawned->id;
+  w.round = start.round.round;
+  w.rank = rank;
+  w.slot = slot;
+  w.pid = spawner_->pid(w.id).value_or(0);
+  if (spawned->channel.valid()) {
+    w.channel = std::make_shared<Worker::Channel>(Worker::Channel{
+        worker_channel::WorkerEndpoint(id + " rank " + std::to_string(rank),
+                                       std::move(spawned->channel)),
+        worker_channel::WorkerLink(now)});
+    watch_channel(*w.channel, /*added=*/true);
+  }
+  job.workers.push_back(w);
+  ++job.live[w.round];
+  spdlog::info("job {} round {}: rank {} started (pid {}, slot {}{})", id, start.round.round, rank,
+               w.pid, slot, warm ? ", in its warm standby" : "");
+  return true;
 }
 
 Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, std::uint32_t local,
@@ -328,7 +339,8 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   w.env["LOGNAME"] = user.name;
   w.env["SHELL"] = user.shell;
   if (const std::optional<std::string> lang = host_->env("LANG")) w.env["LANG"] = *lang;
-  const auto [master_addr, master_port] = split_endpoint(start.round.store_endpoint);
+  const std::string master_addr = rendezvous::endpoint_host(start.round.store_endpoint);
+  const std::uint16_t master_port = rendezvous::endpoint_port(start.round.store_endpoint);
   const std::uint64_t world = rendezvous::world_size(start.round.ranks);
   w.env["RANK"] = std::to_string(rank);
   w.env["LOCAL_RANK"] = std::to_string(local);
@@ -340,7 +352,7 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   w.env["ROLE_WORLD_SIZE"] = std::to_string(world);
   w.env["ROLE_NAME"] = "default";
   w.env["MASTER_ADDR"] = master_addr;
-  w.env["MASTER_PORT"] = master_port;
+  w.env["MASTER_PORT"] = std::to_string(master_port);
   // Per node, as torchrun counts per agent (rendezvous/planner.h, make_open_round).
   w.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(entry->restarts);
   w.env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
@@ -397,6 +409,7 @@ Result<spawner::WorkerSpec> JobSupervisor::worker_spec(const RoundStart& start, 
   }
   w.cpus = plan_slot.cpus;
   w.mem_nodes = plan_slot.mem_nodes;
+  w.channel = true;  // a worker that can re-form in place says so there (see "Live rounds")
   w.log_path = logs_.rank_path(id, start.round.round, rank);
   return w;
 }
@@ -476,11 +489,13 @@ void JobSupervisor::expire_standbys(TimePoint now) {
   for (std::uint32_t slot : slots) end_standby(slot, "no new round of the job came");
 }
 
-int JobSupervisor::fd() const { return spawner_->fd(); }
+int JobSupervisor::fd() const { return epoll_.valid() ? epoll_.get() : spawner_->fd(); }
 
 void JobSupervisor::process(TimePoint now) {
   std::vector<spawner::WorkerExit> exits;
   spawner_->process(now, &exits);
+  // What a worker said before it exited is heard first (its last "joined").
+  pump_channels(now);
   for (const spawner::WorkerExit& exit : exits) on_exit(now, exit);
   // Jobs whose old workers are now gone may start; forget jobs with nothing left.
   for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -612,6 +627,11 @@ void JobSupervisor::send_reports(TimePoint now) {
 
 TimePoint JobSupervisor::next_deadline() const {
   TimePoint next = std::min({spawner_->next_deadline(), next_report_, next_progress_});
+  for (const auto& [id, job] : jobs_) {
+    for (const Worker& w : job.workers) {
+      if (w.channel) next = std::min(next, w.channel->link.next_deadline());
+    }
+  }
   for (const auto& [id, job] : jobs_) next = std::min(next, job.standbys_at);
   for (const auto& [slot, standby] : standbys_) next = std::min(next, standby.linger_until);
   for (const auto& [id, job] : jobs_) next = std::min(next, hang_deadline(job));

@@ -14,6 +14,23 @@
 //     daemon no longer a member, its lease ran out): SIGKILL at once. A broken round's
 //     collectives can never complete, so a TERM would only wait out the grace period (or an
 //     NCCL timeout); the work since LATEST is lost either way.
+// Live rounds (re-formation in place, daemon/worker_channel/): every worker gets a channel
+// (WorkerSpec::channel); a worker that says hello(live) there (elastic-trainer, the Python
+// module) can join the next round without leaving its process. When a new round of a job names
+// this node and every running worker of the job's current round here is such a worker (ready,
+// joined, or still answering an older offer), with no more of them than the new round gives this
+// node, the round is offered to them instead of the stop above: each keeps its process and slot
+// and takes the next local rank (in the order of their old ranks); local ranks the new round
+// adds are started cold on free slots (a crashed rank's replacement). Their output moves to the
+// new round's log files. The round is acknowledged (round_ack, live) once every offered worker
+// said "joined" for it, which needs the whole new group formed; an offer not joined within
+// rendezvous.reform_timeout, or a worker that stopped speaking the protocol, falls back to the
+// stop and restart above. A worker that exits meanwhile is a failure of the new round as usual.
+// A round that cannot be offered (a plain command, a worker still starting, more workers here
+// than the new round keeps, rank 0's store port busy) is started the old way. Once every
+// running worker of a round started cold said hello(live), a round_ack with live = true tells
+// the leader that this job's workers re-form in place (RoundLeader: no lease wait for a lost
+// member of such a job).
 // Local slots (GPUs, or CPU slots) come from the topology plan; a round's workers take the
 // lowest free ones, so two jobs on one node never share a slot.
 //
@@ -110,6 +127,8 @@
 #include "daemon/node/worker_logs.h"
 #include "daemon/spawner/launcher.h"
 #include "daemon/topology/topology.h"
+#include "daemon/worker_channel/endpoint.h"
+#include "daemon/worker_channel/worker_link.h"
 
 namespace elastic::node {
 
@@ -221,6 +240,10 @@ class JobSupervisor {
   // Warm standbys waiting for a round, and rounds handed to one (a warm start) since start-up.
   std::size_t standbys() const { return standbys_.size(); }
   std::uint64_t warm_starts() const { return warm_starts_; }
+  // Local workers that joined a round offered over their channel (re-formed in place), and
+  // offers that ran past rendezvous.reform_timeout (the workers were restarted instead).
+  std::uint64_t live_reforms() const { return live_reforms_; }
+  std::uint64_t live_fallbacks() const { return live_fallbacks_; }
 
  private:
   const Clock* clock_;
@@ -234,6 +257,14 @@ class JobSupervisor {
     bool stopping = false;
     bool aborting = false;  // SIGABRTed as hung: the spawner SIGKILLs it after kHangAbortGrace
     std::optional<spawner::WorkerExit> exit;
+    // Its worker channel (nullptr: the Launcher gave it none) and what is known of the worker
+    // on it. Shared so a Worker stays copyable; one Worker owns it.
+    struct Channel {
+      worker_channel::WorkerEndpoint endpoint;
+      worker_channel::WorkerLink link;
+      bool epoll_out = false;  // registered for writability too
+    };
+    std::shared_ptr<Channel> channel;
   };
   struct Job {
     std::optional<RoundStart> current;   // the round to run (nullopt: stop everything)
@@ -255,6 +286,10 @@ class JobSupervisor {
     std::optional<TimePoint> last_report;
     std::int64_t last_step = -1;
     TimePoint standbys_at = kNever;  // when the current round's slots get their standbys
+    // Re-formation in place (see "Live rounds"): the offered workers whose "joined" the ack of
+    // `current` waits for, and whether a live round_ack for `current` went out.
+    std::set<spawner::WorkerId> joining;
+    bool live_acked = false;
   };
   // A warm job's started interpreter on a slot, waiting for the job's next round.
   struct Standby {
@@ -278,6 +313,22 @@ class JobSupervisor {
 
   void stop_workers(TimePoint now, Job& job, StopMode mode);
   void try_start(TimePoint now, const std::string& id, Job& job);
+  // Starts local rank `local` of the job's current round on `slot` (in the job's standby there
+  // when it has one); false after reporting a failure.
+  bool start_rank(TimePoint now, const std::string& id, Job& job, std::uint32_t local,
+                  std::uint32_t slot);
+  // Live rounds: offers `start` to the job's running workers instead of restarting them, when
+  // all of them can re-form in place (see the header comment); false: restart as before.
+  bool offer_round(TimePoint now, const std::string& id, Job& job, const RoundStart& start);
+  // Reads every worker channel and acts on what the workers said and on offers that ran late.
+  void pump_channels(TimePoint now);
+  void on_link_step(const std::string& id, Job& job, Worker& w,
+                    const worker_channel::LinkStep& step);
+  // Sends the live round_ack of the current round once its local workers can all re-form.
+  void ack_if_live(const std::string& id, Job& job);
+  // Registers a new channel descriptor with the supervisor's epoll set (created on first use),
+  // or updates what it waits for (writable too while the endpoint has bytes pending).
+  void watch_channel(Worker::Channel& channel, bool added);
   void on_exit(TimePoint now, const spawner::WorkerExit& exit);
   Result<spawner::WorkerSpec> worker_spec(const RoundStart& start, std::uint32_t local,
                                           std::uint32_t slot) const;
@@ -313,7 +364,17 @@ class JobSupervisor {
   std::uint64_t progress_coalesced_ = 0;
   std::map<std::uint32_t, Standby> standbys_;  // by slot
   std::uint64_t warm_starts_ = 0;
+  // An epoll set of the Spawner's descriptor and every worker channel, created with the first
+  // channel (a Launcher without channels is polled through its own fd()).
+  UniqueFd epoll_;
+  std::uint64_t live_reforms_ = 0;
+  std::uint64_t live_fallbacks_ = 0;
 };
+
+// This daemon's entry in the rank map of `start` (nullptr when it has none) and its index there
+// (GROUP_RANK).
+const rendezvous::RankAssignment* self_entry(const RoundStart& start, const std::string& self,
+                                             std::uint32_t* group_rank);
 
 // spawner.python_dir as the workers get it: "" stays off, a path is kept as is, and "auto" is
 // <dir of `exe`>/../share/elastic/python (make install's place for the module) when that holds

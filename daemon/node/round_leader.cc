@@ -399,7 +399,13 @@ void RoundLeader::plan_job(
   // placed elsewhere only once that lease has certainly run out. (Recovering places nothing;
   // a quarantined member is alive, and its lease is not renewed once the round has moved on,
   // so its leftover workers -- stuck on peers that are gone -- stop within a lease.)
-  if (decision.kind == rendezvous::Decision::Kind::kOpenRound) {
+  // Not so for a job whose survivors all re-form in place (they reported live): its workers
+  // publish checkpoints fenced by round, the new round has its own store endpoint and group,
+  // and a cut-off member's workers can join nothing newer (they are offered no round and stop
+  // with their lease), so nothing the lost member still runs can reach the new round (see
+  // ARCHITECTURE.md, "What a cut-off member can still do").
+  const bool survivors_live = rendezvous::survivors_re_form_in_place(decision, job.ranks, state.live);
+  if (decision.kind == rendezvous::Decision::Kind::kOpenRound && !survivors_live) {
     for (const auto& member : job.ranks) {
       const bool kept =
           std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
@@ -574,6 +580,11 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost) &&
+      it->second.live.insert(from).second) {
+    next_plan_ = now;  // a loss that waited out a lease may not need to any more
+    next_lead_ = TimePoint{};
+  }
   if (report.kind == ReportKind::kWorkerFailed || report.kind == ReportKind::kPeerLost) {
     const auto members = round_members_.find(job);
     const bool lost = report.kind == ReportKind::kPeerLost;

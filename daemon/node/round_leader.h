@@ -138,6 +138,9 @@ class RoundLeader {
     std::uint64_t round_seen = 0;  // the round the fields below are about
     bool in_flight = false;        // a proposal for this job awaits its commit
     std::set<std::string> acked;   // members that acknowledged round_seen
+    // Members whose workers of round_seen re-form in place (a live round_ack or peer_lost):
+    // such a job's survivors need not wait out a lost member's lease (see plan_job).
+    std::set<std::string> live;
     // Declared lost by the job tier -> until when it stays out of this job's rounds
     // (rendezvous::kLostMemory). Kept across rounds.
     std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;

@@ -18,8 +18,10 @@ constexpr std::chrono::seconds kReportResend{1};
 
 // A "peer_lost" report to the leader; last_heard_ms: when this daemon last heard from the peer
 // (wall ms), the incident's earliest evidence.
-RoundReport lost_report(const rendezvous::PeerLost& lost, std::int64_t last_heard_ms) {
+RoundReport lost_report(const rendezvous::PeerLost& lost, std::int64_t last_heard_ms,
+                        std::uint64_t live_round) {
   RoundReport report = round_report(ReportKind::kPeerLost, lost.job, lost.round);
+  report.live = live_round == lost.round;
   report.peer = lost.peer;
   report.peer_generation = lost.generation;
   report.reason = rendezvous::to_string(lost.reason);
@@ -191,6 +193,9 @@ void RoundMember::announce_leaving() {
 void RoundMember::report_for(const RoundReport& report) {
   const auto it = watched_.find(report.job);
   if (it != watched_.end()) {
+    if (report.kind == ReportKind::kRoundAck && report.live && report.round == it->second.info.round) {
+      it->second.live_round = report.round;
+    }
     this->report(it->second, report);
     return;
   }
@@ -256,9 +261,11 @@ void RoundMember::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects)
     it->second.declared.push_back(lost);
     lost_peers_.push_back(lost.peer);
     const auto heard = it->second.heard.find(lost.peer);
-    report(it->second, lost_report(lost, heard == it->second.heard.end()
-                                             ? 0
-                                             : wall_ms_at(*clock_, now, heard->second)));
+    report(it->second, lost_report(lost,
+                                   heard == it->second.heard.end()
+                                       ? 0
+                                       : wall_ms_at(*clock_, now, heard->second),
+                                   it->second.live_round));
     next_report_ = now + kReportResend;
   }
 }
@@ -275,9 +282,11 @@ void RoundMember::tick(TimePoint now) {
     for (auto& [job, watched] : watched_) {
       for (const rendezvous::PeerLost& lost : watched.declared) {
         const auto heard = watched.heard.find(lost.peer);
-        report(watched, lost_report(lost, heard == watched.heard.end()
-                                              ? 0
-                                              : wall_ms_at(*clock_, now, heard->second)));
+        report(watched, lost_report(lost,
+                                    heard == watched.heard.end()
+                                        ? 0
+                                        : wall_ms_at(*clock_, now, heard->second),
+                                    watched.live_round));
         next_report_ = now + kReportResend;
       }
       // A round this daemon fenced itself out of (its lease ran out) has no workers here any

@@ -119,6 +119,9 @@ class RoundMember {
     std::map<std::string, TimePoint> heard;      // peer -> its last job-tier message (incidents)
     std::string leader;
     std::string leader_address;
+    // The round whose workers here said they re-form in place (a live round_ack went out for
+    // it): this node's loss reports about that round say so (RoundReport::live).
+    std::uint64_t live_round = 0;
   };
 
   void on_round_start(TimePoint now, const wire::Envelope& envelope);

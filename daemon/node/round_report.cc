@@ -69,6 +69,7 @@ void visit_fields(V& v, M& m) {
   v.field("s", m.step, Via<Signed>{}, When{m.step != 0});
   v.field("rf", m.resumed_from, Via<Signed>{}, When{m.resumed_from != -1});
   v.field("pt", m.port, When{m.port != 0});
+  v.field("lv", m.live, When{m.live});
 }
 
 void check_fields(MapReader& r, const RoundReport& m) {

@@ -13,8 +13,10 @@
 //   lh last_heard_ms  peer_lost                 when the reporter last heard the peer (wall ms)
 //   e event, s step, rf resumed_from            progress
 //   pt port         store_port_busy             the round's store port, in use on the reporter
+//   lv live         round_ack, peer_lost        the reporter's workers of the round re-form in
+//                                               place (they speak the worker channel, live)
 //
-// node_leaving, round_ack, workers_done and workers_stopped carry only k, j and r. Wall times
+// node_leaving, workers_done and workers_stopped carry only k, j and r. Wall times
 // and steps are signed (msgpack int); everything else is unsigned.
 //
 // Decoding: an unknown kind, a missing k, j or r, a field of the wrong type, a job that is
@@ -77,6 +79,10 @@ struct RoundReport {
   std::int64_t step = 0;                      // progress
   std::int64_t resumed_from = -1;             // progress
   std::uint16_t port = 0;                     // store_port_busy: 1..65535
+  // round_ack, peer_lost: every local worker of the round said hello(live) on its channel, so
+  // the job's workers re-form in place and publish checkpoints fenced by round (the leader
+  // need not wait out a lost member's lease, RoundLeader::plan_job).
+  bool live = false;
   bool operator==(const RoundReport&) const = default;
 };
 

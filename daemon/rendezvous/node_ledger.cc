@@ -15,6 +15,15 @@ std::uint16_t endpoint_port(std::string_view endpoint) {
   return static_cast<std::uint16_t>(port);
 }
 
+std::string endpoint_host(std::string_view endpoint) {
+  const auto colon = endpoint.rfind(':');
+  std::string_view host = colon == std::string_view::npos ? endpoint : endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::string(host);
+}
+
 void NodeLedger::set_capacity(const std::string& node, std::uint32_t slots) {
   capacity_[node] = slots;
 }

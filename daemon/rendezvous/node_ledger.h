@@ -33,6 +33,8 @@ namespace elastic::rendezvous {
 
 // The port of a "host:port" or "[v6]:port" store endpoint; 0 when there is none.
 std::uint16_t endpoint_port(std::string_view endpoint);
+// The host of "host:port" ("v6" of "[v6]:port"); the whole text when it has no port.
+std::string endpoint_host(std::string_view endpoint);
 
 struct PortRange {
   std::uint16_t min = 0;

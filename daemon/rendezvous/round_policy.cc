@@ -112,6 +112,21 @@ bool charged_to_failed_worker(const Decision& decision, const RankMap& ranks,
   return any && only_quarantine;
 }
 
+bool survivors_re_form_in_place(const Decision& decision, const RankMap& ranks,
+                                const std::set<std::string>& live) {
+  if (decision.kind != Decision::Kind::kOpenRound) return false;
+  bool any = false;
+  for (const auto& member : ranks) {
+    const bool kept = std::any_of(decision.ranks.begin(), decision.ranks.end(), [&](const auto& a) {
+      return a.node == member.node && a.generation == member.generation;
+    });
+    if (!kept) continue;
+    if (!live.contains(member.node)) return false;
+    any = true;
+  }
+  return any;
+}
+
 RoundVerdict round_verdict(JobState state, const RankMap& ranks, const std::set<std::string>& acked,
                            const std::set<std::string>& done) {
   const auto every = [&](const std::set<std::string>& reported) {

@@ -131,6 +131,12 @@ std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>&
 // worker_failed and costs a restart (a worker that can never start then fails its job).
 bool charged_to_failed_worker(const Decision& decision, const RankMap& ranks,
                               const std::set<std::string>& sitting_out, bool members_alive);
+// Whether the open round of `decision` may start without waiting out the leases of the members
+// of `ranks` it leaves out: it keeps at least one of them (same node and generation), and every
+// one it keeps is in `live` (its workers re-form in place: they publish checkpoints fenced by
+// round and join no round but one they are offered). False for any other decision.
+bool survivors_re_form_in_place(const Decision& decision, const RankMap& ranks,
+                                const std::set<std::string>& live);
 
 // ---------------------------------------------------------------------------------------------
 // Round outcomes

@@ -107,6 +107,13 @@ class Launcher {
   // output from now on goes to `log_path` under `label`.
   virtual Status hand_off(WorkerId id, std::string_view payload, const std::string& label,
                           const std::string& log_path) = 0;
+  // A worker re-formed into another round in place (worker channel): its output from now on goes
+  // to `log_path` under `label`, what it wrote so far stays in the old log. A Launcher without
+  // log files (the simulator, test doubles) has nothing to move.
+  virtual Status move_log(WorkerId /*id*/, const std::string& /*label*/,
+                          const std::string& /*log_path*/) {
+    return ok_status();
+  }
   // One line of the daemon's own into the worker's log.
   virtual void note(WorkerId id, std::string_view line) = 0;
   // A configuration reload of the stop grace and the log rotation limits.

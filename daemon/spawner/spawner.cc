@@ -382,6 +382,24 @@ Status Spawner::hand_off(WorkerId id, std::string_view payload, const std::strin
   return ok_status();
 }
 
+Status Spawner::move_log(WorkerId id, const std::string& label, const std::string& log_path) {
+  Worker* worker = find(id);
+  if (worker == nullptr) return Error{"cannot move the log of " + label + ": it has exited."};
+  std::string log_error;
+  std::shared_ptr<LogFile> log = logs_.open(log_path, &log_error);
+  if (!log) return Error{"cannot move the log of " + label + ": " + log_error + "."};
+  // What it wrote until now stays in the old log.
+  pump(*worker, std::numeric_limits<std::size_t>::max());
+  note(id, "pid " + std::to_string(worker->pid) + " now runs " + label + " (log " + log_path + ")");
+  const std::string old_label = worker->label;
+  worker->label = label;
+  worker->log = std::move(log);
+  worker->at_line_start = true;
+  note(id, label + ": re-formed in place by pid " + std::to_string(worker->pid) + " (was " +
+               old_label + ")");
+  return ok_status();
+}
+
 void Spawner::note(WorkerId id, std::string_view line) {
   Worker* worker = find(id);
   if (worker == nullptr) return;

@@ -135,6 +135,10 @@ class Spawner final : public Launcher {
   // kill() the worker (it may hold part of a payload).
   Status hand_off(WorkerId id, std::string_view payload, const std::string& label,
                   const std::string& log_path) override;
+  // The worker's output from now on goes to `log_path` (opened like any log) under `label`; a
+  // line in each log says where it went on. An Error names the worker and what failed (an
+  // unknown id, a log that cannot be opened); the worker keeps its old log then.
+  Status move_log(WorkerId id, const std::string& label, const std::string& log_path) override;
   // Appends "[elasticd <UTC time>] <line>\n" to the worker's log. Unknown ids are ignored.
   void note(WorkerId id, std::string_view line) override;
   // A configuration reload: later stop() calls use the new grace (a running escalation keeps its

@@ -1,8 +1,9 @@
 // Jobs end to end: three real elasticd daemons, one per network namespace, all three
 // Raft voters, running real elastic-trainer Gloo workers (Fashion-MNIST on CPU, a small subset so
 // each case stays near a minute on 2 cores). Each case is one kind of incident:
-//   DemoScenario              kill -9 of a daemon: its workers die with it, the survivors resume
-//                             from LATEST, the restarted daemon grows the job back to 3, success
+//   DemoScenario              kill -9 of a daemon: its workers die with it, the survivors re-form
+//                             in place (same processes, no checkpoint read, <= 1 step lost), the
+//                             restarted daemon's new rank gets the state live (grow), success
 //   WorkerCrashRestarts       kill -9 of one worker: a new round on the same nodes, 1 restart
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
 //   MinorityIsFenced          partition 1|2: the minority's workers stop (lease), the majority
@@ -229,6 +230,11 @@ TEST_F(JobNetnsTest, DemoScenario) {
             std::string::npos)
       << daemons_->daemon_log_lines(v, job);
 
+  std::vector<WorkerProc> survivors;
+  for (const WorkerProc& w : workers_on(job, "")) {
+    if (w.node != victim) survivors.push_back(w);
+  }
+  ASSERT_EQ(survivors.size(), 2u);
   daemons_->daemon(v).signal(SIGKILL);
   ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
   // PR_SET_PDEATHSIG: the worker dies with its daemon instead of training on as an orphan.
@@ -240,18 +246,27 @@ TEST_F(JobNetnsTest, DemoScenario) {
   ASSERT_FALSE(shrunk.state.empty());
   EXPECT_FALSE(shrunk.has_node(victim)) << shrunk.summary();
   EXPECT_EQ(shrunk.restarts, 0u) << "a lost node does not consume a restart";
-  const auto resume = line_of(job, "resume", shrunk.round);
-  ASSERT_TRUE(resume.has_value()) << "the survivors did not resume from a checkpoint";
-  EXPECT_GT(resume->step, 0);
-  EXPECT_LE(resume->step, before) << resume->text;
-  EXPECT_EQ(resume->world_size, 2) << resume->text;
+  // The survivors re-formed in place: same processes, state kept in memory, at most the step
+  // the lost peer broke lost; no checkpoint was read.
+  const auto reform = line_of(job, "reform", shrunk.round);
+  ASSERT_TRUE(reform.has_value()) << "the survivors did not re-form in place";
+  EXPECT_GE(reform->step, before - 1) << reform->text;
+  EXPECT_EQ(reform->world_size, 2) << reform->text;
+  EXPECT_FALSE(line_of(job, "resume", shrunk.round).has_value());
+  for (const WorkerProc& w : workers_on(job, "")) {
+    EXPECT_TRUE(std::any_of(survivors.begin(), survivors.end(),
+                            [&](const WorkerProc& s) { return s.pid == w.pid; }))
+        << "pid " << w.pid << " on " << w.node << " was started for the new round";
+  }
 
   ASSERT_TRUE(daemons_->start(v).ok());
   const JobView grown = wait_training(job, 3, shrunk.round, kRecovers);
   ASSERT_FALSE(grown.state.empty());
-  const auto regrow = line_of(job, "resume", grown.round);
+  // The returning node's rank starts cold and receives the state from a running rank.
+  const auto regrow = line_of(job, "reform", grown.round);
   ASSERT_TRUE(regrow.has_value());
   EXPECT_EQ(regrow->world_size, 3);
+  EXPECT_FALSE(line_of(job, "resume", grown.round).has_value());
 
   JobView end;
   ASSERT_TRUE(daemons_->wait_job(

@@ -153,6 +153,7 @@ std::vector<RoundReport> sample_reports() {
                           ReportKind::kWorkersStopped}) {
     reports.push_back(round_report(kind, "train-1", 4));
   }
+  reports[2].live = true;  // the round_ack of workers that re-form in place
   RoundReport failed = round_report(ReportKind::kWorkerFailed, "train-1", 4);
   failed.detail = "rank 3 on node n2 exited 1";
   failed.rank = 3;
@@ -163,6 +164,7 @@ std::vector<RoundReport> sample_reports() {
   lost.peer_generation = 7;
   lost.reason = "keepalive timeout";
   lost.last_heard_ms = 1'700'000'000'000;
+  lost.live = true;
   reports.push_back(lost);
   RoundReport progress = round_report(ReportKind::kProgress, "train-1", 1ULL << 40);
   progress.rank = 0;

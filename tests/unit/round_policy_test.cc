@@ -423,6 +423,43 @@ INSTANTIATE_TEST_SUITE_P(
         ChargeRow{"wait", of_kind(Kind::kWaitUntil), {"c"}, true, false}),
     [](const auto& row) { return std::string(row.param.name); });
 
+// Whether a shrink may skip the lost members' lease wait: members a, b, c of generation 1.
+struct LiveRow {
+  const char* name;
+  Decision decision;
+  std::set<std::string> live;
+  bool skip;
+};
+void PrintTo(const LiveRow& row, std::ostream* os) { *os << row.name; }
+
+class LiveSurvivorsTable : public ::testing::TestWithParam<LiveRow> {};
+
+TEST_P(LiveSurvivorsTable, Decides) {
+  const LiveRow& row = GetParam();
+  const RankMap members = ranks({{"a", 1}, {"b", 1}, {"c", 1}});
+  EXPECT_EQ(survivors_re_form_in_place(row.decision, members, row.live), row.skip);
+}
+
+Decision open_with_generation(std::uint64_t generation) {
+  Decision d = open_on({"a", "b"});
+  d.ranks[1].generation = generation;
+  return d;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RoundPolicy, LiveSurvivorsTable,
+    ::testing::Values(
+        LiveRow{"every_kept_member_live", open_on({"a", "b"}), {"a", "b"}, true},
+        LiveRow{"only_the_lost_member_live", open_on({"a", "b"}), {"c"}, false},
+        LiveRow{"one_kept_member_plain", open_on({"a", "b"}), {"a", "c"}, false},
+        LiveRow{"nobody_live", open_on({"a", "b"}), {}, false},
+        LiveRow{"a_new_node_need_not_be_live", open_on({"a", "b", "d"}), {"a", "b"}, true},
+        LiveRow{"no_member_kept", open_on({"d", "e"}), {"a", "b", "c"}, false},
+        LiveRow{"a_kept_name_of_another_generation_is_new", open_with_generation(2), {"a"}, true},
+        LiveRow{"recover_is_no_open_round", of_kind(Kind::kRecover), {"a", "b", "c"}, false},
+        LiveRow{"fail_is_no_open_round", of_kind(Kind::kFail), {"a", "b", "c"}, false}),
+    [](const auto& row) { return std::string(row.param.name); });
+
 // ---------------------------------------------------------------------------------------------
 // Round verdicts and failure timing
 

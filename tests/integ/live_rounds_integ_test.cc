@@ -1,0 +1,240 @@
+// The job supervisor's live rounds (job_supervisor.h, "Live rounds") with the real Spawner and
+// real workers that speak the worker channel (channel_worker: hello(live), then "joined" for
+// every round it is offered, printing each). Checked from outside the supervisor: its reports
+// (round_ack and its live flag, workers_stopped), its worker rows (pids kept or new) and the
+// workers' logs (the round each was told, and the log moved to the new round's file).
+// Cases: a new round is offered to running live workers instead of restarting them; a crashed
+// rank's replacement starts cold beside the kept one; an offer not joined in time falls back to
+// a restart; plain commands (no hello) keep the stop-and-restart path.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/node/job_supervisor.h"
+#include "daemon/spawner/spawner.h"
+#include "tests/support/process.h"
+#include "tests/support/result_assertions.h"
+#include "tests/support/temp_dir.h"
+
+namespace elastic::node {
+namespace {
+
+using namespace std::chrono_literals;
+using rendezvous::RankAssignment;
+using rendezvous::RoundReason;
+using testing::read_file;
+using testing::TempDir;
+
+constexpr const char* kSelf = "me";
+
+TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Two CPU slots on a hand-built host of four cores (binding off: the numbers need not exist).
+topology::Plan two_slots() {
+  topology::Machine m;
+  m.source = "hand-built";
+  m.packages = 1;
+  topology::NumaNode numa{0, 0, {}};
+  for (unsigned c = 0; c < 4; ++c) {
+    m.cores.push_back(topology::Core{0, 0, {c}});
+    numa.pus.push_back(c);
+  }
+  m.numa_nodes = {numa};
+  topology::PlanOptions options;
+  options.gpus.detect = false;
+  options.cpu_slots = 2;
+  options.bind_cpus = false;
+  options.bind_memory = false;
+  auto plan = topology::make_plan(m, options);
+  EXPECT_TRUE(plan.ok());
+  return plan.ok() ? std::move(plan).value() : topology::Plan{};
+}
+
+class LiveRoundsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.node.name = kSelf;
+    config_.node.state_dir = dir_ / "state";
+    config_.control.socket = dir_ / "elasticd.sock";
+    config_.spawner.stop_grace = 30s;
+  }
+  void TearDown() override {
+    if (supervisor_) supervisor_->shutdown(100ms);
+    supervisor_.reset();
+  }
+
+  void open() {
+    spawner::SpawnerConfig sc;
+    sc.stop_grace = config_.spawner.stop_grace;
+    sc.state_dir = config_.node.state_dir;
+    auto spawner = spawner::Spawner::open(sc);
+    ASSERT_OK(spawner);
+    current_ = std::make_unique<config::Current>(config_);
+    supervisor_ = std::make_unique<JobSupervisor>(kSelf, *current_, std::move(spawner).value(),
+                                                  two_slots(), nullptr);
+  }
+
+  // Round `round` of `job`: this node holds `slots` ranks from `first_rank` of `world`, after a
+  // node "gone" was lost (the reason of a shrink).
+  RoundStart round(std::uint64_t round, std::uint32_t slots, std::uint32_t first_rank,
+                   std::uint32_t world, std::vector<std::string> command = {
+                                            CHANNEL_WORKER_PATH}) const {
+    RoundStart s;
+    s.term = 3;
+    s.round.job_id = "job-1";
+    s.round.round = round;
+    s.round.expected_prev_round = round - 1;
+    s.round.ranks = {RankAssignment{kSelf, 1, slots, first_rank}};
+    if (first_rank > 0) s.round.ranks.insert(s.round.ranks.begin(), {"a", 1, first_rank, 0});
+    if (world > first_rank + slots) {
+      s.round.ranks.push_back({"b", 1, world - first_rank - slots, first_rank + slots});
+    }
+    s.round.store_endpoint = "10.0.0.1:" + std::to_string(29500 + round);
+    s.round.reason = round == 1 ? RoundReason::kSubmitted : RoundReason::kMemberLost;
+    s.spec.name = "job";
+    s.spec.command = std::move(command);
+    s.spec.uid = ::getuid();
+    s.spec.gid = ::getgid();
+    s.spec.working_dir = dir_.path();
+    return s;
+  }
+
+  bool pump_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 20s) {
+    const TimePoint deadline = now() + timeout;
+    while (true) {
+      supervisor_->process(now());
+      for (RoundReport& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
+      if (done()) return true;
+      const TimePoint t = now();
+      if (t >= deadline) return false;
+      const TimePoint wake = std::min({deadline, supervisor_->next_deadline(), t + 20ms});
+      const auto ms = std::clamp<std::int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(wake - t).count(), 1, 20);
+      pollfd fd{supervisor_->fd(), POLLIN, 0};
+      ::poll(&fd, 1, static_cast<int>(ms));
+    }
+  }
+
+  std::size_t count(ReportKind kind, std::uint64_t round, bool live = false) const {
+    return std::count_if(reports_.begin(), reports_.end(), [&](const RoundReport& r) {
+      return r.kind == kind && r.round == round && (!live || r.live);
+    });
+  }
+  // Pids of the running workers of `round`.
+  std::set<int> pids(std::uint64_t round) const {
+    std::set<int> found;
+    for (const WorkerRow& row : supervisor_->workers()) {
+      if (row.round == round && row.state == "running") found.insert(row.pid);
+    }
+    return found;
+  }
+  std::string log(std::uint64_t round, std::uint32_t rank) const {
+    const std::string path = supervisor_->logs().rank_path("job-1", round, rank);
+    return std::filesystem::exists(path) ? read_file(path) : "";
+  }
+  // Starts round 1 with two live workers and waits until both said hello (the live ack).
+  void start_live() {
+    ASSERT_NO_FATAL_FAILURE(open());
+    supervisor_->on_round(now(), round(1, 2, 0, 2));
+    ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 1, true) == 1; }))
+        << log(1, 0) << log(1, 1);
+    ASSERT_EQ(pids(1).size(), 2u);
+  }
+
+  TempDir dir_;
+  config::DaemonConfig config_;
+  std::unique_ptr<config::Current> current_;
+  std::unique_ptr<JobSupervisor> supervisor_;
+  std::vector<RoundReport> reports_;
+};
+
+TEST_F(LiveRoundsTest, RunningLiveWorkersAreOfferedTheNextRoundAndKeepTheirProcesses) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  const std::set<int> before = pids(1);
+  // Node "a" is lost and this node's ranks move to 1-2 of 3: no stop, an offer.
+  EXPECT_FALSE(supervisor_->on_round(now(), round(2, 2, 1, 3)));
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2, true) == 1; }))
+      << log(2, 1) << log(2, 2);
+  EXPECT_EQ(pids(2), before) << "the workers were restarted instead of re-formed";
+  EXPECT_EQ(supervisor_->live_reforms(), 2u);
+  EXPECT_EQ(count(ReportKind::kWorkersStopped, 1), 1u) << "round 1's workers left it";
+  // Each was told its new rank (in the order of the old ones) and the new store; its output
+  // moved to the new round's log.
+  ASSERT_TRUE(pump_until([&] {
+    return contains(log(2, 1), "round 2 term 3 rank 1 of 3 local 0/2 group 1 store 10.0.0.1:29502") &&
+           contains(log(2, 2), "round 2 term 3 rank 2 of 3 local 1/2 group 1 store 10.0.0.1:29502");
+  })) << log(2, 1) << log(2, 2);
+  EXPECT_TRUE(contains(log(1, 0), "now runs job-1 rank 1")) << log(1, 0);
+  EXPECT_FALSE(contains(log(1, 0), "round 2 term 3")) << log(1, 0);
+  // A later round again: still the same processes.
+  EXPECT_FALSE(supervisor_->on_round(now(), round(3, 2, 0, 2)));
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 3, true) == 1; }));
+  EXPECT_EQ(pids(3), before);
+}
+
+TEST_F(LiveRoundsTest, ACrashedRanksReplacementStartsColdBesideTheKeptOne) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  std::vector<WorkerRow> rows = supervisor_->workers();
+  ASSERT_EQ(rows.size(), 2u);
+  const WorkerRow crashed = rows[0].rank == 0 ? rows[0] : rows[1];
+  const WorkerRow kept = rows[0].rank == 0 ? rows[1] : rows[0];
+  ASSERT_EQ(::kill(crashed.pid, SIGKILL), 0);
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kWorkerFailed, 1) >= 1; }));
+  EXPECT_FALSE(supervisor_->on_round(now(), round(2, 2, 0, 2)));
+  // The kept worker takes local rank 0 (it held the lowest rank of those left); the cold one
+  // starts as rank 1 and says hello; the ack waits for the kept one's "joined".
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2, true) == 1; }))
+      << log(2, 0) << log(2, 1);
+  const std::set<int> now_running = pids(2);
+  ASSERT_EQ(now_running.size(), 2u);
+  EXPECT_TRUE(now_running.contains(kept.pid));
+  EXPECT_FALSE(now_running.contains(crashed.pid));
+  EXPECT_TRUE(pump_until([&] { return contains(log(2, 0), "round 2 term 3 rank 0 of 2"); }))
+      << log(2, 0);
+  EXPECT_TRUE(contains(log(2, 1), "said hello")) << log(2, 1);
+}
+
+TEST_F(LiveRoundsTest, AnOfferNotJoinedInTimeFallsBackToARestart) {
+  config_.rendezvous.reform_timeout = 300ms;
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  const std::set<int> before = pids(1);
+  // A stopped worker cannot answer.
+  const int stuck = *before.begin();
+  ASSERT_EQ(::kill(stuck, SIGSTOP), 0);
+  EXPECT_FALSE(supervisor_->on_round(now(), round(2, 2, 0, 2)));
+  ASSERT_TRUE(pump_until([&] { return supervisor_->live_fallbacks() == 1; }));
+  // Both are restarted the old way; the new ones are acknowledged like any cold round.
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2) >= 1 && pids(2).size() == 2; }));
+  for (const int pid : before) EXPECT_FALSE(pids(2).contains(pid));
+  EXPECT_EQ(count(ReportKind::kWorkerFailed, 2), 0u) << "a fallback is no worker failure";
+}
+
+TEST_F(LiveRoundsTest, PlainCommandsKeepTheStopAndRestartPath) {
+  ASSERT_NO_FATAL_FAILURE(open());
+  const std::vector<std::string> plain = {"/bin/sh", "-c", "exec sleep 1000"};
+  EXPECT_TRUE(supervisor_->on_round(now(), round(1, 2, 0, 2, plain)));
+  ASSERT_TRUE(pump_until([&] { return pids(1).size() == 2; }));
+  const std::set<int> before = pids(1);
+  supervisor_->on_round(now(), round(2, 2, 0, 2, plain));
+  ASSERT_TRUE(pump_until([&] { return pids(2).size() == 2 && count(ReportKind::kRoundAck, 2) == 1; }));
+  for (const int pid : before) EXPECT_FALSE(pids(2).contains(pid));
+  EXPECT_EQ(count(ReportKind::kRoundAck, 1, true) + count(ReportKind::kRoundAck, 2, true), 0u)
+      << "a worker that never said hello(live) is not reported live";
+  EXPECT_EQ(supervisor_->live_reforms(), 0u);
+}
+
+}  // namespace
+}  // namespace elastic::node
