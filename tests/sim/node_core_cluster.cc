@@ -549,14 +549,19 @@ void NodeCoreCluster::group_trains(const std::string& job, std::uint64_t round) 
   TrainingGroup& group = training_.at({job, round});
   JobSteps& steps = steps_[job];
   const std::string what = "job " + job + " round " + std::to_string(round);
-  // Checker 9a: one training group per job.
+  // Checker 9a: one training group per job (an older one may end within the allowance).
   for (auto other = training_.lower_bound({job, 0});
        other != training_.end() && other->first.first == job; ++other) {
     if (other->first.second == round || !other->second.training) continue;
-    note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
-                   std::to_string(round) + " formed while round " +
-                   std::to_string(other->first.second) + " still trains (since " +
-                   ms(sim_.now() - other->second.since) + " ago)");
+    if (other->first.second > round || group_overlap_allowed() == Duration::zero()) {
+      note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
+                     std::to_string(round) + " formed while round " +
+                     std::to_string(other->first.second) + " still trains (since " +
+                     ms(sim_.now() - other->second.since) + " ago)");
+    } else {
+      overlaps_.emplace(std::make_tuple(job, other->first.second, round), sim_.now());
+      ++counters_.group_overlaps;
+    }
   }
   // Checker 9b: a superseded round never trains again.
   if (round < steps.newest_trained) {
@@ -592,6 +597,35 @@ void NodeCoreCluster::group_trains(const std::string& job, std::uint64_t round) 
   group.training = true;
   group.since = sim_.now();
   ++counters_.groups_trained;
+}
+
+Duration NodeCoreCluster::group_overlap_allowed() const {
+  if (options_.group_overlap) return *options_.group_overlap;
+  return options_.core.config.rendezvous.lease_duration + 200ms;
+}
+
+void NodeCoreCluster::check_overlaps() {
+  for (auto it = overlaps_.begin(); it != overlaps_.end();) {
+    const auto& [job, older, newer] = it->first;
+    const auto training = [&](std::uint64_t round) {
+      const auto group = training_.find({job, round});
+      return group != training_.end() && group->second.training;
+    };
+    const Duration lasted = sim_.now() - it->second;
+    if (!training(older) || !training(newer)) {
+      counters_.longest_overlap = std::max(counters_.longest_overlap, lasted);
+      it = overlaps_.erase(it);
+      continue;
+    }
+    if (lasted > group_overlap_allowed()) {
+      note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
+                     std::to_string(older) + " still trains " + ms(lasted) + " after round " +
+                     std::to_string(newer) + " formed (allowed: " + ms(group_overlap_allowed()) +
+                     ", the cut-off side's lease)");
+      return;
+    }
+    ++it;
+  }
 }
 
 void NodeCoreCluster::group_stops(const std::string& job, std::uint64_t round) {
@@ -926,6 +960,7 @@ std::optional<std::string> NodeCoreCluster::check() {
   unchecked_spawns_.clear();
   for (const SimWorker& w : unchecked_reforms_) check_committed(w, "re-formed");
   unchecked_reforms_.clear();
+  check_overlaps();
   for (const auto& [worker, round] : pending_peer_loss_) {
     const auto [node, id] = worker;
     if (NodeCoreProcess* p = process(node); p != nullptr && p->started()) {

@@ -47,19 +47,23 @@
 //  9. groups and steps (the trainer model of sim_launcher.h and sim_groups.h). A group is a
 //     (job, round) whose every rank 0..world-1 is held by a running worker that trains in it (a
 //     cold-started worker once its round's group formed, a live one once it joined). At every
-//     event: (a) at most one round of a job trains, so no two groups ever apply steps at once;
-//     (b) no round trains once a newer round of its job has trained (the fence: a superseded
-//     group never comes back). Steps: a training group applies one step every
-//     options.step_time from the step it continued from, its agreed step: that of its members
-//     that carry live state, taking those whose state is of the newest round any of them
-//     trained in and the smallest step among them (as trainer/live_state.h agrees it); when every
-//     member started cold, the job's checkpoint (the newest multiple of options.checkpoint_steps
-//     a group reached, published only by a round no older than the checkpoint's: round-fenced).
-//     The job's steps form one line: each group continues it from its agreed step (a cold
-//     restart from the checkpoint rolls back the steps after it: counted as lost, not applied
-//     twice). (c) no group continues from live state of a round that a newer round of the job
-//     superseded by training after it: that state's branch was left behind, and continuing it
-//     would apply the steps after its step a second time. Violations name the seed.
+//     event: (a) at most one round of a job trains, so no two groups ever apply steps at once,
+//     except that an older group may go on beside a newer one for options.group_overlap after
+//     the newer one formed: a member cut off from the leader keeps its group until its lease
+//     runs out, and a leader whose kept members all re-form in place does not wait that lease
+//     out (round_policy.h, survivors_re_form_in_place); the cut-off group's steps are lost
+//     (c below keeps its state from coming back); (b) no round trains once a newer round of
+//     its job has trained (the fence: a superseded group never comes back). Steps: a training group
+//     applies one step every options.step_time from the step it continued from, its agreed step:
+//     that of its members that carry live state, taking those whose state is of the newest round
+//     any of them trained in and the smallest step among them (as trainer/live_state.h agrees it);
+//     when every member started cold, the job's checkpoint (the newest multiple of
+//     options.checkpoint_steps a group reached, published only by a round no older than the
+//     checkpoint's: round-fenced). The job's steps form one line: each group continues it from its
+//     agreed step (a cold restart from the checkpoint rolls back the steps after it: counted as
+//     lost, not applied twice). (c) no group continues from live state of a round that a newer
+//     round of the job superseded by training after it: that state's branch was left behind, and
+//     continuing it would apply the steps after its step a second time. Violations name the seed.
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every
@@ -120,6 +124,10 @@ struct NodeCoreClusterOptions {
   // Checker 8: read() may be used, and every committed table state is kept while a read that
   // may show it is outstanding. Off, read() aborts and applied tables are not looked at.
   bool check_reads = false;
+  // Checker 9a: how long an older group of a job may go on training after a newer one formed.
+  // nullopt: rendezvous.lease_duration + 200 ms (the cut-off side's lease, and a pass to act on
+  // its end); zero: never, not even for a moment.
+  std::optional<Duration> group_overlap;
   // Checker 9's step model: a training group's step time, and the checkpoint interval in steps.
   Duration step_time = std::chrono::milliseconds(100);
   std::int64_t checkpoint_steps = 10;
@@ -157,6 +165,8 @@ struct NodeCoreCounters {
   std::uint64_t groups_trained = 0;     // groups that formed and trained
   std::uint64_t steps_applied = 0;      // by all groups
   std::uint64_t steps_rolled_back = 0;  // lost at re-formations and cold restarts
+  std::uint64_t group_overlaps = 0;     // an older group trained on beside a newer one ...
+  Duration longest_overlap{};           // ... for at most this long
 };
 
 class NodeCoreCluster : public NodeCoreObserver {
@@ -283,6 +293,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   // Checker 9: a group became complete, or stopped being.
   void group_trains(const std::string& job, std::uint64_t round);
   void group_stops(const std::string& job, std::uint64_t round);
+  Duration group_overlap_allowed() const;
+  void check_overlaps();
   std::string seed_text() const { return "(seed=" + std::to_string(sim_.seed()) + ")"; }
   void check_stale_workers();
   void check_leases(NodeId id);
@@ -353,6 +365,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::map<std::pair<std::string, std::uint64_t>, TrainingGroup> training_;
   std::map<std::string, JobSteps> steps_;
   std::map<WorkerKey, Carried> carried_;
+  // Checker 9a: (job, older round, newer round) training side by side -> since when.
+  std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, TimePoint> overlaps_;
   int crash_arm_ = 0;  // 0 off, 1 on append, 2 on apply
   std::optional<std::pair<NodeId, consensus::Index>> crash_watch_;
   std::optional<NodeId> crash_now_;

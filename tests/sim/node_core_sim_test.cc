@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,7 +57,9 @@ struct Totals {
   std::uint64_t seeds = 0, requests = 0, acknowledged = 0, rounds = 0, spawns = 0, stale = 0,
                 faults = 0, worker_crashes = 0, events = 0, known_stuck = 0, reads = 0,
                 reads_at_deposed = 0, reads_checked = 0, reads_during_writes = 0, live_spawns = 0,
-                offers = 0, reforms = 0, groups_trained = 0, steps = 0, steps_rolled_back = 0;
+                offers = 0, reforms = 0, groups_trained = 0, steps = 0, steps_rolled_back = 0,
+                overlaps = 0;
+  Duration longest_overlap{};
   void add(NodeCoreCluster& c) {
     const auto& k = c.counters();
     ++seeds;
@@ -66,6 +69,8 @@ struct Totals {
     groups_trained += k.groups_trained;
     steps += k.steps_applied;
     steps_rolled_back += k.steps_rolled_back;
+    overlaps += k.group_overlaps;
+    longest_overlap = std::max(longest_overlap, k.longest_overlap);
     requests += k.requests;
     acknowledged += k.acknowledged;
     rounds += k.rounds_opened;
@@ -94,12 +99,16 @@ struct Totals {
         "tolerate_known_stuck_rounds)\n",
         test, u(seeds), u(requests), u(acknowledged), u(rounds), u(spawns), u(stale), u(faults),
         u(worker_crashes), link, u(events), u(known_stuck));
-    if (live_spawns > 0) {
+    if (groups_trained > 0) {
       std::printf(
           "node core sim: %s: %llu live workers started, %llu offers read, %llu re-formed in "
-          "place; %llu groups trained, %llu steps applied, %llu rolled back\n",
+          "place; %llu groups trained, %llu steps applied, %llu rolled back; %llu times an older "
+          "group trained on beside a newer one (cut off, until its lease ran out), at most %lld "
+          "ms\n",
           test, u(live_spawns), u(offers), u(reforms), u(groups_trained), u(steps),
-          u(steps_rolled_back));
+          u(steps_rolled_back), u(overlaps),
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(longest_overlap).count()));
     }
     if (reads > 0) {
       std::printf(
@@ -828,22 +837,44 @@ TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
 }
 
 // Checker 9a on seeds of the default chaos beyond RandomFaults' (plain workers, no channel).
-// Each shows the same sequence: a member sits out a quarantine (it stops watching the job and
+// Both show the same sequence: a member sits out a quarantine (it stops watching the job and
 // releases its lease), the restart round names it and it starts the round's worker at once, on
 // the RoundStart, without a lease; seconds later the job tier declares it lost and the leader,
 // whose newest grant to it is old, re-places the work at once (LeaseGranter::may_replace), while
 // the member, never granted the lease it wants, never fences itself (LeaseHolder says
-// stop_workers only for a lease it held). The old round's group trains on beside the new one;
-// checker 6 lets it, since the member still believes its round. Disabled until members start
-// workers only under a lease (run it with --gtest_also_run_disabled_tests: seeds 156, 165 and
-// 288 report two groups of one job training at once).
+// stop_workers only for a lease it held). The old round's group trains on beside the new one
+// far past a lease (5.0 s and 3.8 s, until the worker ends on its own); checker 6 lets it,
+// since the member still believes its round. Disabled until members start workers only under a
+// lease (run it with --gtest_also_run_disabled_tests: seeds 156 and 288 report two groups of
+// one job training at once).
 TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
   Totals totals;
-  for (std::uint64_t seed : scenario_seeds({156, 165, 288})) {
+  for (std::uint64_t seed : scenario_seeds({156, 288})) {
     SeedReport report(seed);
     run_random(seed, Chaos{}, 40s, totals);
   }
   totals.print("NoTwoGroupsTrainAtOnceUnderMoreSeeds");
+}
+
+// Checker 9a with live workers on seeds beyond LiveWorkersUnderRandomFaults': an older group
+// trains on beside a newer one for 1.9-4.2 s, longer than any lease. Seed 2077 (the first run):
+// the Raft leader d2 runs job c0-1's round 3 on itself, declares its own node lost for the job,
+// opens round 4 on d4 and never stops its own round-3 worker (no RoundStart tells its member
+// half that round 4 leaves it out, and its lease, from itself, never runs out); that worker
+// trains on until round 5 is offered to it 1.9 s later. Seeds 2006 and 2012 show such overlaps
+// too (not analysed). Disabled until a member left out of a round is stopped as reliably as a
+// cut-off one fences itself.
+TEST(NodeCoreSim, DISABLED_LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+  Chaos chaos;
+  chaos.live_workers = 0.8;
+  chaos.lose_voter = true;
+  chaos.max_down = 1;
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({2077, 2006, 2012})) {
+    SeedReport report(seed);
+    run_random(seed, chaos, 40s, totals);
+  }
+  totals.print("LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds");
 }
 
 // The worker channel's real sockets keep a run a function of its seed: the same seed twice gives
@@ -871,6 +902,8 @@ std::optional<std::string> grow_live_job(std::uint64_t seed, bool keep_old_group
   options.core.launcher.live_workers = 1;
   options.core.launcher.keep_old_group = keep_old_group;
   options.core.launcher.job_runtime = Duration::zero();
+  // No partition here: the old group must be gone the moment the grown one forms.
+  options.group_overlap = Duration::zero();
   NodeCoreCluster c(seed, options);
   Simulator& sim = c.sim();
   c.crash(3);
@@ -941,8 +974,11 @@ TEST(NodeCoreSim, TrainerKeepingItsOldGroupIsCaught) {
 // as a launcher tells it, in stories that each break one rule (no daemon runs these jobs), and
 // one that breaks none. Returns the violation after `story`.
 std::optional<std::string> checker_nine(const std::function<void(NodeCoreCluster&)>& story,
-                                        NodeCoreCounters* counters = nullptr) {
-  NodeCoreCluster c(1401, default_cluster_options());
+                                        NodeCoreCounters* counters = nullptr,
+                                        std::optional<Duration> overlap = std::nullopt) {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.group_overlap = overlap;
+  NodeCoreCluster c(1401, options);
   story(c);
   c.sim().run_for(10ms);  // the checkers run after the next event
   if (counters != nullptr) *counters = c.counters();
@@ -962,11 +998,13 @@ SimWorker trainer(spawner::WorkerId id, std::uint64_t round) {
   return w;
 }
 
+// Worker `id` trains in `round` (world 1) for `for_how_long`, then stops; zero: it goes on
+// training; negative: it only stops.
 void train(NodeCoreCluster& c, spawner::WorkerId id, std::uint64_t round, Duration for_how_long) {
   const SimSeat seat{.round = round, .rank = 0, .world = 1};
-  c.on_training(trainer(id, round), seat, true);
+  if (for_how_long >= Duration::zero()) c.on_training(trainer(id, round), seat, true);
   if (for_how_long == Duration::zero()) return;
-  c.sim().run_for(for_how_long);
+  if (for_how_long > Duration::zero()) c.sim().run_for(for_how_long);
   c.on_training(trainer(id, round), seat, false);
 }
 
@@ -986,12 +1024,42 @@ TEST(NodeCoreSim, CheckerNineNamesEachBrokenRule) {
   EXPECT_EQ(counters.steps_applied, 30u);
   EXPECT_EQ(counters.steps_rolled_back, 0u);
 
+  // An older group may go on beside a newer one for the cut-off side's lease (1 s here) + 200 ms,
+  // and not a moment with no allowance.
+  EXPECT_EQ(checker_nine(
+                [](NodeCoreCluster& c) {
+                  train(c, 1, 1, Duration::zero());
+                  train(c, 2, 2, Duration::zero());
+                  c.sim().run_for(1100ms);
+                  train(c, 1, 1, -1ms);  // worker 1's lease ran out: it stops
+                },
+                &counters),
+            std::nullopt);
+  EXPECT_EQ(counters.group_overlaps, 1u);
+  EXPECT_GE(counters.longest_overlap, 1100ms);
   const auto two = checker_nine([](NodeCoreCluster& c) {
     train(c, 1, 1, Duration::zero());
     train(c, 2, 2, Duration::zero());
+    c.sim().run_for(2s);
   });
   ASSERT_TRUE(two.has_value());
-  EXPECT_NE(two->find("two groups of job j train at once (seed=1401)"), std::string::npos) << *two;
+  EXPECT_NE(two->find("two groups of job j train at once (seed=1401): round 1 still trains "),
+            std::string::npos)
+      << *two;
+  EXPECT_NE(two->find(" after round 2 formed (allowed: 1200 ms, the cut-off side's lease)"),
+            std::string::npos)
+      << *two;
+  const auto at_once = checker_nine(
+      [](NodeCoreCluster& c) {
+        train(c, 1, 1, Duration::zero());
+        train(c, 2, 2, Duration::zero());
+      },
+      nullptr, Duration::zero());
+  ASSERT_TRUE(at_once.has_value());
+  EXPECT_NE(at_once->find("two groups of job j train at once (seed=1401): round 2 formed while "
+                          "round 1 still trains"),
+            std::string::npos)
+      << *at_once;
 
   const auto stale = checker_nine([](NodeCoreCluster& c) {
     train(c, 1, 2, 1s);
