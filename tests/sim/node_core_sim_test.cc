@@ -862,13 +862,13 @@ TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
 }
 
 // Checker 9a with live workers on seeds beyond LiveWorkersUnderRandomFaults': an older group
-// trains on beside a newer one for 1.9-4.2 s, longer than any lease. Seed 2077 (the first run):
-// the Raft leader d2 runs job c0-1's round 3 on itself, declares its own node lost for the job,
-// opens round 4 on d4 and never stops its own round-3 worker (no RoundStart tells its member
-// half that round 4 leaves it out, and its lease, from itself, never runs out); that worker
-// trains on until round 5 is offered to it 1.9 s later. Seeds 2006 and 2012 show such overlaps
-// too (not analysed). Disabled until a member left out of a round is stopped as reliably as a
-// cut-off one fences itself.
+// trains on beside a newer one for 1.9-4.2 s, longer than any lease, by the sequence of
+// DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds: a member holding no lease (2006, 2012: after a
+// quarantine; 2077: the member is the newly elected leader, self-fenced out of the job's
+// previous round) starts a round's worker on the RoundStart, the leader declares that node lost
+// 1-2 s later (in 2077 on a peer's report for the previous round) and re-places the work at
+// once, and the member never fences, so its worker trains on until it ends by itself or is
+// offered a later round. Disabled until members start workers only under a lease.
 TEST(NodeCoreSim, DISABLED_LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds) {
   Totals totals;
   for (std::uint64_t seed : scenario_seeds({2077, 2006, 2012})) {
