@@ -104,9 +104,10 @@ NodeCoreClusterOptions default_cluster_options() {
 }
 
 NodeCoreCluster::NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions options)
-    : options_(std::move(options)), sim_(seed) {
+    : options_(std::move(options)), groups_(sim_), sim_(seed) {
   options_.core.state_root = dir_.path();
   options_.core.launcher.stop_grace = options_.core.config.spawner.stop_grace;
+  options_.core.launcher.groups = &groups_;
   sim_.set_default_link(options_.link);
   for (NodeId id = 0; id < options_.core.daemons; ++id) {
     sim_.add_node(NodeCoreProcess::address_for(id), [this](const NodeInfo& info) {
@@ -470,13 +471,15 @@ void NodeCoreCluster::on_spawn(const SimWorker& worker) {
                    " still runs");
   }
   live_[{worker.node, worker.id}] = worker;
+  carried_.erase({worker.node, worker.id});  // a new process holds no state
+  counters_.live_spawns += worker.live;
   unchecked_spawns_.push_back(worker);
   stale_dirty_ = true;
   // A rank that joins a round one of whose ranks is already gone never completes it.
   if (options_.peer_loss_exit != Duration::zero() && broken_.contains({worker.job, worker.round})) {
     // The launcher is still inside spawn(): its worker exits at the next process().
     if (NodeCoreProcess* p = process(worker.node); p != nullptr && p->started()) {
-      pending_peer_loss_.push_back({worker.node, worker.id});
+      pending_peer_loss_.push_back({{worker.node, worker.id}, worker.round});
     }
   }
 }
@@ -484,6 +487,8 @@ void NodeCoreCluster::on_spawn(const SimWorker& worker) {
 void NodeCoreCluster::on_exit(const SimWorker& worker, const spawner::WorkerExit& exit) {
   ++counters_.exits;
   live_.erase({worker.node, worker.id});
+  offered_.erase({worker.node, worker.id});
+  carried_.erase({worker.node, worker.id});
   const auto slot = slots_.find({worker.node, worker.slot});
   if (slot != slots_.end() && slot->second == worker.id) slots_.erase(slot);
   stale_dirty_ = true;
@@ -495,14 +500,151 @@ void NodeCoreCluster::on_exit(const SimWorker& worker, const spawner::WorkerExit
     if (other.job != worker.job || other.round != worker.round) continue;
     NodeCoreProcess* p = process(key.first);
     if (p == nullptr || !p->started()) continue;
-    if (p->fail_worker(key.second, sim_.now() + options_.peer_loss_exit, 69)) {
+    if (p->lose_peer(key.second, worker.round, sim_.now() + options_.peer_loss_exit)) {
       ++counters_.peer_losses;
       sim_.reschedule(key.first);
     }
   }
 }
 
+void NodeCoreCluster::on_offer(const SimWorker& worker, const worker_channel::RoundOffer& offer) {
+  ++counters_.offers;
+  offered_[{worker.node, worker.id}] = offer.round;
+  stale_dirty_ = true;
+}
+
+void NodeCoreCluster::on_reform(const SimWorker& worker, std::uint64_t /*old_round*/) {
+  ++counters_.reforms;
+  const WorkerKey key{worker.node, worker.id};
+  live_[key] = worker;
+  offered_.erase(key);
+  stale_dirty_ = true;
+  unchecked_reforms_.push_back(worker);
+}
+
+void NodeCoreCluster::on_training(const SimWorker& worker, const SimSeat& seat, bool training) {
+  const WorkerKey key{worker.node, worker.id};
+  const auto id = std::make_pair(worker.job, seat.round);
+  if (training) {
+    TrainingGroup& group = training_[id];
+    if (group.held.empty()) group.world = seat.world;
+    group.held[seat.rank] = key;
+    if (!group.training && group.held.size() == group.world &&
+        group.held.rbegin()->first + 1 == group.world) {
+      group_trains(worker.job, seat.round);
+    }
+    return;
+  }
+  const auto it = training_.find(id);
+  if (it == training_.end()) return;
+  if (it->second.training) group_stops(worker.job, seat.round);
+  const auto held = it->second.held.find(seat.rank);
+  if (held != it->second.held.end() && held->second == key) it->second.held.erase(held);
+  if (it->second.held.empty()) training_.erase(it);
+}
+
 // --- checkers -------------------------------------------------------------------------------
+
+void NodeCoreCluster::group_trains(const std::string& job, std::uint64_t round) {
+  TrainingGroup& group = training_.at({job, round});
+  JobSteps& steps = steps_[job];
+  const std::string what = "job " + job + " round " + std::to_string(round);
+  // Checker 9a: one training group per job (an older one may end within the allowance).
+  for (auto other = training_.lower_bound({job, 0});
+       other != training_.end() && other->first.first == job; ++other) {
+    if (other->first.second == round || !other->second.training) continue;
+    if (other->first.second > round || group_overlap_allowed() == Duration::zero()) {
+      note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
+                     std::to_string(round) + " formed while round " +
+                     std::to_string(other->first.second) + " still trains (since " +
+                     ms(sim_.now() - other->second.since) + " ago)");
+    } else {
+      overlaps_.emplace(std::make_tuple(job, other->first.second, round), sim_.now());
+      ++counters_.group_overlaps;
+    }
+  }
+  // Checker 9b: a superseded round never trains again.
+  if (round < steps.newest_trained) {
+    note_violation(what + " trains after round " + std::to_string(steps.newest_trained) +
+                   " of the job trained " + seed_text());
+  }
+  steps.newest_trained = std::max(steps.newest_trained, round);
+  // The step it continues from (see checker 9 in the header).
+  std::optional<Carried> agreed;
+  for (const auto& [rank, key] : group.held) {
+    const auto carried = carried_.find(key);
+    if (carried == carried_.end()) continue;
+    const Carried& c = carried->second;
+    if (!agreed || c.round > agreed->round || (c.round == agreed->round && c.step < agreed->step)) {
+      agreed = c;
+    }
+  }
+  // Checker 9c: live state is only ever the newest branch of the job's steps.
+  if (agreed && agreed->round < steps.top_round) {
+    note_violation(what + " continues from step " + std::to_string(agreed->step) + " of round " +
+                   std::to_string(agreed->round) + ", which round " +
+                   std::to_string(steps.top_round) + " superseded (it trained after it, to step " +
+                   std::to_string(steps.top) + "): the steps after " +
+                   std::to_string(agreed->step) + " are applied twice, once on each branch " +
+                   seed_text());
+  }
+  group.base = agreed ? agreed->step : steps.checkpoint;
+  if (steps.top > group.base) {
+    counters_.steps_rolled_back += static_cast<std::uint64_t>(steps.top - group.base);
+  }
+  steps.top = group.base;
+  steps.top_round = round;
+  group.training = true;
+  group.since = sim_.now();
+  ++counters_.groups_trained;
+}
+
+Duration NodeCoreCluster::group_overlap_allowed() const {
+  if (options_.group_overlap) return *options_.group_overlap;
+  return options_.core.config.rendezvous.lease_duration + 200ms;
+}
+
+void NodeCoreCluster::check_overlaps() {
+  for (auto it = overlaps_.begin(); it != overlaps_.end();) {
+    const auto& [job, older, newer] = it->first;
+    const auto training = [&](std::uint64_t round) {
+      const auto group = training_.find({job, round});
+      return group != training_.end() && group->second.training;
+    };
+    const Duration lasted = sim_.now() - it->second;
+    if (!training(older) || !training(newer)) {
+      counters_.longest_overlap = std::max(counters_.longest_overlap, lasted);
+      it = overlaps_.erase(it);
+      continue;
+    }
+    if (lasted > group_overlap_allowed()) {
+      note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
+                     std::to_string(older) + " still trains " + ms(lasted) + " after round " +
+                     std::to_string(newer) + " formed (allowed: " + ms(group_overlap_allowed()) +
+                     ", the cut-off side's lease)");
+      return;
+    }
+    ++it;
+  }
+}
+
+void NodeCoreCluster::group_stops(const std::string& job, std::uint64_t round) {
+  TrainingGroup& group = training_.at({job, round});
+  JobSteps& steps = steps_[job];
+  group.training = false;
+  const std::int64_t applied = (sim_.now() - group.since) / options_.step_time;
+  const std::int64_t reached = group.base + applied;
+  counters_.steps_applied += static_cast<std::uint64_t>(applied);
+  // Every member keeps the state it reached (a member that exits loses it, on_exit).
+  for (const auto& [rank, key] : group.held) carried_[key] = Carried{reached, round};
+  if (steps.top_round == round) steps.top = reached;
+  // Rank 0 checkpoints every checkpoint_steps; publication is fenced by round.
+  const std::int64_t published = reached / options_.checkpoint_steps * options_.checkpoint_steps;
+  if (round >= steps.checkpoint_round && published > group.base) {
+    steps.checkpoint = published;
+    steps.checkpoint_round = round;
+  }
+}
 
 void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table) {
   const consensus::Index index = table.applied_index();
@@ -568,7 +710,7 @@ void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table)
   }
 }
 
-void NodeCoreCluster::check_spawn(const SimWorker& w) {
+void NodeCoreCluster::check_committed(const SimWorker& w, const std::string& verb) {
   const std::string who = w.daemon + " (gen " + std::to_string(w.generation) + ")";
   const std::string what = "job " + w.job + " round " + std::to_string(w.round);
   // Checker 2.
@@ -580,7 +722,7 @@ void NodeCoreCluster::check_spawn(const SimWorker& w) {
     }
   }
   if (entry == nullptr) {
-    note_violation(who + " started a worker of " + what +
+    note_violation(who + " " + verb + " a worker of " + what +
                    (committed == ranks_.end()
                         ? ", which no table committed"
                         : " although the committed rank map " + ranks_text(committed->second) +
@@ -588,11 +730,17 @@ void NodeCoreCluster::check_spawn(const SimWorker& w) {
   } else if (w.rank < entry->first_rank || w.rank >= entry->first_rank + entry->slots ||
              w.local_rank != w.rank - entry->first_rank ||
              w.world != rendezvous::world_size(committed->second)) {
-    note_violation(who + " started rank " + std::to_string(w.rank) + " (local " +
+    note_violation(who + " " + verb + " rank " + std::to_string(w.rank) + " (local " +
                    std::to_string(w.local_rank) + ", world " + std::to_string(w.world) + ") of " +
                    what + ", not what the committed rank map " + ranks_text(committed->second) +
                    " gives it");
   }
+}
+
+void NodeCoreCluster::check_spawn(const SimWorker& w) {
+  check_committed(w, "started");
+  const std::string who = w.daemon + " (gen " + std::to_string(w.generation) + ")";
+  const std::string what = "job " + w.job + " round " + std::to_string(w.round);
   // Checker 3.
   // A round the leader started on itself came through no packet: its term is unknown, and only
   // round numbers are compared.
@@ -716,11 +864,16 @@ void NodeCoreCluster::check_stale_workers() {
   const Duration allowance =
       c.rendezvous.lease_duration + c.spawner.stop_grace + options_.stale_slack;
   // The time by which `w` must be gone (kNever: its round still stands).
-  auto due = [&](const SimWorker& w) -> std::pair<TimePoint, std::string> {
+  // A live worker that accepted an offer is in the offered round: its daemon moved it there.
+  auto round_of = [&](const WorkerKey& key, const SimWorker& w) {
+    const auto offered = offered_.find(key);
+    return offered == offered_.end() ? w.round : std::max(w.round, offered->second);
+  };
+  auto due = [&](const WorkerKey& key, const SimWorker& w) -> std::pair<TimePoint, std::string> {
     TimePoint at = kNever;
     std::string why;
     const auto newest = newest_round_.find(w.job);
-    if (newest != newest_round_.end() && newest->second.first > w.round) {
+    if (newest != newest_round_.end() && newest->second.first > round_of(key, w)) {
       at = newest->second.second + allowance;
       why = "round " + std::to_string(newest->second.first) + " was applied at +" +
             ms(newest->second.second - w.started) + " after it started";
@@ -734,13 +887,13 @@ void NodeCoreCluster::check_stale_workers() {
   };
   if (stale_dirty_) {
     stale_due_ = kNever;
-    for (const auto& [key, w] : live_) stale_due_ = std::min(stale_due_, due(w).first);
+    for (const auto& [key, w] : live_) stale_due_ = std::min(stale_due_, due(key, w).first);
     stale_dirty_ = false;
   }
   if (sim_.now() <= stale_due_) return;
   stale_due_ = kNever;
   for (const auto& [key, w] : live_) {
-    const auto [at, why] = due(w);
+    const auto [at, why] = due(key, w);
     if (sim_.now() <= at) {
       stale_due_ = std::min(stale_due_, at);
       continue;
@@ -752,7 +905,7 @@ void NodeCoreCluster::check_stale_workers() {
     bool believed = false;
     if (p != nullptr && p->started()) {
       for (const node::MemberRound& m : p->core().rounds().member_rounds()) {
-        believed = believed || (m.job == w.job && m.round == w.round && !m.fenced);
+        believed = believed || (m.job == w.job && m.round == round_of(key, w) && !m.fenced);
       }
     }
     if (believed) {
@@ -805,9 +958,13 @@ std::optional<std::string> NodeCoreCluster::check() {
   }
   for (const SimWorker& w : unchecked_spawns_) check_spawn(w);
   unchecked_spawns_.clear();
-  for (const auto& [node, id] : pending_peer_loss_) {
+  for (const SimWorker& w : unchecked_reforms_) check_committed(w, "re-formed");
+  unchecked_reforms_.clear();
+  check_overlaps();
+  for (const auto& [worker, round] : pending_peer_loss_) {
+    const auto [node, id] = worker;
     if (NodeCoreProcess* p = process(node); p != nullptr && p->started()) {
-      if (p->fail_worker(id, sim_.now() + options_.peer_loss_exit, 69)) {
+      if (p->lose_peer(id, round, sim_.now() + options_.peer_loss_exit)) {
         ++counters_.peer_losses;
         sim_.reschedule(node);
       }
@@ -1034,18 +1191,21 @@ std::string NodeCoreCluster::summary() {
   }
   const auto& c = counters_;
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
-  char buffer[768];
+  char buffer[1024];
   std::snprintf(buffer, sizeof buffer,
                 "requests %llu (attempts %llu, error replies %llu, acknowledged %llu), rounds "
                 "opened %llu (OpenRound proposals %llu), RoundStarts %llu (%llu stale ignored), "
                 "workers %llu started / %llu exited (%llu crashed, %llu peer-loss exits "
                 "scheduled), faults: crashes %llu, "
-                "restarts %llu, partitions %llu, voters lost %llu; %llu events, trace %016llx",
+                "restarts %llu, partitions %llu, voters lost %llu; live workers %llu, offers %llu, "
+                "re-formed in place %llu, groups trained %llu, steps %llu (%llu rolled back); "
+                "%llu events, trace %016llx",
                 u(c.requests), u(c.attempts), u(c.error_replies), u(c.acknowledged),
                 u(c.rounds_opened), u(c.open_proposals), u(c.round_starts), u(stale), u(c.spawns),
                 u(c.exits), u(c.worker_crashes), u(c.peer_losses), u(c.crashes), u(c.restarts),
-                u(c.partitions), u(c.voters_lost), u(sim_.events_processed()),
-                u(sim_.trace_hash()));
+                u(c.partitions), u(c.voters_lost), u(c.live_spawns), u(c.offers), u(c.reforms),
+                u(c.groups_trained), u(c.steps_applied), u(c.steps_rolled_back),
+                u(sim_.events_processed()), u(sim_.trace_hash()));
   return buffer;
 }
 

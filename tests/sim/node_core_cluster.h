@@ -13,7 +13,8 @@
 // Workers: the daemons' SimLaunchers tell the cluster every spawn and exit (a job's workers exit
 // 0 after options.core.launcher.job_runtime); crash_worker() makes a random live one exit 1, and
 // a rank that leaves abnormally takes the other ranks of its round down with it
-// (options.peer_loss_exit).
+// (options.peer_loss_exit): plain ones exit 69, live ones (options.core.launcher.live_workers,
+// which speak the worker channel) stop training and wait for an offer (SimLauncher::lose_peer).
 //
 // Checkers (after every simulator event; the first failure stops the run):
 //  1. one rank map per (job, round) in every voter's applied table (NodeCore::jobs().table());
@@ -42,7 +43,27 @@
 //     before.) Tables are compared as the control reply shows them (rendezvous::to_json of
 //     each job); each daemon reports every apply and snapshot restore, and the cluster keeps
 //     the committed states from the oldest outstanding read's lo on. The violation names the
-//     seed. Other error replies claim nothing and are not checked.
+//     seed. Other error replies claim nothing and are not checked;
+//  9. groups and steps (the trainer model of sim_launcher.h and sim_groups.h). A group is a
+//     (job, round) whose every rank 0..world-1 is held by a running worker that trains in it (a
+//     cold-started worker once its round's group formed, a live one once it joined). At every
+//     event: (a) at most one round of a job trains, so no two groups ever apply steps at once,
+//     except that an older group may go on beside a newer one for options.group_overlap after
+//     the newer one formed: a member cut off from the leader keeps its group until its lease
+//     runs out, and a leader whose kept members all re-form in place does not wait that lease
+//     out (round_policy.h, survivors_re_form_in_place); the cut-off group's steps are lost
+//     (c below keeps its state from coming back); (b) no round trains once a newer round of
+//     its job has trained (the fence: a superseded group never comes back). Steps: a training group
+//     applies one step every options.step_time from the step it continued from, its agreed step:
+//     that of its members that carry live state, taking those whose state is of the newest round
+//     any of them trained in and the smallest step among them (as trainer/live_state.h agrees it);
+//     when every member started cold, the job's checkpoint (the newest multiple of
+//     options.checkpoint_steps a group reached, published only by a round no older than the
+//     checkpoint's: round-fenced). The job's steps form one line: each group continues it from its
+//     agreed step (a cold restart from the checkpoint rolls back the steps after it: counted as
+//     lost, not applied twice). (c) no group continues from live state of a round that a newer
+//     round of the job superseded by training after it: that state's branch was left behind, and
+//     continuing it would apply the steps after its step a second time. Violations name the seed.
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every
@@ -103,6 +124,13 @@ struct NodeCoreClusterOptions {
   // Checker 8: read() may be used, and every committed table state is kept while a read that
   // may show it is outstanding. Off, read() aborts and applied tables are not looked at.
   bool check_reads = false;
+  // Checker 9a: how long an older group of a job may go on training after a newer one formed.
+  // nullopt: rendezvous.lease_duration + 200 ms (the cut-off side's lease, and a pass to act on
+  // its end); zero: never, not even for a moment.
+  std::optional<Duration> group_overlap;
+  // Checker 9's step model: a training group's step time, and the checkpoint interval in steps.
+  Duration step_time = std::chrono::milliseconds(100);
+  std::int64_t checkpoint_steps = 10;
 };
 
 // The settings the scenarios share: the netns tests' short timers (tests/integ).
@@ -130,6 +158,15 @@ struct NodeCoreCounters {
   std::uint64_t reads_checked = 0;        // answered with data, found linearizable
   std::uint64_t reads_during_writes = 0;  // ... while the table moved (lo < hi)
   std::uint64_t read_errors = 0;          // answered with an error (nothing to check)
+  // The worker channel and checker 9.
+  std::uint64_t live_spawns = 0;        // workers started that speak the channel live
+  std::uint64_t offers = 0;             // offers of a newer round a live worker read
+  std::uint64_t reforms = 0;            // ... and joined in place (same worker id)
+  std::uint64_t groups_trained = 0;     // groups that formed and trained
+  std::uint64_t steps_applied = 0;      // by all groups
+  std::uint64_t steps_rolled_back = 0;  // lost at re-formations and cold restarts
+  std::uint64_t group_overlaps = 0;     // an older group trained on beside a newer one ...
+  Duration longest_overlap{};           // ... for at most this long
 };
 
 class NodeCoreCluster : public NodeCoreObserver {
@@ -208,6 +245,9 @@ class NodeCoreCluster : public NodeCoreObserver {
   // NodeCoreObserver.
   void on_spawn(const SimWorker& worker) override;
   void on_exit(const SimWorker& worker, const spawner::WorkerExit& exit) override;
+  void on_offer(const SimWorker& worker, const worker_channel::RoundOffer& offer) override;
+  void on_reform(const SimWorker& worker, std::uint64_t old_round) override;
+  void on_training(const SimWorker& worker, const SimSeat& seat, bool training) override;
   void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) override;
   void on_round_start(NodeId node, std::uint64_t generation,
                       const node::RoundStart& start) override;
@@ -248,6 +288,14 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::optional<std::string> check();
   void record_table(NodeId id, const rendezvous::JobTable& table);
   void check_spawn(const SimWorker& worker);
+  // Checker 2 for a worker started (`what`: "started") or re-formed into its round.
+  void check_committed(const SimWorker& worker, const std::string& what);
+  // Checker 9: a group became complete, or stopped being.
+  void group_trains(const std::string& job, std::uint64_t round);
+  void group_stops(const std::string& job, std::uint64_t round);
+  Duration group_overlap_allowed() const;
+  void check_overlaps();
+  std::string seed_text() const { return "(seed=" + std::to_string(sim_.seed()) + ")"; }
   void check_stale_workers();
   void check_leases(NodeId id);
   void count_stale_starts(NodeId id);
@@ -286,9 +334,39 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::map<std::pair<NodeId, std::uint32_t>, spawner::WorkerId> slots_;
   std::map<std::string, std::uint64_t> spawns_by_job_;
   std::vector<SimWorker> unchecked_spawns_;  // checker 2 runs after the event's table records
-  // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event.
+  std::vector<SimWorker> unchecked_reforms_;
+  // Live workers that accepted an offer of a round they have not joined yet -> that round
+  // (checker 6 counts them in it: their daemon moved them there).
+  std::map<WorkerKey, std::uint64_t> offered_;
+  // (job, round)s one of whose ranks left abnormally, and workers spawned into one this event
+  // (with that round).
   std::set<std::pair<std::string, std::uint64_t>> broken_;
-  std::vector<WorkerKey> pending_peer_loss_;
+  std::vector<std::pair<WorkerKey, std::uint64_t>> pending_peer_loss_;
+  // Checker 9. Per (job, round) the ranks held by training workers; per job its line of steps;
+  // per live worker the state it carries (its step, and the round it trained that in).
+  struct TrainingGroup {
+    std::uint64_t world = 0;
+    std::map<std::uint32_t, WorkerKey> held;
+    bool training = false;  // every rank held
+    TimePoint since{};      // when it became complete
+    std::int64_t base = 0;  // the step it continued from
+  };
+  struct JobSteps {
+    std::uint64_t newest_trained = 0;  // the newest round that trained
+    std::int64_t top = 0;              // the step the job's line of steps reached ...
+    std::uint64_t top_round = 0;       // ... in the round that trained last
+    std::int64_t checkpoint = 0;
+    std::uint64_t checkpoint_round = 0;
+  };
+  struct Carried {
+    std::int64_t step = 0;
+    std::uint64_t round = 0;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, TrainingGroup> training_;
+  std::map<std::string, JobSteps> steps_;
+  std::map<WorkerKey, Carried> carried_;
+  // Checker 9a: (job, older round, newer round) training side by side -> since when.
+  std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, TimePoint> overlaps_;
   int crash_arm_ = 0;  // 0 off, 1 on append, 2 on apply
   std::optional<std::pair<NodeId, consensus::Index>> crash_watch_;
   std::optional<NodeId> crash_now_;
@@ -306,6 +384,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   bool in_read_call_ = false;
   std::vector<std::pair<CallKey, node::CallReply>> early_replies_;
   std::set<std::pair<NodeId, std::uint64_t>> led_;
+  // The simulated trainers' groups; the launchers detach from it when the processes go.
+  SimGroups groups_;
   // Declared last: destroyed first, while everything its processes report to still exists.
   Simulator sim_;
 };

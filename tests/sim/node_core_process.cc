@@ -158,8 +158,10 @@ void NodeCoreProcess::start(SimContext& ctx) {
       recover_raft_state(ctx.storage()), std::make_unique<SimRaftStore>(*sim_, info_.id, observer_),
       *machine_, clock_.seed() ^ info_.generation, ctx.now(), failure);
   if (!consensus) die(self + ": " + failure.message);
-  auto launcher = std::make_unique<SimLauncher>(info_.id, info_.generation, options_->launcher,
-                                                observer_, *sim_);
+  auto launcher = std::make_unique<SimLauncher>(
+      info_.id, info_.generation, options_->launcher, observer_, *sim_,
+      // Its own stream: the core's draws stay as they were.
+      info_.seed ^ 0x6c61756e63686572ULL);
   launcher_ = launcher.get();
   // No port probe: a simulated host has no TCP ports, and this one's belong to the test run.
   node::CoreParts parts{.jobs = std::move(jobs),
@@ -235,6 +237,10 @@ std::uint64_t NodeCoreProcess::answer_locally() {
 
 bool NodeCoreProcess::fail_worker(spawner::WorkerId id, TimePoint at, int status) {
   return launcher_->fail(id, at, status);
+}
+
+bool NodeCoreProcess::lose_peer(spawner::WorkerId id, std::uint64_t round, TimePoint at) {
+  return launcher_->lose_peer(id, round, at);
 }
 
 void NodeCoreProcess::carry_out(SimContext& ctx, node::CoreOutput output) {

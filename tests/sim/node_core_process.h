@@ -108,6 +108,8 @@ class NodeCoreProcess : public SimProcess {
   // SimLauncher::fail on this daemon's launcher; false when the worker is not running. Call
   // Simulator::reschedule(id) after it.
   bool fail_worker(spawner::WorkerId id, TimePoint at, int status);
+  // SimLauncher::lose_peer on this daemon's launcher, likewise.
+  bool lose_peer(spawner::WorkerId id, std::uint64_t round, TimePoint at);
 
   // False only while start() builds the core.
   bool started() const { return core_ != nullptr; }

@@ -9,9 +9,12 @@
 // index, no request creating two jobs, never two live workers on a slot (and no daemon's slots
 // held twice by committed rounds), no worker of a superseded round outliving its lease, and
 // (the random-fault and voter-loss scenarios, which also read the job table at random daemons,
-// deposed leaders included) every read answered with data linearizable; at the end (healed,
-// everyone restarted): every acknowledged job in every live voter's table, and every job
-// succeeded after running or running its workers on up daemons.
+// deposed leaders included) every read answered with data linearizable, and, of the simulated
+// trainers (sim_launcher.h), never two groups of one job training at once, no superseded group
+// training again and no step applied twice; at the end (healed, everyone restarted): every
+// acknowledged job in every live voter's table, and every job succeeded after running or
+// running its workers on up daemons. The Live* scenarios run workers that speak the worker
+// channel and re-form in place when their daemon offers them a round.
 //
 // Each scenario runs for each seed of scenario_seeds() (ELASTIC_SIM_SEED=<n> runs just <n>); a
 // failure prints "SIM FAILED seed=<n> ..." with the rerun command. Each test prints a
@@ -19,9 +22,11 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -51,10 +56,21 @@ const auto* const kQuietLogs = ::testing::AddGlobalTestEnvironment(new QuietLogs
 struct Totals {
   std::uint64_t seeds = 0, requests = 0, acknowledged = 0, rounds = 0, spawns = 0, stale = 0,
                 faults = 0, worker_crashes = 0, events = 0, known_stuck = 0, reads = 0,
-                reads_at_deposed = 0, reads_checked = 0, reads_during_writes = 0;
+                reads_at_deposed = 0, reads_checked = 0, reads_during_writes = 0, live_spawns = 0,
+                offers = 0, reforms = 0, groups_trained = 0, steps = 0, steps_rolled_back = 0,
+                overlaps = 0;
+  Duration longest_overlap{};
   void add(NodeCoreCluster& c) {
     const auto& k = c.counters();
     ++seeds;
+    live_spawns += k.live_spawns;
+    offers += k.offers;
+    reforms += k.reforms;
+    groups_trained += k.groups_trained;
+    steps += k.steps_applied;
+    steps_rolled_back += k.steps_rolled_back;
+    overlaps += k.group_overlaps;
+    longest_overlap = std::max(longest_overlap, k.longest_overlap);
     requests += k.requests;
     acknowledged += k.acknowledged;
     rounds += k.rounds_opened;
@@ -83,6 +99,17 @@ struct Totals {
         "tolerate_known_stuck_rounds)\n",
         test, u(seeds), u(requests), u(acknowledged), u(rounds), u(spawns), u(stale), u(faults),
         u(worker_crashes), link, u(events), u(known_stuck));
+    if (groups_trained > 0) {
+      std::printf(
+          "node core sim: %s: %llu live workers started, %llu offers read, %llu re-formed in "
+          "place; %llu groups trained, %llu steps applied, %llu rolled back; %llu times an older "
+          "group trained on beside a newer one (cut off, until its lease ran out), at most %lld "
+          "ms\n",
+          test, u(live_spawns), u(offers), u(reforms), u(groups_trained), u(steps),
+          u(steps_rolled_back), u(overlaps),
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(longest_overlap).count()));
+    }
     if (reads > 0) {
       std::printf(
           "node core sim: %s: %llu job-table reads (%llu at deposed leaders), %llu answered with "
@@ -126,13 +153,19 @@ struct Chaos {
   std::size_t max_down = 2;
   bool lose_voter = false;  // lose one voter for good, halfway
   double read = 0.15;       // per step: a job-table read (checker 8) at a random up daemon
+  // The share of workers that speak the worker channel live (SimLauncherOptions::live_workers);
+  // the others are plain commands.
+  double live_workers = 0;
 };
 
+// `summary`, when given, gets the run's summary (its counters and trace hash).
 void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Totals& totals,
-                std::optional<LinkModel> link = std::nullopt, Duration settle = 300s) {
+                std::optional<LinkModel> link = std::nullopt, Duration settle = 300s,
+                std::string* summary = nullptr) {
   NodeCoreClusterOptions options = default_cluster_options();
   if (link) options.link = *link;
   options.check_reads = true;
+  options.core.launcher.live_workers = chaos.live_workers;
   NodeCoreCluster c(seed, options);
   Rng& rng = c.sim().rng();
   const std::size_t daemons = c.daemons();
@@ -186,6 +219,7 @@ void run_random(std::uint64_t seed, const Chaos& chaos, Duration duration, Total
   if (::testing::Test::HasFailure()) {
     std::printf("seed %llu: %s\n", static_cast<unsigned long long>(seed), c.summary().c_str());
   }
+  if (summary != nullptr) *summary = c.summary();
   totals.add(c);
 }
 
@@ -768,6 +802,288 @@ TEST(NodeCoreSim, RoundsOfSelfFencedMembersAreReplanned) {
     ASSERT_TRUE(c.sim().run_for(3s)) << *c.sim().violation();
     settle_and_check(c);
   }
+}
+
+// The worker channel under every fault RandomFaults injects (daemon crashes and restarts,
+// partitions with the leader in the minority, the loss of a voter for good, worker crashes,
+// message loss, duplication and reordering): four in five workers speak the channel live and
+// re-form in place when offered a round, the rest are plain commands on the stop-and-restart
+// path. Checker 9 runs after every event: no two groups of a job train at once (beyond the
+// cut-off side's lease), no superseded group trains again, no group continues from superseded
+// state. Offers must have been made and joined: the supervisor offers a new round to live
+// workers instead of restarting them.
+Chaos live_chaos() {
+  Chaos chaos;
+  chaos.live_workers = 0.8;
+  chaos.lose_voter = true;
+  chaos.max_down = 1;
+  return chaos;
+}
+
+TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seed_range(1101, 30)) {
+    SeedReport report(seed);
+    run_random(seed, live_chaos(), 40s, totals);
+  }
+  Chaos all_live;
+  all_live.live_workers = 1;
+  for (std::uint64_t seed : scenario_seed_range(1201, 30)) {
+    SeedReport report(seed);
+    run_random(seed, all_live, 40s, totals);
+  }
+  totals.print("LiveWorkersUnderRandomFaults");
+  EXPECT_GT(totals.live_spawns, 0u) << "no worker spoke the channel: nothing was tested";
+  // Coverage over the default seeds (one seed alone, e.g. a rerun, may see no incident).
+  if (totals.seeds > 1) {
+    EXPECT_GT(totals.offers, 0u) << "no round was offered to a live worker";
+    EXPECT_GT(totals.reforms, 0u) << "no live worker re-formed in place";
+  }
+}
+
+// Checker 9a on seeds of the default chaos beyond RandomFaults' (plain workers, no channel).
+// Both show the same sequence: a member sits out a quarantine (it stops watching the job and
+// releases its lease), the restart round names it and it starts the round's worker at once, on
+// the RoundStart, without a lease; seconds later the job tier declares it lost and the leader,
+// whose newest grant to it is old, re-places the work at once (LeaseGranter::may_replace), while
+// the member, never granted the lease it wants, never fences itself (LeaseHolder says
+// stop_workers only for a lease it held). The old round's group trains on beside the new one
+// far past a lease (5.0 s and 3.8 s, until the worker ends on its own); checker 6 lets it,
+// since the member still believes its round. Disabled until members start workers only under a
+// lease (run it with --gtest_also_run_disabled_tests: seeds 156 and 288 report two groups of
+// one job training at once).
+TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({156, 288})) {
+    SeedReport report(seed);
+    run_random(seed, Chaos{}, 40s, totals);
+  }
+  totals.print("NoTwoGroupsTrainAtOnceUnderMoreSeeds");
+}
+
+// Checker 9a with live workers on seeds beyond LiveWorkersUnderRandomFaults': an older group
+// trains on beside a newer one for 1.9-4.2 s, longer than any lease, by the sequence of
+// DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds: a member holding no lease (2006, 2012: after a
+// quarantine; 2077: the member is the newly elected leader, self-fenced out of the job's
+// previous round) starts a round's worker on the RoundStart, the leader declares that node lost
+// 1-2 s later (in 2077 on a peer's report for the previous round) and re-places the work at
+// once, and the member never fences, so its worker trains on until it ends by itself or is
+// offered a later round. Disabled until members start workers only under a lease.
+TEST(NodeCoreSim, DISABLED_LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({2077, 2006, 2012})) {
+    SeedReport report(seed);
+    run_random(seed, live_chaos(), 40s, totals);
+  }
+  totals.print("LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds");
+}
+
+// The worker channel's real sockets keep a run a function of its seed: the same seed twice gives
+// the same run, event for event (the trace hash covers every delivery and timer).
+TEST(NodeCoreSim, LiveWorkersRepeatFromTheSeed) {
+  Chaos chaos;
+  chaos.live_workers = 0.8;
+  for (std::uint64_t seed : scenario_seeds({1111, 1112})) {
+    SeedReport report(seed);
+    Totals totals;
+    std::string first, second;
+    run_random(seed, chaos, 40s, totals, std::nullopt, 300s, &first);
+    run_random(seed, chaos, 40s, totals, std::nullopt, 300s, &second);
+    EXPECT_FALSE(first.empty());
+    EXPECT_EQ(first, second);
+  }
+}
+
+// A job of live workers runs on the three voters while d3 and d4 are down; when they come back
+// the job grows (a new round on five nodes), which the supervisor offers to the running workers.
+// Returns the cluster's violation, and the counters through `counters`.
+std::optional<std::string> grow_live_job(std::uint64_t seed, bool keep_old_group,
+                                         NodeCoreCounters* counters) {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.core.launcher.live_workers = 1;
+  options.core.launcher.keep_old_group = keep_old_group;
+  options.core.launcher.job_runtime = Duration::zero();
+  // No partition here: the old group must be gone the moment the grown one forms.
+  options.group_overlap = Duration::zero();
+  NodeCoreCluster c(seed, options);
+  Simulator& sim = c.sim();
+  c.crash(3);
+  c.crash(4);
+  EXPECT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+  c.submit(1, 5);
+  const bool ran = sim.run_until_condition(
+      [&] {
+        c.drive_clients();
+        return running_after(c, "c0", 0);
+      },
+      sim.now() + 30s);
+  if (sim.violation()) return sim.violation();
+  EXPECT_TRUE(ran) << "job c0 never ran: " << c.describe_jobs();
+  const std::uint64_t round = c.job_by_name("c0")->round;
+  c.restart(3);
+  c.restart(4);
+  const bool grew = sim.run_until_condition(
+      [&] {
+        c.drive_clients();
+        const auto job = c.job_by_name("c0");
+        return job && job->round > round && job->ranks.size() == 5 &&
+               job->state == JobState::kRunning && c.live_workers() == 5;
+      },
+      sim.now() + 60s);
+  // A few more seconds of training in the grown round.
+  if (!sim.violation()) sim.run_for(5s);
+  if (counters != nullptr) *counters = c.counters();
+  if (sim.violation()) return sim.violation();
+  EXPECT_TRUE(grew) << "job c0 did not grow to five nodes: " << c.describe_jobs();
+  return std::nullopt;
+}
+
+TEST(NodeCoreSim, LiveJobGrowsInPlace) {
+  std::uint64_t reforms = 0;
+  for (std::uint64_t seed : scenario_seeds({1301, 1302, 1303, 1304})) {
+    SeedReport report(seed);
+    NodeCoreCounters counters;
+    EXPECT_EQ(grow_live_job(seed, /*keep_old_group=*/false, &counters), std::nullopt);
+    reforms += counters.reforms;
+    std::printf("seed %llu: %llu offers, %llu re-formed in place, %llu groups trained\n",
+                static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(counters.offers),
+                static_cast<unsigned long long>(counters.reforms),
+                static_cast<unsigned long long>(counters.groups_trained));
+  }
+  // The three running workers re-form into the grown round instead of being restarted.
+  EXPECT_GT(reforms, 0u) << "no running worker was offered the grown round";
+}
+
+// Checker 9 against trainers that never abort their old group (the bug made on purpose): when
+// the grown round forms, the old round's group still trains, and the checker must report two
+// groups of one job training at once, with the seed.
+TEST(NodeCoreSim, TrainerKeepingItsOldGroupIsCaught) {
+  for (std::uint64_t seed : scenario_seeds({1301, 1302, 1303, 1304})) {
+    SeedReport report(seed);
+    const auto violation = grow_live_job(seed, /*keep_old_group=*/true, nullptr);
+    ASSERT_TRUE(violation.has_value()) << "checker 9 missed two groups of one job training";
+    EXPECT_NE(violation->find("two groups of job"), std::string::npos) << *violation;
+    EXPECT_NE(violation->find("(seed=" + std::to_string(seed) + ")"), std::string::npos)
+        << *violation;
+    std::printf("seed %llu: caught as expected: %s\n", static_cast<unsigned long long>(seed),
+                violation->c_str());
+  }
+}
+
+// Checker 9 on its own: the cluster hears of training straight through its observer interface,
+// as a launcher tells it, in stories that each break one rule (no daemon runs these jobs), and
+// one that breaks none. Returns the violation after `story`.
+std::optional<std::string> checker_nine(const std::function<void(NodeCoreCluster&)>& story,
+                                        NodeCoreCounters* counters = nullptr,
+                                        std::optional<Duration> overlap = std::nullopt) {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.group_overlap = overlap;
+  NodeCoreCluster c(1401, options);
+  story(c);
+  c.sim().run_for(10ms);  // the checkers run after the next event
+  if (counters != nullptr) *counters = c.counters();
+  return c.sim().violation();
+}
+
+SimWorker trainer(spawner::WorkerId id, std::uint64_t round) {
+  SimWorker w;
+  w.node = 3;
+  w.generation = 1;
+  w.id = id;
+  w.daemon = "d3";
+  w.job = "j";
+  w.round = round;
+  w.world = 1;
+  w.live = true;
+  return w;
+}
+
+// Worker `id` trains in `round` (world 1) for `for_how_long`, then stops; zero: it goes on
+// training; negative: it only stops.
+void train(NodeCoreCluster& c, spawner::WorkerId id, std::uint64_t round, Duration for_how_long) {
+  const SimSeat seat{.round = round, .rank = 0, .world = 1};
+  if (for_how_long >= Duration::zero()) c.on_training(trainer(id, round), seat, true);
+  if (for_how_long == Duration::zero()) return;
+  if (for_how_long > Duration::zero()) c.sim().run_for(for_how_long);
+  c.on_training(trainer(id, round), seat, false);
+}
+
+TEST(NodeCoreSim, CheckerNineNamesEachBrokenRule) {
+  // A live worker goes on from its own state in the next round; a cold one would take the
+  // checkpoint. 100 ms steps: 10 steps per second.
+  NodeCoreCounters counters;
+  EXPECT_EQ(checker_nine(
+                [](NodeCoreCluster& c) {
+                  train(c, 1, 1, 1s);
+                  train(c, 1, 2, 1s);
+                  train(c, 2, 3, 1s);  // cold: from the checkpoint at step 20
+                },
+                &counters),
+            std::nullopt);
+  EXPECT_EQ(counters.groups_trained, 3u);
+  EXPECT_EQ(counters.steps_applied, 30u);
+  EXPECT_EQ(counters.steps_rolled_back, 0u);
+
+  // An older group may go on beside a newer one for the cut-off side's lease (1 s here) + 200 ms,
+  // and not a moment with no allowance.
+  EXPECT_EQ(checker_nine(
+                [](NodeCoreCluster& c) {
+                  train(c, 1, 1, Duration::zero());
+                  train(c, 2, 2, Duration::zero());
+                  c.sim().run_for(1100ms);
+                  train(c, 1, 1, -1ms);  // worker 1's lease ran out: it stops
+                },
+                &counters),
+            std::nullopt);
+  EXPECT_EQ(counters.group_overlaps, 1u);
+  EXPECT_GE(counters.longest_overlap, 1100ms);
+  const auto two = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 1, Duration::zero());
+    train(c, 2, 2, Duration::zero());
+    c.sim().run_for(2s);
+  });
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NE(two->find("two groups of job j train at once (seed=1401): round 1 still trains "),
+            std::string::npos)
+      << *two;
+  EXPECT_NE(two->find(" after round 2 formed (allowed: 1200 ms, the cut-off side's lease)"),
+            std::string::npos)
+      << *two;
+  const auto at_once = checker_nine(
+      [](NodeCoreCluster& c) {
+        train(c, 1, 1, Duration::zero());
+        train(c, 2, 2, Duration::zero());
+      },
+      nullptr, Duration::zero());
+  ASSERT_TRUE(at_once.has_value());
+  EXPECT_NE(at_once->find("two groups of job j train at once (seed=1401): round 2 formed while "
+                          "round 1 still trains"),
+            std::string::npos)
+      << *at_once;
+
+  const auto stale = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 2, 1s);
+    train(c, 2, 1, Duration::zero());
+  });
+  ASSERT_TRUE(stale.has_value());
+  EXPECT_NE(stale->find("job j round 1 trains after round 2 of the job trained (seed=1401)"),
+            std::string::npos)
+      << *stale;
+
+  // Worker 1's state of round 1 comes back after round 2 (cold, from the checkpoint at step 10)
+  // trained on to step 20.
+  const auto twice = checker_nine([](NodeCoreCluster& c) {
+    train(c, 1, 1, 1s);
+    train(c, 2, 2, 1s);
+    train(c, 1, 3, Duration::zero());
+  });
+  ASSERT_TRUE(twice.has_value());
+  EXPECT_NE(twice->find("job j round 3 continues from step 10 of round 1, which round 2 "
+                        "superseded (it trained after it, to step 20): the steps after 10 are "
+                        "applied twice, once on each branch (seed=1401)"),
+            std::string::npos)
+      << *twice;
 }
 
 }  // namespace
