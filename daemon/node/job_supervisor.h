@@ -27,7 +27,9 @@
 // rendezvous.reform_timeout, or a worker that stopped speaking the protocol, falls back to the
 // stop and restart above. A worker that exits meanwhile is a failure of the new round as usual.
 // A round that cannot be offered (a plain command, a worker still starting, more workers here
-// than the new round keeps, rank 0's store port busy) is started the old way. Once every
+// than the new round keeps, rank 0's store port busy, or workers of a round older than the one
+// the new round follows: they missed a round that may have trained and checkpointed without
+// them) is started the old way. Once every
 // running worker of a round started cold said hello(live), a round_ack with live = true tells
 // the leader that this job's workers re-form in place (RoundLeader: no lease wait for a lost
 // member of such a job). A grow round's RoundStart may say hold_live (round_codec.h): the
@@ -246,6 +248,11 @@ class JobSupervisor {
   // Local workers that joined a round offered over their channel (re-formed in place), and
   // offers that ran past rendezvous.reform_timeout (the workers were restarted instead).
   std::uint64_t live_reforms() const { return live_reforms_; }
+  // The grow round whose offer `job`'s workers here wait for (RoundStart::hold_live), or 0.
+  std::uint64_t held_round(const std::string& job) const {
+    const auto it = jobs_.find(job);
+    return it == jobs_.end() ? 0 : it->second.held;
+  }
   std::uint64_t live_fallbacks() const { return live_fallbacks_; }
 
  private:

@@ -33,6 +33,9 @@ std::optional<JobSupervisor::OfferPlan> JobSupervisor::plan_offer(Job& job,
   if (!job.current || !job.started || job.done) return std::nullopt;
   // A store port conflict started no worker; a worker failure leaves the others running.
   if (job.failure && job.failure->kind != ReportKind::kWorkerFailed) return std::nullopt;
+  // Workers that missed a round of their job (it trained without them: cut off, or its starts
+  // never came) hold older state than the job's newest checkpoint may: they start again from it.
+  if (start.round.expected_prev_round != job.current->round.round) return std::nullopt;
   std::uint32_t group_rank = 0;
   const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
   if (entry == nullptr) return std::nullopt;

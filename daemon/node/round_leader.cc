@@ -71,7 +71,11 @@ RoundLeader::RoundLeader(std::string self, std::uint64_t generation, const confi
       config_(config),
       // The margin covers a deposed leader granting until CheckQuorum demotes it (one election
       // timeout) and clock-rate differences.
-      granter_(config.get().rendezvous.lease_duration, config.get().consensus.election_timeout) {}
+      // A deposed leader grants until CheckQuorum makes it step down: up to two election
+      // timeouts after it lost its majority (the check runs once per timeout), while a fast
+      // election can elect its successor at once.
+      granter_(config.get().rendezvous.lease_duration,
+               2 * config.get().consensus.election_timeout) {}
 
 void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& table,
                        const std::vector<membership::MemberView>& members,
@@ -169,8 +173,18 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       auto lost = std::move(state.lost);
       const std::uint32_t port_moves = state.port_moves;
       std::set<std::string> live_before = std::move(state.live);
+      std::set<std::string> left_out;
+      for (const auto& old : state.ranks_seen) {
+        if (std::none_of(job.ranks.begin(), job.ranks.end(),
+                         [&](const auto& member) { return member.node == old.node; })) {
+          left_out.insert(old.node);
+        }
+      }
       state = LeaderJob{};
       state.round_seen = job.round;
+      state.ranks_seen = job.ranks;
+      state.left_out = std::move(left_out);
+      state.left_out_until = now + kEndNotice;
       state.live_before = std::move(live_before);
       // The longest a grow keeps its running ranks training in the old round for the joiners
       // (their start-up: process, model, data; CUDA on GPUs).
@@ -415,7 +429,7 @@ void RoundLeader::plan_job(
   // publish checkpoints fenced by round, the new round has its own store endpoint and group,
   // and a cut-off member's workers can join nothing newer (they are offered no round and stop
   // with their lease), so nothing the lost member still runs can reach the new round (see
-  // ARCHITECTURE.md, "What a cut-off member can still do").
+  // README.md, "What a cut-off member can still do").
   const bool survivors_live = rendezvous::survivors_re_form_in_place(decision, job.ranks, state.live);
   if (decision.kind == rendezvous::Decision::Kind::kOpenRound && !survivors_live) {
     for (const auto& member : job.ranks) {
@@ -502,7 +516,9 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                    .state = job.state,
                    .round = rendezvous::OpenRound{.job_id = job.id,
                                                   .round = job.round,
-                                                  .expected_prev_round = 0,
+                                                  // Rounds are numbered one by one
+                                                  // (make_open_round): the round it follows.
+                                                  .expected_prev_round = job.round - 1,
                                                   .ranks = job.ranks,
                                                   .store_endpoint = job.store_endpoint,
                                                   .reason = job.round_reason,
@@ -514,20 +530,25 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                        job.state == JobState::kRendezvous, job.round_reason, job.ranks,
                        state.live_before, state.live, now < state.hold_until)};
   const std::string body = encode_round_start(start);
+  std::vector<std::string> to;
   for (const auto& member : job.ranks) {
     if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
+    to.push_back(member.node);
+  }
+  if (now < state.left_out_until) to.insert(to.end(), state.left_out.begin(), state.left_out.end());
+  for (const std::string& node : to) {
     wire::Envelope envelope;
     envelope.type = wire::MsgType::kRoundStart;
     envelope.body = body;
     std::string address;
-    if (member.node == self_) {
+    if (node == self_) {
       // For this daemon's own member half (round_send.h).
       envelope.sender = self_;
       envelope.generation = generation_;
-    } else if (const auto found = addresses.find(member.node); found != addresses.end()) {
+    } else if (const auto found = addresses.find(node); found != addresses.end()) {
       address = found->second;
     }
-    sends_.push_back(RoundSend{.to = member.node,
+    sends_.push_back(RoundSend{.to = node,
                                .address = std::move(address),
                                .envelope = std::move(envelope),
                                .report = std::nullopt});

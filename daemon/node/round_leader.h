@@ -145,6 +145,13 @@ class RoundLeader {
     // every new member's workers are ready (acknowledged live) or hold_until has passed.
     std::set<std::string> live_before;
     TimePoint hold_until{};
+    // The rank map of round_seen, and the members of the round before that this one left out:
+    // they are sent this round too (it tells them to stop) until left_out_until. Otherwise a
+    // member that missed the change (cut off, or its starts lost) would run its old round for as
+    // long as its lease is renewed, and another job's round renews it.
+    rendezvous::RankMap ranks_seen;
+    std::set<std::string> left_out;
+    TimePoint left_out_until{};
     // Declared lost by the job tier -> until when it stays out of this job's rounds
     // (rendezvous::kLostMemory). Kept across rounds.
     std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;

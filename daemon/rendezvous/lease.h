@@ -13,10 +13,11 @@
 //    (each side only measures intervals on its own monotonic clock);
 //  - the granter may re-place a daemon's work at max(election + margin, last_grant +
 //    lease_duration / kRateMarginDivisor) + lease_duration. `margin` covers the time a deposed
-//    leader may still grant before CheckQuorum makes it step down (about one election timeout):
+//    leader may still grant before CheckQuorum makes it step down (up to two election timeouts
+//    after it lost its majority, and its successor may be elected at once by a fast election):
 //    its grants are unknown to the new leader, but none comes later than that. After a grant
 //    of its own, the leader knows the last one exactly and only the clocks' rate difference over
-//    a lease is left (ppm; 2% is allowed). The daemon passes consensus.election_timeout.
+//    a lease is left (ppm; 2% is allowed). The daemon passes 2 x consensus.election_timeout.
 //  - grants carry the leader's term; a holder ignores grants of a term older than one it has
 //    already accepted.
 // One lease per daemon covers all of its workers (the leader grants while the daemon is a member

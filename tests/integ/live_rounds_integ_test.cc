@@ -251,6 +251,18 @@ TEST_F(LiveRoundsTest, AnOfferNotJoinedInTimeFallsBackToARestart) {
   EXPECT_EQ(count(ReportKind::kWorkerFailed, 2), 0u) << "a fallback is no worker failure";
 }
 
+TEST_F(LiveRoundsTest, WorkersThatMissedARoundStartAgainFromTheCheckpoint) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  const std::set<int> before = pids(1);
+  // Round 3 follows round 2, which trained without this node's workers (still in round 1).
+  RoundStart later = round(3, 2, 0, 2);
+  later.round.expected_prev_round = 2;
+  supervisor_->on_round(now(), later);
+  ASSERT_TRUE(pump_until([&] { return pids(3).size() == 2 && count(ReportKind::kRoundAck, 3) >= 1; }));
+  for (const int pid : before) EXPECT_FALSE(pids(3).contains(pid));
+  EXPECT_EQ(supervisor_->live_reforms(), 0u);
+}
+
 TEST_F(LiveRoundsTest, PlainCommandsKeepTheStopAndRestartPath) {
   ASSERT_NO_FATAL_FAILURE(open());
   const std::vector<std::string> plain = {"/bin/sh", "-c", "exec sleep 1000"};

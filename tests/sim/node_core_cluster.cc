@@ -601,7 +601,11 @@ void NodeCoreCluster::group_trains(const std::string& job, std::uint64_t round) 
 
 Duration NodeCoreCluster::group_overlap_allowed() const {
   if (options_.group_overlap) return *options_.group_overlap;
-  return options_.core.config.rendezvous.lease_duration + 200ms;
+  // The cut-off side's lease, which a deposed leader on its side may still renew until it steps
+  // down (CheckQuorum: up to two election timeouts, the granter's margin, rendezvous/lease.h),
+  // and the fence's own reaction (its timer, the stop).
+  return options_.core.config.rendezvous.lease_duration +
+         2 * options_.core.config.consensus.election_timeout + 200ms;
 }
 
 void NodeCoreCluster::check_overlaps() {
@@ -618,10 +622,19 @@ void NodeCoreCluster::check_overlaps() {
       continue;
     }
     if (lasted > group_overlap_allowed()) {
+      const auto holders = [&](std::uint64_t round) {
+        std::string text;
+        for (const auto& [rank, key] : training_.at({job, round}).held) {
+          text += " r" + std::to_string(rank) + "=d" + std::to_string(key.first) + "/w" +
+                  std::to_string(key.second);
+        }
+        return text;
+      };
       note_violation("two groups of job " + job + " train at once " + seed_text() + ": round " +
                      std::to_string(older) + " still trains " + ms(lasted) + " after round " +
                      std::to_string(newer) + " formed (allowed: " + ms(group_overlap_allowed()) +
-                     ", the cut-off side's lease)");
+                     ", the cut-off side's lease); round " + std::to_string(older) + ":" +
+                     holders(older) + ", round " + std::to_string(newer) + ":" + holders(newer));
       return;
     }
     ++it;
@@ -907,6 +920,10 @@ void NodeCoreCluster::check_stale_workers() {
       for (const node::MemberRound& m : p->core().rounds().member_rounds()) {
         believed = believed || (m.job == w.job && m.round == round_of(key, w) && !m.fenced);
       }
+      // A grow that holds its running workers in their round until the joiners are ready
+      // (RoundStart::hold_live): the leader bounds the hold, and a joiner that never comes is
+      // lost to the job tier, which opens a round without it.
+      believed = believed || p->core().supervisor().held_round(w.job) > round_of(key, w);
     }
     if (believed) {
       stale_due_ = std::min(stale_due_, sim_.now() + 100ms);

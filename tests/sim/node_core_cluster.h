@@ -29,7 +29,9 @@
 //     round R) must be gone by the time a newer round (or the job's end) was first applied +
 //     rendezvous.lease_duration + spawner.stop_grace + options.stale_slack, unless its daemon
 //     still runs R as the job's current round, unfenced (no RoundStart told it otherwise, and
-//     the lease it holds is the fence); and a round its daemon marked fenced (its lease ran
+//     the lease it holds is the fence) or its supervisor holds the worker in R for a grow
+//     round whose joiners are not ready yet (RoundStart::hold_live; the leader bounds the
+//     hold); and a round its daemon marked fenced (its lease ran
 //     out; RoundService::member_rounds) has no live worker there 200 ms later;
 //  7. every call creates at most one job: no voter's table holds two jobs of one name;
 //  8. job-table reads are linearizable (with options.check_reads; read() and read_random()
@@ -48,9 +50,10 @@
 //     (job, round) whose every rank 0..world-1 is held by a running worker that trains in it (a
 //     cold-started worker once its round's group formed, a live one once it joined). At every
 //     event: (a) at most one round of a job trains, so no two groups ever apply steps at once,
-//     except that an older group may go on beside a newer one for options.group_overlap after
-//     the newer one formed: a member cut off from the leader keeps its group until its lease
-//     runs out, and a leader whose kept members all re-form in place does not wait that lease
+//     except that an older group may go on beside a newer one for options.group_overlap
+//     (default: lease + 2 election timeouts + 200 ms) after the newer one formed: a member cut off
+//     from the leader keeps its group until its lease runs out (a deposed leader on its side
+//     may renew it until it steps down), and a leader whose kept members all re-form in place does not wait that lease
 //     out (round_policy.h, survivors_re_form_in_place); the cut-off group's steps are lost
 //     (c below keeps its state from coming back); (b) no round trains once a newer round of
 //     its job has trained (the fence: a superseded group never comes back). Steps: a training group

@@ -842,17 +842,15 @@ TEST(NodeCoreSim, LiveWorkersUnderRandomFaults) {
 }
 
 // Checker 9a on seeds of the default chaos beyond RandomFaults' (plain workers, no channel).
-// Both show the same sequence: a member sits out a quarantine (it stops watching the job and
-// releases its lease), the restart round names it and it starts the round's worker at once, on
-// the RoundStart, without a lease; seconds later the job tier declares it lost and the leader,
-// whose newest grant to it is old, re-places the work at once (LeaseGranter::may_replace), while
-// the member, never granted the lease it wants, never fences itself (LeaseHolder says
-// stop_workers only for a lease it held). The old round's group trains on beside the new one
-// far past a lease (5.0 s and 3.8 s, until the worker ends on its own); checker 6 lets it,
-// since the member still believes its round. Disabled until members start workers only under a
-// lease (run it with --gtest_also_run_disabled_tests: seeds 156 and 288 report two groups of
-// one job training at once).
-TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+// Both showed the same sequence: a member sits out a quarantine (it stops watching the job and
+// releases its lease), the restart round names it and it starts the round's worker on the
+// RoundStart; the job tier then declares it lost and the leader re-places the work, but the
+// member, left out of the new round, was never told (RoundStarts went to the new round's members
+// only) and its lease was renewed through another job's round: the old round's group trained on
+// beside the new one for 3.8-5.0 s. Now the leader sends each round to the members the previous
+// round had and this one left out too (for kEndNotice), and a deposed leader's grants are
+// covered by a margin of two election timeouts (CheckQuorum's step-down).
+TEST(NodeCoreSim, NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
   Totals totals;
   for (std::uint64_t seed : scenario_seeds({156, 288})) {
     SeedReport report(seed);
@@ -861,15 +859,11 @@ TEST(NodeCoreSim, DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds) {
   totals.print("NoTwoGroupsTrainAtOnceUnderMoreSeeds");
 }
 
-// Checker 9a with live workers on seeds beyond LiveWorkersUnderRandomFaults': an older group
-// trains on beside a newer one for 1.9-4.2 s, longer than any lease, by the sequence of
-// DISABLED_NoTwoGroupsTrainAtOnceUnderMoreSeeds: a member holding no lease (2006, 2012: after a
+// Checker 9a with live workers on seeds beyond LiveWorkersUnderRandomFaults': the same sequence
+// as above trained an older group beside a newer one for 1.9-4.2 s (2006, 2012: after a
 // quarantine; 2077: the member is the newly elected leader, self-fenced out of the job's
-// previous round) starts a round's worker on the RoundStart, the leader declares that node lost
-// 1-2 s later (in 2077 on a peer's report for the previous round) and re-places the work at
-// once, and the member never fences, so its worker trains on until it ends by itself or is
-// offered a later round. Disabled until members start workers only under a lease.
-TEST(NodeCoreSim, DISABLED_LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds) {
+// previous round).
+TEST(NodeCoreSim, LiveWorkersNoTwoGroupsTrainAtOnceUnderMoreSeeds) {
   Totals totals;
   for (std::uint64_t seed : scenario_seeds({2077, 2006, 2012})) {
     SeedReport report(seed);
@@ -1047,7 +1041,7 @@ TEST(NodeCoreSim, CheckerNineNamesEachBrokenRule) {
   EXPECT_NE(two->find("two groups of job j train at once (seed=1401): round 1 still trains "),
             std::string::npos)
       << *two;
-  EXPECT_NE(two->find(" after round 2 formed (allowed: 1200 ms, the cut-off side's lease)"),
+  EXPECT_NE(two->find(" after round 2 formed (allowed: 1800 ms, the cut-off side's lease)"),
             std::string::npos)
       << *two;
   const auto at_once = checker_nine(
