@@ -4,10 +4,16 @@
 //   DemoScenario              kill -9 of a daemon: its workers die with it, the survivors re-form
 //                             in place (same processes, no checkpoint read, <= 1 step lost), the
 //                             restarted daemon's new rank gets the state live (grow), success
-//   WorkerCrashRestarts       kill -9 of one worker: a new round on the same nodes, 1 restart
+//   WorkerCrashRestarts       kill -9 of one worker: a new round on the same nodes, 1 restart;
+//                             the survivors re-form in place, the replacement gets the state live
+//   LeaderHostLossReformsInPlace  kill -9 of the Raft leader's daemon: the survivors re-form in
+//                             place under the new leader and train on
+//   HungRankIsReplaced        SIGSTOP of one worker with a 5 s hang_timeout: a round opened for
+//                             the hang, the stopped worker ended, three ranks training again
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
-//   MinorityIsFenced          partition 1|2: the minority's workers stop (lease), the majority
-//                             continues in a new round
+//   MinorityIsFenced          partition 1|2 cutting off rank 0 mid-checkpoint: the minority's
+//                             worker stops within its lease, the majority re-forms in place, and
+//                             LATEST only ever moves forward to the majority's checkpoints
 //   TwoJobsUseDisjointSlots   two jobs on nodes with 2 CPU slots: distinct slots, disjoint cpus
 //   CancelLeavesNoProcess     cancel: state cancelled and no worker process left
 //   BadSpecsAreRejected       bad job specs: refused with their sentence, no job created
@@ -188,6 +194,46 @@ class JobNetnsTest : public DaemonClusterTest {
     return found;
   }
 
+  // Every worker of `job` that is not on `node`.
+  std::vector<WorkerProc> workers_but(const std::string& job, const std::string& node) const {
+    std::vector<WorkerProc> found;
+    for (auto& worker : find_workers(job)) {
+      if (worker.node != node) found.push_back(worker);
+    }
+    return found;
+  }
+
+  // kill -9 of `node`'s daemon. PR_SET_PDEATHSIG: its workers `victims` die with it instead of
+  // training on as orphans.
+  void kill_daemon(const std::string& node, const std::vector<WorkerProc>& victims) {
+    const int host = daemons_->host_of(node);
+    daemons_->daemon(host).signal(SIGKILL);
+    ASSERT_TRUE(daemons_->daemon(host).wait(10s).has_value());
+    EXPECT_TRUE(testing::wait_until([&] { return all_gone(victims); }, 5s))
+        << "a worker of the killed daemon " << node << " survived it";
+  }
+
+  // kill -9 of `node`'s daemon while `job` trains in round `first` on three nodes (one worker
+  // each): the other two re-form in place without it (expect_in_place), in a round that consumes
+  // no restart and starts no process. Sets `shrunk` to that round's view and `lines` to its
+  // reform lines.
+  void lose_node(const std::string& job, const JobView& first, const std::string& node,
+                 JobView* shrunk, std::vector<nlohmann::json>* lines) {
+    const auto victims = workers_on(job, node);
+    ASSERT_EQ(victims.size(), 1u) << "one worker per node (one CPU slot per host on this VM)";
+    const std::vector<WorkerProc> survivors = workers_but(job, node);
+    ASSERT_EQ(survivors.size(), 2u);
+    ASSERT_NO_FATAL_FAILURE(kill_daemon(node, victims));
+    const std::int64_t before = last_step(job, first.round);
+
+    *shrunk = wait_training(job, 2, first.round, kRecovers);
+    ASSERT_FALSE(shrunk->state.empty());
+    EXPECT_FALSE(shrunk->has_node(node)) << shrunk->summary();
+    EXPECT_EQ(shrunk->restarts, 0u) << "a lost node does not consume a restart";
+    *lines = expect_in_place(job, shrunk->round, 2, survivors, before);
+    EXPECT_EQ(workers_on(job, "").size(), 2u) << "a process was started for the new round";
+  }
+
   static bool all_gone(const std::vector<WorkerProc>& workers) {
     return std::all_of(workers.begin(), workers.end(),
                        [](const WorkerProc& w) { return process_gone(w.pid); });
@@ -198,6 +244,114 @@ class JobNetnsTest : public DaemonClusterTest {
     const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
     for (auto it = view.ranks.rbegin(); it != view.ranks.rend(); ++it) {
       if (it->node != leader) return it->node;
+    }
+    return "";
+  }
+
+  // The "reform" lines of `job`'s round `round` (one per rank that re-formed in place or joined
+  // live), as JSON with "host" added (whose log it is in).
+  std::vector<nlohmann::json> reform_lines(const std::string& job, std::uint64_t round) const {
+    std::vector<nlohmann::json> found;
+    for (const auto& line : daemons_->trainer_lines(job)) {
+      if (line.event != "reform" || line.round != static_cast<std::int64_t>(round)) continue;
+      nlohmann::json json = nlohmann::json::parse(line.text, nullptr, false);
+      if (!json.is_object()) continue;
+      json["host"] = line.host;
+      found.push_back(std::move(json));
+    }
+    return found;
+  }
+
+  // Round `round` of `job` re-formed in place: every rank printed its "reform" line (the wait has
+  // a deadline), no rank read a checkpoint ("resume"), and each of `survivors` still runs (the
+  // same process) and re-formed from its own state at a step no more than one behind `before`
+  // (the last step logged before the incident). Returns the reform lines.
+  std::vector<nlohmann::json> expect_in_place(const std::string& job, std::uint64_t round,
+                                              std::int64_t world,
+                                              const std::vector<WorkerProc>& survivors,
+                                              std::int64_t before) {
+    std::vector<nlohmann::json> lines;
+    EXPECT_TRUE(testing::wait_until(
+        [&] {
+          lines = reform_lines(job, round);
+          return static_cast<std::int64_t>(lines.size()) >= world;
+        },
+        30s))
+        << lines.size() << " of " << world << " ranks printed a reform line for round " << round;
+    EXPECT_FALSE(line_of(job, "resume", round).has_value())
+        << "a rank of round " << round << " read a checkpoint";
+    for (const auto& line : lines) EXPECT_EQ(line.value("world_size", -1), world) << line.dump();
+    const auto now = workers_on(job, "");
+    for (const WorkerProc& s : survivors) {
+      EXPECT_TRUE(
+          std::any_of(now.begin(), now.end(), [&](const WorkerProc& w) { return w.pid == s.pid; }))
+          << "the survivor pid " << s.pid << " on " << s.node << " was replaced";
+      const int host = daemons_->host_of(s.node);
+      const auto own = std::find_if(lines.begin(), lines.end(), [&](const nlohmann::json& l) {
+        return l.value("host", -1) == host;
+      });
+      if (own == lines.end()) {
+        ADD_FAILURE() << "the survivor on " << s.node << " printed no reform line";
+        continue;
+      }
+      EXPECT_FALSE(own->value("joined", false))
+          << "a survivor re-forms, it does not join: " << own->dump();
+      EXPECT_GE(own->value("step", std::int64_t{-1}), before - 1) << own->dump();
+    }
+    return lines;
+  }
+
+  // The rank on `node` in the reform `lines` of a round is a new process (not `old_pid`) that
+  // received the state live: it joined, and the plan lists it among the receivers, not as the
+  // source.
+  void expect_received(const std::vector<nlohmann::json>& lines, const std::string& job,
+                       const std::string& node, pid_t old_pid) {
+    const auto now = workers_on(job, node);
+    ASSERT_EQ(now.size(), 1u) << "one worker on " << node;
+    EXPECT_NE(now[0].pid, old_pid) << "the replaced worker on " << node << " still runs";
+    const int host = daemons_->host_of(node);
+    const auto own = std::find_if(lines.begin(), lines.end(), [&](const nlohmann::json& l) {
+      return l.value("host", -1) == host;
+    });
+    ASSERT_NE(own, lines.end()) << "the replacement on " << node << " printed no reform line";
+    EXPECT_TRUE(own->value("joined", false)) << own->dump();
+    const int rank = own->value("rank", -1);
+    EXPECT_NE(own->value("source", -1), rank) << own->dump();
+    const auto receivers = own->value("receivers", std::vector<int>{});
+    EXPECT_NE(std::find(receivers.begin(), receivers.end(), rank), receivers.end()) << own->dump();
+  }
+
+  // The rank-0 steps of round `round` go on: `steps` more than `from` logged within the deadline.
+  void expect_trains_on(const std::string& job, std::uint64_t round, std::int64_t from,
+                        std::int64_t steps) {
+    EXPECT_TRUE(testing::wait_until([&] { return last_step(job, round) >= from + steps; }, 60s))
+        << "round " << round << " stopped at step " << last_step(job, round) << " (from " << from
+        << ")";
+  }
+
+  // What `job`'s LATEST names now: the step dir's state.json (step, round, world_size); nullopt
+  // when there is none, or it was replaced while being read (only the newest few are kept).
+  struct Published {
+    std::int64_t step = -1, round = -1, world_size = 0;
+  };
+  std::optional<Published> latest(const std::string& job) const {
+    const std::string dir = checkpoints_ + "/" + job;
+    std::string name = testing::read_file(dir + "/LATEST");
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    if (name.empty()) return std::nullopt;
+    const auto json =
+        nlohmann::json::parse(testing::read_file(dir + "/" + name + "/state.json"), nullptr, false);
+    if (!json.is_object()) return std::nullopt;
+    return Published{json.value("step", std::int64_t{-1}), json.value("round", std::int64_t{-1}),
+                     json.value("world_size", std::int64_t{0})};
+  }
+
+  // The tmp dir of the checkpoint of `job` being written now (".tmp-<step>-r<round>"), or "".
+  std::string in_flight(const std::string& job) const {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoints_ + "/" + job, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(".tmp-", 0) == 0) return name;
     }
     return "";
   }
@@ -230,43 +384,21 @@ TEST_F(JobNetnsTest, DemoScenario) {
             std::string::npos)
       << daemons_->daemon_log_lines(v, job);
 
-  std::vector<WorkerProc> survivors;
-  for (const WorkerProc& w : workers_on(job, "")) {
-    if (w.node != victim) survivors.push_back(w);
-  }
-  ASSERT_EQ(survivors.size(), 2u);
-  daemons_->daemon(v).signal(SIGKILL);
-  ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
-  // PR_SET_PDEATHSIG: the worker dies with its daemon instead of training on as an orphan.
-  EXPECT_TRUE(testing::wait_until([&] { return all_gone(victims); }, 5s))
-      << "worker pid " << victims[0].pid << " of the killed daemon " << victim << " survived it";
-  const std::int64_t before = last_step(job, first.round);
+  // The survivors re-form in place: same processes, state kept in memory, at most the step the
+  // lost peer broke lost; no checkpoint is read.
+  JobView shrunk;
+  std::vector<nlohmann::json> reformed;
+  ASSERT_NO_FATAL_FAILURE(lose_node(job, first, victim, &shrunk, &reformed));
 
-  const JobView shrunk = wait_training(job, 2, first.round, kRecovers);
-  ASSERT_FALSE(shrunk.state.empty());
-  EXPECT_FALSE(shrunk.has_node(victim)) << shrunk.summary();
-  EXPECT_EQ(shrunk.restarts, 0u) << "a lost node does not consume a restart";
-  // The survivors re-formed in place: same processes, state kept in memory, at most the step
-  // the lost peer broke lost; no checkpoint was read.
-  const auto reform = line_of(job, "reform", shrunk.round);
-  ASSERT_TRUE(reform.has_value()) << "the survivors did not re-form in place";
-  EXPECT_GE(reform->step, before - 1) << reform->text;
-  EXPECT_EQ(reform->world_size, 2) << reform->text;
-  EXPECT_FALSE(line_of(job, "resume", shrunk.round).has_value());
-  for (const WorkerProc& w : workers_on(job, "")) {
-    EXPECT_TRUE(std::any_of(survivors.begin(), survivors.end(),
-                            [&](const WorkerProc& s) { return s.pid == w.pid; }))
-        << "pid " << w.pid << " on " << w.node << " was started for the new round";
-  }
-
+  // Grow: the running ranks re-form in place once more, and the returning node's rank starts
+  // cold and receives the state from one of them.
+  const std::vector<WorkerProc> running = workers_on(job, "");
+  const std::int64_t before_grow = last_step(job, shrunk.round);
   ASSERT_TRUE(daemons_->start(v).ok());
   const JobView grown = wait_training(job, 3, shrunk.round, kRecovers);
   ASSERT_FALSE(grown.state.empty());
-  // The returning node's rank starts cold and receives the state from a running rank.
-  const auto regrow = line_of(job, "reform", grown.round);
-  ASSERT_TRUE(regrow.has_value());
-  EXPECT_EQ(regrow->world_size, 3);
-  EXPECT_FALSE(line_of(job, "resume", grown.round).has_value());
+  const auto regrow = expect_in_place(job, grown.round, 3, running, before_grow);
+  ASSERT_NO_FATAL_FAILURE(expect_received(regrow, job, victim, victims[0].pid));
 
   JobView end;
   ASSERT_TRUE(daemons_->wait_job(
@@ -329,10 +461,14 @@ TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   std::cerr << human.out;  // the timeline, for the test log
 }
 
+// kill -9 of one worker: the next round keeps the nodes, the survivors re-form in place and the
+// crashed rank's replacement starts cold and receives the state live.
 TEST_F(JobNetnsTest, WorkerCrashRestarts) {
   ASSERT_NO_FATAL_FAILURE(start());
-  std::vector<std::string> args = {"--name",         "crash", "--nodes", "3:3",
-                                   "--max-restarts", "3",     "--"};
+  // No restart backoff: with one, the leader first moves the job to recovering, which stops
+  // every worker (the restart path), and only opens the next round after the backoff.
+  std::vector<std::string> args = {
+      "--name", "crash", "--nodes", "3:3", "--max-restarts", "3", "--restart-backoff", "0s", "--"};
   for (auto& arg : trainer("")) args.push_back(arg);
   const std::string job = submit(0, args);
   ASSERT_FALSE(job.empty());
@@ -343,22 +479,103 @@ TEST_F(JobNetnsTest, WorkerCrashRestarts) {
   const auto before = workers_on(job, "");
   ASSERT_EQ(before.size(), 3u);
   const WorkerProc crashed = before[1];
+  const std::vector<WorkerProc> survivors = {before[0], before[2]};
   ASSERT_EQ(::kill(crashed.pid, SIGKILL), 0);
+  // No step of the round completes without the crashed rank.
+  const std::int64_t last = last_step(job, first.round);
 
   const JobView again = wait_training(job, 3, first.round, kRecovers);
   ASSERT_FALSE(again.state.empty());
   EXPECT_EQ(again.restarts, 1u) << again.summary();
   EXPECT_EQ(again.nodes(), first.nodes()) << "the same nodes take the job again";
-  const auto resume = line_of(job, "resume", again.round);
-  ASSERT_TRUE(resume.has_value());
-  EXPECT_GT(resume->step, 0);
-  // New processes: none of the old round's workers is left.
-  EXPECT_TRUE(testing::wait_until([&] { return all_gone(before); }, 10s));
+  const auto lines = expect_in_place(job, again.round, 3, survivors, last);
+  ASSERT_NO_FATAL_FAILURE(expect_received(lines, job, crashed.node, crashed.pid));
+  EXPECT_TRUE(process_gone(crashed.pid));
+  // The round was opened for the crash, without a recovering state between.
   bool failure_event = false;
   for (const auto& event : again.events) {
-    failure_event |= event.round >= first.round && event.to == "recovering";
+    EXPECT_NE(event.to, "recovering") << again.json;
+    failure_event |= event.round == again.round &&
+                     event.reason.find("worker_failed") != std::string::npos &&
+                     event.reason.find("on node " + crashed.node) != std::string::npos;
   }
   EXPECT_TRUE(failure_event) << again.json;
+}
+
+// kill -9 of the Raft leader's daemon (its worker dies with it): a new leader plans the next
+// round at once and the survivors re-form in place, as for any other node.
+TEST_F(JobNetnsTest, LeaderHostLossReformsInPlace) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "leaderloss", "--nodes", "2:3", "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
+  ASSERT_FALSE(leader.empty());
+  ASSERT_TRUE(first.has_node(leader)) << first.summary();
+  JobView shrunk;
+  std::vector<nlohmann::json> lines;
+  ASSERT_NO_FATAL_FAILURE(lose_node(job, first, leader, &shrunk, &lines));
+  ASSERT_FALSE(lines.empty());
+  expect_trains_on(job, shrunk.round, lines.front().value("step", std::int64_t{0}), 20);
+}
+
+// SIGSTOP of one worker (its daemon runs on) with the shortest hang_timeout (5 s): the ranks
+// waiting for it in the same collective stop reporting progress too, so a daemon (not
+// necessarily the stopped worker's: progress alone cannot tell who hung) reports the round hung
+// and aborts its workers (SIGABRT, SIGKILL 2 s later). The stopped worker is ended, at the
+// latest when it fails to join the next round within rendezvous.reform_timeout (10 s here), and
+// the job trains on three ranks again.
+TEST_F(JobNetnsTest, HungRankIsReplaced) {
+  ASSERT_NO_FATAL_FAILURE(start({"rendezvous.reform_timeout=10s"}));
+  std::vector<std::string> args = {
+      "--name", "hang",           "--nodes", "3:3", "--max-restarts", "3", "--restart-backoff",
+      "0s",     "--hang-timeout", "5s",      "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  const std::string node = non_leader(first);
+  ASSERT_FALSE(node.empty());
+  const auto stopped = workers_on(job, node);
+  ASSERT_EQ(stopped.size(), 1u);
+  // The stopped worker is this test's to end should the daemon not (it is never continued).
+  struct KillStopped {
+    pid_t pid;
+    ~KillStopped() {
+      if (!process_gone(pid)) ::kill(pid, SIGKILL);
+    }
+  } kill_stopped{stopped[0].pid};
+
+  ASSERT_EQ(::kill(stopped[0].pid, SIGSTOP), 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  // hang_timeout, the abort grace or reform_timeout, and a loaded 2-core machine.
+  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stopped[0].pid); }, 30s))
+      << "the stopped worker pid " << stopped[0].pid << " on " << node << " was not ended";
+  const auto ended_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  EXPECT_GE(ended_s, 5.0) << "ended before its hang_timeout";
+
+  const JobView again = wait_training(job, 3, first.round, kRecovers);
+  ASSERT_FALSE(again.state.empty());
+  EXPECT_EQ(again.restarts, 1u) << again.summary();
+  bool hang_reported = false;
+  for (const auto& event : again.events) {
+    hang_reported |= event.round == first.round + 1 &&
+                     event.reason.find("worker_failed") != std::string::npos &&
+                     event.reason.find("(hang_timeout)") != std::string::npos;
+  }
+  EXPECT_TRUE(hang_reported) << "round " << first.round + 1
+                             << " was not opened for a hang_timeout: " << again.json;
+  const auto now = workers_on(job, "");
+  EXPECT_EQ(now.size(), 3u);
+  for (const WorkerProc& w : now) EXPECT_NE(w.pid, stopped[0].pid);
+  expect_trains_on(job, again.round, last_step(job, again.round), 20);
+  std::cerr << "stopped worker ended " << ended_s << " s after SIGSTOP\n";
 }
 
 TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {
@@ -392,40 +609,108 @@ TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {
   for (const auto& worker : workers) EXPECT_FALSE(process_gone(worker.pid)) << worker.pid;
 }
 
+// A 1|2 partition that cuts off rank 0's node while rank 0 is writing a checkpoint. The
+// majority's workers re-form in place at once (the leader does not wait out the minority's
+// lease), so both sides run until the minority's lease runs out; what keeps the old round from
+// publishing over the new one is the round fence on the checkpoint dir. Checked: the minority's
+// worker is gone within the lease (plus slack), the majority trains on in a new round with the
+// same processes, LATEST never moves back, and every checkpoint published after the cut is the
+// majority's (its round, world 2).
 TEST_F(JobNetnsTest, MinorityIsFenced) {
   ASSERT_NO_FATAL_FAILURE(start());
+  // Slow checkpoint writes: 600 ms after each file written (model, optimizer, state, LATEST; a
+  // round's claim the first time). Cut as a write starts, its fence check comes after its three
+  // data files (1.8 s on), when the majority's round (re-formed live about 1 s after the cut,
+  // claiming the dir at its first checkpoint) has claimed the dir, and before the lease ends the
+  // cut-off worker (2.4 s or later): the fence alone keeps it out. (A majority slower than 1.8 s
+  // to claim would let it publish legitimately: its check would have passed before the claim.)
   std::vector<std::string> args = {"--name", "split", "--nodes", "2:3", "--"};
   for (auto& arg : trainer("")) args.push_back(arg);
+  args.push_back("--checkpoint-write-delay-ms");
+  args.push_back("600");
   const std::string job = submit(0, args);
   ASSERT_FALSE(job.empty());
   const JobView first = wait_training(job, 3, 0, kTrains);
   ASSERT_FALSE(first.state.empty());
-  const std::string minority = non_leader(first);
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string minority;
+  for (const RankView& r : first.ranks) {
+    if (r.first_rank == 0) minority = r.node;
+  }
+  ASSERT_FALSE(minority.empty()) << first.json;
   const int m = daemons_->host_of(minority);
   std::vector<int> majority;
   for (const int host : all_hosts()) {
     if (host != m) majority.push_back(host);
   }
   const auto fenced = workers_on(job, minority);
-  ASSERT_FALSE(fenced.empty());
+  ASSERT_EQ(fenced.size(), 1u);
+  const std::vector<WorkerProc> survivors = workers_but(job, minority);
+  ASSERT_EQ(survivors.size(), 2u);
 
+  std::string writing;
+  ASSERT_TRUE(testing::wait_until([&] { return !(writing = in_flight(job)).empty(); }, 30s))
+      << "rank 0 wrote no checkpoint";
   ASSERT_TRUE(hosts_->partition({m}, majority).ok());
-  // The minority cannot renew its lease: its daemon stops its workers itself (self-fencing).
-  EXPECT_TRUE(testing::wait_until([&] { return all_gone(fenced); }, 30s))
-      << "the minority's workers still run";
-  EXPECT_TRUE(daemons_->running(m)) << "the minority's daemon fences its workers, it does not exit";
+  const auto cut = std::chrono::steady_clock::now();
+  const auto at_cut = latest(job);
+
+  // Every LATEST seen from the cut on, until the minority's worker is gone and the majority has
+  // published in its new round.
+  std::vector<Published> seen;
+  std::optional<double> gone_s;
   JobView view;
-  ASSERT_TRUE(testing::wait_until(
+  const bool settled = testing::wait_until(
       [&] {
-        auto seen = daemons_->job(majority[0], job);
-        if (!seen.ok()) return false;
-        view = std::move(seen).value();
-        return view.state == "running" && view.round > first.round && view.ranks.size() == 2 &&
-               last_step(job, view.round) >= 1;
+        if (auto now = latest(job); now && (seen.empty() || seen.back().step != now->step ||
+                                            seen.back().round != now->round)) {
+          seen.push_back(*now);
+        }
+        if (!gone_s && all_gone(fenced)) {
+          gone_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+        }
+        if (auto v = daemons_->job(majority[0], job); v.ok()) view = std::move(v).value();
+        return gone_s && view.round > first.round && !seen.empty() &&
+               seen.back().round >= static_cast<std::int64_t>(view.round);
       },
-      kRecovers))
-      << "the majority did not continue: " << view.summary();
+      kRecovers);
+  ASSERT_TRUE(settled) << "minority gone: " << (gone_s ? "yes" : "no")
+                       << "; majority: " << view.summary() << "; checkpoints seen: " << seen.size();
+  // The lease (3 s, the daemon's default) stops the cut-off worker; the slack covers the last
+  // renewal's age, the fence check's tick and a loaded machine.
+  EXPECT_LE(*gone_s, 3.0 + 3.0) << "the minority's worker outlived its lease";
+  EXPECT_TRUE(daemons_->running(m)) << "the minority's daemon fences its workers, it does not exit";
+  EXPECT_EQ(view.state, "running");
+  EXPECT_EQ(view.ranks.size(), 2u) << view.summary();
   EXPECT_FALSE(view.has_node(minority)) << view.summary();
+
+  const auto lines = expect_in_place(job, view.round, 2, survivors, last_step(job, first.round));
+  std::int64_t reformed_step = -1;
+  for (const auto& line : lines) reformed_step = line.value("step", reformed_step);
+  // LATEST only moves forward, and after the cut it names only the majority's checkpoints: the
+  // old round's write in flight at the cut is refused by the fence (or its writer ended first).
+  std::int64_t previous = at_cut ? at_cut->step : -1;
+  for (const Published& p : seen) {
+    EXPECT_GE(p.step, previous) << "LATEST moved back to step " << p.step << " of round "
+                                << p.round;
+    previous = p.step;
+    if (at_cut && p.step == at_cut->step && p.round == at_cut->round) continue;
+    EXPECT_GE(p.round, static_cast<std::int64_t>(view.round))
+        << "round " << p.round << " published step " << p.step << " after the cut";
+    EXPECT_EQ(p.world_size, 2) << "step " << p.step << " of round " << p.round;
+  }
+  // For the test log: what was published, and what became of the write in flight at the cut
+  // (removed unpublished: the fence refused it; still there: its writer was killed first).
+  std::cerr << "minority's worker gone " << *gone_s << " s after the cut; majority round "
+            << view.round << " re-formed at step " << reformed_step
+            << "; LATEST at the cut: " << (at_cut ? std::to_string(at_cut->step) : "none")
+            << ", then (step/round):";
+  for (const Published& p : seen) std::cerr << " " << p.step << "/" << p.round;
+  std::cerr << "; the write in flight at the cut (" << writing << ") "
+            << (std::filesystem::exists(checkpoints_ + "/" + job + "/" + writing)
+                    ? "was left unfinished"
+                    : "is gone")
+            << "\n";
   ASSERT_TRUE(hosts_->heal_all().ok());
 }
 
