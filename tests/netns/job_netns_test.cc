@@ -465,10 +465,10 @@ TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
 // crashed rank's replacement starts cold and receives the state live.
 TEST_F(JobNetnsTest, WorkerCrashRestarts) {
   ASSERT_NO_FATAL_FAILURE(start());
-  // No restart backoff: with one, the leader first moves the job to recovering, which stops
-  // every worker (the restart path), and only opens the next round after the backoff.
-  std::vector<std::string> args = {
-      "--name", "crash", "--nodes", "3:3", "--max-restarts", "3", "--restart-backoff", "0s", "--"};
+  // The default restart backoff: survivors that re-form in place skip it (no recovering
+  // state, nothing stopped). 3:3, so the job cannot go on without the crashed rank's node: the
+  // survivors wait in the re-formation for its replacement.
+  std::vector<std::string> args = {"--name", "crash", "--nodes", "3:3", "--max-restarts", "3", "--"};
   for (auto& arg : trainer("")) args.push_back(arg);
   const std::string job = submit(0, args);
   ASSERT_FALSE(job.empty());
