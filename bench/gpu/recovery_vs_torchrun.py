@@ -294,12 +294,13 @@ class Elastic:
                      "--device", "cpu" if a.cpu_test else "cuda",
                      *model_flags(a), "--checkpoint-interval", str(a.ckpt_interval),
                      "--log-interval", "1", "--no-eval", "--timeout", str(a.collective_timeout),
-                     "--max-steps", "100000000"]
+                     "--max-steps", "100000000", *a.trainer_extra.split()]
         submit = ["submit", "--name", "gpt", "--nodes", "1:2", "--restart-backoff", "0s",
                   "--max-restarts", "100", "--checkpoint-root", f"{self.work}/ckpt"]
         if a.warm:
             submit.append("--warm")
         res["worker"], res["warm"], res["daemon_set"] = a.worker, a.warm, a.daemon_set
+        res["trainer_extra"] = a.trainer_extra
         for k, v in NO_NVLS.items():
             submit += ["--env", f"{k}={v}"]
         reply = json.loads(self.ctl("h0", *submit, "--json", "--", *train))
@@ -621,6 +622,7 @@ def summary(paths):
         if r["system"] == "elastic":
             name = "elastic" + ({"python": ", Python DDP script"}.get(r.get("worker"), "") +
                                 (", warm" if r.get("warm") else "") +
+                                (f", {r['trainer_extra']}" if r.get("trainer_extra") else "") +
                                 "".join(f", {s}" for s in r.get("daemon_set", [])
                                         if "store_port" not in s))
         else:
@@ -698,6 +700,8 @@ def main():
     ap.add_argument("--worker", choices=["trainer", "python"], default="trainer",
                     help="elastic: elastic-trainer, or gpt_ddp.py (the torchrun script) unchanged")
     ap.add_argument("--warm", action="store_true", help="elastic: submit with --warm")
+    ap.add_argument("--trainer-extra", default="",
+                    help="elastic: more elastic-trainer flags (e.g. --no-live)")
     ap.add_argument("--repeat", type=int, default=1, help="run the incident list N times")
     ap.add_argument("--settle-extra", type=float, default=0,
                     help="elastic: seconds to wait after each recovery settled")

@@ -148,10 +148,13 @@ profile() {  # Kineto traces of 3 steps after a 10-step warm-up: trainer (old an
 }
 
 recovery_elastic() {  # the elastic half of `recovery` alone (GPUs 0,1), nothing else running;
-                      # ELASTIC_CONF: the daemons' config (default conf/elasticd.toml)
+                      # ELASTIC_CONF: the daemons' config (default conf/elasticd.toml); REPEAT:
+                      # the incident list this many times; TRAINER_EXTRA: more trainer flags
+                      # (--no-live: the stop-and-restart path)
   rm -rf "$work/elastic"
   python3 "$py" elastic --work "$work/elastic" --gpus 0,1 --elasticd "$bin/elasticd" \
     --elasticctl "$bin/elasticctl" --trainer "$trainer" --config "${ELASTIC_CONF:-$root/conf/elasticd.toml}" \
+    --repeat "${REPEAT:-1}" ${TRAINER_EXTRA:+"--trainer-extra=$TRAINER_EXTRA"} \
     2>&1 | tee "$work/elastic.log" | tail -40
   cp "$work/elastic/result.json" "$out/elastic-result.json"
   pack
