@@ -144,12 +144,12 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
     }
     return false;
   }
-  job.held = 0;
   const StopMode mode =
       start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
   end_progress_round(now, job);
   if (offer_round(now, id, job, start)) return false;  // acknowledged once they joined
+  job.held = 0;
   stop_workers(now, job, mode);
   job.current = start;
   job.standbys_at = kNever;

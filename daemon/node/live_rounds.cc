@@ -35,7 +35,11 @@ std::optional<JobSupervisor::OfferPlan> JobSupervisor::plan_offer(Job& job,
   if (job.failure && job.failure->kind != ReportKind::kWorkerFailed) return std::nullopt;
   // Workers that missed a round of their job (it trained without them: cut off, or its starts
   // never came) hold older state than the job's newest checkpoint may: they start again from it.
-  if (start.round.expected_prev_round != job.current->round.round) return std::nullopt;
+  // A grow round they were held for is no such round: it could not form without them.
+  if (start.round.expected_prev_round != job.current->round.round &&
+      (job.held == 0 || start.round.expected_prev_round != job.held)) {
+    return std::nullopt;
+  }
   std::uint32_t group_rank = 0;
   const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
   if (entry == nullptr) return std::nullopt;
@@ -79,6 +83,7 @@ bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
     spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
   }
   const Duration timeout = config_.get().rendezvous.reform_timeout;
+  job.held = 0;
   job.current = start;
   job.started = true;
   job.failure.reset();

@@ -145,6 +145,13 @@ class LiveRoundsTest : public ::testing::Test {
     const std::string path = supervisor_->logs().rank_path("job-1", round, rank);
     return std::filesystem::exists(path) ? read_file(path) : "";
   }
+  // Round 2 growing the job to 3 ranks, held until its joiner is ready (RoundStart::hold_live).
+  RoundStart held_grow() const {
+    RoundStart grow = round(2, 2, 0, 3);
+    grow.round.reason = RoundReason::kGrow;
+    grow.hold_live = true;
+    return grow;
+  }
   // Starts round 1 with two live workers and waits until both said hello (the live ack).
   void start_live() {
     ASSERT_NO_FATAL_FAILURE(open());
@@ -188,9 +195,7 @@ TEST_F(LiveRoundsTest, RunningLiveWorkersAreOfferedTheNextRoundAndKeepTheirProce
 TEST_F(LiveRoundsTest, AHeldGrowKeepsTheWorkersInTheirRoundUntilReleased) {
   ASSERT_NO_FATAL_FAILURE(start_live());
   const std::set<int> before = pids(1);
-  RoundStart grow = round(2, 2, 0, 3);
-  grow.round.reason = RoundReason::kGrow;
-  grow.hold_live = true;
+  RoundStart grow = held_grow();
   EXPECT_FALSE(supervisor_->on_round(now(), grow));
   EXPECT_FALSE(supervisor_->on_round(now(), grow));  // the leader's resend changes nothing
   // Nothing is offered: they stay in round 1.
@@ -203,6 +208,20 @@ TEST_F(LiveRoundsTest, AHeldGrowKeepsTheWorkersInTheirRoundUntilReleased) {
   EXPECT_FALSE(supervisor_->on_round(now(), grow));
   ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2, true) == 1; }));
   EXPECT_EQ(pids(2), before);
+}
+
+// A grow round the workers were held for never trained without them: the round that replaces it
+// (its joiner was lost) is offered to them, not restarted from the checkpoint.
+TEST_F(LiveRoundsTest, TheRoundAfterAHeldGrowIsOfferedToo) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  const std::set<int> before = pids(1);
+  EXPECT_FALSE(supervisor_->on_round(now(), held_grow()));
+  EXPECT_EQ(supervisor_->held_round("job-1"), 2u);
+  RoundStart shrink = round(3, 2, 0, 2);  // follows round 2
+  EXPECT_FALSE(supervisor_->on_round(now(), shrink));
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 3, true) == 1; }));
+  EXPECT_EQ(pids(3), before);
+  EXPECT_EQ(supervisor_->held_round("job-1"), 0u);
 }
 
 TEST_F(LiveRoundsTest, AHoldMeansNothingToWorkersThatStartCold) {
