@@ -334,10 +334,13 @@ class JobSupervisor {
   // all of them can re-form in place (see the header comment); false: restart as before.
   bool offer_round(TimePoint now, const std::string& id, Job& job, const RoundStart& start);
   // Whether `start` can be offered to the job's running workers here: those workers (sorted by
-  // rank) and the free slots for the local ranks that start cold; nullopt: restart instead.
+  // rank), the free slots for the local ranks that start cold, and this daemon's entry in the
+  // rank map of `start` (it points into `start`) and its group rank; nullopt: restart instead.
   struct OfferPlan {
     std::vector<Worker*> keep;
     std::vector<std::uint32_t> free;
+    const rendezvous::RankAssignment* entry = nullptr;
+    std::uint32_t group_rank = 0;
   };
   std::optional<OfferPlan> plan_offer(Job& job, const RoundStart& start);
   // Reads every worker channel and acts on what the workers said and on offers that ran late.
