@@ -7,7 +7,6 @@
 // rank's replacement starts cold beside the kept one; an offer not joined in time falls back to
 // a restart; plain commands (no hello) keep the stop-and-restart path.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "daemon/spawner/spawner.h"
 #include "tests/support/process.h"
 #include "tests/support/result_assertions.h"
+#include "tests/support/supervisor_harness.h"
 #include "tests/support/temp_dir.h"
 
 namespace elastic::node {
@@ -31,37 +31,12 @@ namespace {
 using namespace std::chrono_literals;
 using rendezvous::RankAssignment;
 using rendezvous::RoundReason;
+using testing::contains;
+using testing::now;
 using testing::read_file;
 using testing::TempDir;
 
 constexpr const char* kSelf = "me";
-
-TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Two CPU slots on a hand-built host of four cores (binding off: the numbers need not exist).
-topology::Plan two_slots() {
-  topology::Machine m;
-  m.source = "hand-built";
-  m.packages = 1;
-  topology::NumaNode numa{0, 0, {}};
-  for (unsigned c = 0; c < 4; ++c) {
-    m.cores.push_back(topology::Core{0, 0, {c}});
-    numa.pus.push_back(c);
-  }
-  m.numa_nodes = {numa};
-  topology::PlanOptions options;
-  options.gpus.detect = false;
-  options.cpu_slots = 2;
-  options.bind_cpus = false;
-  options.bind_memory = false;
-  auto plan = topology::make_plan(m, options);
-  EXPECT_TRUE(plan.ok());
-  return plan.ok() ? std::move(plan).value() : topology::Plan{};
-}
 
 class LiveRoundsTest : public ::testing::Test {
  protected:
@@ -84,7 +59,7 @@ class LiveRoundsTest : public ::testing::Test {
     ASSERT_OK(spawner);
     current_ = std::make_unique<config::Current>(config_);
     supervisor_ = std::make_unique<JobSupervisor>(kSelf, *current_, std::move(spawner).value(),
-                                                  two_slots(), nullptr);
+                                                  testing::cpu_plan(2), nullptr);
   }
 
   // Round `round` of `job`: this node holds `slots` ranks from `first_rank` of `world`, after a
@@ -112,20 +87,15 @@ class LiveRoundsTest : public ::testing::Test {
     return s;
   }
 
+  // Pumps the supervisor until `done` holds or `timeout` passes, collecting its reports.
   bool pump_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 20s) {
-    const TimePoint deadline = now() + timeout;
-    while (true) {
-      supervisor_->process(now());
-      for (RoundReport& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
-      if (done()) return true;
-      const TimePoint t = now();
-      if (t >= deadline) return false;
-      const TimePoint wake = std::min({deadline, supervisor_->next_deadline(), t + 20ms});
-      const auto ms = std::clamp<std::int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(wake - t).count(), 1, 20);
-      pollfd fd{supervisor_->fd(), POLLIN, 0};
-      ::poll(&fd, 1, static_cast<int>(ms));
-    }
+    return testing::pump_until(
+        *supervisor_,
+        [&] {
+          for (RoundReport& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
+          return done();
+        },
+        timeout);
   }
 
   std::size_t count(ReportKind kind, std::uint64_t round, bool live = false) const {
