@@ -185,6 +185,20 @@ class JobNetnsTest : public DaemonClusterTest {
         << "no checkpoint was published: " << latest;
   }
 
+  // Submits job `name` on 2 to 3 nodes running the trainer (`max_steps` as trainer() takes it)
+  // through host 0, and waits until it trains on all three and has published a checkpoint. Sets
+  // `job` to its id and `first` to that first training view.
+  void submit_training(const std::string& name, const std::string& max_steps, std::string* job,
+                       JobView* first) {
+    std::vector<std::string> args = {"--name", name, "--nodes", "2:3", "--"};
+    for (auto& arg : trainer(max_steps)) args.push_back(arg);
+    *job = submit(0, args);
+    ASSERT_FALSE(job->empty());
+    *first = wait_training(*job, 3, 0, kTrains);
+    ASSERT_FALSE(first->state.empty());
+    ASSERT_NO_FATAL_FAILURE(wait_checkpoint(*job));
+  }
+
   // Every worker of `job` on `node` (all of them when node is "").
   std::vector<WorkerProc> workers_on(const std::string& job, const std::string& node) const {
     std::vector<WorkerProc> found;
@@ -366,13 +380,9 @@ TEST_F(JobNetnsTest, DemoScenario) {
   ASSERT_NO_FATAL_FAILURE(start());
   // 600 steps: a few seconds of training on each side of each incident on a quiet machine,
   // yet the job is still running when the killed node is back.
-  std::vector<std::string> args = {"--name", "demo", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("600")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("demo", "600", &job, &first));
 
   const std::string victim = non_leader(first);
   ASSERT_FALSE(victim.empty());
@@ -416,13 +426,9 @@ TEST_F(JobNetnsTest, DemoScenario) {
 // The leader's incident timeline of a lost node, fed by the trainers' progress reports.
 TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   ASSERT_NO_FATAL_FAILURE(start());
-  std::vector<std::string> args = {"--name", "incident", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("incident", "", &job, &first));
   const std::string victim = non_leader(first);
   ASSERT_FALSE(victim.empty());
   const int v = daemons_->host_of(victim);
@@ -506,13 +512,9 @@ TEST_F(JobNetnsTest, WorkerCrashRestarts) {
 // round at once and the survivors re-form in place, as for any other node.
 TEST_F(JobNetnsTest, LeaderHostLossReformsInPlace) {
   ASSERT_NO_FATAL_FAILURE(start());
-  std::vector<std::string> args = {"--name", "leaderloss", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("leaderloss", "", &job, &first));
   const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
   ASSERT_FALSE(leader.empty());
   ASSERT_TRUE(first.has_node(leader)) << first.summary();
