@@ -185,6 +185,7 @@ void JobSupervisor::pump_channels(TimePoint now) {
 
 void JobSupervisor::on_link_step(const std::string& id, Job& job, Worker& w,
                                  const worker_channel::LinkStep& step) {
+  if (step.event == LinkEvent::kAlive) return;  // read by hang detection; twice a second
   const std::string line = worker_channel::describe(step);
   if (step.event == LinkEvent::kBadFrame || step.event == LinkEvent::kUnknownType ||
       step.to == LinkState::kLate) {

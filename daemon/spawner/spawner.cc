@@ -426,6 +426,9 @@ void Spawner::stop(TimePoint now, WorkerId id, int signal, Duration grace) {
   if (worker == nullptr || worker->stopped) return;
   worker->stopped = true;
   kill_group(*worker, signal);
+  // A stopped process (SIGSTOP, a debugger, a hung worker's stop) acts on the signal only once
+  // it runs again; without this it would wait out the grace for its SIGKILL.
+  if (signal != SIGKILL && signal != SIGCONT) kill_group(*worker, SIGCONT);
   worker->kill_at = now + grace;
 }
 
