@@ -87,17 +87,18 @@ int jobs_command(const std::string& socket, bool as_json) {
 // each refresh replaces the screen; into a pipe or file refreshes follow each other, each
 // after a line with the time. --json prints one compact reply per line instead. A daemon that
 // does not answer the first request ends the watch with its exit code; later failures are
-// printed (stderr) and the watch goes on, as `watch` does across a daemon restart.
+// printed (stderr) and the watch goes on, as `watch` does across a daemon restart. Requests
+// have the local timeout: Ctrl-C waits for the one in flight, and during an election the
+// watch says so and tries again at the next refresh rather than hanging 15 s.
 int watch_jobs(const std::string& socket, std::chrono::milliseconds interval, bool as_json) {
   StopSignals signals;
   const bool screen = !as_json && ::isatty(STDOUT_FILENO) == 1;
   for (bool first = true; !signals.stopped(); first = false) {
-    Answer answer = ask(socket, {{"verb", "jobs"}}, kLeaderTimeout);
+    Answer answer = ask(socket, {{"verb", "jobs"}}, kLocalTimeout);
     if (first && !answer.answered()) {
       std::cerr << "elasticctl: " << answer.error << "\n";
       return answer.code;
     }
-    if (signals.stopped()) break;
     if (as_json) {
       if (answer.code == 0) {
         std::cout << answer.reply.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";

@@ -148,7 +148,6 @@ int live(const std::string& socket, milliseconds interval) {
       sample = read_sample(socket);
       next_refresh = Clock::now() + interval;
     }
-    if (signals.stopped()) return 0;
     draw(view, sample, interval);
   }
 }

@@ -31,7 +31,7 @@
 namespace elastic::ctl {
 
 inline constexpr const char* kTopKeysHelp =
-    "q quit  n/j sort nodes/jobs by the next column  N/J reverse  r refresh";
+    "q quit | n/j sort nodes/jobs by the next column | N/J reverse | r refresh";
 
 // What one refresh read. A reply is the daemon's object; when a request failed, its error is
 // the sentence why (and the reply is null). The same requests as `status`, `nodes` and `jobs`.
