@@ -1,8 +1,8 @@
 // conf/grafana-dashboard.json is import-ready: valid JSON with a title, a uid and a schema
 // version, its Prometheus data source a variable (chosen at import), panels with unique ids on
-// Grafana's 24-column grid, and every target a PromQL expression that selects at least one
-// elastic_ metric by name. Whether those names are ones the endpoint exports is checked against
-// a real daemon's scrape (tests/integ/grafana_dashboard_integ_test.cc: the renderer needs a
+// Grafana's 24-column grid without overlaps, and every target a PromQL expression that selects at
+// least one elastic_ metric by name. Whether those names are ones the endpoint exports is checked
+// against a real daemon's scrape (tests/integ/grafana_dashboard_integ_test.cc: the renderer needs a
 // running node). Also the name lexer those tests share (tests/support/promql_names.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -63,6 +63,7 @@ TEST(GrafanaDashboard, IsImportReady) {
   EXPECT_TRUE(datasource_variable) << "no datasource variable of query prometheus";
 
   std::set<int> ids;
+  std::set<std::pair<int, int>> cells;  // grid cells taken, so no panel hides another
   std::size_t graphs = 0;
   for (const json& panel : dashboard["panels"]) {
     const std::string title = panel.value("title", "");
@@ -70,6 +71,11 @@ TEST(GrafanaDashboard, IsImportReady) {
     const json& grid = panel["gridPos"];
     EXPECT_LE(grid.value("x", 99) + grid.value("w", 99), 24) << title;
     EXPECT_GT(grid.value("h", 0), 0) << title;
+    for (int x = grid.value("x", 0); x < grid.value("x", 0) + grid.value("w", 0); ++x) {
+      for (int y = grid.value("y", 0); y < grid.value("y", 0) + grid.value("h", 0); ++y) {
+        EXPECT_TRUE(cells.insert({x, y}).second) << title << " overlaps another panel";
+      }
+    }
     if (panel.value("type", "") == "row") continue;
     ++graphs;
     EXPECT_EQ(panel["datasource"].value("uid", ""), "${datasource}") << title;
