@@ -603,6 +603,7 @@ void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
                detail, kHangAbortGrace.count());
   job.last_report.reset();
   fail(now, id, job, round, hung.empty() ? 0 : hung.front()->rank, detail);
+  hung_workers_ += hung.size();
   for (Worker* w : hung) {
     spawner_->note(w->id, detail + ": SIGABRT now (a faulthandler prints the stacks), SIGKILL " +
                               std::to_string(kHangAbortGrace.count()) + " s later");

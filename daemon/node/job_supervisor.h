@@ -261,6 +261,8 @@ class JobSupervisor {
     return it == jobs_.end() ? 0 : it->second.held;
   }
   std::uint64_t live_fallbacks() const { return live_fallbacks_; }
+  // Workers found hung and ended (hang detection) since start-up.
+  std::uint64_t hung_workers() const { return hung_workers_; }
 
  private:
   const Clock* clock_;
@@ -402,6 +404,7 @@ class JobSupervisor {
   UniqueFd epoll_;
   std::uint64_t live_reforms_ = 0;
   std::uint64_t live_fallbacks_ = 0;
+  std::uint64_t hung_workers_ = 0;
 };
 
 // This daemon's entry in the rank map of `start` (nullptr when it has none) and its index there
