@@ -5,7 +5,9 @@
 // workers' logs (the round each was told, and the log moved to the new round's file).
 // Cases: a new round is offered to running live workers instead of restarting them; a crashed
 // rank's replacement starts cold beside the kept one; an offer not joined in time falls back to
-// a restart; plain commands (no hello) keep the stop-and-restart path.
+// a restart; plain commands (no hello) keep the stop-and-restart path; hang detection from the
+// workers' "alive" blames only the rank at fault (silent, or stuck in its own work), not the one
+// waiting for it, until the whole group waited twice the timeout.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -264,6 +266,66 @@ TEST_F(LiveRoundsTest, PlainCommandsKeepTheStopAndRestartPath) {
   EXPECT_EQ(count(ReportKind::kRoundAck, 1, true) + count(ReportKind::kRoundAck, 2, true), 0u)
       << "a worker that never said hello(live) is not reported live";
   EXPECT_EQ(supervisor_->live_reforms(), 0u);
+}
+
+class HangTest : public LiveRoundsTest {
+ protected:
+  // Starts two workers playing `modes` with a 1 s hang_timeout (shorter than a job may set: the
+  // supervisor takes what the spec says) and pumps until the first worker_failed report.
+  std::optional<RoundReport> run_until_failed(const std::string& modes,
+                                              std::chrono::milliseconds within = 15s) {
+    open();
+    RoundStart start = round(1, 2, 0, 2);
+    start.spec.env["CHANNEL_WORKER_ALIVE"] = modes;
+    start.spec.hang_timeout = 1s;
+    supervisor_->on_round(now(), start);
+    pump_until([&] { return count(ReportKind::kWorkerFailed, 1) > 0; }, within);
+    for (const RoundReport& r : reports_) {
+      if (r.kind == ReportKind::kWorkerFailed) return r;
+    }
+    return std::nullopt;
+  }
+};
+
+TEST_F(HangTest, ASilentRankIsBlamedNotThePeerWaitingForIt) {
+  const auto failed = run_until_failed("wait,silent");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_EQ(failed->rank, 1u);
+  EXPECT_NE(failed->detail.find("rank 1 on node me is hung (hang_timeout 1s)"), std::string::npos)
+      << failed->detail;
+  EXPECT_NE(failed->detail.find("answered nothing"), std::string::npos) << failed->detail;
+  EXPECT_EQ(failed->detail.find("more rank"), std::string::npos) << failed->detail;
+  // Rank 1 is ended (SIGABRT), rank 0 keeps running.
+  ASSERT_TRUE(pump_until([&] { return log(1, 1).find("SIGABRT") != std::string::npos; }));
+  EXPECT_EQ(log(1, 0).find("SIGABRT"), std::string::npos) << log(1, 0);
+  EXPECT_EQ(supervisor_->hung_workers(), 1u);
+  bool rank0_running = false;
+  for (const WorkerRow& row : supervisor_->workers()) {
+    rank0_running |= row.rank == 0 && row.state == "running";
+  }
+  EXPECT_TRUE(rank0_running);
+}
+
+TEST_F(HangTest, ARankStuckInItsOwnWorkIsBlamed) {
+  const auto failed = run_until_failed("wait,busy");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_EQ(failed->rank, 1u);
+  EXPECT_NE(failed->detail.find("stuck in its own work"), std::string::npos) << failed->detail;
+}
+
+TEST_F(HangTest, WhenEveryRankWaitsAllAreBlamedAfterTwiceTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto failed = run_until_failed("wait,wait");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_NE(failed->detail.find("every rank of the group"), std::string::npos) << failed->detail;
+}
+
+TEST_F(HangTest, HealthyStepsAreNeverBlamed) {
+  const auto failed = run_until_failed("step,step", 5s);
+  // The pump gave up at its deadline (five timeouts) without a failure.
+  EXPECT_FALSE(failed.has_value()) << failed->detail;
+  EXPECT_EQ(supervisor_->hung_workers(), 0u);
 }
 
 }  // namespace
