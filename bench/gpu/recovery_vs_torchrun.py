@@ -25,6 +25,7 @@ Usage: recovery_vs_torchrun.py elastic  --work DIR --gpus 0,1 --elasticd B --ela
                                          --trainer B --config conf/elasticd.toml
                                          [--worker python [--warm]] [--repeat N]
                                          [--daemon-set KEY=VALUE ...]
+                                         [--goodput S --goodput-period S --goodput-down S]
        recovery_vs_torchrun.py torchrun --work DIR --gpus 0,1 --timeout S (0: the default)
                                          [--incidents worker_crash,...] [--auto-host]
        recovery_vs_torchrun.py summary RESULT.json...
@@ -324,7 +325,9 @@ class Elastic:
         start_line = next((d for (_, _, d) in tail.snapshot() if d.get("event") == "start"), {})
         res["start_line"] = start_line
         self.settle(2)
-        for _ in range(a.repeat):
+        if a.goodput:
+            res["goodput"] = self.goodput()
+        for _ in range(0 if a.goodput else a.repeat):
             for kind in a.incidents.split(","):
                 res["incidents"].append(self.incident(kind, res))
                 self.settle(2)
@@ -353,6 +356,58 @@ class Elastic:
         log(f"job {res['final_state']}; workers left {res['workers_left_after_cancel']}; "
             f"elastic-trainer GPU apps left {res['gpu_apps_after_cancel']}")
         return res
+
+    def samples_between(self, t0, t1):
+        """Samples the job trained between t0 and t1 (the step lines' arrival times): each step
+        counts world_size x batch once, at its last occurrence (a step redone after a
+        re-formation counts once)."""
+        last = {}
+        for (t, d) in steps(self.tail.snapshot()):
+            last[d["step"]] = (t, d["world_size"])
+        return sum(w * self.a.batch for (t, w) in last.values() if t0 <= t < t1)
+
+    def goodput(self):
+        """A fault-free baseline, then a node loss every --goodput-period seconds for --goodput
+        seconds (kill -9 of a GPU host's daemon, h1 and h0 in turn; started again
+        --goodput-down seconds later): goodput = samples trained / (baseline samples/s x
+        duration)."""
+        a = self.a
+        t0 = time.time()
+        time.sleep(a.goodput_baseline)
+        t1 = time.time()
+        base = self.samples_between(t0, t1) / (t1 - t0)
+        log(f"goodput: fault-free {base:.0f} samples/s over {t1 - t0:.0f} s")
+        start = time.time()
+        end = start + a.goodput
+        losses, victims = [], ["h1", "h0"]
+        k = 0
+        while time.time() < end:
+            at = start + (k + 1) * a.goodput_period
+            if at >= end:
+                break
+            time.sleep(max(0.0, at - time.time()))
+            node = victims[k % 2]
+            self.procs[node].kill()
+            self.procs[node].wait()
+            self.procs[node] = None
+            log(f"goodput: killed {node}'s daemon at +{time.time() - start:.0f} s")
+            time.sleep(a.goodput_down)
+            self.start(node)
+            losses.append({"node": node, "at_s": at - start})
+            k += 1
+        time.sleep(max(0.0, end - time.time()))
+        trained = self.samples_between(start, end)
+        out = {"duration_s": a.goodput, "period_s": a.goodput_period, "down_s": a.goodput_down,
+               "baseline_s": t1 - t0, "baseline_samples_per_s": base,
+               "checkpoint_interval_steps": a.ckpt_interval, "losses": losses,
+               "samples": trained, "fault_free_samples": base * a.goodput,
+               "goodput": trained / (base * a.goodput) if base > 0 else None}
+        ckpts = [t for (t, _, d) in self.tail.snapshot() if d.get("event") == "checkpoint"
+                 and start <= t < end]
+        out["checkpoints"] = len(ckpts)
+        log(f"goodput: {out['goodput']:.3f} ({trained} of {base * a.goodput:.0f} samples, "
+            f"{len(losses)} node losses, {len(ckpts)} checkpoints in {a.goodput:.0f} s)")
+        return out
 
     def rate(self, L):
         s = steps(L, world_size=2)[-200:]
@@ -698,6 +753,13 @@ def summary(paths):
             if "pause_s" in g:
                 rows.append((name, f"running rank's pause when growing after {g['after']}",
                              f"{g['pause_s']:.2f}", "-", "2", "-"))
+        if r.get("goodput"):
+            g = r["goodput"]
+            print(f"{name} goodput: {g['goodput']:.3f} over {g['duration_s']:.0f} s, a node loss "
+                  f"every {g['period_s']:.0f} s (down {g['down_s']:.0f} s), checkpoint every "
+                  f"{g['checkpoint_interval_steps']} steps ({g['checkpoints']} written); "
+                  f"fault-free {g['baseline_samples_per_s']:.0f} samples/s over "
+                  f"{g['baseline_s']:.0f} s")
         if r["system"] == "elastic":
             print(f"elastic: loss {r.get('first_loss')} -> {r.get('last_loss')}; worker died with its "
                   f"daemon: {[i.get('worker_died_with_daemon_s') for i in r.get('incidents', [])]}; "
@@ -754,6 +816,14 @@ def main():
     ap.add_argument("--trainer-extra", default="",
                     help="elastic: more elastic-trainer flags (e.g. --no-live)")
     ap.add_argument("--repeat", type=int, default=1, help="run the incident list N times")
+    ap.add_argument("--goodput", type=float, default=0,
+                    help="elastic: instead of the incidents, train this many seconds with a node "
+                         "loss every --goodput-period s and report the goodput")
+    ap.add_argument("--goodput-period", type=float, default=300)
+    ap.add_argument("--goodput-down", type=float, default=10,
+                    help="seconds a lost node's daemon stays down")
+    ap.add_argument("--goodput-baseline", type=float, default=60,
+                    help="seconds of fault-free training measured first")
     ap.add_argument("--settle-extra", type=float, default=0,
                     help="elastic: seconds to wait after each recovery settled")
     ap.add_argument("--daemon-set", action="append", default=[],
