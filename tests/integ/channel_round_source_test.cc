@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "daemon/worker_channel/messages.h"
 
 namespace elastic::trainer {
@@ -44,7 +46,8 @@ struct Pair {
     ASSERT_EQ(::send(daemon, bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
   }
-  // The worker's messages that have arrived within `wait`.
+  // The worker's messages that have arrived within `wait`, its "alive" set aside into `alives`
+  // (its reader thread sends them every kAlivePeriod, whatever else happens).
   std::vector<wc::WorkerMessage> received(std::chrono::milliseconds wait) {
     const auto end = std::chrono::steady_clock::now() + wait;
     std::vector<wc::WorkerMessage> out;
@@ -62,13 +65,29 @@ struct Pair {
         auto frame = frames.next();
         if (!frame.ok() || !frame->has_value()) break;
         auto message = wc::decode_worker_message(**frame);
-        if (message.ok()) out.push_back(*message);
+        if (!message.ok()) continue;
+        if (const auto* alive = std::get_if<wc::Alive>(&*message)) {
+          alives.push_back(*alive);
+        } else {
+          out.push_back(*message);
+        }
       }
       if (!out.empty()) break;
     }
     return out;
   }
+  // The next "alive" after those already seen, within `wait`.
+  std::optional<wc::Alive> next_alive(std::chrono::milliseconds wait) {
+    const std::size_t seen = alives.size();
+    const auto end = std::chrono::steady_clock::now() + wait;
+    while (alives.size() == seen && std::chrono::steady_clock::now() < end) {
+      EXPECT_TRUE(received(50ms).empty()) << "only alive was expected";
+    }
+    if (alives.size() == seen) return std::nullopt;
+    return alives.back();
+  }
   wc::FrameReader frames;
+  std::vector<wc::Alive> alives;
 };
 
 wc::RoundOffer offer(std::uint64_t round, std::uint64_t term, std::uint32_t rank,
@@ -133,6 +152,40 @@ TEST(ChannelRoundSource, SaysHelloLiveAndDeliversANewerRoundFromItsThread) {
   ASSERT_TRUE(std::holds_alternative<wc::Joined>(joined[0]));
   EXPECT_EQ(std::get<wc::Joined>(joined[0]).round, 2u);
   EXPECT_EQ(std::get<wc::Joined>(joined[0]).term, 5u);
+}
+
+// Twice a second the reader thread says what the training thread recorded: the steps, how long
+// since the last one, and whether it waits for its peers (nested waits count once each).
+TEST(ChannelRoundSource, SaysAliveWithTheStepAndWhetherItWaits) {
+  Pair pair;
+  ChannelRoundSource source(WorkerChannel(std::move(pair.worker)), base_env(), nullptr);
+  ASSERT_EQ(pair.received(2s).size(), 1u);  // hello
+  auto first = pair.next_alive(2s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->step, 0u);
+  EXPECT_FALSE(first->waiting);
+
+  source.progress(41);
+  source.waiting(true);
+  source.waiting(true);
+  source.waiting(false);  // one wait still open
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<wc::Alive> busy;
+  while (!busy || busy->step != 41) busy = pair.next_alive(2s);
+  ASSERT_TRUE(busy.has_value());
+  EXPECT_TRUE(busy->waiting);
+  EXPECT_LE(busy->idle_ms, static_cast<std::uint64_t>(
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count()) + 1);
+  source.waiting(false);
+  // The same step again keeps its time: the idle time grows.
+  source.progress(41);
+  auto later = pair.next_alive(2s);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_FALSE(later->waiting);
+  EXPECT_EQ(later->step, 41u);
+  EXPECT_GE(later->idle_ms, busy->idle_ms + 100) << "an alive period passed in between";
 }
 
 TEST(ChannelRoundSource, AnOlderOrEqualOfferReplacesNothing) {
