@@ -494,6 +494,9 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   reducer_options.overlap = !flags.no_overlap;
   reducer_options.time_collectives = flags.comm_timing;
   if (rounds != nullptr) reducer_options.waiting = [rounds](bool on) { rounds->waiting(on); };
+  // A long evaluation keeps telling hang detection that this rank works.
+  std::function<void()> working;
+  if (rounds != nullptr) working = [rounds] { rounds->working(); };
   std::optional<BucketReducer> reducer;  // of the current group; a re-formation replaces it
   reducer.emplace(module.parameters(), *dist.backend, reducer_options);
 
@@ -735,7 +738,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     const bool epoch_done = state.position.position == 0;
     if (epoch_done) {
       const double epoch_seconds = seconds_since(epoch_start);
-      if (eval) accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend);
+      if (eval) accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend, working);
       if (env.rank == 0) {
         nlohmann::json line = {{"event", "epoch"},
                                {"epoch", state.position.epoch - 1},
@@ -775,7 +778,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     return kExitIo;
   }
   if (!stopped && eval && !accuracy)
-    accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend);
+    accuracy = workload->evaluate(env.rank, env.world_size, *dist.backend, working);
 
   const auto* fused = dynamic_cast<const FusedAdam*>(optimizer.get());
   const bool fused_adam_used = fused != nullptr && fused->last_step_fused();

@@ -50,6 +50,9 @@ class RoundSource {
   // and when a re-formation moves the state to another step); waiting(true) while it waits for
   // its peers (a collective, the next round) rather than in its own work. Never blocks.
   virtual void progress(std::int64_t step) { (void)step; }
+  // The training thread advanced in a long phase that is no step (an evaluation chunk): its
+  // clock restarts as for a step, without changing the step.
+  virtual void working() {}
   virtual void waiting(bool on) { (void)on; }
 };
 

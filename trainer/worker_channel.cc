@@ -131,6 +131,11 @@ void ChannelRoundSource::progress(std::int64_t step) {
   }
 }
 
+void ChannelRoundSource::working() {
+  step_at_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                    std::memory_order_relaxed);
+}
+
 void ChannelRoundSource::waiting(bool on) {
   waiting_.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
 }

@@ -116,6 +116,7 @@ class ChannelRoundSource final : public RoundSource {
   // Says hello(live = true) and starts the reader, once.
   void ready() override;
   void progress(std::int64_t step) override;
+  void working() override;
   void waiting(bool on) override;
   // Why no round will come any more ("" while they may).
   std::string stopped() const;

@@ -64,7 +64,8 @@ class FmnistWorkload final : public Workload {
     return loss / static_cast<double>(global_batch);
   }
 
-  std::optional<double> evaluate(int rank, int world, Backend& backend) override {
+  std::optional<double> evaluate(int rank, int world, Backend& backend,
+                                 const std::function<void()>& working) override {
     torch::NoGradGuard no_grad;
     model_->eval();
     std::int64_t correct = 0, seen = 0;
@@ -75,6 +76,7 @@ class FmnistWorkload final : public Workload {
       auto predicted = model_->forward(test_x_.index_select(0, idx).to(device_)).argmax(1).cpu();
       correct += predicted.eq(test_y_.index_select(0, idx)).sum().item<std::int64_t>();
       seen += idx.size(0);
+      if (working) working();
     }
     model_->train();
     std::vector<at::Tensor> counts{
@@ -140,7 +142,9 @@ class GptWorkload final : public Workload {
     return loss / static_cast<double>(sequence_ * global_batch);
   }
 
-  std::optional<double> evaluate(int, int, Backend&) override { return std::nullopt; }
+  std::optional<double> evaluate(int, int, Backend&, const std::function<void()>&) override {
+    return std::nullopt;
+  }
 
  private:
   GptOptions options_;

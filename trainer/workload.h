@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,10 @@ class Workload {
   virtual torch::Tensor scaled_loss(const std::vector<std::int64_t>& indices,
                                     std::int64_t global_batch) = 0;
   // Test-set accuracy over all ranks, or nullopt when the workload has none. Collective.
-  virtual std::optional<double> evaluate(int rank, int world, Backend& backend) = 0;
+  // `working`, if set, is called after each chunk of the test set (hang detection: a long
+  // evaluation is progress, not a stuck rank).
+  virtual std::optional<double> evaluate(int rank, int world, Backend& backend,
+                                         const std::function<void()>& working = {}) = 0;
 };
 
 struct FmnistOptions {

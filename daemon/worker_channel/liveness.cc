@@ -24,8 +24,12 @@ Liveness observe(const std::optional<Liveness>& previous, TimePoint now, const A
     next.step_at = step_at;
     return next;
   }
-  if (alive.step == previous->step) return next;
   step_at = std::max(step_at, previous->step_at);
+  // The same step, worked on (a long evaluation): the clock restarts, the average stays.
+  if (alive.step == previous->step) {
+    next.step_at = step_at;
+    return next;
+  }
   if (previous->armed && alive.step > previous->step) {
     // Steps between two reports share the interval; the average forgets a slow step (a
     // checkpoint, an evaluation) within a few seconds of steady steps.

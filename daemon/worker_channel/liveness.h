@@ -12,7 +12,8 @@
 //     peer. Only when the whole group has waited twice the timeout (a deadlock, a lost
 //     connection with no lost node) does every daemon act on its own waiting workers.
 // Detection is armed once the worker's step changed after its first "alive" (loading a model
-// and data is no hang) and its clock restarts at every change of step. Before that only a
+// and data is no hang) and its clock restarts at every change of step, or when the worker says
+// it works on the same step (idle_ms back near 0: a long evaluation). Before that only a
 // silence of the whole timeout counts (the process froze while loading, or within its first
 // step, before an "alive" told its step).
 //

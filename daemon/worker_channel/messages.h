@@ -15,7 +15,8 @@
 //     {"type":"alive","step":S,"idle_ms":I,"waiting":W}
 //                                                      sent every kAlivePeriod by a thread
 //                                                      that is not the training thread: S steps
-//                                                      done, the last one I ms ago; W: the
+//                                                      done, the last one (or the last sign of
+//                                                      work on the next one) I ms ago; W: the
 //                                                      training thread waits in a collective
 //                                                      (for its peers), not in its own work.
 //                                                      Hang detection reads it (worker_liveness.h)

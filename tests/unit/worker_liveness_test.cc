@@ -106,6 +106,19 @@ TEST(WorkerLivenessTest, AStepGoingBackAfterARollbackRearmsWithoutAnAverage) {
   EXPECT_EQ(l.step_time, before);
 }
 
+TEST(WorkerLivenessTest, WorkOnTheSameStepRestartsTheClockNotTheAverage) {
+  Liveness l = stepping(10);
+  const Duration average = l.step_time;
+  // An evaluation after step 10: alive every 500 ms, each chunk of work resets the idle time.
+  for (int i = 1; i <= 100; ++i) l = observe(l, kStart + 1s + i * 500ms, Alive{10, 100, false});
+  EXPECT_EQ(l.step_at, kStart + 1s + 100 * 500ms - 100ms);
+  EXPECT_EQ(hang_due(l, kTimeout), l.step_at + kTimeout);
+  EXPECT_EQ(l.step_time, average);
+  // An idle time reaching back before the last change (a late message) moves nothing back.
+  const Liveness late = observe(l, kStart + 52s, Alive{10, 30'000, false});
+  EXPECT_EQ(late.step_at, l.step_at);
+}
+
 TEST(WorkerLivenessTest, TheLinkRecordsAliveInEveryStateButGoneWithoutATransition) {
   WorkerLink link(kStart);
   EXPECT_FALSE(link.liveness().has_value());
