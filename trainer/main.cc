@@ -722,6 +722,10 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
         reformed_at = monotonic_seconds();
         if (!follow_rank_zero()) return kExitIo;
         auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
+        // The pause's phases before the new group's: leaving the old group (abandon_s: its abort
+        // and teardown, or for an intact switch only the wait for its last step and the hand-off
+        // to the background release) and waiting for this rank's own round (switch_wait_s).
+        // pending_s: how long it trained on after it noticed an intact round (no pause).
         line["abandon_s"] = abandon_s;
         line["intact"] = intact;
         line["switch_wait_s"] = wait_s;

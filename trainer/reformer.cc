@@ -231,17 +231,17 @@ Status transfer_state(Backend& backend, const TransferPlan& plan, LiveModel& liv
 
 namespace {
 
-// Aborts `dist` and destroys it on a thread of its own (`dist` is left empty). The destructors
-// wait for the group's worker threads (Gloo) and for the store's server; after the abort they end
-// at once, unless a peer is wedged.
+// Aborts `dist` and destroys it on a thread of its own (`dist` is left empty), so that neither
+// costs the caller more than it chooses to wait (NCCL: ~0.5 s for both). The destructors wait for
+// the group's worker threads (Gloo) and for the store's server; after the abort they end at once,
+// unless a peer is wedged.
 std::pair<std::thread, std::future<void>> start_release(Dist& dist) {
-  if (dist.backend) abort_backend(dist);
   std::promise<void> done;
   auto finished = done.get_future();
-  std::thread release([backend = std::move(dist.backend), store = std::move(dist.store),
-                       done = std::move(done)]() mutable {
-    backend.reset();
-    store.reset();
+  std::thread release([group = std::move(dist), done = std::move(done)]() mutable {
+    abort_backend(group);
+    group.backend.reset();
+    group.store.reset();
     done.set_value();
   });
   dist = Dist{};
