@@ -879,6 +879,20 @@ void start_channel_job(const TempDir& dir, int world, int port,
       << workers[0]->err();
 }
 
+// Whether something accepts connections at 127.0.0.1:port (a round's store is up).
+bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected =
+      ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return connected;
+}
+
 // What a daemon offers `rank` of `world` in `round` (term 7), on this host.
 worker_channel::RoundOffer offer_of(int round, int rank, int world, int port, bool intact) {
   return worker_channel::RoundOffer{.job = "live",
@@ -1024,12 +1038,16 @@ TEST(TrainerLive, AnIntactGrowSwitchesAtAnAgreedStepWithoutAnAbort) {
   std::vector<std::unique_ptr<Process>> workers;
   ASSERT_NO_FATAL_FAILURE(start_channel_job(dir, 2, port1, peers, workers));
   // The joiner starts cold as rank 2 of round 2 and says hello once loaded; then the daemons
-  // offer round 2 to the running ranks, one after the other.
+  // offer round 2 to the running ranks. Rank 1's daemon is late: rank 0's offer alone makes
+  // both leave the group (rank 0 then hosts round 2's store), and rank 1 waits for its own.
   peers.push_back(std::make_unique<ChannelPeer>());
   workers.push_back(channel_worker(dir, "w2", *peers.back(), 2, 3, port2, 2));
   ASSERT_TRUE(wait_until([&] { return peers[2]->said_hello_live(); }, std::chrono::minutes(2)))
       << workers[2]->err();
-  for (int rank = 0; rank < 2; ++rank) peers[rank]->offer(offer_of(2, rank, 3, port2, true));
+  peers[0]->offer(offer_of(2, 0, 3, port2, true));
+  ASSERT_TRUE(wait_until([&] { return listening(port2); }, std::chrono::minutes(1)))
+      << workers[0]->err();
+  peers[1]->offer(offer_of(2, 1, 3, port2, true));
   ASSERT_TRUE(wait_until(
       [&] {
         return event_in_round(*workers[0], "reformed_step", 2) &&
@@ -1049,6 +1067,7 @@ TEST(TrainerLive, AnIntactGrowSwitchesAtAnAgreedStepWithoutAnAbort) {
     EXPECT_LT((*r)["abandon_s"].get<double>(), 0.5) << *r;
   }
   EXPECT_EQ(r0["step"], r1["step"]) << "the running ranks left the group after different steps";
+  EXPECT_GT(r1["switch_wait_s"].get<double>(), 0) << "rank 1 left before its round came: " << r1;
   EXPECT_EQ(joined["joined"], true);
   EXPECT_EQ(joined["step"], r0["step"]);
   EXPECT_EQ(joined["param_checksum"], r0["param_checksum"]) << "the joiner did not get the state";
