@@ -111,6 +111,7 @@ struct Flags {
   double reform_timeout_s = 60;
   bool live = true;  // under elasticd: re-form in place when its worker channel says so
   bool reform_checksums = false;
+  bool backend_warm_up = false;
 };
 
 // At most this long for an abandoned group's collectives to return after its abort (they fail
@@ -244,6 +245,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reform-timeout", f.reform_timeout_s,
                  "Seconds to wait for the next round after a collective failed (--round-file)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--backend-warm-up", f.backend_warm_up,
+               "Live, on CUDA, in a round after the first (a joiner): initialise NCCL in a group "
+               "of this process alone before saying it is ready, so the running ranks do not "
+               "wait for NCCL's first-use costs when it joins");
   app.add_flag("--reform-checksums", f.reform_checksums,
                "Print each rank's parameter checksum after every re-formation (a test aid: one "
                "pass over the parameters)");
@@ -488,6 +493,17 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     }
     dist = std::move(dist_result).value();
   } else {
+    // A joiner of a running job pays the backend's first-use costs before it says it is ready
+    // (the running ranks train on until then), not in their pause.
+    double warm_up_s = -1;
+    if (flags.backend_warm_up && env.round > 1 && device.is_cuda()) {
+      auto warmed = warm_up_backend(dist_options);
+      if (warmed) {
+        warm_up_s = *warmed;
+      } else {
+        fail(warmed.error().message);
+      }
+    }
     rounds->ready();
     auto formed = reform_group(env, dist_options, live, RankFacts{});
     if (!formed) {
@@ -504,6 +520,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     if (joined_live) {
       auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
       line["joined"] = true;
+      if (warm_up_s >= 0) line["warm_up_s"] = warm_up_s;
       emit(line);
     }
   }
