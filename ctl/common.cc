@@ -99,20 +99,26 @@ std::string local_time(std::int64_t ms) {
   return text;
 }
 
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+std::vector<std::string> format_table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));
     for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   }
+  std::vector<std::string> lines;
   for (const auto& row : rows) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {
       line += row[i];
       if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
     }
-    std::cout << line << "\n";
+    lines.push_back(std::move(line));
   }
+  return lines;
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  for (const std::string& line : format_table(rows)) std::cout << line << "\n";
 }
 
 bool is_terminal(const std::string& state) {

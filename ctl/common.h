@@ -90,6 +90,8 @@ std::size_t nodes_of(const json& job);
 std::string host_name();
 std::string ago(double ms);
 std::string local_time(std::int64_t ms);
+// Rows as lines of left-aligned columns two spaces apart (the first row is the header).
+std::vector<std::string> format_table(const std::vector<std::vector<std::string>>& rows);
 void print_table(const std::vector<std::vector<std::string>>& rows);
 bool is_terminal(const std::string& state);
 // The --json flag every verb that talks to a daemon takes.

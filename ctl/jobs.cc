@@ -1,6 +1,8 @@
 #include "ctl/jobs.h"
 
 #include "ctl/common.h"
+#include "ctl/refresh.h"
+#include "daemon/core/duration.h"
 
 namespace elastic::ctl {
 namespace {
@@ -55,13 +57,7 @@ int status_command(const std::string& socket, bool as_json) {
   return 0;
 }
 
-int jobs_command(const std::string& socket, bool as_json) {
-  json reply;
-  if (int code = ask_or_report(socket, {{"verb", "jobs"}}, kLeaderTimeout, reply)) return code;
-  if (as_json) {
-    std::cout << dump(reply) << "\n";
-    return 0;
-  }
+void print_jobs_table(const json& reply) {
   std::vector<std::vector<std::string>> rows = {
       {"JOB", "STATE", "ROUND", "NODES", "WORLD", "RESTARTS", "USER", "REASON"}};
   const json& jobs = member(reply, "jobs");
@@ -74,6 +70,53 @@ int jobs_command(const std::string& socket, bool as_json) {
     }
   }
   print_table(rows);
+}
+
+int jobs_command(const std::string& socket, bool as_json) {
+  json reply;
+  if (int code = ask_or_report(socket, {{"verb", "jobs"}}, kLeaderTimeout, reply)) return code;
+  if (as_json) {
+    std::cout << dump(reply) << "\n";
+    return 0;
+  }
+  print_jobs_table(reply);
+  return 0;
+}
+
+// jobs --watch: the table again every `interval` until a stop signal (exit 0). On a terminal
+// each refresh replaces the screen; into a pipe or file refreshes follow each other, each
+// after a line with the time. --json prints one compact reply per line instead. A daemon that
+// does not answer the first request ends the watch with its exit code; later failures are
+// printed (stderr) and the watch goes on, as `watch` does across a daemon restart. Requests
+// have the local timeout: Ctrl-C waits for the one in flight, and during an election the
+// watch says so and tries again at the next refresh rather than hanging 15 s.
+int watch_jobs(const std::string& socket, std::chrono::milliseconds interval, bool as_json) {
+  StopSignals signals;
+  const bool screen = !as_json && ::isatty(STDOUT_FILENO) == 1;
+  for (bool first = true; !signals.stopped(); first = false) {
+    Answer answer = ask(socket, {{"verb", "jobs"}}, kLocalTimeout);
+    if (first && !answer.answered()) {
+      std::cerr << "elasticctl: " << answer.error << "\n";
+      return answer.code;
+    }
+    if (as_json) {
+      if (answer.code == 0) {
+        std::cout << answer.reply.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      }
+    } else {
+      if (screen) std::cout << "\x1b[H\x1b[2J";
+      const auto now_ms = std::chrono::duration_cast<milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      std::cout << "every " << format_duration(interval) << ": elasticctl jobs  "
+                << local_time(now_ms) << "\n";
+      if (answer.code == 0) print_jobs_table(answer.reply);
+      if (!screen) std::cout << "\n";
+    }
+    std::cout << std::flush;
+    if (answer.code != 0) std::cerr << "elasticctl: " << answer.error << "\n";
+    signals.wait(interval);
+  }
   return 0;
 }
 
@@ -246,7 +289,14 @@ void JobVerbs::add_status(CLI::App& app) {
 }
 
 void JobVerbs::add_jobs(CLI::App& app) {
-  jobs_ = app.add_subcommand("jobs", "List the jobs the leader knows");
+  jobs_ = app.add_subcommand(
+      "jobs", "List the jobs the leader knows; --watch: again every --interval until Ctrl-C");
+  CLI::Option* watch =
+      jobs_->add_flag("--watch", watch_,
+                      "Print the list again every --interval until Ctrl-C (exit 0); with --json "
+                      "one reply per line");
+  add_interval_option(jobs_, interval_);
+  jobs_->get_option("--interval")->needs(watch);
   add_json_flag(jobs_, as_json_);
 }
 
@@ -276,6 +326,7 @@ int JobVerbs::run(const std::string& socket) const {
     return job_.empty() ? status_command(socket, as_json_)
                         : job_status_command(socket, job_, as_json_);
   }
+  if (jobs_->parsed() && watch_) return watch_jobs(socket, *parse_interval(interval_), as_json_);
   if (jobs_->parsed()) return jobs_command(socket, as_json_);
   if (cancel_->parsed()) return cancel_command(socket, job_, as_json_);
   return events_command(socket, job_, limit_, as_json_);

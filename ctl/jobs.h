@@ -1,11 +1,11 @@
 // elasticctl's job verbs: `status` (the local daemon: identity, members, Raft, its config, its
 // rounds) or `status JOB` (one job: state, round, ranks, command, its state changes), `jobs`
-// (every job the leader knows), `cancel JOB` (its owner, root or control.admin_group) and
-// `events [JOB] [--limit N]` (job state changes, the leader's cluster events and recovery
-// incident timelines, oldest first). All but `status` without JOB are forwarded by the local daemon
-// to the Raft leader. Each prints a human table, or the daemon's JSON with --json, and returns the
-// exit code (ctl/main.cc lists them). The object binds its options to its own members: keep it in
-// place from add_* to run().
+// (every job the leader knows; with --watch [--interval S] again every S until Ctrl-C), `cancel
+// JOB` (its owner, root or control.admin_group) and `events [JOB] [--limit N]` (job state changes,
+// the leader's cluster events and recovery incident timelines, oldest first). All but `status`
+// without JOB are forwarded by the local daemon to the Raft leader. Each prints a human table, or
+// the daemon's JSON with --json, and returns the exit code (ctl/main.cc lists them). The object
+// binds its options to its own members: keep it in place from add_* to run().
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -32,8 +32,10 @@ class JobVerbs {
   CLI::App* jobs_ = nullptr;
   CLI::App* cancel_ = nullptr;
   CLI::App* events_ = nullptr;
-  std::string job_;         // status [JOB], cancel JOB, events [JOB]
-  std::int64_t limit_ = 0;  // events --limit: 0 for all
+  std::string job_;             // status [JOB], cancel JOB, events [JOB]
+  std::int64_t limit_ = 0;      // events --limit: 0 for all
+  bool watch_ = false;          // jobs --watch
+  std::string interval_ = "2";  // jobs --interval (ctl/refresh.h)
   bool as_json_ = false;
 };
 

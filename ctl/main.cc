@@ -7,7 +7,11 @@
 //   config                                the effective configuration (no daemon needed)
 //   nodes [--topology]                    the member table; --topology: this host's binding plan
 //   status [JOB]                          the local daemon (identity, Raft, rounds), or one job
-//   jobs                                  every job the leader knows
+//   jobs [--watch [--interval S]]         every job the leader knows; --watch: again every S
+//                                         seconds (default 2) until Ctrl-C (exit 0)
+//   top [--interval S]                    a live view of nodes and jobs (keys: q quit, n/j
+//                                         sort nodes/jobs by the next column, N/J reverse,
+//                                         r refresh); one frame when not on a terminal
 //   submit [FILE.toml] [flags] [-- CMD..] submit a job (file < flags; prints its id); --wait
 //                                         follows it until it ends; --dry-run only prints it
 //   cancel JOB                            cancel a job (its owner, root or control.admin_group)
@@ -31,7 +35,8 @@
 // This file is the command line's shared part (the options before the verb, the config file,
 // --connect) and the list of verbs; each family of verbs is one file with its options, its
 // registration and its run: ctl/local.h (config, keygen: no daemon needed), ctl/cluster.h
-// (nodes, drain, undrain, voters, reload), ctl/jobs.h (status, jobs, cancel, events),
+// (nodes, drain, undrain, voters, reload), ctl/jobs.h (status, jobs, cancel, events), ctl/top.h
+// (top; its frame and keys in ctl/top_view.h, --interval and the stop signals in ctl/refresh.h),
 // ctl/submit.h (submit), ctl/logs.h (logs). Job files and their errors: ctl/job_file.h. What the
 // verbs share (asking, JSON access, tables): ctl/common.h.
 //
@@ -55,6 +60,7 @@
 #include "ctl/local.h"
 #include "ctl/logs.h"
 #include "ctl/submit.h"
+#include "ctl/top.h"
 
 namespace elastic::ctl {
 namespace {
@@ -132,11 +138,13 @@ int run(int argc, char** argv) {
   JobVerbs jobs;
   SubmitVerb submit;
   LogsVerb logs;
+  TopVerb top;
   local.add_config(app);
   cluster.add_nodes(app);
   jobs.add_status(app);
   submit.add(app);
   jobs.add_jobs(app);
+  top.add(app);
   jobs.add_cancel(app);
   jobs.add_events(app);
   logs.add(app);
@@ -221,6 +229,7 @@ int run(int argc, char** argv) {
   if (jobs.parsed()) return jobs.run(socket);
   if (submit.parsed()) return submit.run(socket, command_after_dashes);
   if (logs.parsed()) return logs.run(socket);
+  if (top.parsed()) return top.run(socket);
   return cfg::kExitUsage;  // unreachable: require_subcommand(1)
 }
 

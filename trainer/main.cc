@@ -103,6 +103,8 @@ struct Flags {
   int standalone = 0;
   std::int64_t crash_at_step = -1;
   int crash_rank = 0;
+  std::int64_t stall_at_step = -1;
+  int stall_rank = 0;
   std::string trace_samples;
   GptShape gpt;
   std::int64_t gpt_sequence = 0;
@@ -222,6 +224,13 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--crash-rank", f.crash_rank,
                  "Fault injection: the rank that --crash-at-step kills")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stall-at-step", f.stall_at_step,
+                 "Fault injection: stop at the start of step N for ever, outside any collective "
+                 "(a stuck data loader), in the job's first round only (so its replacement "
+                 "does not stall again); its peers wait for it in their next collective")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stall-rank", f.stall_rank, "Fault injection: the rank that --stall-at-step stops")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--trace-samples", f.trace_samples,
                  "Append the sample indices each rank trains on to PREFIX.round<R>.rank<N>");
@@ -598,6 +607,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   reducer_options.bucket_bytes = static_cast<std::int64_t>(flags.bucket_mb * (1 << 20));
   reducer_options.overlap = !flags.no_overlap;
   reducer_options.time_collectives = flags.comm_timing;
+  if (rounds != nullptr) reducer_options.waiting = [rounds](bool on) { rounds->waiting(on); };
   std::optional<BucketReducer> reducer;  // of the current group; a re-formation replaces it
   reducer.emplace(module.parameters(), *dist.backend, reducer_options);
 
@@ -678,6 +688,12 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   // agreed through kControlSwitch), so it is healthy: it is kept until the next group is formed
   // and then released in the background, instead of being aborted and destroyed on the pause.
   auto reform = [&](std::optional<WorkerEnv> next, bool intact) -> int {
+    // The re-formation waits for the next round and for the peers, not for this rank's work.
+    rounds->waiting(true);
+    struct WaitEnds {
+      RoundSource* rounds;
+      ~WaitEnds() { rounds->waiting(false); }
+    } wait_ends{rounds};
     double abandon_s = 0;
     Dist leaving;  // the healthy group left, released once the next one formed
     if (intact) {
@@ -732,6 +748,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
         }
         env = *next;
         rounds->joined(env);
+        rounds->progress(state.step);  // the agreed step: the clock of hang detection restarts
         state_round = env.round;
         reducer.emplace(module.parameters(), *dist.backend, reducer_options);
         progress = ProgressReporter(progress_env());
@@ -776,6 +793,11 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
          (flags.max_steps == 0 || state.step < flags.max_steps)) {
     if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
       ::kill(::getpid(), SIGKILL);
+    if (state.step == flags.stall_at_step && env.rank == flags.stall_rank &&
+        env.restart_count == 0) {
+      emit({{"event", "stall"}, {"rank", env.rank}, {"round", env.round}, {"step", state.step}});
+      for (;;) ::pause();  // a signal's handler returns here; SIGABRT and SIGKILL end it
+    }
     // A round announced while this group is healthy is joined at a step boundary. An intact
     // one (a grow) at the step every rank agrees on (kControlSwitch, below); any other at once:
     // a peer still in the old group fails its next collective and re-forms too.
@@ -833,6 +855,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     ++state.step;
     ++steps_this_run;
     progress.step(state.step, resume_step);
+    if (rounds != nullptr) rounds->progress(state.step);
     if (reformed_at) {
       // The first step after a re-formation: what an incident costs ends here.
       emit({{"event", "reformed_step"},
@@ -999,6 +1022,11 @@ int run(int argc, char** argv) {
   }
   if (flags.crash_rank >= env->world_size && flags.crash_at_step >= 0) {
     fail("--crash-rank " + std::to_string(flags.crash_rank) +
+         " is not a rank of WORLD_SIZE=" + std::to_string(env->world_size));
+    return kExitUsage;
+  }
+  if (flags.stall_rank >= env->world_size && flags.stall_at_step >= 0) {
+    fail("--stall-rank " + std::to_string(flags.stall_rank) +
          " is not a rank of WORLD_SIZE=" + std::to_string(env->world_size));
     return kExitUsage;
   }

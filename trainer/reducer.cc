@@ -22,6 +22,22 @@ c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
 }
 
+// A wait for the peers, bracketed by ReducerOptions::waiting(true) and (false), exceptions too.
+class WaitingMark {
+ public:
+  explicit WaitingMark(const std::function<void(bool)>& waiting) : waiting_(waiting) {
+    if (waiting_) waiting_(true);
+  }
+  ~WaitingMark() {
+    if (waiting_) waiting_(false);
+  }
+  WaitingMark(const WaitingMark&) = delete;
+  WaitingMark& operator=(const WaitingMark&) = delete;
+
+ private:
+  const std::function<void(bool)>& waiting_;
+};
+
 }  // namespace
 
 BucketReducer::BucketReducer(std::vector<torch::Tensor> parameters, Backend& backend,
@@ -155,7 +171,10 @@ void BucketReducer::finish() {
   // their zeros keep every rank's collectives aligned.
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
   const auto start = std::chrono::steady_clock::now();
-  for (auto& bucket : buckets_) bucket.work->wait();
+  {
+    WaitingMark mark(options_.waiting);
+    for (auto& bucket : buckets_) bucket.work->wait();
+  }
   stats_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   torch::NoGradGuard no_grad;
@@ -186,6 +205,7 @@ std::vector<float> BucketReducer::control(int steps_ago) {
   ControlCopy& copy = copies_[(finished_ - 1 - steps_ago) % 2];
   if (copy.copied && !copy.copied->query()) {
     const auto start = std::chrono::steady_clock::now();
+    WaitingMark mark(options_.waiting);
     while (!copy.copied->query()) std::this_thread::yield();
     stats_.control_wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

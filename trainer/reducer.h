@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct ReducerOptions {
   std::int64_t first_bucket_bytes = 1 << 20;  // small, so communication starts early
   bool overlap = true;
   bool time_collectives = false;  // read each all-reduce's GPU time (see above)
+  // Called with true before the host waits for the step's collectives (finish()'s waits,
+  // control()'s wait for the copy) and with false after: the worker channel tells hang detection
+  // that this rank waits for its peers, not in its own work. Empty: not called.
+  std::function<void(bool)> waiting;
 };
 
 struct ReducerStats {

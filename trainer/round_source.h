@@ -16,7 +16,8 @@
 // kMaxFileBytes or announces a round not newer than the current one is not a new round; the
 // first problem with each version of the file is logged once to stderr.
 //
-// Thread safety: one training thread uses a source.
+// Thread safety: one training thread uses a source; waiting() may also be called from the
+// thread that aborts a stuck collective.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +54,12 @@ class RoundSource {
   // The trainer has built its model and data and is about to join its first group: a source
   // whose announcer waits for that (the worker channel's hello) says so now.
   virtual void ready() {}
+  // What the training thread does, for a source that tells its announcer (the worker channel's
+  // "alive", which the daemon's hang detection reads): `step` steps are done (after each step,
+  // and when a re-formation moves the state to another step); waiting(true) while it waits for
+  // its peers (a collective, the next round) rather than in its own work. Never blocks.
+  virtual void progress(std::int64_t step) { (void)step; }
+  virtual void waiting(bool on) { (void)on; }
 };
 
 class FileRoundSource final : public RoundSource {

@@ -76,6 +76,8 @@ Status WorkerChannel::joined(std::int64_t round, std::uint64_t term) {
   return send(wc::Joined{static_cast<std::uint64_t>(round), term});
 }
 
+Status WorkerChannel::alive(const wc::Alive& alive) { return send(alive); }
+
 Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::milliseconds timeout,
                                                                  const WorkerEnv& current) {
   using Clock = std::chrono::steady_clock;
@@ -116,14 +118,41 @@ Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::mi
 ChannelRoundSource::ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
                                        std::function<void(std::int64_t, bool)> on_round,
                                        bool hello_now)
-    : channel_(std::move(channel)), base_(std::move(base)), on_round_(std::move(on_round)) {
+    : channel_(std::move(channel)),
+      base_(std::move(base)),
+      on_round_(std::move(on_round)),
+      step_at_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {
   if (hello_now) ready();
+}
+
+void ChannelRoundSource::progress(std::int64_t step) {
+  if (step_.exchange(step, std::memory_order_relaxed) != step) {
+    step_at_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                      std::memory_order_relaxed);
+  }
+}
+
+void ChannelRoundSource::waiting(bool on) {
+  waiting_.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+}
+
+wc::Alive ChannelRoundSource::alive_now() const {
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::int64_t idle_ns = std::max<std::int64_t>(0, now - step_at_ns_.load(std::memory_order_relaxed));
+  return wc::Alive{.step = static_cast<std::uint64_t>(std::max<std::int64_t>(0, step_.load(std::memory_order_relaxed))),
+                   .idle_ms = static_cast<std::uint64_t>(idle_ns / 1'000'000),
+                   .waiting = waiting_.load(std::memory_order_relaxed) > 0};
 }
 
 void ChannelRoundSource::ready() {
   if (started_) return;
   started_ = true;
-  if (Status said = channel_.hello(true); !said.ok()) {
+  Status said = ok_status();
+  {
+    std::lock_guard lock(send_mutex_);
+    said = channel_.hello(true);
+  }
+  if (!said.ok()) {
     std::lock_guard lock(mutex_);
     stopped_ = said.error().message;
     return;
@@ -140,10 +169,21 @@ ChannelRoundSource::~ChannelRoundSource() {
 }
 
 void ChannelRoundSource::read_loop() {
+  auto next_alive = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::lock_guard lock(mutex_);
       if (ending_) return;
+    }
+    if (const auto now = std::chrono::steady_clock::now(); now >= next_alive) {
+      next_alive = now + wc::kAlivePeriod;
+      Status said = ok_status();
+      {
+        std::lock_guard lock(send_mutex_);
+        said = channel_.alive(alive_now());
+      }
+      // A closed channel shows in receive() below, which says why.
+      (void)said;
     }
     auto got = channel_.receive(kReadSlice, base_);
     std::unique_lock lock(mutex_);
@@ -196,7 +236,12 @@ void ChannelRoundSource::joined(const WorkerEnv& env) {
     std::lock_guard lock(mutex_);
     if (newest_ && newest_->env.round == env.round) term = newest_->term;
   }
-  if (Status said = channel_.joined(env.round, term); !said.ok()) {
+  Status said = ok_status();
+  {
+    std::lock_guard lock(send_mutex_);
+    said = channel_.joined(env.round, term);
+  }
+  if (!said.ok()) {
     std::fprintf(stderr, "elastic-trainer: %s\n", said.error().message.c_str());
   }
 }

@@ -16,6 +16,7 @@
 // Thread safety: none; one thread uses it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -68,6 +69,8 @@ class WorkerChannel {
   Status hello(bool live);
   // {"type":"joined","round":round,"term":term}.
   Status joined(std::int64_t round, std::uint64_t term);
+  // {"type":"alive",...}: see messages.h.
+  Status alive(const worker_channel::Alive& alive);
   // The daemon's next instruction, waiting up to `timeout` (zero: only what has arrived);
   // nullopt when none came. Messages of a newer protocol are skipped. An Error when the daemon
   // closed the channel or sent bytes that are not of the protocol. `current` supplies what a
@@ -93,7 +96,10 @@ class WorkerChannel {
 // training thread, intact() says whether it is intact; joined()
 // answers the daemon with the round's term. A stop request or a closed or garbled channel ends
 // the announcements (stopped() says why): the daemon ends such a worker itself.
-// Thread safety: poll/wait/joined/stopped from one training thread; on_round runs on the reader.
+// The reader thread also sends "alive" every kAlivePeriod with what progress() and waiting()
+// recorded, so the daemon tells a stopped or stuck rank from one that waits for it (liveness.h).
+// Thread safety: poll/wait/joined/stopped/progress from one training thread, waiting() from
+// any; on_round runs on the reader. Sends to the channel are serialised.
 class ChannelRoundSource final : public RoundSource {
  public:
   // `base` supplies what a round does not carry (to_worker_env). Says hello(live = true) and
@@ -114,11 +120,15 @@ class ChannelRoundSource final : public RoundSource {
   void joined(const WorkerEnv& env) override;
   // Says hello(live = true) and starts the reader, once.
   void ready() override;
+  void progress(std::int64_t step) override;
+  void waiting(bool on) override;
   // Why no round will come any more ("" while they may).
   std::string stopped() const;
 
  private:
   void read_loop();
+  // The "alive" of now, from what progress() and waiting() recorded.
+  worker_channel::Alive alive_now() const;
 
   WorkerChannel channel_;
   WorkerEnv base_;
@@ -131,6 +141,12 @@ class ChannelRoundSource final : public RoundSource {
   bool ending_ = false;              // guarded by mutex_
   std::thread reader_;
   bool started_ = false;  // the training thread's: ready() ran
+  std::mutex send_mutex_;  // joined() on the training thread, alive on the reader
+  // What the training thread does, for "alive": steps done, when the count last changed
+  // (steady clock, ns) and how many waits for the peers are open.
+  std::atomic<std::int64_t> step_{0};
+  std::atomic<std::int64_t> step_at_ns_;
+  std::atomic<int> waiting_{0};
 };
 
 }  // namespace elastic::trainer

@@ -12,6 +12,9 @@ the kill):
   node_loss        kill -9 of the host that does not hold the store (daemon, or agent + worker)
   store_node_loss  kill -9 of the host that holds the store (elastic: rank 0's daemon; torchrun:
                    the agent hosting the c10d store, + its worker)
+  leader_node_loss (elastic) kill -9 of the GPU host that is the Raft leader (when the drained
+                   voter leads, it is restarted first, so that a GPU host takes over)
+  hang             (elastic) SIGSTOP of the rank-1 worker; the job has --hang-timeout 5s
 After each node loss the host comes back (daemon restarted on its state dir; agent started
 again) and the time until the job trains on 2 GPUs again is recorded. Steps lost = the last
 step logged before the kill - the step the recovered run resumed from.
@@ -46,6 +49,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NO_NVLS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1"}
 T0 = time.time()
+
+
+HANG_TIMEOUT = "5s"  # the job's hang_timeout when the incidents include "hang" (the minimum)
 
 
 def log(*parts):
@@ -297,6 +303,8 @@ class Elastic:
                      "--max-steps", "100000000", *a.trainer_extra.split()]
         submit = ["submit", "--name", "gpt", "--nodes", "1:2", "--restart-backoff", "0s",
                   "--max-restarts", "100", "--checkpoint-root", f"{self.work}/ckpt"]
+        if "hang" in a.incidents.split(","):
+            submit += ["--hang-timeout", HANG_TIMEOUT]
         if a.warm:
             submit.append("--warm")
         res["worker"], res["warm"], res["daemon_set"] = a.worker, a.warm, a.daemon_set
@@ -364,19 +372,50 @@ class Elastic:
         if not ok:
             raise RuntimeError(f"the job did not reach step {target} on {world} GPUs")
 
+    def raft_leader(self):
+        for n in [n for n in self.names if self.procs.get(n)]:
+            leader = ((self.ctl_json(n, "status") or {}).get("consensus", {}) or {}).get("leader")
+            if leader:
+                return leader
+        return None
+
+    def leader_on_gpu_host(self):
+        """Makes a GPU host the Raft leader: while the drained voter h2 leads, restart it (a GPU
+        host wins the election while it is down). Returns the leader."""
+        for _ in range(5):
+            leader = self.wait_ctl("a Raft leader", self.raft_leader)
+            if leader != "h2":
+                return leader
+            self.procs["h2"].kill()
+            self.procs["h2"].wait()
+            self.procs["h2"] = None
+            self.wait_ctl("a new Raft leader", lambda: self.raft_leader() not in (None, "h2"))
+            self.start("h2")
+            self.wait_ctl("h2 back", lambda: self.ctl_json("h2", "status") is not None)
+        raise RuntimeError("the drained voter h2 keeps winning the election")
+
     def incident(self, kind, res):
         a = self.a
         L = self.tail.snapshot()
         old_round = steps(L)[-1][1]["round"]
         rank = 0 if kind == "store_node_loss" else 1
+        if kind == "leader_node_loss":
+            leader = self.leader_on_gpu_host()
+            L = self.tail.snapshot()
+            old_round = steps(L)[-1][1]["round"]
+            rank = next(r for r in (0, 1) if self.worker(r)[1] == leader)
         pid, node = self.worker(rank)
-        leader = (self.ctl_json("h0" if self.procs.get("h0") else "h1", "status") or {}).get(
-            "consensus", {}).get("leader")
+        leader = self.raft_leader()
         out = {"kind": kind, "victim_rank": rank, "victim_node": node, "raft_leader": leader,
                "old_round": old_round}
         if kind == "worker_crash":
             t0 = time.time()
             os.kill(pid, signal.SIGKILL)
+        elif kind == "hang":
+            t0 = time.time()
+            os.kill(pid, signal.SIGSTOP)
+            # Its daemon ends it (SIGABRT, SIGCONT, SIGKILL); record when.
+            self.stopped_pid = pid
         else:
             dpid = self.procs[node].pid
             t0 = time.time()
@@ -390,10 +429,12 @@ class Elastic:
                     break
                 time.sleep(0.01)
             out["worker_died_with_daemon_s"] = died
-        log(f"{kind}: killed {'worker' if kind == 'worker_crash' else 'daemon'} of rank {rank} on "
-            f"{node} (Raft leader {leader})")
+        what = {"worker_crash": "killed the worker", "hang": "stopped the worker"}.get(
+            kind, "killed the daemon")
+        log(f"{kind}: {what} of rank {rank} on {node} (Raft leader {leader})")
         # A node loss leaves 1 GPU; a worker crash 2 (restarted) or 1 (the survivor re-formed
-        # in place without the crashed rank's node, which grows back once its rank is ready).
+        # in place without the crashed rank's node, which grows back once its rank is ready);
+        # a hung rank 1 (its node is left out until its worker is gone).
         world = None if kind == "worker_crash" else 1
         match = {} if world is None else {"world_size": world}
         hit = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, **match)
@@ -426,12 +467,22 @@ class Elastic:
                 f"{out['steps_lost']}, detected {out.get('detected_s', float('nan')):.2f} s")
         else:
             out.update(recovered=False, waited_s=a.limit)
-        if kind == "worker_crash" and hit and hit[1]["world_size"] < 2:
+        if kind == "hang":
+            ended = None
+            while time.time() < t0 + a.limit:
+                if not alive(pid):
+                    ended = time.time() - t0
+                    break
+                time.sleep(0.05)
+            out["stopped_worker_ended_s"] = ended
+            if ended is None:
+                os.kill(pid, signal.SIGKILL)
+        if kind in ("worker_crash", "hang") and hit and hit[1]["world_size"] < 2:
             cur = hit[1]["round"]
             grow = self.tail.wait(lambda L: next(((t, d) for (t, d) in steps(L, world_size=2)
                                                   if d["round"] > cur), None), 120, "growth to 2")
             res["grow"].append(self.grow_record(kind, node, grow, None, cur))
-        if kind != "worker_crash":
+        if kind not in ("worker_crash", "hang"):
             self.settle(1)
             t1 = time.time()
             self.start(node)

@@ -150,9 +150,12 @@ profile() {  # Kineto traces of 3 steps after a 10-step warm-up: trainer (old an
 recovery_elastic() {  # the elastic half of `recovery` alone (GPUs 0,1), nothing else running;
                       # ELASTIC_CONF: the daemons' config (default conf/elasticd.toml); REPEAT:
                       # the incident list this many times; TRAINER_EXTRA: more trainer flags
-                      # (--no-live: the stop-and-restart path)
+                      # (--no-live: the stop-and-restart path); INCIDENTS: the incident list
+                      # (default worker_crash,node_loss,store_node_loss; also leader_node_loss,
+                      # hang)
   rm -rf "$work/elastic"
   python3 "$py" elastic --work "$work/elastic" --gpus 0,1 --elasticd "$bin/elasticd" \
+    --incidents "${INCIDENTS:-worker_crash,node_loss,store_node_loss}" \
     --elasticctl "$bin/elasticctl" --trainer "$trainer" --config "${ELASTIC_CONF:-$root/conf/elasticd.toml}" \
     --repeat "${REPEAT:-1}" ${TRAINER_EXTRA:+"--trainer-extra=$TRAINER_EXTRA"} \
     2>&1 | tee "$work/elastic.log" | tail -40
@@ -251,6 +254,9 @@ pack() {  # short logs: daemon logs' interesting lines, agent logs' tails, our l
     h=$(basename "$(dirname "$f")")
     grep -E 'round|lost|stopping|started|exit|drain|leader|error|warn' "$f" | tail -80 >"$p/elasticd-$h.log"
   done
+  # The trainers' re-formation lines (phases of each live re-formation) and hang reports.
+  grep -H -E '"event":"(reform|reformed_step|stall)"|is hung' \
+    "$work"/elastic/h*/state/logs/*/round-*/rank-*.log 2>/dev/null | tail -400 >"$p/reform-lines.log"
   for f in "$work"/tr60/agent-*.log "$work"/trdefault/agent-*.log; do
     [ -f "$f" ] || continue
     grep -v '^{' "$f" | tail -60 >"$p/$(basename "$(dirname "$f")")-$(basename "$f")"

@@ -29,6 +29,9 @@
 //      stop        (overlaps the others; from the kill) every worker of the broken round that
 //                  does not carry on is gone (with re-formation in place: the victim's),
 //                  polled in /proc every ~10 ms; "kept" counts those that carried on
+//    KINDS=hang adds (iii) SIGSTOP of one worker (of a non-leader host) in a job with the shortest
+//    hang_timeout (kHangTimeout): detect is its daemon's "is hung" line, and the first step is
+//    the survivors' (the target: hang_timeout + 1 s).
 //    After a daemon kill, also the node's return: the bench restarts the daemon and measures
 //    the running ranks' pause while the job grows back (their last step line before the grown
 //    round -> its first). LIVE=0 passes --no-live to the trainer: the stop-and-restart path.
@@ -199,6 +202,9 @@ class LogTail {
   std::map<std::string, File> files_;
 };
 
+// The job's hang_timeout for KINDS=hang: the shortest a job may set.
+constexpr const char* kHangTimeout = "5s";
+
 // ---- one incident
 
 // The steps each round logged: first and last, by round.
@@ -328,7 +334,11 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   if (!target) fail("no worker of " + id + " on " + incident.victim);
 
   const double t0 = wall_ms();
-  if (kind != "worker") {
+  if (kind == "hang") {
+    // Its daemon ends it (SIGABRT, SIGCONT, SIGKILL); SIGKILL works on a stopped process too,
+    // should the bench fail first.
+    ::kill(target->pid, SIGSTOP);
+  } else if (kind != "worker") {
     daemons.daemon(victim).signal(SIGKILL);
   } else {
     ::kill(target->pid, SIGKILL);
@@ -402,7 +412,9 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
     if (host != victim) survivors.push_back(host);
   }
   const double detected =
-      kind != "worker"
+      kind == "hang"
+          ? first_log_line(daemons, {victim}, t0, {"on node " + incident.victim, "is hung"})
+      : kind != "worker"
           ? first_log_line(daemons, survivors, t0, {"peer " + incident.victim + " (gen", " lost"})
           : first_log_line(daemons, {victim}, t0,
                            {"(pid " + std::to_string(target->pid) + ")", "killed by signal"});
@@ -411,7 +423,7 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   // the job tier declares it lost).
   incident.detect = detected < 0 ? incident.decided : std::min(detected - t0, incident.decided);
   incident.restarts = after.restarts;
-  if (kind != "worker") {
+  if (kind != "worker" && kind != "hang") {
     std::cerr << "  restarting " << incident.victim << "\n";
     if (const auto started = daemons.start(victim, 60s); !started.ok()) {
       fail(started.error().message);
@@ -519,7 +531,7 @@ int run(int incidents, int idle_s) {
 
   // ---- the incidents: a fresh job for each, so that one incident's consequences (a restart
   // counted, a node quarantined or kept out of the job for a while) never shape the next one.
-  std::vector<Incident> kills, crashes, leader_kills;
+  std::vector<Incident> kills, crashes, leader_kills, hangs;
   // A failed incident ends the incidents but not the report: what was measured is printed,
   // with the failure.
   std::string failed;
@@ -531,8 +543,8 @@ int run(int incidents, int idle_s) {
     const char* env = std::getenv("KINDS");
     std::istringstream words(env != nullptr && *env != '\0' ? env : "daemon worker");
     for (std::string word; words >> word;) {
-      if (word != "daemon" && word != "worker" && word != "leader") {
-        fail("KINDS: \"" + word + "\" is not daemon, worker or leader");
+      if (word != "daemon" && word != "worker" && word != "leader" && word != "hang") {
+        fail("KINDS: \"" + word + "\" is not daemon, worker, leader or hang");
       }
       kinds.push_back(word);
     }
@@ -548,6 +560,9 @@ int run(int incidents, int idle_s) {
                                            "--max-restarts",
                                            "1000",
                                            "--"};
+        if (kind == "hang") {
+          submit.insert(submit.end() - 1, {std::string("--hang-timeout"), std::string(kHangTimeout)});
+        }
         for (auto& arg : elastic::netns::small_fmnist_trainer(ELASTIC_TRAINER_PATH, 10, 100000)) {
           submit.push_back(arg);
         }
@@ -564,7 +579,11 @@ int run(int incidents, int idle_s) {
         std::cerr << "  " << incident.victim << ": round " << incident.from_round << " -> "
                   << incident.to_round << ", first step after " << format(incident.step / 1000, 2)
                   << " s\n";
-        (kind == "daemon" ? kills : kind == "leader" ? leader_kills : crashes).push_back(incident);
+        (kind == "daemon"   ? kills
+         : kind == "leader" ? leader_kills
+         : kind == "hang"   ? hangs
+                            : crashes)
+            .push_back(incident);
         // Cancel it and let the cluster settle: no worker left, every daemon alive again.
         (void)daemons.ctl(leader_host(daemons, all_hosts()), {"cancel", id});
         if (!elastic::testing::wait_until([&] { return elastic::netns::find_workers(id).empty(); },
@@ -595,6 +614,9 @@ int run(int incidents, int idle_s) {
   std::cout << "\n(The peak of a restarted daemon covers only its own lifetime.)\n";
   if (!kills.empty()) report("### kill -9 of a daemon (not the leader) and its worker", kills);
   if (!crashes.empty()) report("### kill -9 of one worker", crashes);
+  if (!hangs.empty()) {
+    report(std::string("### SIGSTOP of one worker (hang_timeout ") + kHangTimeout + ")", hangs);
+  }
   if (!leader_kills.empty()) {
     report("### kill -9 of the Raft leader's daemon and its worker", leader_kills);
   }

@@ -530,37 +530,80 @@ void JobSupervisor::process(TimePoint now) {
   }
 }
 
+std::vector<std::pair<std::size_t, Duration>> JobSupervisor::watched_workers(
+    const Job& job) const {
+  std::vector<std::pair<std::size_t, Duration>> watched;
+  for (std::size_t i = 0; i < job.workers.size(); ++i) {
+    const Worker& w = job.workers[i];
+    if (w.round != job.current->round.round || w.exit || w.stopping || !w.channel) continue;
+    if (const auto& liveness = w.channel->link.liveness()) {
+      watched.emplace_back(
+          i, worker_channel::hang_timeout(*liveness, job.current->spec.hang_timeout));
+    }
+  }
+  return watched;
+}
+
 TimePoint JobSupervisor::hang_deadline(const Job& job) const {
-  if (!job.current || !job.started || job.failure || job.done || !job.last_report) return kNever;
-  const Duration timeout = job.current->spec.hang_timeout;
-  if (timeout <= Duration::zero()) return kNever;
+  if (!job.current || !job.started || job.failure || job.done) return kNever;
   // A worker of the round that exited 0 means the node is finishing, not hung.
   for (const Worker& w : job.workers) {
     if (w.round == job.current->round.round && w.exit && !w.exit->signaled && w.exit->status == 0) {
       return kNever;
     }
   }
+  const auto watched = watched_workers(job);
+  if (!watched.empty()) {
+    TimePoint due = kNever;
+    for (const auto& [index, timeout] : watched) {
+      const Worker& w = job.workers[index];
+      due = std::min(due, worker_channel::hang_due(*w.channel->link.liveness(), timeout));
+    }
+    return due;
+  }
+  const Duration timeout = job.current->spec.hang_timeout;
+  if (!job.last_report || timeout <= Duration::zero()) return kNever;
   return *job.last_report + timeout;
 }
 
 void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
   const std::uint64_t round = job.current->round.round;
   std::vector<Worker*> hung;
-  for (Worker& w : job.workers) {
-    if (w.round == round && !w.exit && !w.stopping) hung.push_back(&w);
+  std::string detail;
+  const auto watched = watched_workers(job);
+  if (!watched.empty()) {
+    for (const auto& [index, timeout] : watched) {
+      Worker* w = &job.workers[index];
+      const std::string why =
+          worker_channel::hang_reason(*w->channel->link.liveness(), timeout, now);
+      if (why.empty()) continue;
+      if (hung.empty()) {
+        detail = "rank " + std::to_string(w->rank) + " on node " + self_ + " is hung (hang_timeout " +
+                 format_duration(timeout) +
+                 (job.current->spec.hang_timeout > Duration::zero() ? "" : ", from its step time") +
+                 "): " + why;
+      }
+      hung.push_back(w);
+    }
+    if (hung.empty()) return;
+    if (hung.size() > 1) detail += "; " + std::to_string(hung.size() - 1) + " more rank(s) here too";
+  } else {
+    for (Worker& w : job.workers) {
+      if (w.round == round && !w.exit && !w.stopping) hung.push_back(&w);
+    }
+    const std::string ranks = hung.empty()       ? ""
+                              : hung.size() == 1 ? "rank " + std::to_string(hung.front()->rank)
+                                                 : "ranks " + std::to_string(hung.front()->rank) +
+                                                       "-" + std::to_string(hung.back()->rank);
+    detail = "no progress report for " + format_duration(job.current->spec.hang_timeout) +
+             " (hang_timeout) from " + (ranks.empty() ? "the workers" : ranks) + " on node " +
+             self_ + "; the last step reported was " + std::to_string(job.last_step);
   }
-  const std::string ranks = hung.empty()       ? ""
-                            : hung.size() == 1 ? "rank " + std::to_string(hung.front()->rank)
-                                               : "ranks " + std::to_string(hung.front()->rank) +
-                                                     "-" + std::to_string(hung.back()->rank);
-  const std::string detail =
-      "no progress report for " + format_duration(job.current->spec.hang_timeout) +
-      " (hang_timeout) from " + (ranks.empty() ? "the workers" : ranks) + " on node " + self_ +
-      "; the last step reported was " + std::to_string(job.last_step);
-  spdlog::warn("job {} round {}: {}: SIGABRT to its workers here, SIGKILL {} s later", id, round,
+  spdlog::warn("job {} round {}: {}: SIGABRT to the hung worker(s), SIGKILL {} s later", id, round,
                detail, kHangAbortGrace.count());
   job.last_report.reset();
   fail(now, id, job, round, hung.empty() ? 0 : hung.front()->rank, detail);
+  hung_workers_ += hung.size();
   for (Worker* w : hung) {
     spawner_->note(w->id, detail + ": SIGABRT now (a faulthandler prints the stacks), SIGKILL " +
                               std::to_string(kHangAbortGrace.count()) + " s later");

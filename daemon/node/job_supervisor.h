@@ -98,16 +98,23 @@
 // newer ones, and the newest is sent when the interval ends or the round changes, so the leader
 // never lags by more than one interval. Refusals are never held: they answer the worker.
 //
-// Hang detection (the job's hang_timeout, 0 = off): once the current round's workers on this
-// node have sent a "step" report, every accepted report (step, checkpoint or resume) restarts
-// the timer; when none comes for hang_timeout, the round is failed here like a crash:
-// "worker_failed" with the detail "no progress report for <hang_timeout> (hang_timeout) ...",
-// and the round's local workers get SIGABRT (a Python faulthandler, if the script enabled one,
-// prints every thread's stack into the log), then SIGKILL kHangAbortGrace later; a new round
-// does not cut that grace short (its workers start once the old ones are gone). Workers that
-// never report are never hung, nor is a node one of whose workers already exited 0 (it is
-// finishing). The timer runs on the `now` of process() and next_deadline(): no thread of its
-// own.
+// Hang detection, per worker, for workers that send "alive" over their channel (elastic-trainer
+// does; daemon/worker_channel/liveness.h): a worker of the current round is hung when its
+// process answers nothing, or it is stuck in its own work, for the timeout after its last
+// step; one that waits for its peers in a collective is left to the peer's daemon until the
+// whole group has waited twice the timeout. The timeout is the job's hang_timeout, or when the
+// job sets none, ten of the worker's observed step times and at least 30 s. So the daemon of
+// the rank at fault reports it, and the others' healthy workers re-form without it.
+// For workers that send no "alive" (any other command; hang_timeout set, 0 = off): once the
+// current round's workers on this node have sent a "step" report, every accepted report (step,
+// checkpoint or resume) restarts the timer; when none comes for hang_timeout, all of them are
+// hung. Either way the round is failed here like a crash: "worker_failed" with a detail that
+// names the rank, why it counts as hung and "(hang_timeout)", and the hung workers get SIGABRT
+// (and SIGCONT, so a stopped process acts on it; a Python faulthandler, if the script enabled
+// one, prints every thread's stack into the log), then SIGKILL kHangAbortGrace later; a new
+// round does not cut that grace short (its workers start once the old ones are gone). Nor is a
+// node one of whose workers already exited 0 hung (it is finishing). The timers run on the
+// `now` of process() and next_deadline(): no thread of their own.
 //
 // Thread safety: none; the node's loop thread owns it (the Spawner's PDEATHSIG is tied to the
 // forking thread, which must live as long as the daemon: the loop thread does).
@@ -256,6 +263,8 @@ class JobSupervisor {
     return it == jobs_.end() ? 0 : it->second.held;
   }
   std::uint64_t live_fallbacks() const { return live_fallbacks_; }
+  // Workers found hung and ended (hang detection) since start-up.
+  std::uint64_t hung_workers() const { return hung_workers_; }
 
  private:
   const Clock* clock_;
@@ -315,6 +324,9 @@ class JobSupervisor {
   };
   // When the current round of `job` counts as hung (kNever: not watched).
   TimePoint hang_deadline(const Job& job) const;
+  // The current round's running workers here that send "alive" (watched one by one): their
+  // indices in job.workers, and the timeout each is watched with.
+  std::vector<std::pair<std::size_t, Duration>> watched_workers(const Job& job) const;
   // Fails the current round as hung and aborts its local workers (see the header comment).
   void hang(TimePoint now, const std::string& id, Job& job);
   // Sends the held progress reports of `job` whose interval is over (all with `all`).
@@ -336,10 +348,13 @@ class JobSupervisor {
   // all of them can re-form in place (see the header comment); false: restart as before.
   bool offer_round(TimePoint now, const std::string& id, Job& job, const RoundStart& start);
   // Whether `start` can be offered to the job's running workers here: those workers (sorted by
-  // rank) and the free slots for the local ranks that start cold; nullopt: restart instead.
+  // rank), the free slots for the local ranks that start cold, and this daemon's entry in the
+  // rank map of `start` (it points into `start`) and its group rank; nullopt: restart instead.
   struct OfferPlan {
     std::vector<Worker*> keep;
     std::vector<std::uint32_t> free;
+    const rendezvous::RankAssignment* entry = nullptr;
+    std::uint32_t group_rank = 0;
   };
   std::optional<OfferPlan> plan_offer(Job& job, const RoundStart& start);
   // Reads every worker channel and acts on what the workers said and on offers that ran late.
@@ -391,6 +406,7 @@ class JobSupervisor {
   UniqueFd epoll_;
   std::uint64_t live_reforms_ = 0;
   std::uint64_t live_fallbacks_ = 0;
+  std::uint64_t hung_workers_ = 0;
 };
 
 // This daemon's entry in the rank map of `start` (nullptr when it has none) and its index there

@@ -44,6 +44,8 @@ std::optional<JobSupervisor::OfferPlan> JobSupervisor::plan_offer(Job& job,
   const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
   if (entry == nullptr) return std::nullopt;
   OfferPlan plan;
+  plan.entry = entry;
+  plan.group_rank = group_rank;
   for (Worker& w : job.workers) {
     if (w.exit || w.stopping) continue;  // the crashed, and older rounds' stopping workers
     if (w.round != job.current->round.round || !w.channel || !offerable(w.channel->link)) {
@@ -73,8 +75,8 @@ bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
                                 const RoundStart& start) {
   std::optional<OfferPlan> plan = plan_offer(job, start);
   if (!plan) return false;
-  std::uint32_t group_rank = 0;
-  const rendezvous::RankAssignment* entry = self_entry(start, self_, &group_rank);
+  const rendezvous::RankAssignment* entry = plan->entry;
+  const std::uint32_t group_rank = plan->group_rank;
   const std::uint64_t old_round = job.current->round.round;
   const std::vector<Worker*>& keep = plan->keep;
   const std::vector<std::uint32_t>& free = plan->free;
@@ -193,6 +195,7 @@ void JobSupervisor::pump_channels(TimePoint now) {
 
 void JobSupervisor::on_link_step(const std::string& id, Job& job, Worker& w,
                                  const worker_channel::LinkStep& step) {
+  if (step.event == LinkEvent::kAlive) return;  // read by hang detection; twice a second
   const std::string line = worker_channel::describe(step);
   if (step.event == LinkEvent::kBadFrame || step.event == LinkEvent::kUnknownType ||
       step.to == LinkState::kLate) {

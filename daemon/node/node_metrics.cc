@@ -265,6 +265,14 @@ std::string Node::render_metrics(TimePoint now) const {
   m.family("elastic_worker_slots", MetricType::kGauge,
            "Worker slots (GPUs, or CPU slots) this node offers.");
   m.sample(core_->supervisor().slots());
+  m.family("elastic_worker_reformations_total", MetricType::kCounter,
+           "Rounds offered to this node's running workers over their worker channels: joined in "
+           "place, or not joined within rendezvous.reform_timeout (the workers were restarted).");
+  m.sample(as_double(core_->supervisor().live_reforms()), {{"outcome", "in_place"}});
+  m.sample(as_double(core_->supervisor().live_fallbacks()), {{"outcome", "restarted"}});
+  m.family("elastic_hung_workers_total", MetricType::kCounter,
+           "Workers this daemon found hung (hang_timeout) and ended.");
+  m.sample(as_double(core_->supervisor().hung_workers()));
   checkpoint_families(m, core_->supervisor(), clock_->wall_ms());
   m.family("elastic_progress_reports_total", MetricType::kCounter,
            "Progress reports of this node's workers: forwarded to the leader, or coalesced "

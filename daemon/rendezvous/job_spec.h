@@ -15,7 +15,7 @@
 //   exported_env {"NAME": "value"} (only when not empty),
 //   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
 //   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
-//   hang_timeout "60s" (only when set: absent = off),
+//   hang_timeout "60s" (only when set: absent = the daemon's default, see job_supervisor.h),
 //   working_dir "/home/alice", user "alice", uid 1000, gid 1000, warm true (only when true)
 // Durations are strings as in the config ("500ms", "1m30s"). The daemon must overwrite user,
 // uid and gid from the control socket's peer credentials; the JSON carries them only so that

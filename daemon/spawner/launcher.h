@@ -99,7 +99,8 @@ class Launcher {
   }
   // SIGTERM now, SIGKILL at now + stop_grace; a second call keeps the first deadline.
   virtual void stop(TimePoint now, WorkerId id) = 0;
-  // stop() with another first signal and grace (a hung worker: SIGABRT, then SIGKILL).
+  // stop() with another first signal and grace (a hung worker: SIGABRT, then SIGKILL). Both
+  // send SIGCONT after the first signal, so a stopped process acts on it.
   virtual void stop(TimePoint now, WorkerId id, int signal, Duration grace) = 0;
   // SIGKILL now.
   virtual void kill(WorkerId id) = 0;

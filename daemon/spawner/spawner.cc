@@ -372,12 +372,7 @@ Status Spawner::hand_off(WorkerId id, std::string_view payload, const std::strin
   }
   ::close(worker->handoff_fd);
   worker->handoff_fd = -1;
-  // What it printed while waiting stays in the old log; the rest goes to the new one.
-  pump(*worker, std::numeric_limits<std::size_t>::max());
-  note(id, "pid " + std::to_string(worker->pid) + " now runs " + label + " (log " + log_path + ")");
-  worker->label = label;
-  worker->log = std::move(log);
-  worker->at_line_start = true;
+  switch_log(*worker, label, log_path, std::move(log));
   note(id, label + ": handed to the started interpreter pid " + std::to_string(worker->pid));
   return ok_status();
 }
@@ -388,16 +383,22 @@ Status Spawner::move_log(WorkerId id, const std::string& label, const std::strin
   std::string log_error;
   std::shared_ptr<LogFile> log = logs_.open(log_path, &log_error);
   if (!log) return Error{"cannot move the log of " + label + ": " + log_error + "."};
-  // What it wrote until now stays in the old log.
-  pump(*worker, std::numeric_limits<std::size_t>::max());
-  note(id, "pid " + std::to_string(worker->pid) + " now runs " + label + " (log " + log_path + ")");
   const std::string old_label = worker->label;
-  worker->label = label;
-  worker->log = std::move(log);
-  worker->at_line_start = true;
+  switch_log(*worker, label, log_path, std::move(log));
   note(id, label + ": re-formed in place by pid " + std::to_string(worker->pid) + " (was " +
                old_label + ")");
   return ok_status();
+}
+
+void Spawner::switch_log(Worker& worker, const std::string& label, const std::string& log_path,
+                         std::shared_ptr<LogFile> log) {
+  // What it wrote until now stays in the old log; the rest goes to the new one.
+  pump(worker, std::numeric_limits<std::size_t>::max());
+  note(worker.id,
+       "pid " + std::to_string(worker.pid) + " now runs " + label + " (log " + log_path + ")");
+  worker.label = label;
+  worker.log = std::move(log);
+  worker.at_line_start = true;
 }
 
 void Spawner::note(WorkerId id, std::string_view line) {
@@ -425,6 +426,9 @@ void Spawner::stop(TimePoint now, WorkerId id, int signal, Duration grace) {
   if (worker == nullptr || worker->stopped) return;
   worker->stopped = true;
   kill_group(*worker, signal);
+  // A stopped process (SIGSTOP, a debugger, a hung worker's stop) acts on the signal only once
+  // it runs again; without this it would wait out the grace for its SIGKILL.
+  if (signal != SIGKILL && signal != SIGCONT) kill_group(*worker, SIGCONT);
   worker->kill_at = now + grace;
 }
 

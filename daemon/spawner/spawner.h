@@ -177,6 +177,10 @@ class Spawner final : public Launcher {
   bool reap_one_worker(TimePoint now, WorkerId id, std::vector<WorkerExit>* exits);
   void reap_others(TimePoint now, std::vector<WorkerExit>* exits);
   void pump(Worker& worker, std::size_t budget);
+  // Ends the worker's current log with what it wrote so far and a line saying where it goes
+  // on; from then on its output goes to `log` (opened from `log_path`) under `label`.
+  void switch_log(Worker& worker, const std::string& label, const std::string& log_path,
+                  std::shared_ptr<LogFile> log);
   // Appends what the worker wrote to its log, each line that starts in `data` stamped.
   void write_output(Worker& worker, std::string_view data);
   void kill_group(Worker& worker, int signal);

@@ -20,6 +20,10 @@ constexpr std::size_t kMaxJobBytes = 256;
 constexpr std::size_t kMaxAddressBytes = 1024;
 constexpr std::size_t kMaxReasonBytes = 4096;
 constexpr std::size_t kMaxTypeBytes = 64;
+// A step count and an idle time a worker may report: far above any real run (2^53 steps, 10
+// years idle), and small enough that time arithmetic on them cannot overflow.
+constexpr std::uint64_t kMaxStep = std::uint64_t{1} << 53;
+constexpr std::uint64_t kMaxIdleMs = std::uint64_t{10} * 365 * 24 * 3600 * 1000;
 
 // Job ids and reasons come from outside: invalid UTF-8 is replaced instead of throwing.
 std::string dump(const json& value) {
@@ -32,6 +36,9 @@ struct EncodeMessage {
   }
   json operator()(const Joined& m) const {
     return {{"type", "joined"}, {"round", m.round}, {"term", m.term}};
+  }
+  json operator()(const Alive& m) const {
+    return {{"type", "alive"}, {"step", m.step}, {"idle_ms", m.idle_ms}, {"waiting", m.waiting}};
   }
   json operator()(const RoundOffer& m) const {
     return {{"type", "round"},
@@ -124,6 +131,15 @@ Result<WorkerMessage> decode_worker_message(std::string_view text) {
     Joined m;
     body.unsigned_number("round", true, "a round number", m.round);
     body.unsigned_number("term", true, "a Raft term", m.term);
+    if (!body.ok()) return Error{body.error()};
+    return WorkerMessage(m);
+  }
+  if (type == "alive") {
+    Alive m;
+    body.unsigned_number("step", true, "the steps it completed", m.step, kMaxStep);
+    body.unsigned_number("idle_ms", true, "milliseconds since its last step", m.idle_ms,
+                         kMaxIdleMs);
+    body.boolean("waiting", true, "whether it waits for its peers", m.waiting);
     if (!body.ok()) return Error{body.error()};
     return WorkerMessage(m);
   }

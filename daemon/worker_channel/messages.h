@@ -12,6 +12,13 @@
 //     {"type":"hello","version":V,"live":true|false}   its first frame; V: the highest version it
 //                                                      speaks; live: it can re-form in place
 //     {"type":"joined","round":R,"term":T}            it has re-formed into round R of term T
+//     {"type":"alive","step":S,"idle_ms":I,"waiting":W}
+//                                                      sent every kAlivePeriod by a thread
+//                                                      that is not the training thread: S steps
+//                                                      done, the last one I ms ago; W: the
+//                                                      training thread waits in a collective
+//                                                      (for its peers), not in its own work.
+//                                                      Hang detection reads it (worker_liveness.h)
 //   daemon -> worker
 //     {"type":"round","job":J,"round":R,"term":T,"rank":N,"local_rank":L,"world_size":W,
 //      "local_world_size":LW,"group_rank":G,"master_addr":A,"master_port":P,
@@ -31,6 +38,7 @@
 // Thread safety: pure functions over plain values; a FrameReader belongs to one thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -61,6 +69,16 @@ struct Joined {
   std::uint64_t term = 0;
 };
 
+// How often a worker that sends "alive" sends it: a silence of a few periods means its process
+// is stopped or frozen (worker_liveness.h).
+inline constexpr std::chrono::milliseconds kAlivePeriod{500};
+
+struct Alive {
+  std::uint64_t step = 0;     // steps the worker has completed (its training state's step)
+  std::uint64_t idle_ms = 0;  // since its step last changed
+  bool waiting = false;       // its training thread waits for its peers in a collective
+};
+
 // The torchrun-compatible contract of one rank in one round (trainer/worker_env.h reads the
 // same values from the environment at exec).
 struct RoundOffer {
@@ -89,7 +107,7 @@ struct UnknownMessage {
   std::string type;
 };
 
-using WorkerMessage = std::variant<Hello, Joined, UnknownMessage>;
+using WorkerMessage = std::variant<Hello, Joined, Alive, UnknownMessage>;
 using DaemonMessage = std::variant<RoundOffer, Stop, UnknownMessage>;
 
 // The JSON object of one message (no frame header).

@@ -88,6 +88,8 @@ const char* to_string(LinkEvent event) {
       return "joined";
     case E::kJoinedStale:
       return "joined(stale)";
+    case E::kAlive:
+      return "alive";
     case E::kUnknownType:
       return "unknown message";
     case E::kBadFrame:
@@ -143,6 +145,17 @@ LinkStep WorkerLink::on_message(TimePoint now, const WorkerMessage& message) {
     LinkStep step =
         apply(now, answers ? E::kJoined : E::kJoinedStale, round_text(joined->round, joined->term));
     if (answers) joined_ = *joined;
+    return step;
+  }
+  if (const auto* alive = std::get_if<Alive>(&message)) {
+    // No transition: the step says what the worker does, for hang detection only.
+    LinkStep step;
+    step.event = E::kAlive;
+    step.from = step.to = state_;
+    step.time_in_from = now - since_;
+    step.detail = "step " + std::to_string(alive->step) + (alive->waiting ? ", waiting" : "");
+    step.ignored = state_ == S::kGone;
+    if (!step.ignored) liveness_ = observe(liveness_, now, *alive);
     return step;
   }
   return apply(now, E::kUnknownType, "\"" + std::get<UnknownMessage>(message).type + "\"");

@@ -24,6 +24,7 @@
 //   ready, offered, joined, late                       stop -> stopped
 //   every state but gone                                closed -> gone
 // A joined for another round or term than the one offered is ignored (a stale answer).
+// "alive" changes no state: it updates liveness() (liveness.h) in every state but gone.
 //
 // Thread safety: none; one owner. Errors: none (every input is legal in every state).
 #pragma once
@@ -33,6 +34,7 @@
 #include <string>
 
 #include "daemon/core/time.h"
+#include "daemon/worker_channel/liveness.h"
 #include "daemon/worker_channel/messages.h"
 
 namespace elastic::worker_channel {
@@ -44,6 +46,7 @@ enum class LinkEvent {
   kHelloNotLive,
   kJoined,       // joined the offered round and term
   kJoinedStale,  // joined another round or term
+  kAlive,        // an "alive" (no transition)
   kUnknownType,  // a message type of a newer protocol
   kBadFrame,
   kOffer,
@@ -82,6 +85,9 @@ class WorkerLink {
   // The round last offered, and the one it last joined.
   const std::optional<RoundOffer>& offered() const { return offered_; }
   const std::optional<Joined>& joined() const { return joined_; }
+  // What its "alive" messages said (nullopt: it sent none: it does not support hang detection
+  // per worker).
+  const std::optional<Liveness>& liveness() const { return liveness_; }
   // The offer's deadline while offered, else kNever.
   TimePoint next_deadline() const { return state_ == LinkState::kOffered ? deadline_ : kNever; }
 
@@ -107,6 +113,7 @@ class WorkerLink {
   std::uint64_t version_ = 0;
   std::optional<RoundOffer> offered_;
   std::optional<Joined> joined_;
+  std::optional<Liveness> liveness_;
 };
 
 }  // namespace elastic::worker_channel

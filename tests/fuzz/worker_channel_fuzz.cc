@@ -34,6 +34,10 @@ bool same(const WorkerMessage& a, const WorkerMessage& b) {
     const auto& y = std::get<Joined>(b);
     return x->round == y.round && x->term == y.term;
   }
+  if (const auto* x = std::get_if<Alive>(&a)) {
+    const auto& y = std::get<Alive>(b);
+    return x->step == y.step && x->idle_ms == y.idle_ms && x->waiting == y.waiting;
+  }
   return std::get<UnknownMessage>(a).type == std::get<UnknownMessage>(b).type;
 }
 
@@ -71,6 +75,11 @@ void check_worker_stream(std::string_view bytes) {
       if (!again.ok()) property_failed("a re-encoded worker message does not decode");
       if (!same(*message, *again)) property_failed("a re-encoded worker message differs");
       (void)describe(link.on_message(t, *message));
+      // Hostile steps and idle times through hang detection's arithmetic (UBSan: no overflow).
+      if (const auto& liveness = link.liveness()) {
+        (void)hang_reason(*liveness, hang_timeout(*liveness, Duration::zero()), t);
+        (void)hang_due(*liveness, std::chrono::seconds(5));
+      }
       // The daemon's side of the exchange, so every state sees hostile input.
       if (link.live()) {
         round.round += 1;

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   write('\0', frame(encode(WorkerMessage(Hello{1, false}))));
   write('\0', hello + frame(encode(WorkerMessage(UnknownMessage{"progress"}))) + joined);
   write('\0', std::string("\xff\xff\xff\xff", 4) + hello);
+  write('\0', hello + frame(encode(WorkerMessage(Alive{12, 480, true}))) +
+                  frame(encode(WorkerMessage(Alive{13, 3, false}))));
   const RoundOffer round{.job = "fmnist-1",
                          .round = 4,
                          .term = 2,

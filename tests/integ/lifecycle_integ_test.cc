@@ -602,7 +602,8 @@ TEST(Lifecycle, InstallLaysOutEveryFileKeepsAnEditedConfigAndItsUnitVerifies) {
         prefix + "/lib/systemd/system/elasticd.service", prefix + "/lib/tmpfiles.d/elastic.conf",
         prefix + "/share/doc/elastic/README.md", root + "/etc/elastic/elasticd.toml",
         // Where spawner.python_dir = "auto" looks for it (job_supervisor.h).
-        prefix + "/share/elastic/python/elastic_worker.py"}) {
+        prefix + "/share/elastic/python/elastic_worker.py",
+        prefix + "/share/elastic/grafana-dashboard.json"}) {
     EXPECT_TRUE(std::filesystem::exists(file)) << file << "\n" << r.out;
   }
   EXPECT_EQ(::access((prefix + "/sbin/elasticd").c_str(), X_OK), 0);

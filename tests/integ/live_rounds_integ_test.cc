@@ -6,9 +6,10 @@
 // Cases: a new round is offered to running live workers instead of restarting them; a crashed
 // rank's replacement starts cold beside the kept one; an offer not joined in time falls back to
 // a restart; plain commands (no hello) keep the stop-and-restart path; only the grow the workers
-// were held for, with none of them failed, is offered as intact.
+// were held for, with none of them failed, is offered as intact; hang detection from the
+// workers' "alive" blames only the rank at fault (silent, or stuck in its own work), not the one
+// waiting for it, until the whole group waited twice the timeout.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "daemon/spawner/spawner.h"
 #include "tests/support/process.h"
 #include "tests/support/result_assertions.h"
+#include "tests/support/supervisor_harness.h"
 #include "tests/support/temp_dir.h"
 
 namespace elastic::node {
@@ -32,37 +34,12 @@ namespace {
 using namespace std::chrono_literals;
 using rendezvous::RankAssignment;
 using rendezvous::RoundReason;
+using testing::contains;
+using testing::now;
 using testing::read_file;
 using testing::TempDir;
 
 constexpr const char* kSelf = "me";
-
-TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Two CPU slots on a hand-built host of four cores (binding off: the numbers need not exist).
-topology::Plan two_slots() {
-  topology::Machine m;
-  m.source = "hand-built";
-  m.packages = 1;
-  topology::NumaNode numa{0, 0, {}};
-  for (unsigned c = 0; c < 4; ++c) {
-    m.cores.push_back(topology::Core{0, 0, {c}});
-    numa.pus.push_back(c);
-  }
-  m.numa_nodes = {numa};
-  topology::PlanOptions options;
-  options.gpus.detect = false;
-  options.cpu_slots = 2;
-  options.bind_cpus = false;
-  options.bind_memory = false;
-  auto plan = topology::make_plan(m, options);
-  EXPECT_TRUE(plan.ok());
-  return plan.ok() ? std::move(plan).value() : topology::Plan{};
-}
 
 class LiveRoundsTest : public ::testing::Test {
  protected:
@@ -85,7 +62,7 @@ class LiveRoundsTest : public ::testing::Test {
     ASSERT_OK(spawner);
     current_ = std::make_unique<config::Current>(config_);
     supervisor_ = std::make_unique<JobSupervisor>(kSelf, *current_, std::move(spawner).value(),
-                                                  two_slots(), nullptr);
+                                                  testing::cpu_plan(2), nullptr);
   }
 
   // Round `round` of `job`: this node holds `slots` ranks from `first_rank` of `world`, after a
@@ -113,20 +90,15 @@ class LiveRoundsTest : public ::testing::Test {
     return s;
   }
 
+  // Pumps the supervisor until `done` holds or `timeout` passes, collecting its reports.
   bool pump_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 20s) {
-    const TimePoint deadline = now() + timeout;
-    while (true) {
-      supervisor_->process(now());
-      for (RoundReport& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
-      if (done()) return true;
-      const TimePoint t = now();
-      if (t >= deadline) return false;
-      const TimePoint wake = std::min({deadline, supervisor_->next_deadline(), t + 20ms});
-      const auto ms = std::clamp<std::int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(wake - t).count(), 1, 20);
-      pollfd fd{supervisor_->fd(), POLLIN, 0};
-      ::poll(&fd, 1, static_cast<int>(ms));
-    }
+    return testing::pump_until(
+        *supervisor_,
+        [&] {
+          for (RoundReport& r : supervisor_->take_reports()) reports_.push_back(std::move(r));
+          return done();
+        },
+        timeout);
   }
 
   std::size_t count(ReportKind kind, std::uint64_t round, bool live = false) const {
@@ -327,6 +299,66 @@ TEST_F(LiveRoundsTest, PlainCommandsKeepTheStopAndRestartPath) {
   EXPECT_EQ(count(ReportKind::kRoundAck, 1, true) + count(ReportKind::kRoundAck, 2, true), 0u)
       << "a worker that never said hello(live) is not reported live";
   EXPECT_EQ(supervisor_->live_reforms(), 0u);
+}
+
+class HangTest : public LiveRoundsTest {
+ protected:
+  // Starts two workers playing `modes` with a 1 s hang_timeout (shorter than a job may set: the
+  // supervisor takes what the spec says) and pumps until the first worker_failed report.
+  std::optional<RoundReport> run_until_failed(const std::string& modes,
+                                              std::chrono::milliseconds within = 15s) {
+    open();
+    RoundStart start = round(1, 2, 0, 2);
+    start.spec.env["CHANNEL_WORKER_ALIVE"] = modes;
+    start.spec.hang_timeout = 1s;
+    supervisor_->on_round(now(), start);
+    pump_until([&] { return count(ReportKind::kWorkerFailed, 1) > 0; }, within);
+    for (const RoundReport& r : reports_) {
+      if (r.kind == ReportKind::kWorkerFailed) return r;
+    }
+    return std::nullopt;
+  }
+};
+
+TEST_F(HangTest, ASilentRankIsBlamedNotThePeerWaitingForIt) {
+  const auto failed = run_until_failed("wait,silent");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_EQ(failed->rank, 1u);
+  EXPECT_NE(failed->detail.find("rank 1 on node me is hung (hang_timeout 1s)"), std::string::npos)
+      << failed->detail;
+  EXPECT_NE(failed->detail.find("answered nothing"), std::string::npos) << failed->detail;
+  EXPECT_EQ(failed->detail.find("more rank"), std::string::npos) << failed->detail;
+  // Rank 1 is ended (SIGABRT), rank 0 keeps running.
+  ASSERT_TRUE(pump_until([&] { return log(1, 1).find("SIGABRT") != std::string::npos; }));
+  EXPECT_EQ(log(1, 0).find("SIGABRT"), std::string::npos) << log(1, 0);
+  EXPECT_EQ(supervisor_->hung_workers(), 1u);
+  bool rank0_running = false;
+  for (const WorkerRow& row : supervisor_->workers()) {
+    rank0_running |= row.rank == 0 && row.state == "running";
+  }
+  EXPECT_TRUE(rank0_running);
+}
+
+TEST_F(HangTest, ARankStuckInItsOwnWorkIsBlamed) {
+  const auto failed = run_until_failed("wait,busy");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_EQ(failed->rank, 1u);
+  EXPECT_NE(failed->detail.find("stuck in its own work"), std::string::npos) << failed->detail;
+}
+
+TEST_F(HangTest, WhenEveryRankWaitsAllAreBlamedAfterTwiceTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto failed = run_until_failed("wait,wait");
+  ASSERT_TRUE(failed.has_value()) << log(1, 0) << log(1, 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_NE(failed->detail.find("every rank of the group"), std::string::npos) << failed->detail;
+}
+
+TEST_F(HangTest, HealthyStepsAreNeverBlamed) {
+  const auto failed = run_until_failed("step,step", 5s);
+  // The pump gave up at its deadline (five timeouts) without a failure.
+  EXPECT_FALSE(failed.has_value()) << failed->detail;
+  EXPECT_EQ(supervisor_->hung_workers(), 0u);
 }
 
 }  // namespace

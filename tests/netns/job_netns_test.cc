@@ -8,8 +8,11 @@
 //                             the survivors re-form in place, the replacement gets the state live
 //   LeaderHostLossReformsInPlace  kill -9 of the Raft leader's daemon: the survivors re-form in
 //                             place under the new leader and train on
-//   HungRankIsReplaced        SIGSTOP of one worker with a 5 s hang_timeout: a round opened for
-//                             the hang, the stopped worker ended, three ranks training again
+//   HungRankIsReplaced        SIGSTOP of one worker with a 5 s hang_timeout: its daemon reports
+//                             it hung and ends it, the others re-form in place, its replacement
+//                             joins live
+//   StalledRankIsLeftOutAndGrowsBack  one rank stuck outside its collectives: only its daemon
+//                             blames it; the others re-form without its node, which grows back
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
 //   MinorityIsFenced          partition 1|2 cutting off rank 0 mid-checkpoint: the minority's
 //                             worker stops within its lease, the majority re-forms in place, and
@@ -183,6 +186,20 @@ class JobNetnsTest : public DaemonClusterTest {
     const std::string latest = checkpoints_ + "/" + job + "/LATEST";
     ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(latest); }, kTrains))
         << "no checkpoint was published: " << latest;
+  }
+
+  // Submits job `name` on 2 to 3 nodes running the trainer (`max_steps` as trainer() takes it)
+  // through host 0, and waits until it trains on all three and has published a checkpoint. Sets
+  // `job` to its id and `first` to that first training view.
+  void submit_training(const std::string& name, const std::string& max_steps, std::string* job,
+                       JobView* first) {
+    std::vector<std::string> args = {"--name", name, "--nodes", "2:3", "--"};
+    for (auto& arg : trainer(max_steps)) args.push_back(arg);
+    *job = submit(0, args);
+    ASSERT_FALSE(job->empty());
+    *first = wait_training(*job, 3, 0, kTrains);
+    ASSERT_FALSE(first->state.empty());
+    ASSERT_NO_FATAL_FAILURE(wait_checkpoint(*job));
   }
 
   // Every worker of `job` on `node` (all of them when node is "").
@@ -366,13 +383,9 @@ TEST_F(JobNetnsTest, DemoScenario) {
   ASSERT_NO_FATAL_FAILURE(start());
   // 600 steps: a few seconds of training on each side of each incident on a quiet machine,
   // yet the job is still running when the killed node is back.
-  std::vector<std::string> args = {"--name", "demo", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("600")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("demo", "600", &job, &first));
 
   const std::string victim = non_leader(first);
   ASSERT_FALSE(victim.empty());
@@ -416,13 +429,9 @@ TEST_F(JobNetnsTest, DemoScenario) {
 // The leader's incident timeline of a lost node, fed by the trainers' progress reports.
 TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   ASSERT_NO_FATAL_FAILURE(start());
-  std::vector<std::string> args = {"--name", "incident", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("incident", "", &job, &first));
   const std::string victim = non_leader(first);
   ASSERT_FALSE(victim.empty());
   const int v = daemons_->host_of(victim);
@@ -506,13 +515,9 @@ TEST_F(JobNetnsTest, WorkerCrashRestarts) {
 // round at once and the survivors re-form in place, as for any other node.
 TEST_F(JobNetnsTest, LeaderHostLossReformsInPlace) {
   ASSERT_NO_FATAL_FAILURE(start());
-  std::vector<std::string> args = {"--name", "leaderloss", "--nodes", "2:3", "--"};
-  for (auto& arg : trainer("")) args.push_back(arg);
-  const std::string job = submit(0, args);
-  ASSERT_FALSE(job.empty());
-  const JobView first = wait_training(job, 3, 0, kTrains);
-  ASSERT_FALSE(first.state.empty());
-  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(job));
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("leaderloss", "", &job, &first));
   const std::string leader = daemons_->wait_leader(all_hosts(), kConverge);
   ASSERT_FALSE(leader.empty());
   ASSERT_TRUE(first.has_node(leader)) << first.summary();
@@ -523,14 +528,12 @@ TEST_F(JobNetnsTest, LeaderHostLossReformsInPlace) {
   expect_trains_on(job, shrunk.round, lines.front().value("step", std::int64_t{0}), 20);
 }
 
-// SIGSTOP of one worker (its daemon runs on) with the shortest hang_timeout (5 s): the ranks
-// waiting for it in the same collective stop reporting progress too, so a daemon (not
-// necessarily the stopped worker's: progress alone cannot tell who hung) reports the round hung
-// and aborts its workers (SIGABRT, SIGKILL 2 s later). The stopped worker is ended, at the
-// latest when it fails to join the next round within rendezvous.reform_timeout (10 s here), and
-// the job trains on three ranks again.
+// SIGSTOP of one worker (its daemon runs on) with the shortest hang_timeout (5 s): its daemon
+// reports it hung and ends it (SIGABRT, which a stopped process only gets when continued, then
+// SIGKILL 2 s later); the other ranks re-form in place and the stopped rank's replacement starts
+// cold and receives the state live.
 TEST_F(JobNetnsTest, HungRankIsReplaced) {
-  ASSERT_NO_FATAL_FAILURE(start({"rendezvous.reform_timeout=10s"}));
+  ASSERT_NO_FATAL_FAILURE(start());
   std::vector<std::string> args = {
       "--name", "hang",           "--nodes", "3:3", "--max-restarts", "3", "--restart-backoff",
       "0s",     "--hang-timeout", "5s",      "--"};
@@ -543,6 +546,10 @@ TEST_F(JobNetnsTest, HungRankIsReplaced) {
   ASSERT_FALSE(node.empty());
   const auto stopped = workers_on(job, node);
   ASSERT_EQ(stopped.size(), 1u);
+  const std::vector<WorkerProc> survivors = workers_but(job, node);
+  ASSERT_EQ(survivors.size(), 2u);
+  // Stopped in training, not within its first steps (that is a silence of the whole timeout).
+  ASSERT_TRUE(testing::wait_until([&] { return last_step(job, first.round) >= 20; }, kTrains));
   // The stopped worker is this test's to end should the daemon not (it is never continued).
   struct KillStopped {
     pid_t pid;
@@ -553,12 +560,15 @@ TEST_F(JobNetnsTest, HungRankIsReplaced) {
 
   ASSERT_EQ(::kill(stopped[0].pid, SIGSTOP), 0);
   const auto stopped_at = std::chrono::steady_clock::now();
-  // hang_timeout, the abort grace or reform_timeout, and a loaded 2-core machine.
-  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stopped[0].pid); }, 30s))
+  // hang_timeout, the abort grace and a loaded 2-core machine.
+  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stopped[0].pid); }, 15s))
       << "the stopped worker pid " << stopped[0].pid << " on " << node << " was not ended";
   const auto ended_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
-  EXPECT_GE(ended_s, 5.0) << "ended before its hang_timeout";
+  // The timeout runs from the worker's last step, a step time (and at most one "alive" period)
+  // before the SIGSTOP.
+  EXPECT_GE(ended_s, 4.0) << "ended before its hang_timeout";
+  const std::int64_t last = last_step(job, first.round);
 
   const JobView again = wait_training(job, 3, first.round, kRecovers);
   ASSERT_FALSE(again.state.empty());
@@ -566,16 +576,64 @@ TEST_F(JobNetnsTest, HungRankIsReplaced) {
   bool hang_reported = false;
   for (const auto& event : again.events) {
     hang_reported |= event.round == first.round + 1 &&
-                     event.reason.find("worker_failed") != std::string::npos &&
-                     event.reason.find("(hang_timeout)") != std::string::npos;
+                     event.reason.find("is hung (hang_timeout") != std::string::npos &&
+                     event.reason.find("on node " + node) != std::string::npos;
   }
-  EXPECT_TRUE(hang_reported) << "round " << first.round + 1
-                             << " was not opened for a hang_timeout: " << again.json;
-  const auto now = workers_on(job, "");
-  EXPECT_EQ(now.size(), 3u);
-  for (const WorkerProc& w : now) EXPECT_NE(w.pid, stopped[0].pid);
-  expect_trains_on(job, again.round, last_step(job, again.round), 20);
-  std::cerr << "stopped worker ended " << ended_s << " s after SIGSTOP\n";
+  EXPECT_TRUE(hang_reported) << "round " << first.round + 1 << " was not opened for " << node
+                             << "'s hang_timeout: " << again.json;
+  const auto lines = expect_in_place(job, again.round, 3, survivors, last);
+  ASSERT_NO_FATAL_FAILURE(expect_received(lines, job, node, stopped[0].pid));
+  expect_trains_on(job, again.round, lines.front().value("step", std::int64_t{0}), 20);
+}
+
+// One rank stuck in its own work (--stall-at-step: it stops outside any collective, alive and
+// answering its channel) while its peers wait for it in their next collective: its daemon, and
+// no other, reports it hung within hang_timeout (5 s); with 2:3 nodes the others re-form in
+// place without its node at once, and the node grows back with a fresh worker.
+TEST_F(JobNetnsTest, StalledRankIsLeftOutAndGrowsBack) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name", "stall", "--nodes", "2:3", "--hang-timeout", "5s",
+                                   "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  // Rank 2 stops at step 100: a few seconds of training on three ranks first.
+  for (const char* arg : {"--stall-at-step", "100", "--stall-rank", "2"}) args.push_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_EQ(first.ranks.size(), 3u);
+  const std::string node = first.ranks[2].node;
+  const auto stalled = workers_on(job, node);
+  ASSERT_EQ(stalled.size(), 1u);
+  const std::vector<WorkerProc> survivors = workers_but(job, node);
+  ASSERT_EQ(survivors.size(), 2u);
+  ASSERT_TRUE(testing::wait_until([&] { return line_of(job, "stall", first.round).has_value(); },
+                                  kTrains))
+      << "rank 2 never reached step 100";
+
+  const JobView shrunk = wait_training(job, 2, first.round, kRecovers);
+  ASSERT_FALSE(shrunk.state.empty());
+  EXPECT_FALSE(shrunk.has_node(node)) << shrunk.summary();
+  bool blamed = false;
+  for (const auto& event : shrunk.events) {
+    if (event.round != first.round + 1) continue;
+    EXPECT_EQ(event.reason.find("no progress report"), std::string::npos)
+        << "a daemon blamed its workers for a lack of progress: " << event.reason;
+    blamed |= event.reason.find("rank 2 on node " + node + " is hung (hang_timeout 5s)") !=
+                  std::string::npos &&
+              event.reason.find("stuck in its own work") != std::string::npos;
+  }
+  EXPECT_TRUE(blamed) << "round " << first.round + 1 << " does not blame rank 2 on " << node << ": "
+                      << shrunk.json;
+  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stalled[0].pid); }, 10s))
+      << "the stalled worker pid " << stalled[0].pid << " was not ended";
+  const auto lines = expect_in_place(job, shrunk.round, 2, survivors, 100);
+  ASSERT_FALSE(lines.empty());
+
+  const JobView grown = wait_training(job, 3, shrunk.round, kRecovers);
+  ASSERT_FALSE(grown.state.empty()) << "the stalled rank's node did not grow back";
+  EXPECT_TRUE(grown.has_node(node)) << grown.summary();
+  expect_trains_on(job, grown.round, last_step(job, grown.round), 20);
 }
 
 TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {

@@ -9,7 +9,6 @@
 #include "daemon/spawner/spawner.h"
 
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/fsuid.h>
@@ -33,6 +32,7 @@
 
 #include "tests/support/process.h"
 #include "tests/support/result_assertions.h"
+#include "tests/support/supervisor_harness.h"
 #include "tests/support/temp_dir.h"
 
 namespace elastic::node {
@@ -42,16 +42,15 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using rendezvous::RankAssignment;
 using rendezvous::RoundReason;
+using testing::contains;
+using testing::cpu_plan;
+using testing::machine;
+using testing::now;
+using testing::plan_for;
 using testing::read_file;
 using testing::TempDir;
 
 constexpr const char* kSelf = "me";
-
-TimePoint now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // Alive = exists and is not a zombie (a zombie has ended; only its exit status is left).
 bool alive(int pid) {
@@ -73,41 +72,6 @@ std::map<std::string, std::string> read_env(const std::string& path) {
     if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
   }
   return env;
-}
-
-// A host of `cores` single-PU cores in one package and one NUMA node (bind is off in every
-// plan here, so the numbers need not exist on the test host), plus `gpus` GPUs local to it.
-topology::Machine machine(unsigned cores, unsigned gpus = 0) {
-  topology::Machine m;
-  m.source = "hand-built";
-  m.packages = 1;
-  topology::NumaNode numa{0, 0, {}};
-  for (unsigned c = 0; c < cores; ++c) {
-    m.cores.push_back(topology::Core{0, 0, {c}});
-    numa.pus.push_back(c);
-  }
-  m.numa_nodes = {numa};
-  for (unsigned g = 0; g < gpus; ++g) {
-    m.gpus.push_back(topology::Gpu{g, "0000:0" + std::to_string(g + 1) + ":00.0", 0, 0, numa.pus,
-                                   std::vector<unsigned>{0}});
-  }
-  return m;
-}
-
-topology::Plan plan_for(const topology::Machine& m, topology::PlanOptions options) {
-  options.bind_cpus = false;
-  options.bind_memory = false;
-  auto plan = topology::make_plan(m, options);
-  if (!plan.ok()) ADD_FAILURE() << plan.error().message;
-  return plan.ok() ? std::move(plan).value() : topology::Plan{};
-}
-
-// Two CPU slots of two cores each (OMP_NUM_THREADS=2).
-topology::Plan cpu_plan(unsigned slots = 2) {
-  topology::PlanOptions options;
-  options.gpus.detect = false;
-  options.cpu_slots = slots;
-  return plan_for(machine(2 * slots), options);
 }
 
 // Writes the worker's environment to $OUT/env-<job>-<round>-<rank>.txt (atomically).
@@ -179,19 +143,7 @@ class JobSupervisorTest : public ::testing::Test {
 
   // Pumps the supervisor until `done` holds or `timeout` passes.
   bool pump_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
-    const TimePoint deadline = now() + timeout;
-    while (true) {
-      supervisor_->process(now());
-      if (done()) return true;
-      const TimePoint t = now();
-      if (t >= deadline) return false;
-      // Files written by workers do not wake the fd; 20 ms bounds the lag of such conditions.
-      const TimePoint wake = std::min({deadline, supervisor_->next_deadline(), t + 20ms});
-      const auto ms = std::clamp<std::int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(wake - t).count(), 1, 20);
-      pollfd fd{supervisor_->fd(), POLLIN, 0};
-      ::poll(&fd, 1, static_cast<int>(ms));
-    }
+    return testing::pump_until(*supervisor_, done, timeout);
   }
 
   // Every report the supervisor made so far (taken from it on each call).

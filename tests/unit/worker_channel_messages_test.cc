@@ -39,6 +39,12 @@ TEST(WorkerChannelMessagesTest, EveryMessageSurvivesARoundTrip) {
   EXPECT_EQ(std::get<Joined>(*joined).round, 9u);
   EXPECT_EQ(std::get<Joined>(*joined).term, 4u);
 
+  Result<WorkerMessage> alive = decode_worker_message(encode(WorkerMessage(Alive{812, 40, true})));
+  ASSERT_OK(alive);
+  EXPECT_EQ(std::get<Alive>(*alive).step, 812u);
+  EXPECT_EQ(std::get<Alive>(*alive).idle_ms, 40u);
+  EXPECT_TRUE(std::get<Alive>(*alive).waiting);
+
   const RoundOffer sent = sample_round();
   Result<DaemonMessage> round = decode_daemon_message(encode(DaemonMessage(sent)));
   ASSERT_OK(round);
@@ -69,6 +75,8 @@ TEST(WorkerChannelMessagesTest, EveryMessageSurvivesARoundTrip) {
 TEST(WorkerChannelMessagesTest, TheWireFormIsTheDocumentedJson) {
   EXPECT_EQ(encode(WorkerMessage(Hello{1, false})), R"({"live":false,"type":"hello","version":1})");
   EXPECT_EQ(encode(WorkerMessage(Joined{2, 1})), R"({"round":2,"term":1,"type":"joined"})");
+  EXPECT_EQ(encode(WorkerMessage(Alive{7, 250, false})),
+            R"({"idle_ms":250,"step":7,"type":"alive","waiting":false})");
 }
 
 TEST(WorkerChannelMessagesTest, UnknownTypesAndFieldsAreToleratedForNewerPeers) {
@@ -107,6 +115,12 @@ TEST(WorkerChannelMessagesTest, EveryBadWorkerMessageIsOneSentenceNamingTheField
       {R"({"type":"hello","version":-1,"live":true})", "\"version\" must be an integer >= 0"},
       {R"({"type":"joined","round":1.5,"term":1})", "\"round\" must be an integer >= 0"},
       {R"({"type":"joined","round":1})", "The worker's \"joined\" message needs \"term\""},
+      {R"({"type":"alive","step":3,"idle_ms":5})",
+       "The worker's \"alive\" message needs \"waiting\""},
+      {R"({"type":"alive","step":-3,"idle_ms":5,"waiting":true})", "\"step\" must be an integer"},
+      {R"({"type":"alive","step":3,"idle_ms":1e300,"waiting":false})", "\"idle_ms\""},
+      {R"({"type":"alive","step":3,"idle_ms":18446744073709551615,"waiting":false})",
+       "\"idle_ms\""},
   };
   for (const BadCase& c : cases) {
     Result<WorkerMessage> decoded = decode_worker_message(c.json);
