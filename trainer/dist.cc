@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef ELASTIC_HAVE_GLOO
 #include <gloo/transport/pair.h>
@@ -23,6 +24,15 @@
 
 namespace elastic::trainer {
 namespace {
+
+#ifdef USE_C10D_NCCL
+c10::intrusive_ptr<Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                      int world_size, const DistOptions& options) {
+  auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+  nccl_options->timeout = options.timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
+}
+#endif
 
 // The local address this host uses to reach the master: Gloo must bind to an address peers can
 // reach, and on a multi-homed host (or in a network namespace) the hostname may not resolve to
@@ -217,10 +227,7 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
   try {
     if (options.device.is_cuda()) {
 #ifdef USE_C10D_NCCL
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = options.timeout;
-      dist.backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(dist.store, env.rank,
-                                                                 env.world_size, nccl_options);
+      dist.backend = make_nccl(dist.store, env.rank, env.world_size, options);
       dist.backend_name = "nccl";
 #else
       return Error{"a CUDA device was asked for but this build has no NCCL support"};
@@ -257,6 +264,26 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options) {
                  e.what()};
   }
   return dist;
+}
+
+Result<double> warm_up_backend(const DistOptions& options) {
+  if (!options.device.is_cuda()) return 0.0;  // Gloo: nothing to warm
+#ifdef USE_C10D_NCCL
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    auto backend = make_nccl(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+    std::vector<at::Tensor> one{torch::ones({1}, torch::TensorOptions().device(options.device))};
+    backend->allreduce(one)->wait();
+    (void)one[0].cpu();  // the all-reduce ran on the device
+    shutdown_backend(*backend);
+  } catch (const std::exception& e) {
+    return Error{std::string("warming up NCCL in a group of this process alone failed: ") +
+                 e.what()};
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+#else
+  return Error{"a CUDA device was asked for but this build has no NCCL support"};
+#endif
 }
 
 }  // namespace elastic::trainer

@@ -41,6 +41,16 @@ Result<Dist> init_dist(const WorkerEnv& env, const DistOptions& options);
 // The group is unusable afterwards; destroy it. Never throws.
 void abort_backend(Dist& dist);
 
+// Pays the first-use costs of the backend that groups on `options.device` use, once per process,
+// in a group of this process alone (over an in-memory store, one all-reduce, then shut down): NCCL
+// initialises its library, probes the network and the topology and loads its kernels at the
+// first communicator a process creates. A live joiner calls it before it tells its daemon it is
+// ready, so the running ranks, which wait for that, do not wait for these costs in their first
+// collective with it. Gloo has none: on CPU it does nothing (0 s). Returns the seconds it took;
+// an Error (the group could not be formed or used) leaves nothing behind but costs nothing
+// either: the real group pays the costs then.
+Result<double> warm_up_backend(const DistOptions& options);
+
 // Whether this build can run NCCL (a CUDA LibTorch with c10d NCCL compiled in).
 bool nccl_compiled_in();
 

@@ -15,13 +15,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -109,6 +113,7 @@ struct Flags {
   double reform_timeout_s = 60;
   bool live = true;  // under elasticd: re-form in place when its worker channel says so
   bool reform_checksums = false;
+  bool backend_warm_up = false;
 };
 
 // At most this long for an abandoned group's collectives to return after its abort (they fail
@@ -249,6 +254,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reform-timeout", f.reform_timeout_s,
                  "Seconds to wait for the next round after a collective failed (--round-file)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--backend-warm-up", f.backend_warm_up,
+               "Live, on CUDA, in a round after the first (a joiner): initialise NCCL in a group "
+               "of this process alone before saying it is ready, so the running ranks do not "
+               "wait for NCCL's first-use costs when it joins");
   app.add_flag("--reform-checksums", f.reform_checksums,
                "Print each rank's parameter checksum after every re-formation (a test aid: one "
                "pass over the parameters)");
@@ -301,20 +310,111 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The control slots of the reducer (trainer/reducer.h) each step sums over the ranks.
+enum ControlSlot : int {
+  kControlStop = 0,    // a rank was asked to stop (SIGTERM)
+  kControlLoss = 1,    // the step's global loss
+  kControlSwitch = 2,  // a rank was announced an intact round: leave this group for it
+};
+
 // The group a round source's thread may abort (ChannelRoundSource::on_round): a round newer
 // than the group's ends its collectives at once, so a rank stuck on a peer that will never
-// answer re-forms now instead of after the collective's timeout. The training thread holds
-// `mutex` while it replaces or destroys the group.
-struct AbortableGroup {
+// answer re-forms now instead of after the collective's timeout. An intact round (every rank of
+// the group goes on into it) is not a failure: the ranks leave the group after a step they agree
+// on (kControlSwitch), and the abort is only the safety net for a failure the daemon did not see
+// yet (a peer lost at the same moment): a watchdog thread aborts the group if this rank is still
+// in it `switch_bound()` after the round came. The training thread holds `mutex` while it
+// replaces, leaves or destroys the group.
+class AbortableGroup {
+ public:
+  // At least this long for a healthy group to reach its switch, however short its steps.
+  static constexpr std::chrono::milliseconds kMinSwitchBound{2000};
+  // ... and at least this many of its steps (each switch waits about two: the control values
+  // are read one step late).
+  static constexpr int kSwitchBoundSteps = 4;
+
+  ~AbortableGroup() {
+    {
+      std::lock_guard lock(mutex);
+      ending_ = true;
+    }
+    changed_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
   std::mutex mutex;
-  Dist* dist = nullptr;     // null: no group to abort
-  std::int64_t round = -1;  // the round `dist` belongs to
-  void abort_if_older(std::int64_t newer) {
+  Dist* dist = nullptr;     // null: no group to abort; guarded by `mutex`
+  std::int64_t round = -1;  // the round `dist` belongs to; guarded by `mutex`
+
+  // On the round source's thread: round `newer` was announced.
+  void on_round(std::int64_t newer, bool intact) {
     std::lock_guard lock(mutex);
     if (dist == nullptr || round >= newer) return;
-    abort_backend(*dist);
-    round = newer;  // aborted once is enough
+    if (!intact) {
+      abort_backend(*dist);
+      round = newer;  // aborted once is enough
+      return;
+    }
+    if (switch_round_ < 0) switch_by_ = std::chrono::steady_clock::now() + switch_bound();
+    switch_round_ = std::max(switch_round_, newer);
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+    changed_.notify_all();
   }
+
+  // The training thread's last step took `seconds` (it sets the safety net's bound).
+  void step_took(double seconds) { step_seconds_.store(seconds, std::memory_order_relaxed); }
+
+  // Whether the safety net aborted the group since the last call.
+  bool take_safety_abort() {
+    std::lock_guard lock(mutex);
+    return std::exchange(safety_aborted_, false);
+  }
+
+ private:
+  std::chrono::milliseconds switch_bound() const {
+    const auto steps = std::chrono::milliseconds(static_cast<std::int64_t>(
+        kSwitchBoundSteps * 1000 * step_seconds_.load(std::memory_order_relaxed)));
+    return std::max(kMinSwitchBound, steps);
+  }
+
+  // Aborts the group if it is still this rank's when the switch is overdue. A group already
+  // left (moved out: no backend) or replaced by the round's (round >= switch_round_) is not.
+  void watch() {
+    std::unique_lock lock(mutex);
+    while (!ending_) {
+      if (switch_round_ < 0) {
+        changed_.wait(lock);
+        continue;
+      }
+      const bool still_in_old =
+          dist != nullptr && dist->backend && round >= 0 && round < switch_round_;
+      if (!still_in_old) {
+        switch_round_ = -1;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() < switch_by_) {
+        changed_.wait_until(lock, switch_by_);
+        continue;
+      }
+      std::fprintf(stderr,
+                   "elastic-trainer: round %lld was announced as intact, but this rank did not "
+                   "leave round %lld at an agreed step within %.1f s; aborting the group\n",
+                   static_cast<long long>(switch_round_), static_cast<long long>(round),
+                   std::chrono::duration<double>(switch_bound()).count());
+      abort_backend(*dist);
+      round = switch_round_;
+      switch_round_ = -1;
+      safety_aborted_ = true;
+    }
+  }
+
+  std::condition_variable changed_;
+  std::int64_t switch_round_ = -1;  // the intact round announced, not yet switched to
+  std::chrono::steady_clock::time_point switch_by_;
+  bool safety_aborted_ = false;
+  bool ending_ = false;
+  std::atomic<double> step_seconds_{0};
+  std::thread watchdog_;
 };
 
 int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
@@ -380,6 +480,8 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   const DistOptions dist_options{
       device, std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000))};
   Dist dist;
+  // Healthy groups this rank left (an intact round) are destroyed off the pause.
+  GroupReleaser releaser(kAbandonBound);
   // Declared after `dist`, so destroyed before it: the source's thread never aborts a group that
   // is gone.
   struct Unregister {
@@ -400,6 +502,17 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     }
     dist = std::move(dist_result).value();
   } else {
+    // A joiner of a running job pays the backend's first-use costs before it says it is ready
+    // (the running ranks train on until then), not in their pause.
+    double warm_up_s = -1;
+    if (flags.backend_warm_up && env.round > 1 && device.is_cuda()) {
+      auto warmed = warm_up_backend(dist_options);
+      if (warmed) {
+        warm_up_s = *warmed;
+      } else {
+        fail(warmed.error().message);
+      }
+    }
     rounds->ready();
     auto formed = reform_group(env, dist_options, live, RankFacts{});
     if (!formed) {
@@ -416,6 +529,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     if (joined_live) {
       auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
       line["joined"] = true;
+      if (warm_up_s >= 0) line["warm_up_s"] = warm_up_s;
       emit(line);
     }
   }
@@ -570,33 +684,65 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   // step and take the state from a rank that has it (trainer/reformer.h). Not kExitOk: give up.
   std::int64_t state_round = env.round;  // the round of the group this rank's state is from
   std::optional<double> reformed_at;     // monotonic seconds of the last re-formation
-  auto reform = [&](std::optional<WorkerEnv> next) -> int {
+  // An intact round (RoundSource::intact) this rank was announced and has not switched to yet:
+  // when it noticed it (monotonic seconds).
+  std::optional<double> switch_pending_since;
+  // `intact`: every rank of the current group leaves it after this same completed step (they
+  // agreed through kControlSwitch), so it is healthy: it is kept until the next group is formed
+  // and then released in the background, instead of being aborted and destroyed on the pause.
+  auto reform = [&](std::optional<WorkerEnv> next, bool intact) -> int {
     // The re-formation waits for the next round and for the peers, not for this rank's work.
     rounds->waiting(true);
     struct WaitEnds {
       RoundSource* rounds;
       ~WaitEnds() { rounds->waiting(false); }
     } wait_ends{rounds};
-    reducer.reset();  // its buckets and gradient hooks belong to the old group
     double abandon_s = 0;
-    {
+    Dist leaving;  // the healthy group left, released once the next one formed
+    if (intact) {
+      const auto start = std::chrono::steady_clock::now();
+      reducer->control(0);  // its last step's collectives are complete on the device
+      reducer.reset();      // its buckets and gradient hooks belong to the old group
+      {
+        std::lock_guard lock(abortable.mutex);
+        leaving = std::move(dist);
+        dist = Dist{};
+      }
+      abandon_s = seconds_since(start);
+    } else {
+      reducer.reset();
       std::lock_guard lock(abortable.mutex);
       abandon_s = abandon_group(
           dist, std::min<std::chrono::milliseconds>(dist_options.timeout, kAbandonBound));
     }
+    const bool safety_abort = abortable.take_safety_abort();
+    // How long this rank went on training after it noticed an intact round (-1: none).
+    const double pending_s =
+        switch_pending_since ? monotonic_seconds() - *switch_pending_since : -1.0;
+    switch_pending_since.reset();
     const auto deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<std::int64_t>(flags.reform_timeout_s * 1000));
     std::int64_t newer_than = env.round;
+    double wait_s = 0;
     for (;;) {
-      if (!next) next = rounds->wait(newer_than, deadline);
       if (!next) {
+        // After an intact switch: a peer's round came first, this rank's daemon is behind.
+        const auto waited = std::chrono::steady_clock::now();
+        next = rounds->wait(newer_than, deadline);
+        wait_s += seconds_since(waited);
+      }
+      if (!next) {
+        if (leaving.backend) releaser.release(leaving);
         fail("no round after round " + std::to_string(newer_than) + " was announced within " +
              std::to_string(flags.reform_timeout_s) + " s");
         return kExitUnavailable;
       }
       auto formed =
           reform_group(*next, dist_options, live, RankFacts{true, state.step, state_round, -1});
+      // Every rank of the old group has left it once the new one is formed (or, on failure,
+      // gave up on it): nothing needs the old group any more.
+      if (leaving.backend) releaser.release(leaving);
       if (formed && formed->plan) {
         {
           std::lock_guard lock(abortable.mutex);
@@ -613,7 +759,15 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
         reformed_at = monotonic_seconds();
         if (!follow_rank_zero()) return kExitIo;
         auto line = reform_event(env, *formed, state, flags.reform_checksums ? &module : nullptr);
+        // The pause's phases before the new group's: leaving the old group (abandon_s: its abort
+        // and teardown, or for an intact switch only the wait for its last step and the hand-off
+        // to the background release) and waiting for this rank's own round (switch_wait_s).
+        // pending_s: how long it trained on after it noticed an intact round (no pause).
         line["abandon_s"] = abandon_s;
+        line["intact"] = intact;
+        line["switch_wait_s"] = wait_s;
+        if (pending_s >= 0) line["pending_s"] = pending_s;
+        if (safety_abort) line["safety_abort"] = true;
         emit(line);
         return kExitOk;
       }
@@ -647,12 +801,16 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       emit({{"event", "stall"}, {"rank", env.rank}, {"round", env.round}, {"step", state.step}});
       for (;;) ::pause();  // a signal's handler returns here; SIGABRT and SIGKILL end it
     }
-    // A round announced while this group is healthy (a grow, say) is joined at a step boundary;
+    // A round announced while this group is healthy is joined at a step boundary. An intact
+    // one (a grow) at the step every rank agrees on (kControlSwitch, below); any other at once:
     // a peer still in the old group fails its next collective and re-forms too.
     if (rounds != nullptr) {
       if (auto next = rounds->poll(env.round)) {
-        if (int rc = reform(std::move(next)); rc != kExitOk) return rc;
-        continue;
+        if (!rounds->intact(next->round)) {
+          if (int rc = reform(std::move(next), false); rc != kExitOk) return rc;
+          continue;
+        }
+        if (!switch_pending_since) switch_pending_since = monotonic_seconds();
       }
     }
     profiler.begin_step(steps_this_run + 1);
@@ -664,10 +822,11 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     try {
       optimizer->zero_grad();
       reducer->prepare();
-      reducer->set_control(0, stop_requested.load() ? 1.0f : 0.0f);
+      reducer->set_control(kControlStop, stop_requested.load() ? 1.0f : 0.0f);
+      reducer->set_control(kControlSwitch, switch_pending_since ? 1.0f : 0.0f);
       if (!indices.empty()) {
         auto loss = workload->scaled_loss(indices, global_batch);
-        reducer->set_control(1, loss.detach().to(torch::kFloat));
+        reducer->set_control(kControlLoss, loss.detach().to(torch::kFloat));
         loss.backward();
       }
       reducer->finish();
@@ -680,7 +839,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       if (rounds == nullptr || !is_lost_peer(e, &what)) throw;
       fail("step " + std::to_string(state.step + 1) + " failed in round " +
            std::to_string(env.round) + "; re-forming: " + what);
-      if (int rc = reform(std::nullopt); rc != kExitOk) return rc;
+      if (int rc = reform(std::nullopt, false); rc != kExitOk) return rc;
       continue;
     }
     optimizer->step();
@@ -711,8 +870,9 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       reformed_at.reset();
     }
     if (checkpointer) checkpointer->poll();
+    // This step's loss: a host sync, only when shown.
     if ((env.rank == 0 && state.step % flags.log_interval == 0) || state.position.position == 0)
-      last_loss = reducer->control(0)[1];  // this step's loss: a host sync, only when shown
+      last_loss = reducer->control(0)[kControlLoss];
     interval_samples += global_batch;
     if (steps_this_run > flags.warmup_steps) {
       samples_measured += global_batch;
@@ -750,7 +910,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       }
       epoch_start = std::chrono::steady_clock::now();
     }
-    if (control[0] > 0) {
+    if (control[kControlStop] > 0) {
       stopped = true;
       break;
     }
@@ -760,11 +920,18 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
       state.round = env.round;
       checkpointer->checkpoint(state, module, *optimizer);
     }
+    abortable.step_took(seconds_since(step_start));
+    // Some rank has an intact round: every rank read the same sum, so all leave the group after
+    // this step. One whose own announcement has not come yet waits for it in reform().
+    if (rounds != nullptr && control[kControlSwitch] > 0) {
+      auto next = rounds->poll(env.round);
+      if (int rc = reform(std::move(next), true); rc != kExitOk) return rc;
+    }
   }
 
   if (steps_this_run > 0) {
     const auto drain_start = std::chrono::steady_clock::now();
-    last_loss = reducer->control(0)[1];  // waits for the last step on the device
+    last_loss = reducer->control(0)[kControlLoss];  // waits for the last step on the device
     if (samples_measured > 0) measured_seconds += seconds_since(drain_start);
   }
 
@@ -889,7 +1056,7 @@ int run(int argc, char** argv) {
       // hello once the model and data are loaded (train() calls ready()).
       rounds = std::make_unique<ChannelRoundSource>(
           std::move(**channel), *env,
-          [&abortable](std::int64_t round) { abortable.abort_if_older(round); },
+          [&abortable](std::int64_t round, bool intact) { abortable.on_round(round, intact); },
           /*hello_now=*/false);
     } else if (channel->has_value()) {
       // --no-live: the daemon stops and restarts this worker at every incident, as it does a

@@ -16,7 +16,8 @@
 // by the global batch), so ranks with uneven or empty batches still combine exactly.
 // kControlSlots extra elements at the end of the last bucket carry per-rank control values that
 // are summed with the gradients, without a collective of their own: the trainer uses them to
-// agree on stopping after SIGTERM and to report the global loss. finish() only starts copying
+// agree on stopping after SIGTERM, to report the global loss and to agree on the step after
+// which a healthy group is left for the next round. finish() only starts copying
 // them to the host (pinned memory, a CUDA event); control(1) reads the previous step's values,
 // which are there by then, so a training loop that acts on them one step late never makes the
 // host wait for the GPU. control(0) waits for the current step's (a host synchronisation).
@@ -74,7 +75,7 @@ class BucketReducer {
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
 
-  static constexpr int kControlSlots = 2;
+  static constexpr int kControlSlots = 3;
 
   // Readies the buckets for one step (control values start at 0).
   void prepare();

@@ -6,6 +6,9 @@
 //                                 collective still waiting on this rank fails at once on its
 //                                 peers too; NCCL: abort the communicators), then destroy it,
 //                                 waiting at most `bound` for its collectives to return
+//   GroupReleaser::release(old)   the same for a healthy group every rank left after the same
+//                                 step (an intact round), on a thread of its own: its teardown is
+//                                 not part of the pause
 //   reform_group(next, ...)       1. a new store connection and group for `next` (rank 0 of the
 //                                    new round hosts the store; keys carry the round)
 //                                 2. the step agreement: an all-gather of every rank's RankFacts,
@@ -30,8 +33,11 @@
 #pragma once
 
 #include <chrono>
+#include <future>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -63,6 +69,33 @@ struct Reformed {
 // a group that does not finish in time is left to finish on a thread of its own (logged).
 // Returns the seconds it took.
 double abandon_group(Dist& dist, std::chrono::milliseconds bound);
+
+// Aborts and destroys groups in the background. A group handed to release() must be one nothing
+// of this process uses any more and no peer still needs: the trainer hands over a group all of
+// whose ranks left it after the same completed step, once they have formed the next group
+// (which proves every one of them is past the old one). Each release runs on a thread of its
+// own, so a re-formation that comes while one is still under way is not held up by it; the
+// destructor waits for the releases still running, at most `bound` for each, and leaves one
+// that takes longer to end on its own (logged), as abandon_group() does.
+// Thread safety: one thread calls release() and destroys it.
+class GroupReleaser {
+ public:
+  explicit GroupReleaser(std::chrono::milliseconds bound) : bound_(bound) {}
+  ~GroupReleaser();
+  GroupReleaser(const GroupReleaser&) = delete;
+  GroupReleaser& operator=(const GroupReleaser&) = delete;
+
+  // Takes `dist` (left empty) and starts its release.
+  void release(Dist& dist);
+
+ private:
+  struct Release {
+    std::thread thread;
+    std::future<void> done;
+  };
+  std::chrono::milliseconds bound_;
+  std::vector<Release> running_;  // finished ones are joined at the next release()
+};
 
 // Forms the group of `next` and brings every rank to the agreed step; `mine` is this rank's
 // facts. See above.

@@ -3,7 +3,8 @@
 // place instead of exiting. The daemon's worker channel is one source; FileRoundSource is the
 // simplest one (tests, or a person driving a worker by hand).
 //
-// The trainer asks at every step boundary with poll(), which must cost next to nothing, and,
+// The trainer asks at every step boundary with poll() (and intact()), which must cost next to
+// nothing, and,
 // after a collective failed, with wait(), which blocks until a newer round is announced or the
 // deadline passes. A worker without a source keeps today's behaviour: a failure ends it.
 //
@@ -40,6 +41,14 @@ class RoundSource {
   // passes (nullopt).
   virtual std::optional<WorkerEnv> wait(std::int64_t current_round,
                                         std::chrono::steady_clock::time_point deadline) = 0;
+  // Whether the announced round `round` keeps every rank of the current group, going on from
+  // the step it is at, with none of them failed (a grow of a healthy job): the trainer then
+  // leaves the group at a step boundary all its ranks agree on instead of at once. False when
+  // the source cannot tell (always correct: the group is then aborted).
+  virtual bool intact(std::int64_t round) const {
+    (void)round;
+    return false;
+  }
   // The trainer re-formed into `env`'s round (a source that answers its announcer says so).
   virtual void joined(const WorkerEnv& env) { (void)env; }
   // The trainer has built its model and data and is about to join its first group: a source

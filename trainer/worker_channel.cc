@@ -93,7 +93,7 @@ Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::mi
       if (!message.ok()) return Error{where() + ": " + message.error().message};
       if (const auto* round = std::get_if<wc::RoundOffer>(&*message)) {
         return std::optional<ChannelInstruction>(
-            NextRound{to_worker_env(*round, current), round->term});
+            NextRound{to_worker_env(*round, current), round->term, round->intact});
       }
       if (const auto* stop = std::get_if<wc::Stop>(&*message)) {
         return std::optional<ChannelInstruction>(StopRequest{stop->reason});
@@ -116,7 +116,8 @@ Result<std::optional<ChannelInstruction>> WorkerChannel::receive(std::chrono::mi
 }
 
 ChannelRoundSource::ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
-                                       std::function<void(std::int64_t)> on_round, bool hello_now)
+                                       std::function<void(std::int64_t, bool)> on_round,
+                                       bool hello_now)
     : channel_(std::move(channel)),
       base_(std::move(base)),
       on_round_(std::move(on_round)),
@@ -205,10 +206,11 @@ void ChannelRoundSource::read_loop() {
     NextRound round = std::get<NextRound>(std::move(**got));
     if (newest_ && newest_->env.round >= round.env.round) continue;  // not newer
     const std::int64_t number = round.env.round;
+    const bool intact = round.intact;
     newest_ = std::move(round);
     changed_.notify_all();
     lock.unlock();
-    if (on_round_) on_round_(number);
+    if (on_round_) on_round_(number, intact);
   }
 }
 
@@ -226,6 +228,11 @@ std::optional<WorkerEnv> ChannelRoundSource::wait(std::int64_t current_round,
   });
   if (newest_ && newest_->env.round > current_round) return newest_->env;
   return std::nullopt;
+}
+
+bool ChannelRoundSource::intact(std::int64_t round) const {
+  std::lock_guard lock(mutex_);
+  return newest_ && newest_->env.round == round && newest_->intact;
 }
 
 void ChannelRoundSource::joined(const WorkerEnv& env) {

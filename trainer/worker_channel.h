@@ -39,6 +39,7 @@ namespace elastic::trainer {
 struct NextRound {
   WorkerEnv env;
   std::uint64_t term = 0;
+  bool intact = false;  // the current group goes on whole (RoundOffer::intact)
 };
 
 // The daemon asks the worker to end.
@@ -88,9 +89,11 @@ class WorkerChannel {
 // The worker channel as elastic-trainer's RoundSource. A thread of its own reads the channel, so
 // a round arrives even while the training thread is stuck in a collective with a peer that will
 // never answer (a cut link, a stopped process: no connection closes): `on_round` (set before the
-// first round can come) is then called on that thread with the round's number, and the trainer
-// aborts its current group there, so the stuck collective fails at once instead of after its
-// timeout. poll() and wait() hand the newest announced round to the training thread; joined()
+// first round can come) is then called on that thread with the round's number and whether it
+// is intact, and the trainer aborts its current group there, so the stuck collective fails at
+// once instead of after its timeout (for an intact round it first gives the group a bounded
+// time to switch at a step boundary). poll() and wait() hand the newest announced round to the
+// training thread, intact() says whether it is intact; joined()
 // answers the daemon with the round's term. A stop request or a closed or garbled channel ends
 // the announcements (stopped() says why): the daemon ends such a worker itself.
 // The reader thread also sends "alive" every kAlivePeriod with what progress() and waiting()
@@ -104,7 +107,8 @@ class ChannelRoundSource final : public RoundSource {
   // live (offers it rounds, and lets a grow's running ranks wait for it) from its hello, so a
   // trainer says it once its model and data are loaded.
   ChannelRoundSource(WorkerChannel channel, WorkerEnv base,
-                     std::function<void(std::int64_t round)> on_round, bool hello_now = true);
+                     std::function<void(std::int64_t round, bool intact)> on_round,
+                     bool hello_now = true);
   ~ChannelRoundSource() override;
   ChannelRoundSource(const ChannelRoundSource&) = delete;
   ChannelRoundSource& operator=(const ChannelRoundSource&) = delete;
@@ -112,6 +116,7 @@ class ChannelRoundSource final : public RoundSource {
   std::optional<WorkerEnv> poll(std::int64_t current_round) override;
   std::optional<WorkerEnv> wait(std::int64_t current_round,
                                 std::chrono::steady_clock::time_point deadline) override;
+  bool intact(std::int64_t round) const override;
   void joined(const WorkerEnv& env) override;
   // Says hello(live = true) and starts the reader, once.
   void ready() override;
@@ -128,7 +133,7 @@ class ChannelRoundSource final : public RoundSource {
 
   WorkerChannel channel_;
   WorkerEnv base_;
-  std::function<void(std::int64_t)> on_round_;
+  std::function<void(std::int64_t, bool)> on_round_;
   static constexpr std::chrono::milliseconds kReadSlice{100};  // how soon the reader sees `ending_`
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -555,9 +555,18 @@ class Elastic:
         g = {"after": kind, "node": node,
              "first_step_on_2_s": grow[0] - t1 if grow and t1 is not None else None}
         if grow:
-            before = [t for (t, d) in steps(self.tail.snapshot(), round=cur)]
+            lines = self.tail.snapshot()
+            before = [t for (t, d) in steps(lines, round=cur)]
             if before:
                 g["pause_s"] = grow[0] - max(before)
+            # The running rank's own account of the pause (its "reform" line of the grown round;
+            # a joiner's says "joined"): intact switch or abort, and the time of each phase.
+            reform = next((d for (_, _, d) in lines if d.get("event") == "reform"
+                           and d.get("round") == grow[1]["round"] and not d.get("joined")), None)
+            if reform:
+                g["reform"] = {k: reform[k] for k in (
+                    "intact", "safety_abort", "pending_s", "abandon_s", "switch_wait_s", "form_s",
+                    "agree_s", "transfer_s") if k in reform}
         return g
 
     def shutdown(self):

@@ -60,6 +60,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -138,7 +139,8 @@ ProcSample sample(pid_t pid) {
 struct Line {
   std::string event;
   std::int64_t round = -1, step = -1;
-  double seen_ms = 0;  // wall clock when the bench read it
+  bool intact = false;  // a "reform" line: the rank left a healthy group at an agreed step
+  double seen_ms = 0;   // wall clock when the bench read it
 };
 
 // Reads what was appended to every rank log of one job since the last poll.
@@ -180,6 +182,7 @@ class LogTail {
           line.event = json.value("event", "");
           line.round = json.value("round", std::int64_t{-1});
           line.step = json.value("step", std::int64_t{-1});
+          line.intact = json.value("intact", false);
           line.seen_ms = now;
           lines.push_back(line);
         }
@@ -211,7 +214,11 @@ struct Progress {
     double first_ms = -1, last_ms = -1;  // when the bench read its first and last step line
   };
   std::map<std::uint64_t, Range> rounds;
+  std::set<std::uint64_t> intact;  // rounds a rank switched to from a healthy group (no abort)
   void add(const Line& line) {
+    if (line.event == "reform" && line.intact && line.round >= 0) {
+      intact.insert(static_cast<std::uint64_t>(line.round));
+    }
     // "reformed_step": each rank's first step after re-forming in place (rank 0 alone prints
     // "step" lines).
     if ((line.event != "step" && line.event != "reformed_step") || line.round < 0) return;
@@ -244,6 +251,7 @@ struct Incident {
   std::uint64_t restarts = 0;  // the job's restarts after the incident
   std::size_t kept = 0;        // workers of the broken round that re-formed in place
   double grow_pause = -1;      // after a daemon kill: the running ranks' pause when it returned
+  bool grow_intact = false;    // ... and they switched at an agreed step (no abort)
 };
 
 // The wall-clock time (ms since the epoch) of a daemon log line, or nullopt.
@@ -429,6 +437,7 @@ Incident measure(DaemonCluster& daemons, const std::string& id, const std::strin
   if (grown.round > before.round + 1 && regrown != steps.rounds.end() &&
       regrown != steps.rounds.begin() && std::prev(regrown)->first > before.round) {
     incident.grow_pause = regrown->second.first_ms - std::prev(regrown)->second.last_ms;
+    incident.grow_intact = steps.intact.contains(grown.round);
   }
   return incident;
 }
@@ -443,10 +452,11 @@ std::string cell(const std::vector<double>& values) {
 
 void report(const std::string& title, const std::vector<Incident>& incidents) {
   std::vector<double> total, detect, decide, rendezvous, spawn, load, stop, lost, pause;
-  std::size_t kept = 0;
+  std::size_t kept = 0, intact = 0;
   for (const auto& i : incidents) {
     kept += i.kept;
     if (i.grow_pause >= 0) pause.push_back(i.grow_pause);
+    if (i.grow_pause >= 0 && i.grow_intact) ++intact;
     total.push_back(i.step);
     detect.push_back(i.detect);
     decide.push_back(i.decided - i.detect);
@@ -467,9 +477,11 @@ void report(const std::string& title, const std::vector<Incident>& incidents) {
             << format(*std::max_element(lost.begin(), lost.end()) / 1000, 0) << " |\n";
   std::cout << "\nWorkers of the broken rounds that re-formed in place: " << kept
             << " (spawn is then the re-formation: the \"reform\" line instead of \"start\")."
-            << (pause.empty() ? std::string()
-                              : " The node's return -> running ranks' pause: " + cell(pause) +
-                                    " s (p50 / max).")
+            << (pause.empty()
+                    ? std::string()
+                    : " The node's return -> running ranks' pause: " + cell(pause) +
+                          " s (p50 / max); " + std::to_string(intact) + " of " +
+                          std::to_string(pause.size()) + " grows switched intact (no abort).")
             << "\n";
   std::cout << "\n<details><summary>each incident (ms since the kill)</summary>\n\n"
             << "| # | victim | rounds | detect | decided | running | start line | first step | "

@@ -35,7 +35,9 @@
 // member of such a job). A grow round's RoundStart may say hold_live (round_codec.h): the
 // running workers then keep training in their round, and the offer waits for the same round
 // without it (the leader sends it once the joiners' workers are ready), so growing costs them
-// only the re-formation.
+// only the re-formation. That offer says "intact" (worker_channel/messages.h) when no worker of
+// the job failed here: the workers then leave their healthy group at an agreed step boundary
+// instead of aborting it.
 // Local slots (GPUs, or CPU slots) come from the topology plan; a round's workers take the
 // lowest free ones, so two jobs on one node never share a slot.
 //

@@ -85,6 +85,14 @@ bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
     spdlog::warn("job {} round {}: {}", id, start.round.round, logs.error().message);
   }
   const Duration timeout = config_.get().rendezvous.reform_timeout;
+  // The grow these workers were held for (RoundStart::hold_live) follows the round they run and
+  // adds ranks only, and none of them failed here: their group is whole, and they may leave it
+  // at a step boundary they agree on instead of aborting it (worker_channel/messages.h). A
+  // failure elsewhere opens another round (not the held one); one racing with this offer makes
+  // the group's collectives fail, which the worker handles as it does every failure.
+  const bool intact = job.held != 0 && job.held == start.round.round &&
+                      start.round.reason == rendezvous::RoundReason::kGrow &&
+                      start.round.expected_prev_round == old_round && !job.failure;
   job.held = 0;
   job.current = start;
   job.started = true;
@@ -106,15 +114,17 @@ bool JobSupervisor::offer_round(TimePoint now, const std::string& id, Job& job,
         .group_rank = group_rank,
         .master_addr = rendezvous::endpoint_host(start.round.store_endpoint),
         .master_port = rendezvous::endpoint_port(start.round.store_endpoint),
-        .restart_count = entry->restarts};
+        .restart_count = entry->restarts,
+        .intact = intact};
     const std::string label = id + " rank " + std::to_string(rank);
     if (Status moved = spawner_->move_log(w.id, label, logs_.rank_path(id, start.round.round, rank));
         !moved.ok()) {
       spdlog::warn("job {} round {}: {}", id, start.round.round, moved.error().message);
     }
-    spawner_->note(w.id, "round " + std::to_string(start.round.round) + " offered over the worker "
-                                                                        "channel: rank " +
-                             std::to_string(rank) + " of " + std::to_string(offer.world_size));
+    spawner_->note(w.id, "round " + std::to_string(start.round.round) +
+                             " offered over the worker channel: rank " + std::to_string(rank) +
+                             " of " + std::to_string(offer.world_size) +
+                             (intact ? " (its group is intact)" : ""));
     on_link_step(id, job, w, w.channel->link.offer(now, offer, timeout));
     worker_gone(id, job, w.round);  // it left the old round (its last one sends workers_stopped)
     w.round = start.round.round;

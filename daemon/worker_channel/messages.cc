@@ -52,7 +52,8 @@ struct EncodeMessage {
             {"group_rank", m.group_rank},
             {"master_addr", m.master_addr},
             {"master_port", m.master_port},
-            {"restart_count", m.restart_count}};
+            {"restart_count", m.restart_count},
+            {"intact", m.intact}};
   }
   json operator()(const Stop& m) const { return {{"type", "stop"}, {"reason", m.reason}}; }
   json operator()(const UnknownMessage& m) const { return {{"type", m.type}}; }
@@ -86,6 +87,7 @@ Result<RoundOffer> read_round(control::JsonFields& fields, const std::string& su
   read_u32(fields, "master_port", "the store's port", kMaxPort, m.master_port);
   read_u32(fields, "restart_count", "the rounds before this one", std::numeric_limits<int>::max(),
            m.restart_count);
+  fields.boolean("intact", /*required=*/false, "whether the current group goes on whole", m.intact);
   if (!fields.ok()) return Error{fields.error()};
   if (m.world_size == 0 || m.rank >= m.world_size) {
     return Error{subject + " gives rank " + std::to_string(m.rank) + " of a world of " +

@@ -23,7 +23,13 @@
 //   daemon -> worker
 //     {"type":"round","job":J,"round":R,"term":T,"rank":N,"local_rank":L,"world_size":W,
 //      "local_world_size":LW,"group_rank":G,"master_addr":A,"master_port":P,
-//      "restart_count":C}                              the next round: re-form into it
+//      "restart_count":C,"intact":I}                   the next round: re-form into it; I
+//                                                      (false if absent): every rank of the
+//                                                      worker's current group goes on into it
+//                                                      from the step it is at and none failed
+//                                                      (a grow of a healthy group), so the group
+//                                                      may be left at a step boundary its ranks
+//                                                      agree on instead of being aborted at once
 //     {"type":"stop","reason":S}                       end now (SIGTERM follows as today)
 //
 // Progress reports keep their own path ($ELASTIC_CONTROL_SOCKET, trainer/progress.h).
@@ -88,6 +94,9 @@ struct RoundOffer {
   std::string master_addr;
   std::uint32_t master_port = 0;
   std::uint32_t restart_count = 0;
+  // The old group is healthy and all of it goes on (see "intact" above). Only a hint of how to
+  // leave it: a worker that ignores it aborts the group, which is always correct.
+  bool intact = false;
 };
 
 struct Stop {

@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
                          .master_port = 29500,
                          .restart_count = 3};
   write('\1', encode(DaemonMessage(round)));
+  RoundOffer grow = round;
+  grow.intact = true;
+  write('\1', encode(DaemonMessage(grow)));
   write('\1', encode(DaemonMessage(Stop{"job cancelled"})));
   return 0;
 }

@@ -126,8 +126,12 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 5000ms) {
 TEST(ChannelRoundSource, SaysHelloLiveAndDeliversANewerRoundFromItsThread) {
   Pair pair;
   std::atomic<std::int64_t> announced{-1};
+  std::atomic<int> intact_calls{0};
   ChannelRoundSource source(WorkerChannel(std::move(pair.worker)), base_env(),
-                            [&](std::int64_t round) { announced.store(round); });
+                            [&](std::int64_t round, bool intact) {
+                              if (intact) intact_calls.fetch_add(1);
+                              announced.store(round);
+                            });
   const auto hello = pair.received(2s);
   ASSERT_EQ(hello.size(), 1u);
   ASSERT_TRUE(std::holds_alternative<wc::Hello>(hello[0]));
@@ -145,6 +149,7 @@ TEST(ChannelRoundSource, SaysHelloLiveAndDeliversANewerRoundFromItsThread) {
   EXPECT_TRUE(eventually([&] { return announced.load() == 2; })) << "the callback got the round";
   EXPECT_TRUE(source.poll(1).has_value());
   EXPECT_FALSE(source.poll(2).has_value()) << "not newer than the current round";
+  EXPECT_FALSE(source.intact(2)) << "the offer did not say intact";
 
   source.joined(*next);
   const auto joined = pair.received(2s);
@@ -152,6 +157,16 @@ TEST(ChannelRoundSource, SaysHelloLiveAndDeliversANewerRoundFromItsThread) {
   ASSERT_TRUE(std::holds_alternative<wc::Joined>(joined[0]));
   EXPECT_EQ(std::get<wc::Joined>(joined[0]).round, 2u);
   EXPECT_EQ(std::get<wc::Joined>(joined[0]).term, 5u);
+
+  // An intact offer (a grow of a healthy group) says so to the callback and to intact().
+  wc::RoundOffer grow = offer(3, 5, 1, 3);
+  grow.intact = true;
+  pair.send(wc::DaemonMessage(grow));
+  ASSERT_TRUE(source.wait(2, std::chrono::steady_clock::now() + 5s).has_value());
+  EXPECT_TRUE(source.intact(3));
+  EXPECT_FALSE(source.intact(2)) << "only the newest round is known";
+  EXPECT_TRUE(eventually([&] { return announced.load() == 3; }));
+  EXPECT_EQ(intact_calls.load(), 1);
 }
 
 // Twice a second the reader thread says what the training thread recorded: the steps, how long
@@ -192,7 +207,7 @@ TEST(ChannelRoundSource, AnOlderOrEqualOfferReplacesNothing) {
   Pair pair;
   std::atomic<int> calls{0};
   ChannelRoundSource source(WorkerChannel(std::move(pair.worker)), base_env(),
-                            [&](std::int64_t) { calls.fetch_add(1); });
+                            [&](std::int64_t, bool) { calls.fetch_add(1); });
   pair.send(wc::DaemonMessage(offer(4, 2, 0, 2)));
   ASSERT_TRUE(source.wait(1, std::chrono::steady_clock::now() + 5s).has_value());
   pair.send(wc::DaemonMessage(offer(3, 2, 0, 2)));  // a late, older offer

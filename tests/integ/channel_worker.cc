@@ -90,10 +90,11 @@ int main() {
     const WorkerEnv& e = next.env;
     std::printf(
         "round %lld term %llu rank %d of %d local %d/%d group %d store %s:%d restarts %d "
-        "job %s run %s\n",
+        "job %s run %s%s\n",
         static_cast<long long>(e.round), static_cast<unsigned long long>(next.term), e.rank,
         e.world_size, e.local_rank, e.local_world_size, e.group_rank, e.master_addr.c_str(),
-        e.master_port, e.restart_count, e.job_id.c_str(), e.run_id.c_str());
+        e.master_port, e.restart_count, e.job_id.c_str(), e.run_id.c_str(),
+        next.intact ? " intact" : "");
     std::fflush(stdout);
     *current = e;
     if (auto joined = link.joined(e.round, next.term); !joined.ok()) {

@@ -5,7 +5,8 @@
 // workers' logs (the round each was told, and the log moved to the new round's file).
 // Cases: a new round is offered to running live workers instead of restarting them; a crashed
 // rank's replacement starts cold beside the kept one; an offer not joined in time falls back to
-// a restart; plain commands (no hello) keep the stop-and-restart path; hang detection from the
+// a restart; plain commands (no hello) keep the stop-and-restart path; only the grow the workers
+// were held for, with none of them failed, is offered as intact; hang detection from the
 // workers' "alive" blames only the rank at fault (silent, or stuck in its own work), not the one
 // waiting for it, until the whole group waited twice the timeout.
 #include <gtest/gtest.h>
@@ -158,6 +159,8 @@ TEST_F(LiveRoundsTest, RunningLiveWorkersAreOfferedTheNextRoundAndKeepTheirProce
   })) << log(2, 1) << log(2, 2);
   EXPECT_TRUE(contains(log(1, 0), "now runs job-1 rank 1")) << log(1, 0);
   EXPECT_FALSE(contains(log(1, 0), "round 2 term 3")) << log(1, 0);
+  // A node was lost: the old group is not whole, so the workers abort it.
+  EXPECT_FALSE(contains(log(2, 1) + log(2, 2), "intact")) << log(2, 1) << log(2, 2);
   // A later round again: still the same processes.
   EXPECT_FALSE(supervisor_->on_round(now(), round(3, 2, 0, 2)));
   ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 3, true) == 1; }));
@@ -180,6 +183,32 @@ TEST_F(LiveRoundsTest, AHeldGrowKeepsTheWorkersInTheirRoundUntilReleased) {
   EXPECT_FALSE(supervisor_->on_round(now(), grow));
   ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 2, true) == 1; }));
   EXPECT_EQ(pids(2), before);
+  // Their group is whole and goes on: the offer says so, and they switch at a step boundary.
+  ASSERT_TRUE(pump_until([&] {
+    return contains(log(2, 0), "round 2 term 3 rank 0 of 3") &&
+           contains(log(2, 1), "round 2 term 3 rank 1 of 3");
+  })) << log(2, 0)
+      << log(2, 1);
+  EXPECT_TRUE(contains(log(2, 0), " intact\n")) << log(2, 0);
+  EXPECT_TRUE(contains(log(2, 1), " intact\n")) << log(2, 1);
+}
+
+// A worker here that failed during the hold broke the group: the grow is offered to the one
+// left, but not as intact (it must abort the group, not wait for a step boundary).
+TEST_F(LiveRoundsTest, AHeldGrowAfterALocalFailureIsNotIntact) {
+  ASSERT_NO_FATAL_FAILURE(start_live());
+  RoundStart grow = held_grow();
+  EXPECT_FALSE(supervisor_->on_round(now(), grow));
+  std::vector<WorkerRow> rows = supervisor_->workers();
+  ASSERT_EQ(rows.size(), 2u);
+  const WorkerRow crashed = rows[0].rank == 0 ? rows[1] : rows[0];
+  ASSERT_EQ(::kill(crashed.pid, SIGKILL), 0);
+  ASSERT_TRUE(pump_until([&] { return count(ReportKind::kWorkerFailed, 1) >= 1; }));
+  grow.hold_live = false;
+  EXPECT_FALSE(supervisor_->on_round(now(), grow));
+  ASSERT_TRUE(pump_until([&] { return contains(log(2, 0), "round 2 term 3 rank 0 of 3"); }))
+      << log(2, 0);
+  EXPECT_FALSE(contains(log(2, 0), "intact")) << log(2, 0);
 }
 
 // A grow round the workers were held for never trained without them: the round that replaces it
@@ -194,6 +223,10 @@ TEST_F(LiveRoundsTest, TheRoundAfterAHeldGrowIsOfferedToo) {
   ASSERT_TRUE(pump_until([&] { return count(ReportKind::kRoundAck, 3, true) == 1; }));
   EXPECT_EQ(pids(3), before);
   EXPECT_EQ(supervisor_->held_round("job-1"), 0u);
+  // Not the grow they were held for: whatever replaced it may follow a failure.
+  ASSERT_TRUE(pump_until([&] { return contains(log(3, 0), "round 3 term 3 rank 0 of 2"); }))
+      << log(3, 0);
+  EXPECT_FALSE(contains(log(3, 0) + log(3, 1), "intact")) << log(3, 0) << log(3, 1);
 }
 
 TEST_F(LiveRoundsTest, AHoldMeansNothingToWorkersThatStartCold) {

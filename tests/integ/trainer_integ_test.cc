@@ -553,6 +553,41 @@ void announce(const std::string& file, int rank, int world, int port, int round)
   ASSERT_EQ(std::rename((file + ".tmp").c_str(), file.c_str()), 0) << file;
 }
 
+// The flags of a live worker `name` that traces its samples to dir/trace-<name>.*.
+std::vector<std::string> live_flags(const TempDir& dir, const std::string& name,
+                                    std::vector<std::string> extra) {
+  std::vector<std::string> flags = {"--train-limit",
+                                    "4096",
+                                    "--batch-size",
+                                    "16",
+                                    "--max-steps",
+                                    "100000",
+                                    "--no-eval",
+                                    "--timeout",
+                                    "30",
+                                    "--reform-timeout",
+                                    "60",
+                                    "--reform-checksums",
+                                    "--trace-samples",
+                                    dir / ("trace-" + name)};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return quick(flags);
+}
+
+// The environment of `rank` of `world` in `round`; no checkpoint directory at all, whatever the
+// test's environment says.
+std::map<std::string, std::string> live_env(int rank, int world, int port, int round) {
+  return {{"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"ELASTIC_ROUND", std::to_string(round)},
+          {"ELASTIC_CHECKPOINT_DIR", ""},
+          {"ELASTIC_CONTROL_SOCKET", ""}};
+}
+
 // One live worker: its round file and its process, started as `rank` of `world` in `round`.
 struct LiveWorker {
   std::string round_file;
@@ -560,23 +595,8 @@ struct LiveWorker {
 
   LiveWorker(const TempDir& dir, const std::string& name, int rank, int world, int port, int round)
       : round_file(dir / (name + ".round")) {
-    auto argv =
-        quick({"--train-limit", "4096", "--batch-size", "16", "--max-steps", "100000", "--no-eval",
-               "--timeout", "30", "--reform-timeout", "60", "--reform-checksums", "--round-file",
-               round_file, "--trace-samples", dir / ("trace-" + name)});
-    // No checkpoint directory at all, whatever the test's environment says.
-    process = std::make_unique<Process>(
-        argv,
-        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
-                                           {"LOCAL_RANK", std::to_string(rank)},
-                                           {"WORLD_SIZE", std::to_string(world)},
-                                           {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                                           {"MASTER_ADDR", "127.0.0.1"},
-                                           {"MASTER_PORT", std::to_string(port)},
-                                           {"ELASTIC_ROUND", std::to_string(round)},
-                                           {"ELASTIC_CHECKPOINT_DIR", ""},
-                                           {"ELASTIC_CONTROL_SOCKET", ""}},
-        dir.path(), name);
+    process = std::make_unique<Process>(live_flags(dir, name, {"--round-file", round_file}),
+                                        live_env(rank, world, port, round), dir.path(), name);
   }
 
   // The worker's `kind` event of `round`, if it printed one.
@@ -828,71 +848,122 @@ class ChannelPeer {
   std::vector<worker_channel::WorkerMessage> messages_;
 };
 
-// Under elasticd's worker channel (no --round-file): the workers say hello (live), a stopped
-// peer (SIGSTOP: nothing closes its connections, so the survivors' collective would wait out its
-// 30 s timeout) is left behind as soon as the channel announces the next round: the source's
-// thread aborts the stuck group, the survivors re-form in place and answer "joined" with the
-// round's term.
-TEST(TrainerLive, TheChannelsRoundEndsAStuckCollectiveAtOnce) {
+// A live trainer under a worker channel (the test plays the daemon through `peer`), started as
+// `rank` of `world` in `round`, tracing its samples to dir/trace-<name>.*.
+std::unique_ptr<Process> channel_worker(const TempDir& dir, const std::string& name,
+                                        ChannelPeer& peer, int rank, int world, int port,
+                                        int round) {
+  auto env = live_env(rank, world, port, round);
+  env["ELASTIC_JOB_ID"] = "live";
+  env["ELASTIC_WORKER_FD"] = std::to_string(peer.theirs());
+  auto worker = std::make_unique<Process>(live_flags(dir, name, {}), env, dir.path(), name);
+  peer.close_theirs();
+  return worker;
+}
+
+bool reached_step(const Process& worker, int step) {
+  auto steps = events(worker.out(), "step");
+  return !steps.empty() && steps.back()["step"].get<int>() >= step;
+}
+
+// Ranks 0..world-1 of round 1 on `port`, each under a channel of its own, trained past step 5.
+void start_channel_job(const TempDir& dir, int world, int port,
+                       std::vector<std::unique_ptr<ChannelPeer>>& peers,
+                       std::vector<std::unique_ptr<Process>>& workers) {
+  for (int rank = 0; rank < world; ++rank) {
+    peers.push_back(std::make_unique<ChannelPeer>());
+    workers.push_back(
+        channel_worker(dir, "w" + std::to_string(rank), *peers.back(), rank, world, port, 1));
+  }
+  ASSERT_TRUE(wait_until([&] { return reached_step(*workers[0], 5); }, std::chrono::minutes(2)))
+      << workers[0]->err();
+}
+
+// Whether something accepts connections at 127.0.0.1:port (a round's store is up).
+bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected =
+      ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return connected;
+}
+
+// What a daemon offers `rank` of `world` in `round` (term 7), on this host.
+worker_channel::RoundOffer offer_of(int round, int rank, int world, int port, bool intact) {
+  return worker_channel::RoundOffer{.job = "live",
+                                    .round = static_cast<std::uint64_t>(round),
+                                    .term = 7,
+                                    .rank = static_cast<std::uint32_t>(rank),
+                                    .local_rank = static_cast<std::uint32_t>(rank),
+                                    .world_size = static_cast<std::uint32_t>(world),
+                                    .local_world_size = static_cast<std::uint32_t>(world),
+                                    .master_addr = "127.0.0.1",
+                                    .master_port = static_cast<std::uint32_t>(port),
+                                    .intact = intact};
+}
+
+// The `kind` event of `round` in a worker's output, if it printed one.
+std::optional<json> event_in_round(const Process& worker, const std::string& kind, int round) {
+  for (const json& e : events(worker.out(), kind)) {
+    if (e.value("round", -1) == round) return e;
+  }
+  return std::nullopt;
+}
+
+// SIGTERM to every worker: each stops after the same step (exit 75) with the same parameters.
+// Returns the position they stopped at.
+long stop_together(const std::vector<Process*>& workers, int round) {
+  for (Process* w : workers) w->signal(SIGTERM);
+  std::set<std::string> checksums;
+  std::set<int> last_steps;
+  long position = -1;
+  for (Process* w : workers) {
+    auto status = w->wait(std::chrono::minutes(1));
+    EXPECT_TRUE(status.has_value());
+    if (!status) continue;
+    EXPECT_TRUE(status->exited_with(75)) << w->err();
+    const auto summaries = events(w->out(), "summary");
+    EXPECT_EQ(summaries.size(), 1u) << w->out();
+    if (summaries.size() != 1) continue;
+    EXPECT_EQ(summaries[0]["round"], round);
+    checksums.insert(summaries[0]["param_checksum"].get<std::string>());
+    last_steps.insert(summaries[0]["step"].get<int>());
+    position = summaries[0]["position"].get<long>();
+  }
+  EXPECT_EQ(checksums.size(), 1u) << "ranks ended with different parameters";
+  EXPECT_EQ(last_steps.size(), 1u);
+  return position;
+}
+
+// Three ranks under worker channels; rank 2 is stopped (SIGSTOP: nothing closes its
+// connections, so the others' collective would wait out its 30 s timeout) and the daemons offer
+// round 2 to the other two, `intact` or not. Both must be training in round 2 long before that
+// timeout, answer "joined" with the round's term and end with the same parameters.
+void a_stuck_rank_is_left_behind(bool intact) {
   TempDir dir;
   const int port1 = free_loopback_port(), port2 = free_loopback_port();
   ASSERT_GT(port1, 0);
   std::vector<std::unique_ptr<ChannelPeer>> peers;
   std::vector<std::unique_ptr<Process>> workers;
-  for (int rank = 0; rank < 3; ++rank) {
-    peers.push_back(std::make_unique<ChannelPeer>());
-    const std::string name = "w" + std::to_string(rank);
-    workers.push_back(std::make_unique<Process>(
-        quick({"--train-limit", "4096", "--batch-size", "16", "--max-steps", "100000", "--no-eval",
-               "--timeout", "30", "--reform-timeout", "60", "--reform-checksums"}),
-        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
-                                           {"LOCAL_RANK", std::to_string(rank)},
-                                           {"WORLD_SIZE", "3"},
-                                           {"LOCAL_WORLD_SIZE", "3"},
-                                           {"MASTER_ADDR", "127.0.0.1"},
-                                           {"MASTER_PORT", std::to_string(port1)},
-                                           {"ELASTIC_JOB_ID", "live"},
-                                           {"ELASTIC_ROUND", "1"},
-                                           {"ELASTIC_CHECKPOINT_DIR", ""},
-                                           {"ELASTIC_CONTROL_SOCKET", ""},
-                                           {"ELASTIC_WORKER_FD",
-                                            std::to_string(peers.back()->theirs())}},
-        dir.path(), name));
-    peers.back()->close_theirs();
-  }
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto steps = events(workers[0]->out(), "step");
-        return !steps.empty() && steps.back()["step"].get<int>() >= 5;
-      },
-      std::chrono::minutes(2)))
-      << workers[0]->err();
+  ASSERT_NO_FATAL_FAILURE(start_channel_job(dir, 3, port1, peers, workers));
   for (auto& peer : peers) EXPECT_TRUE(peer->said_hello_live());
 
   workers[2]->signal(SIGSTOP);
   const double stopped_at = monotonic_now();
-  // Round 2 for the survivors, as their daemons would offer it (term 7).
-  for (int rank = 0; rank < 2; ++rank) {
-    peers[rank]->offer(worker_channel::RoundOffer{.job = "live",
-                                                  .round = 2,
-                                                  .term = 7,
-                                                  .rank = static_cast<std::uint32_t>(rank),
-                                                  .local_rank = static_cast<std::uint32_t>(rank),
-                                                  .world_size = 2,
-                                                  .local_world_size = 2,
-                                                  .master_addr = "127.0.0.1",
-                                                  .master_port = static_cast<std::uint32_t>(port2)});
-  }
+  for (int rank = 0; rank < 2; ++rank) peers[rank]->offer(offer_of(2, rank, 2, port2, intact));
   auto reformed = [&](int rank) {
-    for (const json& e : events(workers[rank]->out(), "reformed_step")) {
-      if (e.value("round", -1) == 2) return true;
-    }
-    return false;
+    return event_in_round(*workers[rank], "reformed_step", 2).has_value();
   };
   ASSERT_TRUE(wait_until([&] { return reformed(0) && reformed(1); }, std::chrono::seconds(60)))
       << workers[0]->err() << workers[1]->err();
   const double took = monotonic_now() - stopped_at;
-  std::printf("channel round -> both survivors' first step in round 2: %.3f s\n", took);
+  std::printf("%s round -> both survivors' first step in round 2: %.3f s\n",
+              intact ? "intact" : "channel", took);
   // Far below the collective's 30 s timeout: the group was aborted, not waited out.
   EXPECT_LT(took, 15.0);
   for (int rank = 0; rank < 2; ++rank) {
@@ -900,20 +971,138 @@ TEST(TrainerLive, TheChannelsRoundEndsAStuckCollectiveAtOnce) {
     ASSERT_TRUE(joined.has_value()) << "rank " << rank << " did not answer joined";
     EXPECT_EQ(joined->term, 7u);
   }
+  if (intact) {
+    // No step to switch at could be reached: the safety net aborted the group. The first one
+    // (Gloo: it closes the group's connections) fails the other rank's collective at once, so
+    // that one may re-form for the failure before its own net fires.
+    int safety_aborts = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      const json r = *event_in_round(*workers[rank], "reform", 2);
+      EXPECT_EQ(r["intact"], false) << r;
+      if (r.value("safety_abort", false)) {
+        ++safety_aborts;
+        EXPECT_NE(workers[rank]->err().find("did not leave round 1 at an agreed step"),
+                  std::string::npos)
+            << workers[rank]->err();
+      }
+    }
+    EXPECT_GE(safety_aborts, 1) << workers[0]->out() << workers[1]->out();
+  }
   workers[2]->signal(SIGKILL);
-  for (int rank = 0; rank < 2; ++rank) {
-    workers[rank]->signal(SIGTERM);
-    auto status = workers[rank]->wait(std::chrono::minutes(1));
-    ASSERT_TRUE(status.has_value());
-    EXPECT_TRUE(status->exited_with(75)) << workers[rank]->err();
+  stop_together({workers[0].get(), workers[1].get()}, 2);
+}
+
+// Under elasticd's worker channel (no --round-file): the workers say hello (live), a stopped
+// peer is left behind as soon as the channel announces the next round: the source's thread
+// aborts the stuck group, the survivors re-form in place and answer "joined" with the round's
+// term.
+TEST(TrainerLive, TheChannelsRoundEndsAStuckCollectiveAtOnce) {
+  a_stuck_rank_is_left_behind(/*intact=*/false);
+}
+
+// The daemons saw no failure and offered an intact round, but a rank of the old group is stuck.
+// The others cannot reach a step to switch at; the safety net aborts their group a bounded time
+// after the offer, and they re-form as after any failure.
+TEST(TrainerLive, AFailureDuringAPendingIntactSwitchIsCaughtByTheSafetyAbort) {
+  a_stuck_rank_is_left_behind(/*intact=*/true);
+}
+
+// Every sample in the traces of `dir` (epoch 0 throughout), counted: a step lost or applied
+// twice shows as a gap or a count of 2.
+std::map<long, int> traced_samples(const TempDir& dir) {
+  std::map<long, int> seen;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("trace-", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      long epoch = -1, index = 0;
+      fields >> epoch;
+      EXPECT_EQ(epoch, 0) << name;
+      while (fields >> index) ++seen[index];
+    }
   }
-  std::set<std::string> checksums;
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto summaries = events(workers[rank]->out(), "summary");
-    ASSERT_EQ(summaries.size(), 1u);
-    checksums.insert(summaries[0]["param_checksum"].get<std::string>());
+  return seen;
+}
+
+// A grow of a healthy job (the daemon's offer says "intact"): the two running ranks do not abort
+// their group; they agree (through the step's control values) on the step after which both
+// leave it, the joiner receives the state live, and the old group is released off the pause. No
+// step is lost or trained twice, and every rank ends with the same parameters.
+TEST(TrainerLive, AnIntactGrowSwitchesAtAnAgreedStepWithoutAnAbort) {
+  TempDir dir;
+  const int port1 = free_loopback_port(), port2 = free_loopback_port();
+  ASSERT_GT(port1, 0);
+  std::vector<std::unique_ptr<ChannelPeer>> peers;
+  std::vector<std::unique_ptr<Process>> workers;
+  ASSERT_NO_FATAL_FAILURE(start_channel_job(dir, 2, port1, peers, workers));
+  // The joiner starts cold as rank 2 of round 2 and says hello once loaded; then the daemons
+  // offer round 2 to the running ranks. Rank 1's daemon is late: rank 0's offer alone makes
+  // both leave the group (rank 0 then hosts round 2's store), and rank 1 waits for its own.
+  peers.push_back(std::make_unique<ChannelPeer>());
+  workers.push_back(channel_worker(dir, "w2", *peers.back(), 2, 3, port2, 2));
+  ASSERT_TRUE(wait_until([&] { return peers[2]->said_hello_live(); }, std::chrono::minutes(2)))
+      << workers[2]->err();
+  peers[0]->offer(offer_of(2, 0, 3, port2, true));
+  ASSERT_TRUE(wait_until([&] { return listening(port2); }, std::chrono::minutes(1)))
+      << workers[0]->err();
+  peers[1]->offer(offer_of(2, 1, 3, port2, true));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return event_in_round(*workers[0], "reformed_step", 2) &&
+               event_in_round(*workers[1], "reformed_step", 2) &&
+               event_in_round(*workers[2], "reform", 2);
+      },
+      std::chrono::minutes(1)))
+      << workers[0]->err() << workers[1]->err() << workers[2]->err();
+  const json r0 = *event_in_round(*workers[0], "reform", 2),
+             r1 = *event_in_round(*workers[1], "reform", 2),
+             joined = *event_in_round(*workers[2], "reform", 2);
+  for (const json* r : {&r0, &r1}) {
+    EXPECT_EQ((*r)["intact"], true) << *r;
+    EXPECT_FALSE(r->contains("safety_abort")) << *r;
+    EXPECT_EQ((*r)["receivers"], json::array({2})) << "only the joiner needed the state: " << *r;
+    // Leaving a healthy group costs no abort and no teardown on the pause.
+    EXPECT_LT((*r)["abandon_s"].get<double>(), 0.5) << *r;
   }
-  EXPECT_EQ(checksums.size(), 1u) << "survivors ended with different parameters";
+  EXPECT_EQ(r0["step"], r1["step"]) << "the running ranks left the group after different steps";
+  EXPECT_GT(r1["switch_wait_s"].get<double>(), 0) << "rank 1 left before its round came: " << r1;
+  EXPECT_EQ(joined["joined"], true);
+  EXPECT_EQ(joined["step"], r0["step"]);
+  EXPECT_EQ(joined["param_checksum"], r0["param_checksum"]) << "the joiner did not get the state";
+  EXPECT_EQ(r1["param_checksum"], r0["param_checksum"]);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string err = workers[rank]->err();
+    EXPECT_EQ(err.find("re-forming"), std::string::npos) << "a collective failed:\n" << err;
+    EXPECT_EQ(err.find("aborting the group"), std::string::npos) << err;
+    EXPECT_EQ(err.find("left to end on its own"), std::string::npos) << err;
+    const auto answer = peers[rank]->joined(2);
+    ASSERT_TRUE(answer.has_value()) << "rank " << rank << " did not answer joined";
+    EXPECT_EQ(answer->term, 7u);
+  }
+  const double pause =
+      r0["abandon_s"].get<double>() + r0["switch_wait_s"].get<double>() +
+      r0["form_s"].get<double>() + r0["agree_s"].get<double>() + r0["transfer_s"].get<double>() +
+      (*event_in_round(*workers[0], "reformed_step", 2))["since_reform_s"].get<double>();
+  std::printf(
+      "intact grow: running rank 0's pause %.3f s (leave %.3f s, wait for its round %.3f s, "
+      "group %.3f s, agreement %.3f s, state transfer %.3f s; trained %.3f s after the offer)\n",
+      pause, r0["abandon_s"].get<double>(), r0["switch_wait_s"].get<double>(),
+      r0["form_s"].get<double>(), r0["agree_s"].get<double>(), r0["transfer_s"].get<double>(),
+      r0.value("pending_s", -1.0));
+  const int grown_at = r0["step"];
+  ASSERT_TRUE(
+      wait_until([&] { return reached_step(*workers[0], grown_at + 3); }, std::chrono::minutes(1)))
+      << "training did not continue in round 2";
+
+  const long final_position =
+      stop_together({workers[0].get(), workers[1].get(), workers[2].get()}, 2);
+  // Nothing was rolled back: every line of every trace counts, and the samples are exactly the
+  // first `final_position` of the epoch, each once.
+  const std::map<long, int> seen = traced_samples(dir);
+  EXPECT_EQ(static_cast<long>(seen.size()), final_position);
+  for (const auto& [index, count] : seen) ASSERT_EQ(count, 1) << "sample " << index;
 }
 
 }  // namespace

@@ -509,6 +509,10 @@ void NodeCoreCluster::on_exit(const SimWorker& worker, const spawner::WorkerExit
 
 void NodeCoreCluster::on_offer(const SimWorker& worker, const worker_channel::RoundOffer& offer) {
   ++counters_.offers;
+  if (offer.intact) {
+    ++counters_.intact_offers;
+    if (broken_.contains({worker.job, worker.round})) ++counters_.intact_but_broken;
+  }
   offered_[{worker.node, worker.id}] = offer.round;
   stale_dirty_ = true;
 }

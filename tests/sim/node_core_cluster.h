@@ -165,6 +165,9 @@ struct NodeCoreCounters {
   std::uint64_t live_spawns = 0;        // workers started that speak the channel live
   std::uint64_t offers = 0;             // offers of a newer round a live worker read
   std::uint64_t reforms = 0;            // ... and joined in place (same worker id)
+  std::uint64_t intact_offers = 0;      // offers read that said the worker's group is intact
+  std::uint64_t intact_but_broken = 0;  // ... while a rank of that group had exited abnormally
+                                        // (a race the trainer's safety abort covers)
   std::uint64_t groups_trained = 0;     // groups that formed and trained
   std::uint64_t steps_applied = 0;      // by all groups
   std::uint64_t steps_rolled_back = 0;  // lost at re-formations and cold restarts

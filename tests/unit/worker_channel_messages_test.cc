@@ -60,6 +60,12 @@ TEST(WorkerChannelMessagesTest, EveryMessageSurvivesARoundTrip) {
   EXPECT_EQ(got.master_addr, sent.master_addr);
   EXPECT_EQ(got.master_port, sent.master_port);
   EXPECT_EQ(got.restart_count, sent.restart_count);
+  EXPECT_FALSE(got.intact);
+  RoundOffer grow = sample_round();
+  grow.intact = true;
+  Result<DaemonMessage> intact = decode_daemon_message(encode(DaemonMessage(grow)));
+  ASSERT_OK(intact);
+  EXPECT_TRUE(std::get<RoundOffer>(*intact).intact);
 
   Result<DaemonMessage> stop = decode_daemon_message(encode(DaemonMessage(Stop{"job cancelled"})));
   ASSERT_OK(stop);
@@ -152,6 +158,18 @@ TEST(WorkerChannelMessagesTest, ARoundThatCannotBeRunIsRefused) {
   const auto no_job = with([](RoundOffer& m) { m.job = std::string(300, 'j'); });
   ASSERT_FALSE(no_job.ok());
   EXPECT_NE(no_job.error().message.find("\"job\" is longer than 256 bytes"), std::string::npos);
+  const std::string round_fields =
+      R"({"type":"round","job":"j","round":1,"term":1,"rank":0,"local_rank":0,"world_size":1,)"
+      R"("local_world_size":1,"group_rank":0,"master_addr":"h","master_port":29500,)"
+      R"("restart_count":0)";
+  // An older daemon's offer has no "intact": the group is aborted, as it always was.
+  const auto older = decode_daemon_message(round_fields + "}");
+  ASSERT_OK(older);
+  EXPECT_FALSE(std::get<RoundOffer>(*older).intact);
+  const auto bad_intact = decode_daemon_message(round_fields + R"(,"intact":1})");
+  ASSERT_FALSE(bad_intact.ok());
+  EXPECT_NE(bad_intact.error().message.find("\"intact\" must be true or false"), std::string::npos)
+      << bad_intact.error().message;
 }
 
 TEST(WorkerChannelMessagesTest, FramesSplitAtEveryByteAreReassembled) {
