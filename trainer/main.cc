@@ -113,7 +113,7 @@ struct Flags {
   double reform_timeout_s = 60;
   bool live = true;  // under elasticd: re-form in place when its worker channel says so
   bool reform_checksums = false;
-  bool backend_warm_up = false;
+  bool backend_warm_up = true;
 };
 
 // At most this long for an abandoned group's collectives to return after its abort (they fail
@@ -254,10 +254,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reform-timeout", f.reform_timeout_s,
                  "Seconds to wait for the next round after a collective failed (--round-file)")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--backend-warm-up", f.backend_warm_up,
+  app.add_flag("--backend-warm-up,!--no-backend-warm-up", f.backend_warm_up,
                "Live, on CUDA, in a round after the first (a joiner): initialise NCCL in a group "
                "of this process alone before saying it is ready, so the running ranks do not "
-               "wait for NCCL's first-use costs when it joins");
+               "wait for NCCL's first-use costs when it joins (default on; measured on 2x H200: "
+               "the running rank's pause when the job grows 0.73 s instead of 0.98 s)");
   app.add_flag("--reform-checksums", f.reform_checksums,
                "Print each rank's parameter checksum after every re-formation (a test aid: one "
                "pass over the parameters)");

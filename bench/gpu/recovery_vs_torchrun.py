@@ -301,7 +301,7 @@ class Elastic:
                      "--device", "cpu" if a.cpu_test else "cuda",
                      *model_flags(a), "--checkpoint-interval", str(a.ckpt_interval),
                      "--log-interval", "1", "--no-eval", "--timeout", str(a.collective_timeout),
-                     "--max-steps", "100000000", *a.trainer_extra.split()]
+                     "--max-steps", "100000000", "--epochs", "1000", *a.trainer_extra.split()]
         submit = ["submit", "--name", "gpt", "--nodes", "1:2", "--restart-backoff", "0s",
                   "--max-restarts", "100", "--checkpoint-root", f"{self.work}/ckpt"]
         if "hang" in a.incidents.split(","):
