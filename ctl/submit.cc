@@ -81,8 +81,9 @@ void SubmitVerb::add(CLI::App& app) {
       "--last-call", last_call_, "Wait this long for more nodes past MIN (default: the daemon's)");
   hang_opt_ = submit_->add_option(
       "--hang-timeout", hang_timeout_,
-      "Restart the job when its progress-reporting workers send no step for this long (at least "
-      "5s; default 0s = off)");
+      "Fail a rank that is stuck this long after its last step (at least 5s). Default: for "
+      "workers that send alive (elastic-trainer) 10 step times, at least 30s; for others, "
+      "which only report progress, off");
   ckpt_opt_ = submit_->add_option(
       "--checkpoint-root", checkpoint_root_,
       "Shared checkpoint directory; relative to the cwd (default: the daemon's checkpoint.root)");
