@@ -611,28 +611,29 @@ TEST_F(JobNetnsTest, StalledRankIsLeftOutAndGrowsBack) {
                                   kTrains))
       << "rank 2 never reached step 100";
 
-  const JobView shrunk = wait_training(job, 2, first.round, kRecovers);
-  ASSERT_FALSE(shrunk.state.empty());
-  EXPECT_FALSE(shrunk.has_node(node)) << shrunk.summary();
+  // The next round is the two others, re-formed in place (world 2: without the stalled node).
+  // It may be short: the node grows back as soon as its worker is gone, so the round is read
+  // from the reform lines, not from a status poll that could miss it.
+  const std::uint64_t shrunk = first.round + 1;
+  const auto lines = expect_in_place(job, shrunk, 2, survivors, 100);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stalled[0].pid); }, 10s))
+      << "the stalled worker pid " << stalled[0].pid << " was not ended";
+
+  const JobView grown = wait_training(job, 3, shrunk, kRecovers);
+  ASSERT_FALSE(grown.state.empty()) << "the stalled rank's node did not grow back";
+  EXPECT_TRUE(grown.has_node(node)) << grown.summary();
   bool blamed = false;
-  for (const auto& event : shrunk.events) {
-    if (event.round != first.round + 1) continue;
+  for (const auto& event : grown.events) {
+    if (event.round != shrunk) continue;
     EXPECT_EQ(event.reason.find("no progress report"), std::string::npos)
         << "a daemon blamed its workers for a lack of progress: " << event.reason;
     blamed |= event.reason.find("rank 2 on node " + node + " is hung (hang_timeout 5s)") !=
                   std::string::npos &&
               event.reason.find("stuck in its own work") != std::string::npos;
   }
-  EXPECT_TRUE(blamed) << "round " << first.round + 1 << " does not blame rank 2 on " << node << ": "
-                      << shrunk.json;
-  EXPECT_TRUE(testing::wait_until([&] { return process_gone(stalled[0].pid); }, 10s))
-      << "the stalled worker pid " << stalled[0].pid << " was not ended";
-  const auto lines = expect_in_place(job, shrunk.round, 2, survivors, 100);
-  ASSERT_FALSE(lines.empty());
-
-  const JobView grown = wait_training(job, 3, shrunk.round, kRecovers);
-  ASSERT_FALSE(grown.state.empty()) << "the stalled rank's node did not grow back";
-  EXPECT_TRUE(grown.has_node(node)) << grown.summary();
+  EXPECT_TRUE(blamed) << "round " << shrunk << " does not blame rank 2 on " << node << ": "
+                      << grown.json;
   expect_trains_on(job, grown.round, last_step(job, grown.round), 20);
 }
 
