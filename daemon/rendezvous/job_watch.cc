@@ -50,6 +50,9 @@ Status JobWatchConfig::validate() const {
     return Error{"The job watch helper_timeout must be positive and shorter than confirm_window."};
   }
   if (indirect_probes < 0) return Error{"The job watch indirect_probes must not be negative."};
+  if (joiner_grace < Duration::zero()) {
+    return Error{"The job watch joiner_grace must not be negative."};
+  }
   return ok_status();
 }
 
@@ -77,14 +80,17 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
   }
   ref_ = JobRoundRef{job, term, round};
   active_ = true;
-  peers_.clear();
+  std::map<std::string, Peer> before = std::exchange(peers_, {});
   relays_.clear();
   for (const JobPeer& info : peers) {
     if (info.name == self_) continue;
     Peer p;
     p.info = info;
-    // Counting every peer as heard now gives late starters a full peer_timeout to speak.
-    p.last_heard = now;
+    // Counting every peer as heard now gives late starters a full peer_timeout to speak; a
+    // joiner's RoundStart may come a leader resend later (JobWatchConfig::joiner_grace).
+    const auto old = before.find(info.name);
+    const bool joiner = old == before.end() || old->second.info.generation != info.generation;
+    p.last_heard = joiner ? now + config_.joiner_grace : now;
     peers_.emplace(info.name, std::move(p));
   }
   send_keepalives(out);

@@ -109,6 +109,11 @@ struct JobWatchConfig {
   Duration helper_timeout = std::chrono::milliseconds(150);
   // Helpers asked per probe attempt (two attempts per suspicion).
   int indirect_probes = 3;
+  // Extra silence allowed at the start of a round to a peer that was not in the round watched
+  // before (a joiner, or a restarted daemon's new generation): its RoundStart may come one
+  // leader resend (1 s) after the others', when the first delivery met a connection still being
+  // made, and it sends nothing for the round before that.
+  Duration joiner_grace = std::chrono::seconds(1);
 
   // keepalive_interval and peer_timeout from the daemon's RendezvousConfig; confirm_window is
   // two thirds of peer_timeout and helper_timeout three eighths of confirm_window (the
@@ -180,7 +185,8 @@ class JobWatch {
            std::uint64_t seed);
 
   // Starts watching a round: `peers` may include this daemon (skipped). The first keepalives
-  // go out at once and every peer counts as heard at `now`. A round that is not newer than the
+  // go out at once and every peer counts as heard at `now`, a joiner (not in the round watched
+  // before, by name and generation) at `now` + joiner_grace. A round that is not newer than the
   // current one (same job; round number, then term) is refused. A different job is a caller
   // bug and aborts.
   Status set_round(TimePoint now, const std::string& job, std::uint64_t term, std::uint64_t round,

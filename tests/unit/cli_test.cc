@@ -450,7 +450,7 @@ TEST(Elasticctl, UnknownCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, drain, events, "
-            "jobs, keygen, logs, nodes, reload, status, submit, undrain, voters)\n"
+            "jobs, keygen, logs, nodes, reload, status, submit, top, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -459,7 +459,7 @@ TEST(Elasticctl, MissingCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: a command is required (commands: cancel, config, drain, events, jobs, "
-            "keygen, logs, nodes, reload, status, submit, undrain, voters)\n"
+            "keygen, logs, nodes, reload, status, submit, top, undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 

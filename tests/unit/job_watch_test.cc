@@ -125,6 +125,7 @@ TEST(JobWatch, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.confirm_window, 400ms);
   EXPECT_EQ(c.helper_timeout, 150ms);
   EXPECT_EQ(c.confirm_window, JobWatchConfig{}.confirm_window);
+  EXPECT_EQ(c.joiner_grace, 1s);
   EXPECT_OK(c.validate());
   JobWatchConfig bad = c;
   bad.helper_timeout = bad.confirm_window;
@@ -164,6 +165,34 @@ TEST(JobWatch, CrashedPeerIsDeclaredOnceWithinTimeoutPlusWindow) {
   for (int i = 0; i < 5; ++i) {
     if (i == 2) continue;
     EXPECT_EQ(r.lost(i).size(), 1u);
+  }
+}
+
+// A round that adds a node: the joiner's RoundStart may come a leader resend after the others',
+// so its silence counts from joiner_grace later (a new generation of a peer, a restarted daemon,
+// is a joiner too); a peer of the round watched before gets no such grace.
+TEST(JobWatch, AJoinerGetsAGraceAMemberOfThePreviousRoundDoesNot) {
+  const JobWatchConfig c;
+  JobWatch w("d0", 1, c, 1);
+  JobWatchEffects out;
+  const TimePoint t0 = TimePoint{} + 1h;
+  ASSERT_OK(w.set_round(t0, "j", 3, 7, {{"d0", 1, "a0"}, {"d1", 1, "a1"}, {"d3", 1, "a3"}}, out));
+  // Round 8 adds d2 and d3's restarted daemon (generation 2); from now on nobody speaks.
+  const TimePoint t1 = t0 + 200ms;
+  ASSERT_OK(w.set_round(t1, "j", 3, 8,
+                        {{"d0", 1, "a0"}, {"d1", 1, "a1"}, {"d2", 1, "a2"}, {"d3", 2, "a3"}}, out));
+  std::map<std::string, Duration> declared;
+  for (TimePoint t = t1; t < t1 + 5s; t += 1ms) {
+    out = {};
+    if (w.next_deadline() > t) continue;
+    w.tick(t, out);
+    for (const PeerLost& l : out.lost) declared.emplace(l.peer, t - t1);
+  }
+  ASSERT_EQ(declared.size(), 3u);
+  EXPECT_LE(declared["d1"], c.peer_timeout + c.confirm_window);
+  for (const char* joiner : {"d2", "d3"}) {
+    EXPECT_GE(declared[joiner], c.joiner_grace + c.peer_timeout) << joiner;
+    EXPECT_LE(declared[joiner], c.joiner_grace + c.peer_timeout + c.confirm_window) << joiner;
   }
 }
 
