@@ -692,12 +692,9 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   // agreed through kControlSwitch), so it is healthy: it is kept until the next group is formed
   // and then released in the background, instead of being aborted and destroyed on the pause.
   auto reform = [&](std::optional<WorkerEnv> next, bool intact) -> int {
-    // The re-formation waits for the next round and for the peers, not for this rank's work.
-    rounds->waiting(true);
-    struct WaitEnds {
-      RoundSource* rounds;
-      ~WaitEnds() { rounds->waiting(false); }
-    } wait_ends{rounds};
+    // The re-formation waits for the next round and for the peers, not for this rank's work
+    // (reform runs only with a round source, so the reducer's waiting hook is set).
+    const WaitingMark waiting(reducer_options.waiting);
     double abandon_s = 0;
     Dist leaving;  // the healthy group left, released once the next one formed
     if (intact) {

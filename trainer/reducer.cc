@@ -22,22 +22,6 @@ c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
 }
 
-// A wait for the peers, bracketed by ReducerOptions::waiting(true) and (false), exceptions too.
-class WaitingMark {
- public:
-  explicit WaitingMark(const std::function<void(bool)>& waiting) : waiting_(waiting) {
-    if (waiting_) waiting_(true);
-  }
-  ~WaitingMark() {
-    if (waiting_) waiting_(false);
-  }
-  WaitingMark(const WaitingMark&) = delete;
-  WaitingMark& operator=(const WaitingMark&) = delete;
-
- private:
-  const std::function<void(bool)>& waiting_;
-};
-
 }  // namespace
 
 BucketReducer::BucketReducer(std::vector<torch::Tensor> parameters, Backend& backend,

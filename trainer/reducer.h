@@ -55,6 +55,23 @@ struct ReducerOptions {
   std::function<void(bool)> waiting;
 };
 
+// A wait for the peers, bracketed by waiting(true) and waiting(false), exceptions too (an empty
+// function: nothing). `waiting` must outlive the mark.
+class WaitingMark {
+ public:
+  explicit WaitingMark(const std::function<void(bool)>& waiting) : waiting_(waiting) {
+    if (waiting_) waiting_(true);
+  }
+  ~WaitingMark() {
+    if (waiting_) waiting_(false);
+  }
+  WaitingMark(const WaitingMark&) = delete;
+  WaitingMark& operator=(const WaitingMark&) = delete;
+
+ private:
+  const std::function<void(bool)>& waiting_;
+};
+
 struct ReducerStats {
   int buckets = 0;
   std::int64_t bytes = 0;

@@ -283,8 +283,7 @@ class Elastic:
         self.wait_ctl("3 alive members", lambda: all(
             sum(m["state"] == "alive" for m in (self.ctl_json(n, "nodes") or {}).get("members", []))
             == 3 for n in self.names))
-        leader = self.wait_ctl("a Raft leader",
-                               lambda: (self.ctl_json("h0", "status") or {}).get("consensus", {}).get("leader"))
+        leader = self.wait_ctl("a Raft leader", self.raft_leader)
         log(f"3 daemons up, Raft leader {leader}")
         self.wait_ctl("drain of h2", lambda: self.ctl("h0", "drain", "h2", "--reason",
                                                       "control-plane-only voter") is not None)

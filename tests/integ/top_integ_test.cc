@@ -143,6 +143,15 @@ void expect_same_settings(const termios& now, const termios& before) {
   EXPECT_EQ(now.c_cc[VSUSP], before.c_cc[VSUSP]);
 }
 
+// `top` ended (after `how`: "q", "Ctrl-C") with exit 0, its screen and terminal restored.
+void expect_ended_restored(OnTerminal& top, const std::string& how) {
+  const auto status = top.wait_exit();
+  ASSERT_TRUE(status.has_value()) << "top did not end on " << how << ":\n" << top.output();
+  EXPECT_TRUE(status->exited_with(0)) << top.output();
+  EXPECT_THAT(top.output(), ::testing::EndsWith("\x1b[?25h\x1b[?1049l"));
+  expect_same_settings(top.settings(), top.settings_before());
+}
+
 class LiveViews : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -187,22 +196,14 @@ TEST_F(LiveViews, TopShowsTheNodeAndTheJobTakesKeysAndQuitsOnQ) {
   EXPECT_TRUE(top.shows("JOBS (1)  sorted by STATE, ascending", mark)) << top.output().substr(mark);
 
   top.type("q");
-  const auto status = top.wait_exit();
-  ASSERT_TRUE(status.has_value()) << "top did not quit on q:\n" << top.output();
-  EXPECT_TRUE(status->exited_with(0)) << top.output();
-  EXPECT_THAT(top.output(), ::testing::EndsWith("\x1b[?25h\x1b[?1049l"));
-  expect_same_settings(top.settings(), top.settings_before());
+  expect_ended_restored(top, "q");
 }
 
 TEST_F(LiveViews, CtrlCEndsTopWithItsTerminalRestored) {
   OnTerminal top(ctl_argv(socket(), {"top"}));
   ASSERT_TRUE(top.shows("watched-1  pending")) << top.output();
   top.type("\x03");
-  const auto status = top.wait_exit();
-  ASSERT_TRUE(status.has_value()) << "top did not end on Ctrl-C:\n" << top.output();
-  EXPECT_TRUE(status->exited_with(0)) << top.output();
-  EXPECT_THAT(top.output(), ::testing::EndsWith("\x1b[?25h\x1b[?1049l"));
-  expect_same_settings(top.settings(), top.settings_before());
+  expect_ended_restored(top, "Ctrl-C");
 }
 
 TEST_F(LiveViews, TopIntoAPipePrintsOneFrame) {
