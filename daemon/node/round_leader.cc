@@ -377,7 +377,7 @@ void RoundLeader::plan_job(
     const rendezvous::QuarantineRecord before = record;
     record = rendezvous::count_failure(record, job.round, job.spec.restart_backoff, now);
     if (record.failures >= 2 && record != before) {
-      spdlog::warn("rendezvous: job {}: node {} quarantined for {} ms after {} worker failures",
+      spdlog::warn("rendezvous: job {}: node {} sits the job out for {} ms after {} worker failures",
                    job.id, state.failure_node,
                    std::chrono::duration_cast<std::chrono::milliseconds>(
                        rendezvous::quarantine_length(record.failures, job.spec.restart_backoff))
@@ -401,7 +401,7 @@ void RoundLeader::plan_job(
   // A quarantined node stays out of the job while the job reaches min_nodes without it (it does
   // not grow back in to fail again); a job that needs it takes it back once its time out ends.
   const std::set<std::string> sitting_out =
-      rendezvous::sitting_out(quarantined, nodes, job.spec, now);
+      rendezvous::sitting_out(quarantined, nodes, job.spec, job.restarts, now);
   rendezvous::CandidateSet candidates = rendezvous::candidates_for(job, nodes, sitting_out);
   input.candidates = std::move(candidates.candidates);
   input.wait_list = std::move(candidates.wait_list);

@@ -74,7 +74,7 @@ QuarantineRecord count_failure(QuarantineRecord record, std::uint64_t round,
 
 std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>& records,
                                   const std::vector<UsableNode>& usable, const JobSpec& spec,
-                                  TimePoint now) {
+                                  std::uint32_t restarts, TimePoint now) {
   std::set<std::string> out;
   for (const UsableNode& node : usable) {
     const auto record = records.find(node.name);
@@ -84,8 +84,11 @@ std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>&
   const auto could_join = std::count_if(usable.begin(), usable.end(), [&](const UsableNode& n) {
     return !out.contains(n.name) && n.free_slots >= slots_needed && !n.lost;
   });
-  // A job that needs a quarantined node takes it back once its time out ends.
-  if (!out.empty() && static_cast<std::size_t>(could_join) < spec.min_nodes) {
+  // A job that needs a quarantined node takes it back once its time out ends; so does a job
+  // that could afford one more failure of it (its capacity back, its restarts still spare).
+  const bool affords_a_failure = std::uint64_t{restarts} + 1 < spec.max_restarts;
+  if (!out.empty() &&
+      (affords_a_failure || static_cast<std::size_t>(could_join) < spec.min_nodes)) {
     std::erase_if(out, [&](const std::string& name) { return now >= records.at(name).until; });
   }
   return out;

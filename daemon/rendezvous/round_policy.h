@@ -15,9 +15,10 @@
 //      waiter since the leader first saw it.
 // Quarantine: a node whose workers of one job failed is charged once per round
 // (count_failure); the first failure is forgiven (it may be a peer's fault), from the second on
-// the node sits out the job while the job reaches min_nodes without it, and when the job needs
-// it, until a time out that doubles with each failure from max(restart_backoff, kMinQuarantine)
-// up to kMaxQuarantine. A recovery or round that only leaves quarantined nodes out still
+// the node sits out the job until a time out that doubles with each failure from
+// max(restart_backoff, kMinQuarantine) up to kMaxQuarantine, and then comes back (grows back
+// in) unless one more failure of it would exhaust the job's restarts: then it stays out while
+// the job reaches min_nodes without it. A recovery or round that only leaves quarantined nodes out still
 // replaces a failed worker and costs a restart (charged_to_failed_worker).
 //
 // Thread safety: pure functions of their arguments; no clock, no member state. Errors: none.
@@ -116,15 +117,16 @@ Duration quarantine_length(std::uint32_t failures, Duration restart_backoff);
 // `record` after a failure of `round` charged at `now`: counted once per round.
 QuarantineRecord count_failure(QuarantineRecord record, std::uint64_t round,
                                Duration restart_backoff, TimePoint now);
-// The usable nodes that sit `spec`'s job out: quarantined (2 failures or more) while the
-// nodes that could join its next round instead reach spec.min_nodes; when they do not, only
-// those whose time out has not ended at `now`. Could join: usable, not sitting out, not lost,
+// The usable nodes that sit `spec`'s job out: quarantined (2 failures or more) until their time
+// out ends at `now`; past it, still out while the job could not afford one more failure of
+// the node (`restarts` + 1 >= spec.max_restarts: it would end the job) and the nodes that
+// could join its next round instead reach spec.min_nodes. Could join: usable, not sitting out, not lost,
 // and with free slots for the job (spec.workers_per_node, at least 1). Counting nodes whose
 // slots other jobs hold, a job that keeps its quarantined node's slot would wait for them for
 // ever while those jobs wait the same way.
 std::set<std::string> sitting_out(const std::map<std::string, QuarantineRecord>& records,
                                   const std::vector<UsableNode>& usable, const JobSpec& spec,
-                                  TimePoint now);
+                                  std::uint32_t restarts, TimePoint now);
 // Whether the planner's `decision` (reason member_lost) only leaves quarantined members of
 // `ranks` out: an open round whose missing members all sit out, or a recovery while every
 // member is alive and one sits out. Such a round replaces a failed worker, so it is relabelled

@@ -296,6 +296,7 @@ struct SittingRow {
   std::int64_t now_ms;
   std::set<std::string> out;
   std::uint32_t workers_per_node = 0;
+  std::uint32_t restarts = 2;  // of max_restarts 3: one more failure would end the job
 };
 void PrintTo(const SittingRow& row, std::ostream* os) { *os << row.name; }
 
@@ -308,7 +309,8 @@ TEST_P(SittingTable, Decides) {
   JobSpec spec;
   spec.min_nodes = row.min_nodes;
   spec.workers_per_node = row.workers_per_node;
-  EXPECT_EQ(sitting_out(row.records, nodes, spec, at(row.now_ms)), row.out);
+  spec.max_restarts = 3;
+  EXPECT_EQ(sitting_out(row.records, nodes, spec, row.restarts, at(row.now_ms)), row.out);
 }
 
 QuarantineRecord failed(std::uint32_t failures, std::int64_t until_ms) {
@@ -366,7 +368,32 @@ INSTANTIATE_TEST_SUITE_P(
                    {"a", "b", "c-"},
                    2,
                    4000,
-                   {"a"}}),
+                   {"a"}},
+        // With restarts to spare the node comes back at its time out, needed or not.
+        SittingRow{"spare_restarts_bring_it_back_at_its_time_out",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c"},
+                   2,
+                   5000,
+                   {},
+                   0,
+                   1},
+        SittingRow{"spare_restarts_still_wait_for_the_time_out",
+                   {{"a", failed(2, 5000)}},
+                   {"a", "b", "c"},
+                   2,
+                   4999,
+                   {"a"},
+                   0,
+                   0},
+        SittingRow{"only_the_expired_come_back_with_spare_restarts",
+                   {{"a", failed(2, 1000)}, {"b", failed(3, 8000)}},
+                   {"a", "b", "c"},
+                   1,
+                   2000,
+                   {"b"},
+                   0,
+                   0}),
     [](const auto& row) { return std::string(row.param.name); });
 
 struct ChargeRow {
