@@ -382,9 +382,18 @@ void Raft::leader_unreachable(TimePoint now, NodeId leader, Effects& out) {
   set_leader(kNoNode, out);
   last_leader_contact_ = TimePoint{};
   if (!is_voter(self_)) return;  // it never campaigns; its normal timer keeps running
-  const auto spread = static_cast<std::uint64_t>(config_.election_timeout.count() / 4);
-  const TimePoint soon =
-      now + Duration(static_cast<Duration::rep>(spread == 0 ? 0 : rng_.below(spread)));
+  // Survivors usually learn of the loss at the same moment (the leader's connection drops at
+  // all of them), so each waits for its turn: its place among the other voters, a step of
+  // election_timeout / 8 each, plus a random part of half a step. Two turns are at least half
+  // a step apart, far more than a vote's round trip, so they do not split the vote.
+  std::uint64_t slot = 0;
+  for (const NodeId voter : voters_) {
+    if (voter == self_) break;
+    if (voter != leader) ++slot;
+  }
+  const auto step = static_cast<std::uint64_t>(config_.election_timeout.count() / 8);
+  const std::uint64_t jitter = step / 2 == 0 ? 0 : rng_.below(step / 2);
+  const TimePoint soon = now + Duration(static_cast<Duration::rep>(slot * step + jitter));
   election_deadline_ = std::min(election_deadline_, soon);
   deadline_ = election_deadline_;
 }

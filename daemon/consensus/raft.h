@@ -327,8 +327,10 @@ class Raft {
   ReadOutcome read_index(TimePoint now, Effects& out);
   // The owner's failure detector says `leader` is gone. A follower that follows exactly it
   // forgets it (Effects::leader_change), stops counting it as heard (so it grants pre-votes
-  // and votes as after an election timeout) and campaigns within [0, election_timeout / 4)
-  // (a random delay, so two survivors rarely split the vote), unless its timer fires sooner.
+  // and votes as after an election timeout) and campaigns in its turn, unless its timer fires
+  // sooner: slot * election_timeout / 8 plus a random delay below election_timeout / 16, where
+  // slot is its place in the voter list with `leader` left out (so survivors that learn of the
+  // loss together campaign at least election_timeout / 16 apart and do not split the vote).
   // Anything else (a leader, a candidate, a follower of another or no leader, `leader` being
   // this node) is a no-op. An AppendEntries from a leader that is alive after all makes the
   // node follow it again. Never persists anything.

@@ -227,9 +227,13 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
 void NodeCore::on_membership(TimePoint now, membership::Effects effects) {
   log_events(effects.events);
   for (const membership::MemberEvent& event : effects.events) {
-    // A suspected, dead or departed Raft leader: elect another at once (a live leader's next
-    // heartbeat cancels that; raft.h, the fast election).
-    if (event.state != membership::MemberState::kAlive) {
+    // A dead or departed Raft leader: elect another at once (raft.h, the fast election). Not a
+    // suspected one: suspicion is gossiped, so one voter's doubt (its own slow link) would reach
+    // every voter at once, all would grant pre-votes, and a healthy leader would be deposed.
+    // A killed leader's dropped connection and the job tier's verdict (above and below) are
+    // this node's own evidence and act at once.
+    if (event.state == membership::MemberState::kDead ||
+        event.state == membership::MemberState::kLeft) {
       consensus_->leader_unreachable(now, event.name);
     }
   }
