@@ -298,8 +298,16 @@ class Scheduler {
     };
     std::vector<Taking> takings;
     for (const SchedJob* v : victims) {  // shrinks: what each holds above its min
+      // Entries released after the last one that gave the job a node go back: a victim never
+      // gives up what the job cannot use.
       std::size_t keep = v->holdings.size();
-      while (gained.size() < lacking && keep > v->min_nodes) release(*v, --keep);
+      auto kept_slots = released_slots;
+      for (std::size_t next = keep; gained.size() < lacking && next > v->min_nodes;) {
+        const std::size_t had = gained.size();
+        release(*v, --next);
+        if (gained.size() > had) keep = next, kept_slots = released_slots;
+      }
+      released_slots = std::move(kept_slots);
       if (keep < v->holdings.size()) takings.push_back({v, keep});
     }
     for (const SchedJob* v : victims) {  // then suspensions of preemptible jobs
@@ -307,8 +315,17 @@ class Scheduler {
       if (!v->preemptible) continue;
       auto it =
           std::find_if(takings.begin(), takings.end(), [&](auto& t) { return t.victim == v; });
-      if (it == takings.end()) it = takings.insert(takings.end(), {v, v->holdings.size()});
-      while (it->keep > 0) release(*v, --it->keep);
+      const std::size_t had = gained.size();
+      auto kept_slots = released_slots;
+      for (std::size_t e = it == takings.end() ? v->holdings.size() : it->keep; e > 0; --e) {
+        release(*v, e - 1);
+      }
+      if (gained.size() == had) {  // nothing of it is of use to the job: it keeps running
+        released_slots = std::move(kept_slots);
+        continue;
+      }
+      if (it == takings.end()) it = takings.insert(takings.end(), {v, 0});
+      it->keep = 0;
       it->suspend = true;
     }
     if (gained.size() < lacking) return false;  // nothing is preempted for it

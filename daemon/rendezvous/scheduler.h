@@ -43,7 +43,9 @@
 //      (a shrink, the newest-joined nodes of its rank map first: the last entries), then, from
 //      preemptible jobs in the same order, all of it (a suspension; a job already picked for a
 //      shrink is suspended instead). A released node counts for the job once it fits it with
-//      the slots freed there. It preempts only when the nodes that fit it plus what it can take
+//      the slots freed there; a victim is not made to give up what the job cannot use (a shrink
+//      stops at the last entry that gives the job a node, a suspension that gives none is not
+//      made). It preempts only when the nodes that fit it plus what it can take
 //      reach its min_nodes, and stops taking as soon as they do; otherwise nothing is
 //      preempted for it and it reserves as in rule 2. A job is preempted at most once per pass.
 //      The preempting job does not start in the same pass: its plan reserves the nodes that

@@ -212,6 +212,12 @@ std::vector<Row> rows() {
        {},
        {{"hi", {"b", "c", "d"}, 3, 0, "-"},
         {"lo", {"a"}, 1, 0, "holds 1 of 3 nodes, no more free fits"}}},
+      {"a running job after a waiting job does not grow into its reserved nodes",
+       {J("head").prio(5).size(3, 3), J("r").size(1, 3).on({"c"})},
+       nodes(3),
+       {},
+       {{"head", {}, 0, 1, "waiting for 3 nodes, 2 fit", {"a", "b"}},
+        {"r", {"c"}, 1, 0, "holds 1 of 3 nodes, no more free fits, others reserved for job head"}}},
       {"a running job at its size_cap does not grow; above it, its cap shrinks it",
        {J("at").size(1, 4).cap(2).on({"a", "b"}), J("above").size(1, 4).cap(1).on({"c", "d"})},
        nodes(6),
@@ -368,6 +374,17 @@ std::vector<Row> rows() {
         {"lo", {"a"}, 1, 0, "shrinks"}},
        {{"lo", Kind::kShrink, {"a"}, {"b", "c"}, "big"}}},
 
+      {"a victim whose nodes the job cannot use is left alone",
+       {J("big").prio(10).wpn(2).size(1, 1).submitted(5),
+        J("lo1").prio(0).size(1, 2).preemptible().on({"a", "b"}),
+        J("lo2").prio(1).size(1, 2).on({"c", "d"}, 2)},
+       {{"a", 1, true}, {"b", 1, true}, {"c", 2, true}, {"d", 2, true}},
+       {},
+       {{"big", {}, 0, 1, "waiting for job lo2 to release 1 node", {"d"}},
+        {"lo1", {"a", "b"}, 2, 0, "-"},
+        {"lo2", {"c"}, 1, 0, "shrinks"}},
+       {{"lo2", Kind::kShrink, {"c"}, {"d"}, "big"}}},
+
       // --- unusable nodes ---
       {"an unusable node fits nobody, but a running job keeps holding it",
        {J("r").size(1, 2).on({"a"}), J("q")},
@@ -423,7 +440,7 @@ Cluster random_cluster(std::mt19937& rng) {
     j.id = "j" + std::to_string(i);
     j.priority = static_cast<std::int32_t>(pick(0, 3));
     j.submitted_at = at(pick(0, 10));
-    j.min_nodes = pick(1, 4);
+    j.min_nodes = pick(1, 6);
     j.max_nodes = j.min_nodes + pick(0, 4);
     j.workers_per_node = pick(0, 4) == 0 ? 0 : pick(1, 2);
     j.preemptible = pick(0, 2) == 0;
@@ -450,9 +467,10 @@ Cluster random_cluster(std::mt19937& rng) {
     }
     c.input.jobs.push_back(j);
   }
-  if (pick(0, 1) == 0) c.input.limits.per_user = {pick(0, 12), pick(0, 3)};
-  if (pick(0, 1) == 0) c.input.limits.per_group = {pick(0, 20), pick(0, 5)};
-  if (pick(0, 2) == 0) c.input.limits.users["u0"] = {pick(0, 8), pick(0, 2)};
+  // Limits in a quarter of the clusters each, so that most jobs meet contention, not limits.
+  if (pick(0, 3) == 0) c.input.limits.per_user = {pick(0, 16), pick(0, 4)};
+  if (pick(0, 3) == 0) c.input.limits.per_group = {pick(0, 24), pick(0, 6)};
+  if (pick(0, 3) == 0) c.input.limits.users["u0"] = {pick(0, 8), pick(0, 2)};
   return c;
 }
 
@@ -517,6 +535,26 @@ void check_invariants(const Cluster& c, const SchedulerOutput& out) {
     }
     released.insert(p.released.begin(), p.released.end());
   }
+  // A preempting job waits this pass, reserving freed nodes; every victim frees one of them.
+  for (const Preemption& p : out.preemptions) {
+    const JobPlan& plan = out.plans.at(p.for_job);
+    EXPECT_EQ(plan.cap, 0u);
+    EXPECT_TRUE(plan.allowed.empty());
+    EXPECT_TRUE(std::any_of(p.released.begin(), p.released.end(), [&](const std::string& n) {
+      return plan.reserved.contains(n);
+    })) << p.reason;
+  }
+
+  // Positions: 1..q over the queued jobs, in order.
+  std::vector<const SchedJob*> queued;
+  for (const auto& [id, j] : jobs) {
+    if (j->state == SchedState::kQueued) queued.push_back(j);
+  }
+  std::sort(queued.begin(), queued.end(), [](auto* a, auto* b) { return ahead_of(*a, *b); });
+  for (std::size_t i = 0; i < queued.size(); ++i) {
+    EXPECT_EQ(out.plans.at(queued[i]->id).position, i + 1) << queued[i]->id;
+  }
+
   for (const auto& [id, j] : jobs) {
     const JobPlan& plan = out.plans.at(id);
     if (j->state == SchedState::kRunning && !(victims.contains(id) && plan.cap == 0)) {
