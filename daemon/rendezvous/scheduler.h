@@ -22,29 +22,39 @@
 // Rules (table-driven tests in tests/unit/scheduler_test.cc):
 //   1. Every running job keeps its holdings (less what a preemption below takes).
 //   2. Jobs that want nodes -- queued jobs, and running jobs holding fewer than their want
-//      (min(max_nodes, size_cap when set, the limits' room)) -- are visited in order. The first
-//      queued job that cannot start is the head; every queued job that cannot start reserves
-//      the nodes that fit it (up to its min_nodes, in node name order) so that no job after it
-//      in the order can take them: backfill never delays a job ahead of it. A job after it may
-//      still start, or grow, on nodes nobody reserved (ones the blocked job cannot use, or
-//      beyond what it needs).
+//      (min(max_nodes, size_cap when set but never below min_nodes, the limits' room)) -- are
+//      visited in order. The first queued job that cannot start is the head; every queued job
+//      that cannot start reserves the nodes that fit it (up to its min_nodes, in node name
+//      order) so that no job after it in the order can take them: backfill never delays a job
+//      ahead of it. A job after it may still start, or grow, on nodes nobody reserved (ones the
+//      blocked job cannot use) and on the slots a reservation leaves: a reservation takes only
+//      the slots the job would take there (every free one when its workers_per_node is 0).
 //   3. A queued job starts when at least min_nodes nodes fit it: its plan allows up to its want
 //      of them (node name order) and caps it there. A running job below its want may grow into
-//      the nodes that fit it (same order).
+//      the nodes that fit it (same order); a job preempted in this pass does not grow in it.
 //   4. Limits: a queued job whose user or primary group is at its running-jobs limit, or whose
 //      min_nodes would take the user or group past its node limit, waits with that reason and
 //      reserves nothing (it is not the head: jobs after it are not delayed by it). A running
-//      job grows only up to the node limits' room.
+//      job grows only up to the node limits' room (and keeps what it holds beyond it). A job
+//      started or grown in this pass counts toward the limits of the jobs after it.
 //   5. Preemption: a queued job that cannot start from free nodes (and is within its limits)
 //      takes nodes from running jobs of strictly lower priority, lowest priority first, then
 //      newest (submitted_at later first), then id: first what each holds above its min_nodes
 //      (a shrink, the newest-joined nodes of its rank map first: the last entries), then, from
-//      preemptible jobs in the same order, all of it (a suspension). It preempts only when the
-//      free nodes plus what it can take reach its min_nodes, and takes no more than it needs;
-//      otherwise nothing is preempted for it and it reserves as in rule 2. A job is preempted
-//      at most once per pass. The preempting job does not start in the same pass: its plan
-//      reserves the nodes being freed and its reason says whom it waits for; it starts in a
-//      later pass once the victims' rounds released them.
+//      preemptible jobs in the same order, all of it (a suspension; a job already picked for a
+//      shrink is suspended instead). A released node counts for the job once it fits it with
+//      the slots freed there; a victim is not made to give up what the job cannot use (a shrink
+//      stops at the last entry that gives the job a node, a suspension that gives none is not
+//      made). It preempts only when the nodes that fit it plus what it can take
+//      reach its min_nodes, and stops taking as soon as they do; otherwise nothing is
+//      preempted for it and it reserves as in rule 2. A job is preempted at most once per pass.
+//      The preempting job does not start in the same pass: its plan reserves the nodes that
+//      fit it and those being freed, and its reason says whom it waits for; it starts in a
+//      later pass once the victims' rounds released them. A victim keeps a prefix of its rank
+//      map, so a shrink may release nodes the preempting job cannot use; they stay taken for
+//      the rest of the pass. Until a victim's round commits, its holdings still name the
+//      released nodes, so the next pass decides the same preemption again: the caller treats
+//      a preemption already under way as carried out.
 //   6. Slots are never given twice: a node's free slots go down with each grant and
 //      reservation of the pass.
 //
@@ -108,10 +118,10 @@ struct LimitValues {
   bool operator==(const LimitValues&) const = default;
 };
 struct Limits {
-  LimitValues per_user;   // for every user without an entry in users
-  LimitValues per_group;  // for every group without an entry in groups
-  std::map<std::string, LimitValues> users;        // by user name
-  std::map<std::uint32_t, LimitValues> groups;     // by gid
+  LimitValues per_user;                         // for every user without an entry in users
+  LimitValues per_group;                        // for every group without an entry in groups
+  std::map<std::string, LimitValues> users;     // by user name
+  std::map<std::uint32_t, LimitValues> groups;  // by gid
   bool operator==(const Limits&) const = default;
 };
 
@@ -125,14 +135,21 @@ struct JobPlan {
   // The nodes the job's planner may place it on: its holdings (minus preempted nodes) plus the
   // nodes granted in this pass. Empty for a queued job that does not start.
   std::set<std::string> allowed;
-  // The most nodes the job may have now (0: it may not start).
+  // The most nodes the job may have now (0: it may not start, or is suspended). A queued job
+  // that starts: the nodes granted. A running job: its allowed nodes, at least min_nodes and
+  // at most min(max_nodes, size_cap) (below its holdings when size_cap went down: its planner
+  // shrinks it). A shrunk victim: the nodes it keeps.
   std::uint32_t cap = 0;
+  // A queued job that waits: the nodes it keeps the jobs after it off (rules 2 and 5: those
+  // that fit it, and those its preemptions free), for `elasticctl job` and invariant tests.
+  std::set<std::string> reserved;
   // Queued: 1-based position among the queued jobs in order (limits ignored); 0 otherwise.
   std::size_t position = 0;
   // One sentence on why the job waits or is held below its want ("" when nothing holds it
-  // back), e.g. "waiting for 3 nodes, 1 free fits (position 2 of 4)", "user alice runs 2 jobs,
-  // the limit (limits.max_running_jobs for alice)", "waiting for job big-3 to release 2 nodes
-  // (preempted for it)", "reserved for job big-3 ahead of it".
+  // back), e.g. "waiting for 3 nodes, 1 fits, others reserved for job big-3 ahead of it
+  // (position 2 of 4)", "user alice runs 2 jobs, the limit (limits.users.alice.max_running_jobs)
+  // (position 3 of 4)", "waiting for job small-7 to release 2 nodes (preempted for it)",
+  // "holds 2 of 4 nodes, no more free fits", "shrinks to 1 node for job big-3 (preempted)".
   std::string reason;
   bool operator==(const JobPlan&) const = default;
 };
@@ -166,7 +183,15 @@ SchedulerOutput schedule(const SchedulerInput& input);
 // the last good size's by at least min_gain (0.05 = 5%); when an added node does not pay off,
 // or the node for the next size stays unavailable for a whole window, the job goes back to (or
 // stays at) the last good size and stops there until the cluster changes (a node joins or
-// leaves the usable set), when it tries the next size again.
+// leaves the usable set), when it tries the next size again. Details:
+//   - the first full window (at min_nodes) only sets the baseline; the gain of a size is
+//     counted per node added since the last good size, and a gain of exactly min_gain pays;
+//   - a window measured at a size other than state.size is not that size's measurement and
+//     changes nothing; a full window at state.size wins over short_of_nodes;
+//   - a good size at max_nodes settles there (a cluster change has nothing to try);
+//   - when settled, measurements change nothing; a cluster change tries the size after the
+//     last good one (min_nodes when none) and forgets that size's old rate;
+//   - a size outside min_nodes..max_nodes (the spec changed) is brought back into it first.
 struct ScaleState {
   std::uint32_t size = 0;  // the size the job may use now (size_cap); 0 = not started (min)
   std::uint32_t good = 0;  // the last size that paid off (0 = none measured yet)
@@ -188,7 +213,7 @@ struct ScaleInput {
 };
 
 struct ScaleDecision {
-  ScaleState next;     // == input.state when nothing changes
+  ScaleState next;  // == input.state when nothing changes
   bool changed = false;
   // For the event log and the metrics: "samples/s 1840 at 3 nodes vs 1790 at 2 (+2.8%, below
   // the 5% scale_min_gain): back to 2 nodes", "samples/s 1790 at 2 nodes vs 1000 at 1
