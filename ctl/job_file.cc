@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -74,6 +75,43 @@ std::string read_u32(const toml::value& v, std::uint32_t* out) {
     return std::to_string(value) + " is out of range";
   }
   *out = static_cast<std::uint32_t>(value);
+  return "";
+}
+
+std::string read_i32(const toml::value& v, std::int32_t* out) {
+  if (!v.is_integer()) return "expected an integer, got " + describe(v);
+  const std::int64_t value = v.as_integer();
+  if (value < std::numeric_limits<std::int32_t>::min() ||
+      value > std::numeric_limits<std::int32_t>::max()) {
+    return std::to_string(value) + " is out of range";
+  }
+  *out = static_cast<std::int32_t>(value);
+  return "";
+}
+
+std::string read_bool(const toml::value& v, bool* out) {
+  if (!v.is_boolean()) return "expected true or false, got " + describe(v);
+  *out = v.as_boolean();
+  return "";
+}
+
+// A float, or an integer (scale_min_gain = 1).
+std::string read_number(const toml::value& v, double* out) {
+  if (v.is_floating()) {
+    *out = v.as_floating();
+  } else if (v.is_integer()) {
+    *out = static_cast<double>(v.as_integer());
+  } else {
+    return "expected a number such as 0.05, got " + describe(v);
+  }
+  return "";
+}
+
+std::string read_scale(const toml::value& v, rendezvous::ScaleMode* out) {
+  if (!v.is_string()) return "expected \"fixed\" or \"throughput\", got " + describe(v);
+  const auto mode = rendezvous::parse_scale_mode(v.as_string().str);
+  if (!mode) return "expected \"fixed\" or \"throughput\", got " + quote(v.as_string().str);
+  *out = *mode;
   return "";
 }
 
@@ -296,8 +334,26 @@ const std::vector<std::string>& job_file_keys() {
                                                 "working_dir",
                                                 "user",
                                                 "export",
-                                                "warm"};
+                                                "warm",
+                                                "priority",
+                                                "preemptible",
+                                                "scale",
+                                                "scale_min_gain",
+                                                "scale_window"};
   return keys;
+}
+
+Result<std::int32_t> parse_priority(std::string_view text) {
+  const std::string expected = "expected an integer such as 10 or -5, got " + quote(text);
+  std::size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  // 9 digits and a sign always fit in 32 bits; the range itself is validate()'s to judge.
+  if (i == text.size() || text.size() - i > 9) return Error{expected};
+  std::int32_t value = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return Error{expected};
+    value = value * 10 + (text[i] - '0');
+  }
+  return text[0] == '-' ? -value : value;
 }
 
 Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_view text) {
@@ -423,17 +479,26 @@ Result<JobFile> parse_job_toml(std::string_view text, const std::string& label) 
       problem(v, key, why);
       if (why.empty()) spec.last_call = last_call;
     } else if (key == "hang_timeout") {
-      problem(v, key, read_duration(v, &spec.hang_timeout));
+      Duration hang_timeout{};
+      const std::string why = read_duration(v, &hang_timeout);
+      problem(v, key, why);
+      if (why.empty()) spec.hang_timeout = hang_timeout;
+    } else if (key == "priority") {
+      problem(v, key, read_i32(v, &spec.priority));
+    } else if (key == "preemptible") {
+      problem(v, key, read_bool(v, &spec.preemptible));
+    } else if (key == "scale") {
+      problem(v, key, read_scale(v, &spec.scale));
+    } else if (key == "scale_min_gain") {
+      problem(v, key, read_number(v, &spec.scale_min_gain));
+    } else if (key == "scale_window") {
+      problem(v, key, read_duration(v, &spec.scale_window));
     } else if (key == "working_dir") {
       const std::string why = read_string(v, &spec.working_dir);
       problem(v, key, why);
       file.has_working_dir = why.empty();
     } else if (key == "warm") {
-      if (v.is_boolean()) {
-        spec.warm = v.as_boolean();
-      } else {
-        problem(v, key, "expected true or false, got " + describe(v));
-      }
+      problem(v, key, read_bool(v, &spec.warm));
     } else if (key == "user") {
       std::string user;
       const std::string why = read_string(v, &user);
@@ -706,6 +771,45 @@ Result<JobSpec> build_job_spec(const JobFile* file, const JobOverrides& flags,
   if (flags.hang_timeout) {
     if (auto d = duration_flag(*flags.hang_timeout, "hang_timeout", "--hang-timeout")) {
       spec.hang_timeout = *d;
+    }
+  }
+  if (flags.priority) {
+    if (auto n = parse_priority(*flags.priority)) {
+      spec.priority = *n;
+      sources.set("priority", "--priority");
+    } else {
+      errors.push_back("--priority: " + n.error().message);
+      sources.quiet.insert("priority");
+    }
+  }
+  if (flags.preemptible) {
+    spec.preemptible = *flags.preemptible;
+    sources.set("preemptible", "--preemptible");
+  }
+  if (flags.scale) {
+    if (auto mode = rendezvous::parse_scale_mode(*flags.scale)) {
+      spec.scale = *mode;
+      sources.set("scale", "--scale");
+    } else {
+      errors.push_back("--scale: expected fixed or throughput, got " + quote(*flags.scale));
+      sources.quiet.insert("scale");
+    }
+  }
+  if (flags.scale_min_gain) {
+    char* end = nullptr;
+    const std::string& text = *flags.scale_min_gain;
+    const double gain = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size()) {
+      errors.push_back("--scale-min-gain: expected a number such as 0.05, got " + quote(text));
+      sources.quiet.insert("scale_min_gain");
+    } else {
+      spec.scale_min_gain = gain;
+      sources.set("scale_min_gain", "--scale-min-gain");
+    }
+  }
+  if (flags.scale_window) {
+    if (auto d = duration_flag(*flags.scale_window, "scale_window", "--scale-window")) {
+      spec.scale_window = *d;
     }
   }
   if (flags.working_dir) {

@@ -18,8 +18,14 @@
 //   max_restarts = 3
 //   restart_backoff = "1s"               durations as in the daemon config
 //   last_call = "5s"                     absent = the daemon's rendezvous.last_call
-//   hang_timeout = "60s"                 restart when progress stops this long; "0s" = off
-//                                        (the default); at least 5s
+//   hang_timeout = "60s"                 restart when progress stops this long; "0s" = off;
+//                                        absent = the daemon's default; at least 5s
+//   priority = 10                        higher is served first (-1000000..1000000; above
+//                                        the daemon's limits.priority_ceiling needs an admin)
+//   preemptible = true                   may be suspended whole for a higher priority job
+//   scale = "throughput"                 "fixed" (the default) or "throughput"
+//   scale_min_gain = 0.05                throughput: the gain an added node must bring
+//   scale_window = "60s"                 throughput: how long each size is measured
 //   working_dir = "/home/alice/run"      absent = the caller's cwd; "" = the user's home
 //   user = "alice"                       only the submitting user (documentation/safety net)
 // Relative checkpoint_root and working_dir are resolved against the caller's cwd, because the
@@ -120,6 +126,11 @@ struct JobOverrides {
   std::optional<std::string> working_dir;
   std::optional<std::string> export_setting;  // --export
   std::optional<bool> warm;                   // --warm / --no-warm
+  std::optional<std::string> priority;        // --priority N
+  std::optional<bool> preemptible;            // --preemptible / --no-preemptible
+  std::optional<std::string> scale;           // --scale fixed|throughput
+  std::optional<std::string> scale_min_gain;  // --scale-min-gain X
+  std::optional<std::string> scale_window;    // --scale-window D
 };
 
 // Who submits: jobs always run as this user (the daemon takes it from the socket's peer
@@ -167,6 +178,10 @@ std::string oversized_request_problem(const rendezvous::JobSpec& spec, std::size
 
 // "MIN:MAX" or "N" -> (min, max); the error is the problem without a key ("expected ...").
 Result<std::pair<std::uint32_t, std::uint32_t>> parse_node_range(std::string_view text);
+
+// "10", "-5", "+3" -> the number; the error is the problem without a key ("expected an
+// integer ..."). The range is validate()'s rule (priority: ...).
+Result<std::int32_t> parse_priority(std::string_view text);
 
 // The keys a job file may hold (aliases included), for help texts and did-you-mean.
 const std::vector<std::string>& job_file_keys();

@@ -83,7 +83,7 @@ void SubmitVerb::add(CLI::App& app) {
       "--hang-timeout", hang_timeout_,
       "Fail a rank that is stuck this long after its last step (at least 5s). Default: for "
       "workers that send alive (elastic-trainer) 10 step times, at least 30s; for others, "
-      "which only report progress, off");
+      "which only report progress, off; 0s turns it off for both");
   ckpt_opt_ = submit_->add_option(
       "--checkpoint-root", checkpoint_root_,
       "Shared checkpoint directory; relative to the cwd (default: the daemon's checkpoint.root)");
@@ -100,6 +100,25 @@ void SubmitVerb::add(CLI::App& app) {
       "--warm,!--no-warm", warm_,
       "Keep a started Python interpreter (torch imported) per slot for the next round; the "
       "command must be python [OPTIONS] SCRIPT|-m MODULE [ARGS]");
+  priority_opt_ = submit_->add_option(
+      "--priority", priority_,
+      "Higher is served first and may take nodes from lower ones (default 0; above the "
+      "daemon's limits.priority_ceiling needs an admin)");
+  preemptible_opt_ = submit_->add_flag(
+      "--preemptible,!--no-preemptible", preemptible_,
+      "A job of higher priority may suspend this one whole (requeued, resumed from its "
+      "checkpoint); otherwise it is only shrunk to its min");
+  scale_opt_ = submit_->add_option(
+      "--scale", scale_,
+      "fixed (default: as many nodes as it gets, up to MAX) or throughput (from MIN, one node at "
+      "a time while samples per second improve)");
+  scale_gain_opt_ = submit_->add_option(
+      "--scale-min-gain", scale_min_gain_,
+      "throughput: the gain an added node must bring, a fraction above 0 and at most 1 "
+      "(default 0.05)");
+  scale_window_opt_ =
+      submit_->add_option("--scale-window", scale_window_,
+                          "throughput: how long each size is measured, 10s..1h (default 60s)");
   submit_->add_flag("--wait", wait_,
                     "Follow the job until it ends: exit 0 succeeded, 3 failed, 4 cancelled");
   submit_->add_flag("--dry-run", dry_run_,
@@ -124,6 +143,11 @@ JobOverrides SubmitVerb::overrides(const std::optional<std::vector<std::string>>
   if (workdir_opt_->count() > 0) flags.working_dir = working_dir_;
   if (export_opt_->count() > 0) flags.export_setting = export_setting_;
   if (warm_opt_->count() > 0) flags.warm = warm_;
+  if (priority_opt_->count() > 0) flags.priority = priority_;
+  if (preemptible_opt_->count() > 0) flags.preemptible = preemptible_;
+  if (scale_opt_->count() > 0) flags.scale = scale_;
+  if (scale_gain_opt_->count() > 0) flags.scale_min_gain = scale_min_gain_;
+  if (scale_window_opt_->count() > 0) flags.scale_window = scale_window_;
   return flags;
 }
 

@@ -32,10 +32,11 @@ class SubmitVerb {
   CLI::App* submit_ = nullptr;
   std::string job_file_;
   std::string name_, nodes_, restart_backoff_, last_call_, hang_timeout_, checkpoint_root_,
-      working_dir_, export_setting_;
+      working_dir_, export_setting_, priority_, scale_, scale_min_gain_, scale_window_;
   std::uint32_t workers_per_node_ = 0;
   std::uint32_t max_restarts_ = 0;
   bool warm_ = false;
+  bool preemptible_ = false;
   std::vector<std::string> env_pairs_;
   // Whether each flag was given, for overrides().
   CLI::Option* name_opt_ = nullptr;
@@ -49,6 +50,11 @@ class SubmitVerb {
   CLI::Option* workdir_opt_ = nullptr;
   CLI::Option* export_opt_ = nullptr;
   CLI::Option* warm_opt_ = nullptr;
+  CLI::Option* priority_opt_ = nullptr;
+  CLI::Option* preemptible_opt_ = nullptr;
+  CLI::Option* scale_opt_ = nullptr;
+  CLI::Option* scale_gain_opt_ = nullptr;
+  CLI::Option* scale_window_opt_ = nullptr;
   bool wait_ = false;
   bool dry_run_ = false;
   bool as_json_ = false;

@@ -533,12 +533,15 @@ void JobSupervisor::process(TimePoint now) {
 std::vector<std::pair<std::size_t, Duration>> JobSupervisor::watched_workers(
     const Job& job) const {
   std::vector<std::pair<std::size_t, Duration>> watched;
+  // "0s": the job turned hang detection off, the step-time default included.
+  if (job.current->spec.hang_timeout == Duration::zero()) return watched;
   for (std::size_t i = 0; i < job.workers.size(); ++i) {
     const Worker& w = job.workers[i];
     if (w.round != job.current->round.round || w.exit || w.stopping || !w.channel) continue;
     if (const auto& liveness = w.channel->link.liveness()) {
       watched.emplace_back(
-          i, worker_channel::hang_timeout(*liveness, job.current->spec.hang_timeout));
+          i, worker_channel::hang_timeout(
+                 *liveness, job.current->spec.hang_timeout.value_or(Duration::zero())));
     }
   }
   return watched;
@@ -561,7 +564,8 @@ TimePoint JobSupervisor::hang_deadline(const Job& job) const {
     }
     return due;
   }
-  const Duration timeout = job.current->spec.hang_timeout;
+  // Workers that send no "alive" are watched only when the job sets a timeout.
+  const Duration timeout = job.current->spec.hang_timeout.value_or(Duration::zero());
   if (!job.last_report || timeout <= Duration::zero()) return kNever;
   return *job.last_report + timeout;
 }
@@ -580,7 +584,7 @@ void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
       if (hung.empty()) {
         detail = "rank " + std::to_string(w->rank) + " on node " + self_ + " is hung (hang_timeout " +
                  format_duration(timeout) +
-                 (job.current->spec.hang_timeout > Duration::zero() ? "" : ", from its step time") +
+                 (job.current->spec.hang_timeout ? "" : ", from its step time") +
                  "): " + why;
       }
       hung.push_back(w);
@@ -595,7 +599,7 @@ void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
                               : hung.size() == 1 ? "rank " + std::to_string(hung.front()->rank)
                                                  : "ranks " + std::to_string(hung.front()->rank) +
                                                        "-" + std::to_string(hung.back()->rank);
-    detail = "no progress report for " + format_duration(job.current->spec.hang_timeout) +
+    detail = "no progress report for " + format_duration(*job.current->spec.hang_timeout) +
              " (hang_timeout) from " + (ranks.empty() ? "the workers" : ranks) + " on node " +
              self_ + "; the last step reported was " + std::to_string(job.last_step);
   }

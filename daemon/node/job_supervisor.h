@@ -103,12 +103,13 @@
 // process answers nothing, or it is stuck in its own work, for the timeout after its last
 // step; one that waits for its peers in a collective is left to the peer's daemon until the
 // whole group has waited twice the timeout. The timeout is the job's hang_timeout, or when the
-// job sets none, ten of the worker's observed step times and at least 30 s. So the daemon of
-// the rank at fault reports it, and the others' healthy workers re-form without it.
-// For workers that send no "alive" (any other command; hang_timeout set, 0 = off): once the
-// current round's workers on this node have sent a "step" report, every accepted report (step,
-// checkpoint or resume) restarts the timer; when none comes for hang_timeout, all of them are
-// hung. Either way the round is failed here like a crash: "worker_failed" with a detail that
+// job sets none, ten of the worker's observed step times and at least 30 s; a hang_timeout of
+// 0 turns it off. So the daemon of the rank at fault reports it, and the others' healthy
+// workers re-form without it.
+// For workers that send no "alive" (any other command; only when hang_timeout is set, 0 = off):
+// once the current round's workers on this node have sent a "step" report, every accepted report
+// (step, checkpoint or resume) restarts the timer; when none comes for hang_timeout, all of them
+// are hung. Either way the round is failed here like a crash: "worker_failed" with a detail that
 // names the rank, why it counts as hung and "(hang_timeout)", and the hung workers get SIGABRT
 // (and SIGCONT, so a stopped process acts on it; a Python faulthandler, if the script enabled
 // one, prints every thread's stack into the log), then SIGKILL kHangAbortGrace later; a new

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <utility>
@@ -44,6 +45,12 @@ std::string path_problem(const std::string& path) {
   if (has_nul(path)) return "contains a NUL byte";
   if (path.front() != '/') return shown(path) + " is not an absolute path";
   return "";
+}
+
+// A number as a user would write it ("0.05", "2"); "nan" and "inf" as such.
+std::string json_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string duration_problem(Duration value, Duration max) {
@@ -130,6 +137,16 @@ std::string joined(const std::vector<SpecProblem>& problems) {
 }
 
 }  // namespace
+
+std::string_view scale_mode_name(ScaleMode mode) {
+  return mode == ScaleMode::kThroughput ? "throughput" : "fixed";
+}
+
+std::optional<ScaleMode> parse_scale_mode(std::string_view name) {
+  if (name == "fixed") return ScaleMode::kFixed;
+  if (name == "throughput") return ScaleMode::kThroughput;
+  return std::nullopt;
+}
 
 bool is_env_name(std::string_view name) {
   if (name.empty()) return false;
@@ -308,13 +325,34 @@ std::vector<SpecProblem> spec_problems(const JobSpec& spec) {
   if (spec.last_call) {
     problems.add("last_call", duration_problem(*spec.last_call, kMaxLastCall));
   }
-  if (spec.hang_timeout != Duration::zero()) {
-    std::string problem = duration_problem(spec.hang_timeout, kMaxHangTimeout);
-    if (problem.empty() && spec.hang_timeout < kMinHangTimeout) {
-      problem = format_duration(spec.hang_timeout) + " is shorter than the minimum of " +
+  if (spec.hang_timeout && *spec.hang_timeout != Duration::zero()) {
+    const Duration hang = *spec.hang_timeout;
+    std::string problem = duration_problem(hang, kMaxHangTimeout);
+    if (problem.empty() && hang < kMinHangTimeout) {
+      problem = format_duration(hang) + " is shorter than the minimum of " +
                 format_duration(kMinHangTimeout) + " (0s turns hang detection off)";
     }
     problems.add("hang_timeout", problem);
+  }
+
+  // scheduling
+  if (spec.priority < kMinPriority || spec.priority > kMaxPriority) {
+    problems.add("priority", std::to_string(spec.priority) + " is outside " +
+                                 std::to_string(kMinPriority) + ".." +
+                                 std::to_string(kMaxPriority));
+  }
+  if (static_cast<std::uint8_t>(spec.scale) > kMaxScaleMode) {
+    problems.add("scale", "must be \"fixed\" or \"throughput\"");
+  }
+  // Written so that NaN fails too.
+  if (!(spec.scale_min_gain > 0.0 && spec.scale_min_gain <= 1.0)) {
+    problems.add("scale_min_gain",
+                 json_number(spec.scale_min_gain) + " is not a fraction above 0 and at most 1");
+  }
+  if (spec.scale_window < kMinScaleWindow || spec.scale_window > kMaxScaleWindow) {
+    problems.add("scale_window", format_duration(spec.scale_window) + " is outside " +
+                                     format_duration(kMinScaleWindow) + ".." +
+                                     format_duration(kMaxScaleWindow));
   }
 
   // user
@@ -359,8 +397,14 @@ json to_json_value(const JobSpec& spec) {
   j["restart_backoff"] = format_duration(spec.restart_backoff);
   if (spec.warm) j["warm"] = true;
   if (spec.last_call) j["last_call"] = format_duration(*spec.last_call);
-  if (spec.hang_timeout != Duration::zero()) {
-    j["hang_timeout"] = format_duration(spec.hang_timeout);
+  if (spec.hang_timeout) j["hang_timeout"] = format_duration(*spec.hang_timeout);
+  const JobSpec defaults;
+  if (spec.priority != defaults.priority) j["priority"] = spec.priority;
+  if (spec.preemptible) j["preemptible"] = true;
+  if (spec.scale != defaults.scale) j["scale"] = std::string(scale_mode_name(spec.scale));
+  if (spec.scale_min_gain != defaults.scale_min_gain) j["scale_min_gain"] = spec.scale_min_gain;
+  if (spec.scale_window != defaults.scale_window) {
+    j["scale_window"] = format_duration(spec.scale_window);
   }
   j["working_dir"] = spec.working_dir;
   j["user"] = spec.user;
@@ -398,6 +442,36 @@ Status expect_u32(const json& v, std::string_view field, std::uint32_t* out) {
     return field_error(field, std::to_string(i) + " is out of range");
   }
   *out = static_cast<std::uint32_t>(i);
+  return ok_status();
+}
+
+Status expect_i32(const json& v, std::string_view field, std::int32_t* out) {
+  if (!v.is_number_integer()) {
+    return field_error(field, std::string("expected an integer, got ") +
+                                  (v.is_number() ? "a fraction" : type_name(v)));
+  }
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+      return field_error(field, std::to_string(u) + " is out of range");
+    }
+    *out = static_cast<std::int32_t>(u);
+    return ok_status();
+  }
+  const auto i = v.get<std::int64_t>();
+  if (i < std::numeric_limits<std::int32_t>::min() ||
+      i > std::numeric_limits<std::int32_t>::max()) {
+    return field_error(field, std::to_string(i) + " is out of range");
+  }
+  *out = static_cast<std::int32_t>(i);
+  return ok_status();
+}
+
+Status expect_bool(const json& v, std::string_view field, bool* out) {
+  if (!v.is_boolean()) {
+    return field_error(field, std::string("expected true or false, got ") + type_name(v));
+  }
+  *out = v.get<bool>();
   return ok_status();
 }
 
@@ -482,15 +556,39 @@ Status from_json_value(const json& j, JobSpec* spec) {
         if (s) spec->last_call = d;
       }
     } else if (key == "hang_timeout") {
-      s = expect_duration(v, key, &spec->hang_timeout);
+      if (v.is_null()) {
+        spec->hang_timeout.reset();
+      } else {
+        Duration d{};
+        s = expect_duration(v, key, &d);
+        if (s) spec->hang_timeout = d;
+      }
+    } else if (key == "priority") {
+      s = expect_i32(v, key, &spec->priority);
+    } else if (key == "preemptible") {
+      s = expect_bool(v, key, &spec->preemptible);
+    } else if (key == "scale") {
+      std::string name;
+      s = expect_string(v, key, &name);
+      if (s) {
+        if (auto mode = parse_scale_mode(name)) {
+          spec->scale = *mode;
+        } else {
+          s = field_error(key, shown(name) + " is not \"fixed\" or \"throughput\"");
+        }
+      }
+    } else if (key == "scale_min_gain") {
+      if (v.is_number()) {
+        spec->scale_min_gain = v.get<double>();
+      } else {
+        s = field_error(key, std::string("expected a number, got ") + type_name(v));
+      }
+    } else if (key == "scale_window") {
+      s = expect_duration(v, key, &spec->scale_window);
     } else if (key == "working_dir") {
       s = expect_string(v, key, &spec->working_dir);
     } else if (key == "warm") {
-      if (v.is_boolean()) {
-        spec->warm = v.get<bool>();
-      } else {
-        s = field_error(key, std::string("expected true or false, got ") + type_name(v));
-      }
+      s = expect_bool(v, key, &spec->warm);
     } else if (key == "user") {
       s = expect_string(v, key, &spec->user);
     } else if (key == "uid") {
@@ -567,6 +665,39 @@ void EpochMillis::read(MapReader& r, std::string_view key, Need need, WallTime* 
     return;
   }
   *out = WallTime(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
+}
+
+void Signed32::pack(Packer& p, std::int32_t value) { p.pack_int64(value); }
+
+void Signed32::read(MapReader& r, std::string_view key, Need need, std::int32_t* out) {
+  const msgpack::object* v = r.find(key, need);
+  if (v == nullptr) return;
+  if (v->type == msgpack::type::NEGATIVE_INTEGER &&
+      v->via.i64 >= std::numeric_limits<std::int32_t>::min()) {
+    *out = static_cast<std::int32_t>(v->via.i64);
+  } else if (v->type == msgpack::type::POSITIVE_INTEGER &&
+             v->via.u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+    *out = static_cast<std::int32_t>(v->via.u64);
+  } else {
+    r.fail("has key '" + std::string(key) + "' that is not a 32-bit integer");
+  }
+}
+
+void Float::pack(Packer& p, double value) { p.pack_double(value); }
+
+void Float::read(MapReader& r, std::string_view key, Need need, double* out) {
+  const msgpack::object* v = r.find(key, need);
+  if (v == nullptr) return;
+  // msgpack-c packs a double without a fraction (1.0) as an integer.
+  if (v->type == msgpack::type::FLOAT64 || v->type == msgpack::type::FLOAT32) {
+    *out = v->via.f64;
+  } else if (v->type == msgpack::type::POSITIVE_INTEGER) {
+    *out = static_cast<double>(v->via.u64);
+  } else if (v->type == msgpack::type::NEGATIVE_INTEGER) {
+    *out = static_cast<double>(v->via.i64);
+  } else {
+    r.fail("has key '" + std::string(key) + "' that is not a number");
+  }
 }
 
 void CommandArgs::pack(Packer& p, const std::vector<std::string>& args) {

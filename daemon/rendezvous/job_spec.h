@@ -15,8 +15,10 @@
 //   exported_env {"NAME": "value"} (only when not empty),
 //   min_nodes 1, max_nodes 1, workers_per_node 0, checkpoint_root "/nfs/ck",
 //   max_restarts 3, restart_backoff "10s", last_call "5s" (absent = the config's),
-//   hang_timeout "60s" (only when set: absent = the daemon's default, see job_supervisor.h),
-//   working_dir "/home/alice", user "alice", uid 1000, gid 1000, warm true (only when true)
+//   hang_timeout "60s" (only when set: absent = the daemon's default, see job_supervisor.h;
+//   "0s" = off), working_dir "/home/alice", user "alice", uid 1000, gid 1000, warm true (only
+//   when true), priority 10, preemptible true, scale "throughput", scale_min_gain 0.1,
+//   scale_window "2m" (each of these five only when not its default)
 // Durations are strings as in the config ("500ms", "1m30s"). The daemon must overwrite user,
 // uid and gid from the control socket's peer credentials; the JSON carries them only so that
 // `elasticctl status --json` shows them.
@@ -66,6 +68,24 @@ inline constexpr Duration kMaxLastCall = std::chrono::hours(1);
 // compilation) for a hang; longer than a day is no detection at all.
 inline constexpr Duration kMinHangTimeout = std::chrono::seconds(5);
 inline constexpr Duration kMaxHangTimeout = std::chrono::hours(24);
+// priority: wide enough for any site's scheme, narrow enough that no arithmetic on it overflows.
+inline constexpr std::int32_t kMinPriority = -1'000'000;
+inline constexpr std::int32_t kMaxPriority = 1'000'000;
+// scale_window: shorter cannot average over enough steps (and a round change) to tell a gain
+// from noise; longer than an hour never settles.
+inline constexpr Duration kMinScaleWindow = std::chrono::seconds(10);
+inline constexpr Duration kMaxScaleWindow = std::chrono::hours(1);
+
+// How a job chooses its size between min_nodes and max_nodes (daemon/rendezvous/scheduler.h).
+enum class ScaleMode : std::uint8_t {
+  kFixed = 0,       // as many nodes as it can get, up to max_nodes ("fixed")
+  kThroughput = 1,  // from min_nodes, one node at a time while throughput pays ("throughput")
+};
+inline constexpr std::uint8_t kMaxScaleMode = 1;
+// "fixed", "throughput".
+std::string_view scale_mode_name(ScaleMode mode);
+// The mode named `name`; nullopt when it names none.
+std::optional<ScaleMode> parse_scale_mode(std::string_view name);
 
 struct JobSpec {
   // Job ids are "<name>-<n>"; [A-Za-z0-9._-]{1,64}.
@@ -95,13 +115,26 @@ struct JobSpec {
   // Overrides rendezvous.last_call for this job.
   std::optional<Duration> last_call;
   // Hang detection (JobSupervisor): once a node's workers of a round sent a progress "step",
-  // no newer one for this long fails the round like a crash. 0 = off (the default).
-  Duration hang_timeout = Duration::zero();
+  // no newer one for this long fails the round like a crash. Absent = the daemon's default
+  // (job_supervisor.h: from the step time for workers that send "alive", off for others);
+  // 0 = off; otherwise kMinHangTimeout..kMaxHangTimeout.
+  std::optional<Duration> hang_timeout;
   // Absolute; "" = the submitting user's home directory (chosen by the spawner).
   std::string working_dir;
   // Keep a started Python interpreter per slot for the next round (node/warm_standbys.h); the
   // command must be one python_command.h accepts.
   bool warm = false;
+  // Scheduling (daemon/rendezvous/scheduler.h). Higher priorities are served first and may
+  // take nodes from lower ones; kMinPriority..kMaxPriority.
+  std::int32_t priority = 0;
+  // A job of higher priority may suspend this one entirely (requeued, resumed later from its
+  // checkpoint, not counted as a restart); otherwise it is only ever shrunk to min_nodes.
+  bool preemptible = false;
+  ScaleMode scale = ScaleMode::kFixed;
+  // kThroughput: an added node must raise samples per second by at least this fraction
+  // (0 < x <= 1), measured over scale_window (kMinScaleWindow..kMaxScaleWindow).
+  double scale_min_gain = 0.05;
+  Duration scale_window = std::chrono::seconds(60);
   // The submitting user, from the control socket's peer credentials.
   std::string user;
   std::uint32_t uid = 0;

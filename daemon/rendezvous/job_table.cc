@@ -32,6 +32,8 @@ const char* to_string(JobState state) {
       return "failed";
     case JobState::kCancelled:
       return "cancelled";
+    case JobState::kSuspended:
+      return "suspended";
   }
   return "unknown";
 }
@@ -51,6 +53,8 @@ const char* to_string(RoundReason reason) {
       return "worker_failed";
     case RoundReason::kGrow:
       return "grow";
+    case RoundReason::kPreempted:
+      return "preempted";
   }
   return "unknown";
 }
@@ -112,18 +116,41 @@ std::string rank_map_problem(const RankMap& ranks, const JobSpec& spec) {
   return "";
 }
 
+// The SetJobState transitions (suspended and cancelled come only from their own commands).
 bool transition_allowed(JobState from, JobState to) {
   switch (to) {
     case JobState::kRunning:
       return from == JobState::kRendezvous;
+    case JobState::kPending:  // a preemptible job requeued (cause preempted)
+      return from == JobState::kRendezvous || from == JobState::kRunning ||
+             from == JobState::kRecovering;
     case JobState::kRecovering:
     case JobState::kSucceeded:
       return from == JobState::kRendezvous || from == JobState::kRunning;
     case JobState::kFailed:
       return !is_terminal(from);
     default:
-      return false;  // pending, rendezvous and cancelled come only from their own commands
+      return false;  // rendezvous comes only from OpenRound
   }
+}
+
+// "" when `ranks` keeps only nodes of `current` (same name and generation): a preemption shrinks
+// a round, it never moves it.
+std::string shrink_problem(const RankMap& ranks, const RankMap& current) {
+  for (const RankAssignment& r : ranks) {
+    const bool kept = std::any_of(current.begin(), current.end(), [&](const RankAssignment& c) {
+      return c.node == r.node && c.generation == r.generation;
+    });
+    if (!kept) {
+      return "a preemption only shrinks a round, and node " + r.node + " (generation " +
+             std::to_string(r.generation) + ") is not in the current one";
+    }
+  }
+  return "";
+}
+
+std::string by_whom(std::uint32_t uid, bool is_admin) {
+  return "by uid " + std::to_string(uid) + (is_admin ? " (admin)" : "");
 }
 
 }  // namespace
@@ -176,9 +203,13 @@ ApplyResult JobTable::apply(Index index, const Command& command) {
           return apply_open(index, c);
         } else if constexpr (std::is_same_v<T, SetJobState>) {
           return apply_set(index, c);
-        } else {
-          static_assert(std::is_same_v<T, DrainNode>);
+        } else if constexpr (std::is_same_v<T, DrainNode>) {
           return apply_drain(index, c);
+        } else if constexpr (std::is_same_v<T, SetPriority>) {
+          return apply_priority(index, c);
+        } else {
+          static_assert(std::is_same_v<T, SuspendJob>);
+          return apply_suspend(index, c);
         }
       },
       command);
@@ -285,7 +316,7 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
   if (it == jobs_.end()) return rejected(c.job_id, "There is no job " + c.job_id + ".");
   JobRecord& job = it->second;
   const std::string round = "round " + std::to_string(c.round) + " of job " + c.job_id;
-  if (is_terminal(job.state)) {
+  if (is_terminal(job.state) || job.state == JobState::kSuspended) {
     return rejected(c.job_id,
                     "Cannot open " + round + ": the job is " + to_string(job.state) + ".");
   }
@@ -312,6 +343,15 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
     return rejected(c.job_id, "Cannot open " + round +
                                   ": its detail is too long or its time is "
                                   "before 1970.");
+  }
+  if (c.reason == RoundReason::kPreempted) {
+    if (job.state != JobState::kRendezvous && job.state != JobState::kRunning) {
+      return rejected(c.job_id, "Cannot open " + round + " (preempted): the job is " +
+                                    to_string(job.state) + ", not rendezvous or running.");
+    }
+    if (std::string problem = shrink_problem(c.ranks, job.ranks); !problem.empty()) {
+      return rejected(c.job_id, "Cannot open " + round + ": " + problem + ".");
+    }
   }
   if (c.reason == RoundReason::kWorkerFailed) {
     if (job.restarts >= job.spec.max_restarts) {
@@ -357,10 +397,21 @@ ApplyResult JobTable::apply_set(Index index, const SetJobState& c) {
   if (c.reason.size() > kMaxReasonBytes || negative(c.at)) {
     return rejected(c.job_id, what + ": the reason is too long or the time is before 1970.");
   }
+  // Preempted is the cause of a requeue and of nothing else.
+  if (c.state == JobState::kPending && c.cause != RoundReason::kPreempted) {
+    return rejected(c.job_id, what + " with cause " + to_string(c.cause) +
+                                  ": only a preempted job is requeued.");
+  }
+  if (c.state == JobState::kRecovering && c.cause == RoundReason::kPreempted) {
+    return rejected(c.job_id, what +
+                                  " with cause preempted: a preempted job shrinks (a new round) "
+                                  "or is requeued (pending).");
+  }
   if (c.state == JobState::kRecovering) {
     job.recovery_cause = c.cause;
     job.failed_node = c.cause == RoundReason::kWorkerFailed ? c.failed_node : "";
   }
+  if (c.state == JobState::kPending) ++job.preemptions;
   change_state(index, job, c.state, c.at, c.reason);
   if (is_terminal(c.state)) forget_old_terminal_jobs();
   return ApplyResult{ApplyCode::kApplied, c.job_id, "", false};
@@ -397,10 +448,86 @@ ApplyResult JobTable::apply_drain(Index index, const DrainNode& c) {
   return remember(index, c.client_id, c.client_seq, ApplyResult{});
 }
 
+// The job `c` names when the caller may change it: the job exists, is not terminal, and the
+// caller owns it or is an admin. Otherwise the refusal to remember (`verb` names the action in
+// it: "change the priority of").
+template <typename C>
+std::variant<JobRecord*, ApplyResult> JobTable::owned_job(const C& c, const char* verb) {
+  const auto it = jobs_.find(c.job_id);
+  if (it == jobs_.end()) return rejected(c.job_id, "There is no job " + c.job_id + ".");
+  JobRecord& job = it->second;
+  if (is_terminal(job.state)) {
+    return rejected(c.job_id, "Job " + c.job_id + " has already " + to_string(job.state) + ".");
+  }
+  if (!c.is_admin && c.by_uid != job.spec.uid) {
+    return denied(c.job_id, "uid " + std::to_string(c.by_uid) + " may not " + verb + " job " +
+                                c.job_id + " of uid " + std::to_string(job.spec.uid) +
+                                "; only its owner or an admin may.");
+  }
+  if (negative(c.at)) return rejected(c.job_id, "The command's time is before 1970.");
+  return &job;
+}
+
+ApplyResult JobTable::apply_priority(Index index, const SetPriority& c) {
+  if (std::optional<ApplyResult> seen = dedupe(clients_, c.client_id, c.client_seq)) {
+    return *seen;
+  }
+  const auto answer = [&](ApplyResult result) {
+    return remember(index, c.client_id, c.client_seq, std::move(result));
+  };
+  auto owned = owned_job(c, "change the priority of");
+  if (ApplyResult* refusal = std::get_if<ApplyResult>(&owned)) return answer(*refusal);
+  JobRecord& job = *std::get<JobRecord*>(owned);
+  const std::int32_t old_priority = job.spec.priority;
+  if (c.priority < kMinPriority || c.priority > kMaxPriority) {
+    return answer(rejected(c.job_id, "Priority " + std::to_string(c.priority) + " is outside " +
+                                         std::to_string(kMinPriority) + ".." +
+                                         std::to_string(kMaxPriority) + "."));
+  }
+  if (!c.is_admin && c.priority > c.ceiling && c.priority > old_priority) {
+    return answer(denied(
+        c.job_id, "Priority " + std::to_string(c.priority) + " is above limits.priority_ceiling (" +
+                      std::to_string(c.ceiling) + "); only an admin may raise a job above it."));
+  }
+  job.spec.priority = c.priority;
+  add_event(job, JobEvent{c.at, job.round, job.state, job.state,
+                          "priority " + std::to_string(old_priority) + " -> " +
+                              std::to_string(c.priority) + " " + by_whom(c.by_uid, c.is_admin)});
+  return answer(ApplyResult{ApplyCode::kApplied, c.job_id, "", false});
+}
+
+ApplyResult JobTable::apply_suspend(Index index, const SuspendJob& c) {
+  if (std::optional<ApplyResult> seen = dedupe(clients_, c.client_id, c.client_seq)) {
+    return *seen;
+  }
+  const auto answer = [&](ApplyResult result) {
+    return remember(index, c.client_id, c.client_seq, std::move(result));
+  };
+  auto owned = owned_job(c, c.resume ? "resume" : "suspend");
+  if (ApplyResult* refusal = std::get_if<ApplyResult>(&owned)) return answer(*refusal);
+  JobRecord& job = *std::get<JobRecord*>(owned);
+  const bool suspended = job.state == JobState::kSuspended;
+  if (c.resume != suspended) {
+    return answer(rejected(c.job_id, "Job " + c.job_id + " is " +
+                                         (suspended ? "already suspended." : "not suspended.")));
+  }
+  if (c.resume) {
+    change_state(index, job, JobState::kPending, c.at, "resumed " + by_whom(c.by_uid, c.is_admin));
+  } else {
+    change_state(index, job, JobState::kSuspended, c.at,
+                 "suspended " + by_whom(c.by_uid, c.is_admin));
+  }
+  return answer(ApplyResult{ApplyCode::kApplied, c.job_id, "", false});
+}
+
+void JobTable::add_event(JobRecord& job, JobEvent event) {
+  job.events.push_back(std::move(event));
+  if (job.events.size() > kMaxEventsPerJob) job.events.erase(job.events.begin());
+}
+
 void JobTable::change_state(Index index, JobRecord& job, JobState to, WallTime at,
                             std::string reason) {
-  job.events.push_back(JobEvent{at, job.round, job.state, to, reason});
-  if (job.events.size() > kMaxEventsPerJob) job.events.erase(job.events.begin());
+  add_event(job, JobEvent{at, job.round, job.state, to, reason});
   job.state = to;
   job.state_since = at;
   job.reason = std::move(reason);

@@ -13,22 +13,39 @@
 //                Reason kWorkerFailed consumes a restart and is refused once restarts reached
 //                max_restarts (the planner fails the job instead). The per-node restart
 //                counts in the rank map are the leader's (make_open_round) and kept as given.
+//                Not for a suspended job. A requeued job (pending with rounds before) opens
+//                its next round like any pending one.
+//                Reason kPreempted (a shrink for a job of higher priority) applies only to a
+//                rendezvous or running job, and only when every node of the new rank map is
+//                in the current one (same name and generation); it consumes no restart.
 //   SetJobState  for the job's current round only (stale and future rounds refused):
 //                  running     from rendezvous
 //                  recovering  from rendezvous or running; `cause` says why the round broke
-//                              (and failed_node whose worker, for worker_failed)
+//                              (and failed_node whose worker, for worker_failed); not
+//                              preempted
+//                  pending     from rendezvous, running or recovering, with cause preempted
+//                              only: a preemptible job the leader suspends to make room and
+//                              requeues. It keeps submitted_at (so its place in the queue),
+//                              counts a preemption and consumes no restart.
 //                  succeeded   from rendezvous or running
 //                  failed      from any non-terminal state (round 0 = before any round)
 //                Terminal states are final.
+//   SetPriority  owner or admin; not for terminal jobs. Sets spec.priority
+//                (kMinPriority..kMaxPriority). A non-admin may not raise a priority above
+//                `ceiling` (the leader fills it from limits.priority_ceiling): kDenied.
+//   SuspendJob   owner or admin. Suspend: a non-terminal job that is not suspended ->
+//                suspended (its round ends: its daemons stop its workers; round and rank map
+//                are kept as a terminal job keeps them). Resume: suspended -> pending.
 //   DrainNode    admin only; marks a node drained (no new rounds are placed on it; jobs
 //                already on it keep running) or clears the mark. Draining a drained node or
 //                undraining one that is not drained applies and changes nothing, so an
 //                operator can repeat either without an error. The node need not be a member:
 //                a node can be drained before it joins.
-// Every state change and every opened round appends to the job's event log (the last
-// kMaxEventsPerJob are kept).
+// Every state change, every opened round and every priority change appends to the job's event
+// log (the last kMaxEventsPerJob are kept).
 //
-// Exactly-once for clients: SubmitJob, CancelJob and DrainNode carry (client_id, client_seq). The
+// Exactly-once for clients: SubmitJob, CancelJob, DrainNode, SetPriority and SuspendJob carry
+// (client_id, client_seq). The
 // table keeps, per client, the last applied seq and its result; a command whose seq is <= that
 // returns the remembered result (duplicate = true) and changes nothing, so a client retrying
 // through a new leader never submits twice. The table remembers kMaxClientSessions clients,
@@ -46,9 +63,10 @@
 // Compatibility: snapshots are map-encoded, so fields are added without a version bump. The
 // drained nodes are written only when there are some, so a table without drains snapshots to
 // the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Likewise a
-// failed node ("fn") and a rank entry's restart count ("rc") are written only when set. Older
-// daemons refuse a DrainNode entry as an unknown kind (kMalformed), so upgrade every daemon
-// before draining.
+// failed node ("fn"), a rank entry's restart count ("rc") and a job's preemptions ("pe") are
+// written only when set. Older daemons refuse a DrainNode, SetPriority or SuspendJob entry as an
+// unknown kind (kMalformed), and a suspended state or a preempted reason as unknown values, so
+// upgrade every daemon before using them.
 //
 // Errors: garbage, truncated, unknown-version or unknown-kind command bytes return an
 // ApplyResult with code kMalformed and leave the table unchanged; refused commands return
@@ -158,8 +176,33 @@ struct DrainNode {
   bool operator==(const DrainNode&) const = default;
 };
 
+struct SetPriority {
+  std::string client_id;
+  std::uint64_t client_seq = 0;
+  std::string job_id;
+  std::int32_t priority = 0;
+  // limits.priority_ceiling of the leader that proposed it: the most a non-admin may set.
+  std::int32_t ceiling = 0;
+  std::uint32_t by_uid = 0;  // from the caller's peer credentials
+  bool is_admin = false;     // root or control.admin_group
+  WallTime at{};             // stamped by the leader
+  bool operator==(const SetPriority&) const = default;
+};
+
+struct SuspendJob {
+  std::string client_id;
+  std::uint64_t client_seq = 0;
+  std::string job_id;
+  bool resume = false;       // false = suspend
+  std::uint32_t by_uid = 0;  // from the caller's peer credentials
+  bool is_admin = false;     // root or control.admin_group
+  WallTime at{};             // stamped by the leader
+  bool operator==(const SuspendJob&) const = default;
+};
+
 // Kinds are only ever appended (the encoded kind number follows the order).
-using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode>;
+using Command =
+    std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode, SetPriority, SuspendJob>;
 
 // Map-encoded MessagePack with the version and kind first (the schema in job_table_codec.cc).
 std::string encode_command(const Command& command);
@@ -190,7 +233,8 @@ struct JobRecord {
   // Recovering from a worker failure: the node whose worker failed ("" = unknown); the next
   // round counts a restart for that node only (RankAssignment::restarts).
   std::string failed_node{};
-  std::uint32_t restarts = 0;  // worker-failure rounds so far (the job's max_restarts budget)
+  std::uint32_t restarts = 0;     // worker-failure rounds so far (the job's max_restarts budget)
+  std::uint32_t preemptions = 0;  // times it was suspended and requeued for another job
   // The current round; 0 = none yet.
   std::uint64_t round = 0;
   RankMap ranks;
@@ -266,9 +310,14 @@ class JobTable {
   ApplyResult apply_open(Index index, const OpenRound& c);
   ApplyResult apply_set(Index index, const SetJobState& c);
   ApplyResult apply_drain(Index index, const DrainNode& c);
+  ApplyResult apply_priority(Index index, const SetPriority& c);
+  ApplyResult apply_suspend(Index index, const SuspendJob& c);
   ApplyResult remember(Index index, const std::string& client_id, std::uint64_t seq,
                        ApplyResult result);
+  template <typename C>
+  std::variant<JobRecord*, ApplyResult> owned_job(const C& c, const char* verb);
   void change_state(Index index, JobRecord& job, JobState to, WallTime at, std::string reason);
+  static void add_event(JobRecord& job, JobEvent event);
   void forget_old_terminal_jobs();
 
   Index applied_index_ = 0;

@@ -37,7 +37,15 @@ using wire::internal::Within;
 namespace {
 
 // Only ever appended: a number once used keeps its meaning in every Raft log.
-enum class Kind : std::uint8_t { kSubmit = 1, kCancel = 2, kOpen = 3, kSet = 4, kDrain = 5 };
+enum class Kind : std::uint8_t {
+  kSubmit = 1,
+  kCancel = 2,
+  kOpen = 3,
+  kSet = 4,
+  kDrain = 5,
+  kPriority = 6,
+  kSuspend = 7,
+};
 
 // A version key that must equal `kVersion`: commands and snapshots of another version are
 // refused right after "v" is read, before anything else is looked at.
@@ -132,6 +140,28 @@ void visit_fields(V& v, M& c) {
   v.field("at", c.at, Via<EpochMillis>{});
 }
 
+template <typename V, Like<SetPriority> M>
+void visit_fields(V& v, M& c) {
+  v.field("ci", c.client_id, MaxBytes{kMaxClientIdBytes});
+  v.field("cs", c.client_seq);
+  v.field("j", c.job_id, MaxBytes{kMaxJobIdBytes});
+  v.field("p", c.priority, Via<internal::Signed32>{});
+  v.field("ce", c.ceiling, Via<internal::Signed32>{});
+  v.field("bu", c.by_uid);
+  v.field("ad", c.is_admin);
+  v.field("at", c.at, Via<EpochMillis>{});
+}
+template <typename V, Like<SuspendJob> M>
+void visit_fields(V& v, M& c) {
+  v.field("ci", c.client_id, MaxBytes{kMaxClientIdBytes});
+  v.field("cs", c.client_seq);
+  v.field("j", c.job_id, MaxBytes{kMaxJobIdBytes});
+  v.field("re", c.resume);
+  v.field("bu", c.by_uid);
+  v.field("ad", c.is_admin);
+  v.field("at", c.at, Via<EpochMillis>{});
+}
+
 // Snapshot pieces.
 
 template <typename V, Like<JobEvent> M>
@@ -162,6 +192,8 @@ void visit_fields(V& v, M& j) {
   v.field("ei", j.ended_index);
   v.field("ev", j.events, Items{"event", kMaxEventsPerJob});
   v.field("fn", j.failed_node, MaxBytes{kMaxNodeNameBytes}, When{!j.failed_node.empty()});
+  // Only when the job was ever requeued: other records keep the bytes of older daemons.
+  v.field("pe", j.preemptions, When{j.preemptions != 0});
 }
 void check_fields(MapReader& r, const JobRecord& j) {
   if (is_terminal(j.state) != (j.ended_index != 0)) {
@@ -247,6 +279,8 @@ constexpr Kind kind_of(const CancelJob&) { return Kind::kCancel; }
 constexpr Kind kind_of(const OpenRound&) { return Kind::kOpen; }
 constexpr Kind kind_of(const SetJobState&) { return Kind::kSet; }
 constexpr Kind kind_of(const DrainNode&) { return Kind::kDrain; }
+constexpr Kind kind_of(const SetPriority&) { return Kind::kPriority; }
+constexpr Kind kind_of(const SuspendJob&) { return Kind::kSuspend; }
 
 template <typename T>
 Result<Command> read_command(MapReader& r, internal::Failure* failure) {
@@ -291,6 +325,10 @@ Result<Command> decode_command(std::string_view bytes) {
       return read_command<SetJobState>(r, &failure);
     case Kind::kDrain:
       return read_command<DrainNode>(r, &failure);
+    case Kind::kPriority:
+      return read_command<SetPriority>(r, &failure);
+    case Kind::kSuspend:
+      return read_command<SuspendJob>(r, &failure);
   }
   r.fail("has an unknown kind " + std::to_string(static_cast<unsigned>(header.kind)));
   return Error{std::move(failure.message)};

@@ -29,6 +29,7 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
     j["state_since_ms"] = job.state_since.time_since_epoch().count();
     j["submitted_at_ms"] = job.submitted_at.time_since_epoch().count();
     j["restarts"] = job.restarts;
+    if (job.preemptions != 0) j["preemptions"] = job.preemptions;
     j["round"] = job.round;
     j["round_reason"] = to_string(job.round_reason);
     j["round_opened_at_ms"] = job.round_opened_at.time_since_epoch().count();

@@ -8,6 +8,7 @@
 // functions on values.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -39,6 +40,17 @@ struct EpochMillis {
   static void pack(Packer& p, WallTime value);
   static void read(MapReader& r, std::string_view key, Need need, WallTime* out);
 };
+// A signed integer of 32 bits (msgpack int: the schema itself carries unsigned only).
+struct Signed32 {
+  static void pack(Packer& p, std::int32_t value);
+  static void read(MapReader& r, std::string_view key, Need need, std::int32_t* out);
+};
+// A double (msgpack float 64, or an integer: msgpack-c writes 1.0 as 1; a float 32 is read
+// too).
+struct Float {
+  static void pack(Packer& p, double value);
+  static void read(MapReader& r, std::string_view key, Need need, double* out);
+};
 // A command line: an array of at most kMaxCommandArgs strings of at most kMaxArgBytes.
 struct CommandArgs {
   static void pack(Packer& p, const std::vector<std::string>& args);
@@ -55,13 +67,17 @@ struct EnvVars {
 
 // Keys: n name, c command, e env (map), xe exported_env (map, only when not empty), mn
 // min_nodes, mx max_nodes, w workers_per_node, cr checkpoint_root, mr max_restarts, rb
-// restart_backoff (ns), lc last_call (ns, optional), ht hang_timeout (ns, only when not 0), wd
-// working_dir, u user, ui uid, gi gid, wm warm (only when true). All but lc, ht, xe and wm are
-// required: a defaulted field would silently change a job (xe, ht and wm are optional so that
-// entries written before they existed, an export of nothing, no hang detection and a cold job
-// read back as what they meant).
+// restart_backoff (ns), lc last_call (ns, optional), ht hang_timeout (ns, only when set; 0 =
+// off), wd working_dir, u user, ui uid, gi gid, wm warm (only when true), pr priority (signed,
+// only when not 0), pe preemptible (only when true), sm scale (0 fixed, 1 throughput; only when
+// not fixed), sg scale_min_gain (float, only when not 0.05), sw scale_window (ns, only when not
+// 60 s). All but lc, ht, xe, wm and the scheduling keys are required: a defaulted field would
+// silently change a job (the others are optional so that entries written before they existed,
+// an export of nothing, the daemon's hang detection, a cold job and the scheduling defaults
+// read back as what they meant, and a spec that uses none of them keeps its old bytes).
 template <typename V, wire::internal::Like<JobSpec> M>
 void visit_fields(V& v, M& s) {
+  using wire::internal::EnumMax;
   using wire::internal::MaxBytes;
   using wire::internal::Via;
   using wire::internal::When;
@@ -76,12 +92,20 @@ void visit_fields(V& v, M& s) {
   v.field("mr", s.max_restarts);
   v.field("rb", s.restart_backoff, Via<internal::Nanos>{});
   v.field("lc", s.last_call, Via<internal::Nanos>{});
-  v.field("ht", s.hang_timeout, Via<internal::Nanos>{}, When{s.hang_timeout != Duration::zero()});
+  v.field("ht", s.hang_timeout, Via<internal::Nanos>{});
   v.field("wd", s.working_dir, MaxBytes{kMaxPathBytes});
   v.field("u", s.user, MaxBytes{kMaxUserBytes});
   v.field("ui", s.uid);
   v.field("gi", s.gid);
   v.field("wm", s.warm, When{s.warm});
+  const JobSpec defaults;
+  v.field("pr", s.priority, Via<internal::Signed32>{}, When{s.priority != defaults.priority});
+  v.field("pe", s.preemptible, When{s.preemptible});
+  v.field("sm", s.scale, EnumMax{kMaxScaleMode}, When{s.scale != defaults.scale});
+  v.field("sg", s.scale_min_gain, Via<internal::Float>{},
+          When{s.scale_min_gain != defaults.scale_min_gain});
+  v.field("sw", s.scale_window, Via<internal::Nanos>{},
+          When{s.scale_window != defaults.scale_window});
 }
 
 }  // namespace elastic::rendezvous

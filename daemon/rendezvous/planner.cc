@@ -81,6 +81,7 @@ class Planner {
       case JobState::kSucceeded:
       case JobState::kFailed:
       case JobState::kCancelled:
+      case JobState::kSuspended:  // held: nothing to plan until it is resumed
         return Decision{};
       case JobState::kPending:
         return gather({}, RoundReason::kSubmitted);

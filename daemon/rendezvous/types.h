@@ -31,6 +31,9 @@ using WallTime = std::chrono::sys_time<std::chrono::milliseconds>;
 //   succeeded   all ranks of the current round exited 0                       (terminal)
 //   failed      restarts exhausted, too few nodes past join_timeout, ...     (terminal)
 //   cancelled   by its owner or an admin                                     (terminal)
+//   suspended   held by its owner or an admin: holds no node, its round has ended (its
+//               daemons stop its workers), the scheduler leaves it alone until it is resumed
+//               (back to pending); not terminal
 enum class JobState : std::uint8_t {
   kPending = 0,
   kRendezvous = 1,
@@ -39,24 +42,27 @@ enum class JobState : std::uint8_t {
   kSucceeded = 4,
   kFailed = 5,
   kCancelled = 6,
+  kSuspended = 7,
 };
-inline constexpr std::uint8_t kMaxJobState = 6;
+inline constexpr std::uint8_t kMaxJobState = 7;
 
 // "pending", "rendezvous", ... for logs, JSON and elasticctl.
 const char* to_string(JobState state);
 bool is_terminal(JobState state);
 
-// Why a round was opened (or, on SetJobState recovering, why the round broke). Only
-// kWorkerFailed consumes a restart (membership changes do not count).
+// Why a round was opened (or, on SetJobState recovering, why the round broke; on SetJobState
+// pending, why a preemptible job was requeued). Only kWorkerFailed consumes a restart
+// (membership changes and preemptions do not count).
 enum class RoundReason : std::uint8_t {
   kSubmitted = 0,     // first round of a job
   kMemberLost = 1,    // a node of the round died or restarted (new generation)
   kWorkerFailed = 2,  // a worker of the round exited non-zero or hung
   kGrow = 3,          // new nodes wait and the round is below max_nodes
+  kPreempted = 4,     // the scheduler took nodes for a job of higher priority
 };
-inline constexpr std::uint8_t kMaxRoundReason = 3;
+inline constexpr std::uint8_t kMaxRoundReason = 4;
 
-// "submitted", "member_lost", "worker_failed", "grow".
+// "submitted", "member_lost", "worker_failed", "grow", "preempted".
 const char* to_string(RoundReason reason);
 
 // One node of a round: its workers take ranks [first_rank, first_rank + slots). The generation

@@ -131,10 +131,27 @@ int main(int argc, char** argv) {
   submit.client_seq = 1;
   submit.spec = spec;
   write(MsgType::kControlRequest, rdv::encode_command(submit));
+  submit.client_seq = 2;
+  submit.spec.priority = -5;
+  submit.spec.preemptible = true;
+  submit.spec.scale = rdv::ScaleMode::kThroughput;
+  submit.spec.scale_min_gain = 0.25;
+  submit.spec.hang_timeout = std::chrono::seconds(0);
+  write(MsgType::kControlRequest, rdv::encode_command(submit));
   write(MsgType::kControlRequest, rdv::encode_command(open));
   write(MsgType::kControlRequest,
         rdv::encode_command(rdv::DrainNode{"n1/1/8", 2, "gpu-07", true, "bad DIMM", 0, true,
                                            rdv::WallTime(std::chrono::milliseconds(5))}));
+  write(MsgType::kControlRequest,
+        rdv::encode_command(rdv::SetPriority{"n1/1/9", 3, "fmnist-1", -7, 100, 1000, false,
+                                             rdv::WallTime(std::chrono::milliseconds(6))}));
+  write(MsgType::kControlRequest,
+        rdv::encode_command(rdv::SuspendJob{"n1/1/10", 4, "fmnist-1", true, 1000, false,
+                                            rdv::WallTime(std::chrono::milliseconds(7))}));
+  write(MsgType::kControlRequest,
+        rdv::encode_command(rdv::SetJobState{"fmnist-1", 1, rdv::JobState::kPending,
+                                             rdv::RoundReason::kPreempted, "for big-3",
+                                             rdv::WallTime(std::chrono::milliseconds(8))}));
   // MessagePack bombs, small enough for the fuzzer's 1 MB envelope limit:
   // a map {"x": [an array of 100,000 one-byte integers]} (100 KB; 2.4 MB of msgpack objects
   // without a decode budget), as a body and as an unknown key of a valid envelope; and 16 nested

@@ -123,6 +123,67 @@ TEST(JobFile, WarmFromTheFileAndTheFlag) {
       "(python, python3, python3.11 or a path to one), not 'x'");
 }
 
+// The scheduling keys from the file and their flags (which win); bad values are one error
+// each, blamed on the line or the flag.
+TEST(JobFile, SchedulingKeysFromTheFileAndTheFlags) {
+  const std::string base = "name = \"a\"\ncommand = [\"x\"]\n";
+  const rendezvous::JobSpec plain = build(base);
+  EXPECT_EQ(plain.priority, 0);
+  EXPECT_FALSE(plain.preemptible);
+  EXPECT_EQ(plain.scale, rendezvous::ScaleMode::kFixed);
+
+  const rendezvous::JobSpec filed =
+      build(base +
+            "priority = -5\npreemptible = true\nscale = \"throughput\"\nscale_min_gain = "
+            "0.1\nscale_window = \"2m\"\n");
+  EXPECT_EQ(filed.priority, -5);
+  EXPECT_TRUE(filed.preemptible);
+  EXPECT_EQ(filed.scale, rendezvous::ScaleMode::kThroughput);
+  EXPECT_EQ(filed.scale_min_gain, 0.1);
+  EXPECT_EQ(filed.scale_window, std::chrono::minutes(2));
+  EXPECT_EQ(build(base + "scale_min_gain = 1\n").scale_min_gain, 1.0);
+
+  const rendezvous::JobSpec flagged =
+      build(base + "priority = -5\npreemptible = true\n", flags([](JobOverrides& f) {
+              f.priority = "12";
+              f.preemptible = false;
+              f.scale = "throughput";
+              f.scale_min_gain = "0.2";
+              f.scale_window = "30s";
+            }));
+  EXPECT_EQ(flagged.priority, 12);
+  EXPECT_FALSE(flagged.preemptible);
+  EXPECT_EQ(flagged.scale, rendezvous::ScaleMode::kThroughput);
+  EXPECT_EQ(flagged.scale_min_gain, 0.2);
+  EXPECT_EQ(flagged.scale_window, std::chrono::seconds(30));
+  EXPECT_EQ(build(base, flags([](JobOverrides& f) { f.priority = "-1000000"; })).priority,
+            -1000000);
+
+  EXPECT_EQ(parse_error("priority = \"high\"\npreemptible = 1\nscale = \"fast\"\n"
+                        "scale_min_gain = \"5%\"\nscale_window = 60\n"),
+            "job.toml:1: priority: expected an integer, got a string (\"high\")\n"
+            "job.toml:2: preemptible: expected true or false, got an integer (1)\n"
+            "job.toml:3: scale: expected \"fixed\" or \"throughput\", got \"fast\"\n"
+            "job.toml:4: scale_min_gain: expected a number such as 0.05, got a string (\"5%\")\n"
+            "job.toml:5: scale_window: expected a duration string such as \"10s\", got an "
+            "integer (60)");
+  EXPECT_EQ(build_error(base + "priority = 2000000\nscale_window = \"5s\"\n"),
+            "job.toml:3: priority: 2000000 is outside -1000000..1000000\n"
+            "job.toml:4: scale_window: 5s is outside 10s..1h");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.priority = "ten"; })),
+            "--priority: expected an integer such as 10 or -5, got \"ten\"");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.priority = "2000000"; })),
+            "--priority: 2000000 is outside -1000000..1000000");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.scale = "fast"; })),
+            "--scale: expected fixed or throughput, got \"fast\"");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.scale_min_gain = "0.1x"; })),
+            "--scale-min-gain: expected a number such as 0.05, got \"0.1x\"");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.scale_min_gain = "2"; })),
+            "--scale-min-gain: 2.0 is not a fraction above 0 and at most 1");
+  EXPECT_EQ(build_error(base, flags([](JobOverrides& f) { f.scale_window = "2h"; })),
+            "--scale-window: 2h is outside 10s..1h");
+}
+
 TEST(JobFile, RelativePathsResolveAgainstTheCallersCwd) {
   const rendezvous::JobSpec spec = build(
       "name = \"a\"\ncommand = [\"x\"]\ncheckpoint_root = \"ck\"\nworking_dir = \"../other/.\"\n");
@@ -146,7 +207,7 @@ TEST(JobFile, UnknownKeysSuggestTheClosestKey) {
             "job.toml:1: banana: unknown key (job file keys are name, command, env, nodes, "
             "min_nodes, max_nodes, workers_per_node, gpus_per_node, checkpoint_root, "
             "max_restarts, restart_backoff, last_call, hang_timeout, working_dir, user, "
-            "export, warm)");
+            "export, warm, priority, preemptible, scale, scale_min_gain, scale_window)");
   EXPECT_EQ(parse_error("uid = 0\n"),
             "job.toml:1: uid: is taken from the submitting process's credentials and cannot be "
             "set in a job file");
@@ -228,11 +289,13 @@ TEST(JobFile, RuleViolationsAreBlamedOnTheirSource) {
             "--restart-backoff: " + parse_duration("soon").error().message);
 }
 
-// hang_timeout in a job file and as --hang-timeout (which wins); off by default; a
-// value under 5s, a number or a bad duration is one error naming where it came from.
+// hang_timeout in a job file and as --hang-timeout (which wins); absent (the daemon's default)
+// by default, "0s" off; a value under 5s, a number or a bad duration is one error naming where
+// it came from.
 TEST(JobFile, HangTimeoutFromTheFileOrTheFlag) {
   const std::string base = "name = \"a\"\ncommand = [\"x\"]\n";
-  EXPECT_EQ(build(base).hang_timeout, Duration::zero());
+  EXPECT_FALSE(build(base).hang_timeout.has_value());
+  EXPECT_EQ(build(base + "hang_timeout = \"0s\"\n").hang_timeout, Duration::zero());
   EXPECT_EQ(build(base + "hang_timeout = \"90s\"\n").hang_timeout, std::chrono::seconds(90));
   EXPECT_EQ(build(base + "hang_timeout = \"90s\"\n",
                   flags([](JobOverrides& f) { f.hang_timeout = "2m"; }))
@@ -366,7 +429,12 @@ checkpoint_root = "/file-ck"
                                .hang_timeout = "45s",
                                .working_dir = "sub",
                                .export_setting = {},
-                               .warm = false});
+                               .warm = false,
+                               .priority = {},
+                               .preemptible = {},
+                               .scale = {},
+                               .scale_min_gain = {},
+                               .scale_window = {}});
   EXPECT_EQ(json::parse(rendezvous::to_json(spec)), json::parse(R"({
     "name": "b", "command": ["y", "--from-flags"],
     "env": {"A": "file", "B": "flag", "C": "flag=with=equals"}, "min_nodes": 4, "max_nodes": 4,

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -238,10 +239,11 @@ TEST(JobSpecTest, JsonRoundTrip) {
   EXPECT_EQ(*back2, no_last_call);
 }
 
-// hang_timeout is off (0) by default and when absent from either encoding (entries
-// written before it existed); 5s is the shortest, and it round-trips.
+// hang_timeout is absent (the daemon's default) by default and when absent from either
+// encoding (entries written before it existed); "0s" is off and encodes as 0; 5s is the
+// shortest otherwise, and it round-trips.
 TEST(JobSpecTest, HangTimeoutIsOptionalAndRoundTrips) {
-  EXPECT_EQ(JobSpec{}.hang_timeout, Duration::zero());
+  EXPECT_FALSE(JobSpec{}.hang_timeout.has_value());
   JobSpec spec = good_spec();
   spec.hang_timeout = 5s;
   EXPECT_OK(validate(spec));
@@ -250,17 +252,141 @@ TEST(JobSpecTest, HangTimeoutIsOptionalAndRoundTrips) {
   spec.hang_timeout = 90s;
   EXPECT_NE(to_json(spec).find(R"("hang_timeout":"1m30s")"), std::string::npos) << to_json(spec);
   expect_round_trips(spec);
-  // Off: no key in either encoding, so older daemons' entries and views stay the same.
-  const JobSpec off = good_spec();
-  EXPECT_EQ(to_json(off).find("hang_timeout"), std::string::npos);
-  EXPECT_EQ(encode_job_spec(off).find("ht"), std::string::npos);
-  Result<JobSpec> off_back = decode_job_spec(encode_job_spec(off));
-  ASSERT_OK(off_back);
-  EXPECT_EQ(off_back->hang_timeout, Duration::zero());
+  // Absent: no key in either encoding, so older daemons' entries and views stay the same.
+  const JobSpec absent = good_spec();
+  EXPECT_EQ(to_json(absent).find("hang_timeout"), std::string::npos);
+  EXPECT_EQ(encode_job_spec(absent).find("ht"), std::string::npos);
+  Result<JobSpec> absent_back = decode_job_spec(encode_job_spec(absent));
+  ASSERT_OK(absent_back);
+  EXPECT_FALSE(absent_back->hang_timeout.has_value());
   Result<JobSpec> bad = job_spec_from_json(R"({"name":"x","command":["x"],"hang_timeout":60})");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message,
             "hang_timeout: expected a duration string such as \"10s\", got number");
+}
+
+// "0s" turns hang detection off: valid, kept apart from absent in both encodings.
+TEST(JobSpecTest, HangTimeoutZeroIsOffAndDistinctFromAbsent) {
+  JobSpec off = good_spec();
+  off.hang_timeout = Duration::zero();
+  EXPECT_OK(validate(off));
+  EXPECT_NE(to_json(off).find(R"("hang_timeout":"0s")"), std::string::npos) << to_json(off);
+  expect_round_trips(off);
+  EXPECT_NE(encode_job_spec(off), encode_job_spec(good_spec()));
+  Result<JobSpec> from_json =
+      job_spec_from_json(R"({"name":"x","command":["x"],"hang_timeout":"0s"})");
+  ASSERT_OK(from_json);
+  EXPECT_EQ(from_json->hang_timeout, Duration::zero());
+}
+
+// The scheduling fields: defaults, both encodings, and a spec that sets none of them keeps
+// the bytes it had before they existed (Raft logs and snapshots written by older daemons).
+TEST(JobSpecTest, SchedulingFieldsRoundTripAndDefaultsKeepOldBytes) {
+  const JobSpec defaults;
+  EXPECT_EQ(defaults.priority, 0);
+  EXPECT_FALSE(defaults.preemptible);
+  EXPECT_EQ(defaults.scale, ScaleMode::kFixed);
+  EXPECT_EQ(defaults.scale_min_gain, 0.05);
+  EXPECT_EQ(defaults.scale_window, 60s);
+
+  // good_spec() as an older daemon encoded it: exactly these keys, nothing after "gi".
+  const std::string old_bytes = encode_job_spec(good_spec());
+  for (const char* key : {"pr", "pe", "sm", "sg", "sw"}) {
+    EXPECT_EQ(old_bytes.find(std::string("\xa2") + key), std::string::npos) << key;
+  }
+  const std::string json = to_json(good_spec());
+  for (const char* key : {"priority", "preemptible", "scale"}) {
+    EXPECT_EQ(json.find(key), std::string::npos) << key << " in " << json;
+  }
+
+  JobSpec spec = good_spec();
+  spec.priority = -7;
+  spec.preemptible = true;
+  spec.scale = ScaleMode::kThroughput;
+  spec.scale_min_gain = 0.125;
+  spec.scale_window = 2min;
+  EXPECT_OK(validate(spec));
+  expect_round_trips(spec);
+  EXPECT_EQ(encode_job_spec(*decode_job_spec(encode_job_spec(spec))), encode_job_spec(spec));
+  for (const char* pair : {R"("preemptible":true)", R"("priority":-7)", R"("scale":"throughput")",
+                           R"("scale_min_gain":0.125)", R"("scale_window":"2m")"}) {
+    EXPECT_NE(to_json(spec).find(pair), std::string::npos) << pair << " in " << to_json(spec);
+  }
+  spec.priority = kMaxPriority;
+  expect_round_trips(spec);
+  spec.priority = kMinPriority;
+  expect_round_trips(spec);
+  spec.scale_min_gain = 1.0;
+  expect_round_trips(spec);
+}
+
+TEST(JobSpecTest, SchedulingFieldsAreValidatedByName) {
+  const auto problem = [](const std::function<void(JobSpec&)>& mutate) {
+    JobSpec spec = good_spec();
+    mutate(spec);
+    const Status s = validate(spec);
+    return s.ok() ? std::string("(valid)") : s.error().message;
+  };
+  EXPECT_EQ(problem([](JobSpec& s) { s.priority = kMaxPriority + 1; }),
+            "priority: 1000001 is outside -1000000..1000000");
+  EXPECT_EQ(problem([](JobSpec& s) { s.priority = kMinPriority - 1; }),
+            "priority: -1000001 is outside -1000000..1000000");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale_min_gain = 0; }),
+            "scale_min_gain: 0.0 is not a fraction above 0 and at most 1");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale_min_gain = 1.5; }),
+            "scale_min_gain: 1.5 is not a fraction above 0 and at most 1");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale_min_gain = std::nan(""); }),
+            "scale_min_gain: NaN is not a fraction above 0 and at most 1");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale_window = 9s; }),
+            "scale_window: 9s is outside 10s..1h");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale_window = 61min; }),
+            "scale_window: 1h1m is outside 10s..1h");
+  EXPECT_EQ(problem([](JobSpec& s) { s.scale = static_cast<ScaleMode>(2); }),
+            "scale: must be \"fixed\" or \"throughput\"");
+  EXPECT_EQ(problem([](JobSpec& s) {
+              s.scale_window = 10s;
+              s.scale_min_gain = 1;
+              s.priority = -1000000;
+            }),
+            "(valid)");
+}
+
+TEST(JobSpecTest, SchedulingFieldsJsonErrorsNameTheField) {
+  const auto error = [](const std::string& fields) {
+    Result<JobSpec> spec = job_spec_from_json(R"({"name":"x","command":["x"],)" + fields + "}");
+    return spec.ok() ? std::string("(parsed)") : spec.error().message;
+  };
+  EXPECT_EQ(error(R"("priority":"high")"), "priority: expected an integer, got string");
+  EXPECT_EQ(error(R"("priority":1.5)"), "priority: expected an integer, got a fraction");
+  EXPECT_EQ(error(R"("priority":3000000000)"), "priority: 3000000000 is out of range");
+  EXPECT_EQ(error(R"("priority":-3000000000)"), "priority: -3000000000 is out of range");
+  EXPECT_EQ(error(R"("preemptible":1)"), "preemptible: expected true or false, got number");
+  EXPECT_EQ(error(R"("scale":"fast")"), "scale: 'fast' is not \"fixed\" or \"throughput\"");
+  EXPECT_EQ(error(R"("scale_min_gain":"5%")"), "scale_min_gain: expected a number, got string");
+  EXPECT_EQ(error(R"("scale_window":60)"),
+            "scale_window: expected a duration string such as \"10s\", got number");
+  EXPECT_EQ(error(R"("scale":"fixed","priority":-3,"scale_min_gain":1)"), "(parsed)");
+}
+
+// Hostile MessagePack for the new keys: a priority out of int32 range or of the wrong type, a
+// gain that is not a float and an unknown scale are one error each, never a crash.
+TEST(JobSpecTest, SchedulingFieldsMsgpackRejectsWrongTypes) {
+  const std::string good = encode_job_spec(good_spec());
+  ASSERT_EQ(static_cast<unsigned char>(good[0]) & 0xf0, 0x80);  // a fixmap
+  const auto with = [&](const std::string& key_and_value) {
+    std::string bytes = good;
+    bytes[0] = static_cast<char>(bytes[0] + 1);
+    return decode_job_spec(bytes + key_and_value);
+  };
+  EXPECT_OK(with(std::string("\xa2pr\xd0\xf9", 5)));  // int8 -7
+  EXPECT_EQ(with(std::string("\xa2pr\xd3\x80\0\0\0\0\0\0\0", 12)).ok(), false);
+  EXPECT_EQ(with(std::string("\xa2pr\xa1x", 5)).ok(), false);
+  EXPECT_EQ(with(std::string("\xa2sg\xc3", 4)).ok(), false);  // true
+  EXPECT_EQ(with(std::string("\xa2sm\x02", 4)).ok(), false);
+  Result<JobSpec> big = with(std::string("\xa2pr\xce\x80\0\0\0", 8));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("'pr' that is not a 32-bit integer"), std::string::npos)
+      << big.error().message;
 }
 
 TEST(JobSpecTest, JsonMinimalUsesDefaults) {

@@ -167,6 +167,253 @@ TEST_F(TableTest, CancelRules) {
   EXPECT_EQ(job(id2).reason, "cancelled by uid 0 (admin)");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Priorities, suspension and preemption
+
+TEST_F(TableTest, PriorityRules) {
+  const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
+  const auto priority = [&](std::int32_t p, std::uint32_t uid, bool admin, std::int32_t ceiling,
+                            std::uint64_t seq) {
+    return apply(SetPriority{"p", seq, id, p, ceiling, uid, admin, ms(10)});
+  };
+  const ApplyResult stranger = priority(5, 1001, false, 100, 1);
+  EXPECT_EQ(stranger.code, ApplyCode::kDenied);
+  EXPECT_EQ(stranger.message,
+            "uid 1001 may not change the priority of job j-1 of uid 1000; only its owner or an "
+            "admin may.");
+  EXPECT_EQ(job(id).spec.priority, 0);
+
+  ASSERT_TRUE(priority(10, 1000, false, 10, 2).ok());
+  EXPECT_EQ(job(id).spec.priority, 10);
+  EXPECT_EQ(job(id).state, JobState::kPending);
+  EXPECT_EQ(job(id).events.back().reason, "priority 0 -> 10 by uid 1000");
+  EXPECT_EQ(job(id).events.back().from, JobState::kPending);
+  EXPECT_EQ(job(id).events.back().to, JobState::kPending);
+  EXPECT_EQ(job(id).state_since, ms(1000)) << "a priority change is no state change";
+
+  // Above the ceiling: only an admin may raise it there.
+  const ApplyResult above = priority(11, 1000, false, 10, 3);
+  EXPECT_EQ(above.code, ApplyCode::kDenied);
+  EXPECT_EQ(above.message,
+            "Priority 11 is above limits.priority_ceiling (10); only an admin may raise a job "
+            "above it.");
+  EXPECT_EQ(job(id).spec.priority, 10);
+  ASSERT_TRUE(priority(50, 0, true, 10, 4).ok());
+  EXPECT_EQ(job(id).events.back().reason, "priority 10 -> 50 by uid 0 (admin)");
+  // The owner may lower it again, even while it stays above the ceiling, but not raise it.
+  ASSERT_TRUE(priority(40, 1000, false, 10, 5).ok());
+  EXPECT_EQ(priority(45, 1000, false, 10, 6).code, ApplyCode::kDenied);
+  EXPECT_EQ(job(id).spec.priority, 40);
+  ASSERT_TRUE(priority(-5, 1000, false, 10, 7).ok());
+  // A retry is answered from memory and changes nothing.
+  const std::size_t events = job(id).events.size();
+  const ApplyResult again = priority(-5, 1000, false, 10, 7);
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(job(id).events.size(), events);
+
+  const ApplyResult out_of_range = priority(kMaxPriority + 1, 0, true, 10, 8);
+  EXPECT_EQ(out_of_range.code, ApplyCode::kRejected);
+  EXPECT_EQ(out_of_range.message, "Priority 1000001 is outside -1000000..1000000.");
+  EXPECT_EQ(apply(SetPriority{"p", 9, "nope-3", 1, 10, 0, true, ms(10)}).message,
+            "There is no job nope-3.");
+
+  const ApplyResult refused_again = priority(1, 1000, false, 10, 9);
+  EXPECT_EQ(refused_again.code, ApplyCode::kRejected);
+  EXPECT_TRUE(refused_again.duplicate);
+  EXPECT_EQ(job(id).events.size(), events);
+  EXPECT_EQ(job(id).spec.priority, -5);
+
+  ASSERT_TRUE(apply(CancelJob{"p", 10, id, 1000, false, ms(11)}).ok());
+  EXPECT_EQ(priority(1, 1000, false, 10, 11).message, "Job j-1 has already cancelled.");
+}
+
+TEST_F(TableTest, SuspendAndResume) {
+  const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a", "b"}))).ok());
+  ASSERT_TRUE(apply(set(id, 1, JobState::kRunning)).ok());
+  const auto suspend = [&](bool resume, std::uint32_t uid, bool admin, std::uint64_t seq) {
+    return apply(SuspendJob{"s", seq, id, resume, uid, admin, ms(20 + seq)});
+  };
+  const ApplyResult stranger = suspend(false, 1001, false, 1);
+  EXPECT_EQ(stranger.code, ApplyCode::kDenied);
+  EXPECT_EQ(stranger.message,
+            "uid 1001 may not suspend job j-1 of uid 1000; only its owner or an admin may.");
+  EXPECT_EQ(suspend(true, 1000, false, 2).message, "Job j-1 is not suspended.");
+
+  ASSERT_TRUE(suspend(false, 1000, false, 3).ok());
+  const JobRecord held = job(id);
+  EXPECT_EQ(held.state, JobState::kSuspended);
+  EXPECT_FALSE(is_terminal(held.state));
+  EXPECT_EQ(held.reason, "suspended by uid 1000");
+  EXPECT_EQ(held.events.back().from, JobState::kRunning);
+  EXPECT_EQ(held.round, 1u) << "round and rank map stay, as a terminal job keeps them";
+  EXPECT_EQ(held.ranks, ranks({"a", "b"}));
+  EXPECT_EQ(held.ended_index, 0u);
+
+  // Nothing moves a suspended job but resume (or failing it).
+  EXPECT_EQ(suspend(false, 0, true, 4).message, "Job j-1 is already suspended.");
+  EXPECT_EQ(apply(open(id, 2, 1, ranks({"a"}))).message,
+            "Cannot open round 2 of job j-1: the job is suspended.");
+  EXPECT_EQ(apply(set(id, 1, JobState::kRunning)).code, ApplyCode::kRejected);
+  EXPECT_EQ(apply(set(id, 1, JobState::kSucceeded)).code, ApplyCode::kRejected);
+  EXPECT_EQ(apply(set(id, 1, JobState::kPending, RoundReason::kPreempted)).code,
+            ApplyCode::kRejected);
+  EXPECT_EQ(job(id), held);
+  EXPECT_EQ(suspend(true, 1001, false, 5).code, ApplyCode::kDenied);
+
+  // An admin resumes it: pending again, its round kept, and its next round opens from there.
+  ASSERT_TRUE(suspend(true, 0, true, 6).ok());
+  EXPECT_EQ(job(id).state, JobState::kPending);
+  EXPECT_EQ(job(id).reason, "resumed by uid 0 (admin)");
+  EXPECT_EQ(job(id).submitted_at, ms(1000));
+  EXPECT_EQ(job(id).restarts, 0u);
+  const ApplyResult reopened = apply(open(id, 2, 1, ranks({"b"})));
+  ASSERT_TRUE(reopened.ok()) << reopened.message;
+  EXPECT_EQ(job(id).state, JobState::kRendezvous);
+
+  // A retried suspend is answered from memory.
+  const ApplyResult again = suspend(false, 1000, false, 3);
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(job(id).state, JobState::kRendezvous);
+
+  // A pending job (no round yet) can be suspended too; a terminal one cannot.
+  const std::string queued = submit(spec("q", 1, 2, 1000)).job_id;
+  ASSERT_TRUE(apply(SuspendJob{"s2", 1, queued, false, 1000, false, ms(40)}).ok());
+  ASSERT_TRUE(apply(CancelJob{"s2", 2, queued, 1000, false, ms(41)}).ok());
+  EXPECT_EQ(apply(SuspendJob{"s2", 3, queued, true, 1000, false, ms(42)}).message,
+            "Job q-2 has already cancelled.");
+}
+
+TEST_F(TableTest, APreemptionShrinksARoundWithoutARestart) {
+  const std::string id = submit(spec("j", 1, 3, 1000)).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a", "b", "c"}))).ok());
+  ASSERT_TRUE(apply(set(id, 1, JobState::kRunning)).ok());
+
+  // Only nodes of the current round, same generation.
+  RankMap moved = ranks({"a", "d"});
+  EXPECT_EQ(apply(open(id, 2, 1, moved, RoundReason::kPreempted)).message,
+            "Cannot open round 2 of job j-1: a preemption only shrinks a round, and node d "
+            "(generation 1) is not in the current one.");
+  RankMap restarted = ranks({"a"});
+  restarted[0].generation = 2;
+  EXPECT_EQ(apply(open(id, 2, 1, restarted, RoundReason::kPreempted)).code, ApplyCode::kRejected);
+  EXPECT_EQ(job(id).round, 1u);
+
+  const ApplyResult shrunk = apply(open(id, 2, 1, ranks({"a"}), RoundReason::kPreempted));
+  ASSERT_TRUE(shrunk.ok()) << shrunk.message;
+  EXPECT_EQ(job(id).state, JobState::kRendezvous);
+  EXPECT_EQ(job(id).round_reason, RoundReason::kPreempted);
+  EXPECT_EQ(job(id).restarts, 0u);
+  EXPECT_EQ(job(id).events.back().reason, "round 2 opened (preempted)");
+
+  // Not from recovering or pending: there is no round to shrink.
+  ASSERT_TRUE(apply(set(id, 2, JobState::kRecovering)).ok());
+  EXPECT_EQ(apply(open(id, 3, 2, ranks({"a"}), RoundReason::kPreempted)).message,
+            "Cannot open round 3 of job j-1 (preempted): the job is recovering, not rendezvous "
+            "or running.");
+  const std::string queued = submit(spec("q", 1, 1, 1000)).job_id;
+  EXPECT_EQ(apply(open(queued, 1, 0, ranks({"a"}), RoundReason::kPreempted)).code,
+            ApplyCode::kRejected);
+}
+
+TEST_F(TableTest, APreemptedJobIsRequeuedInItsPlace) {
+  const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a", "b"}))).ok());
+  ASSERT_TRUE(apply(set(id, 1, JobState::kRunning)).ok());
+  // Requeued only with cause preempted, and never as a recovery cause.
+  EXPECT_EQ(apply(set(id, 1, JobState::kPending)).message,
+            "Job j-1 cannot become pending with cause member_lost: only a preempted job is "
+            "requeued.");
+  EXPECT_EQ(apply(set(id, 1, JobState::kRecovering, RoundReason::kPreempted)).message,
+            "Job j-1 cannot become recovering with cause preempted: a preempted job shrinks (a "
+            "new round) or is requeued (pending).");
+  EXPECT_EQ(apply(set(id, 0, JobState::kPending, RoundReason::kPreempted)).code,
+            ApplyCode::kRejected)
+      << "stale round";
+
+  const ApplyResult requeued = apply(set(id, 1, JobState::kPending, RoundReason::kPreempted));
+  ASSERT_TRUE(requeued.ok()) << requeued.message;
+  EXPECT_EQ(job(id).state, JobState::kPending);
+  EXPECT_EQ(job(id).preemptions, 1u);
+  EXPECT_EQ(job(id).restarts, 0u);
+  EXPECT_EQ(job(id).submitted_at, ms(1000));
+  EXPECT_EQ(job(id).events.back().from, JobState::kRunning);
+  EXPECT_EQ(job(id).events.back().reason, "because");
+  // A pending job is not requeued again.
+  EXPECT_EQ(apply(set(id, 1, JobState::kPending, RoundReason::kPreempted)).code,
+            ApplyCode::kRejected);
+
+  // It resumes with its next round, from rendezvous and from recovering alike.
+  ASSERT_TRUE(apply(open(id, 2, 1, ranks({"b"}))).ok());
+  ASSERT_TRUE(apply(set(id, 2, JobState::kRecovering)).ok());
+  ASSERT_TRUE(apply(set(id, 2, JobState::kPending, RoundReason::kPreempted)).ok());
+  EXPECT_EQ(job(id).preemptions, 2u);
+  ASSERT_TRUE(apply(open(id, 3, 2, ranks({"a"}))).ok());
+  EXPECT_EQ(job(id).state, JobState::kRendezvous);
+
+  const auto j = nlohmann::json::parse(to_json(job(id)));
+  EXPECT_EQ(j["preemptions"], 2);
+  EXPECT_FALSE(nlohmann::json::parse(to_json(job(submit(spec()).job_id))).contains("preemptions"));
+}
+
+// Suspended jobs, preemption counts and scheduling fields survive a snapshot; a table that uses
+// none of them snapshots to the bytes it had before they existed.
+TEST_F(TableTest, SnapshotsKeepSuspensionAndPreemptions) {
+  JobSpec plain = spec("plain", 1, 2, 1000);
+  const std::string plain_id = submit(plain).job_id;
+  ASSERT_TRUE(apply(open(plain_id, 1, 0, ranks({"a"}))).ok());
+  const std::string before = table_.snapshot();
+  EXPECT_EQ(before.find("\xa2pe"), std::string::npos) << "no preemptions, no preemptible key";
+  EXPECT_EQ(before.find("\xa2pr"), std::string::npos) << "no priority key";
+
+  JobSpec fancy = spec("fancy", 1, 2, 1000);
+  fancy.priority = 7;
+  fancy.preemptible = true;
+  fancy.scale = ScaleMode::kThroughput;
+  const std::string fancy_id = submit(fancy).job_id;
+  ASSERT_TRUE(apply(open(fancy_id, 1, 0, ranks({"b"}))).ok());
+  ASSERT_TRUE(apply(set(fancy_id, 1, JobState::kPending, RoundReason::kPreempted)).ok());
+  ASSERT_TRUE(apply(SuspendJob{"s", 1, plain_id, false, 1000, false, ms(50)}).ok());
+  ASSERT_TRUE(apply(SetPriority{"s", 2, fancy_id, 3, 0, 1000, false, ms(51)}).ok());
+
+  Result<JobTable> back = JobTable::restore(table_.snapshot());
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, table_);
+  EXPECT_EQ(back->snapshot(), table_.snapshot());
+  EXPECT_EQ(back->job(plain_id)->state, JobState::kSuspended);
+  EXPECT_EQ(back->job(fancy_id)->preemptions, 1u);
+  EXPECT_EQ(back->job(fancy_id)->spec.priority, 3);
+  EXPECT_TRUE(back->job(fancy_id)->spec.preemptible);
+}
+
+TEST(JobTableCodec, PriorityAndSuspendRoundTrip) {
+  const std::vector<Command> commands = {
+      SetPriority{"client", 13, "train-4", -1000000, 10, 1000, false, ms(81)},
+      SetPriority{"client", 14, "train-4", 1000000, -3, 0, true, ms(82)},
+      SuspendJob{"client", 15, "train-4", false, 1000, false, ms(83)},
+      SuspendJob{"client", 16, "train-4", true, 0, true, ms(84)},
+      SetJobState{"train-4", 3, JobState::kPending, RoundReason::kPreempted, "for big-2", ms(85)},
+      OpenRound{"train-4", 4, 3, ranks({"a"}), "[::1]:29501", RoundReason::kPreempted,
+                "preempted for big-2", ms(86)},
+  };
+  for (const Command& c : commands) {
+    const std::string bytes = encode_command(c);
+    Result<Command> back = decode_command(bytes);
+    ASSERT_OK(back);
+    EXPECT_EQ(*back, c);
+    EXPECT_EQ(encode_command(*back), bytes);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_FALSE(decode_command(bytes.substr(0, n)).ok()) << n;
+    }
+  }
+  // Kind 6 (SetPriority) with nothing else names what is missing.
+  const Result<Command> bare = decode_command(std::string("\x82\xa1v\x01\xa1k\x06", 7));
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.error().message.find("The job table command"), std::string::npos);
+}
+
 TEST_F(TableTest, OpenRoundIsACompareAndSetOnTheRound) {
   const std::string id = submit(spec("j", 2, 3)).job_id;
   const ApplyResult first = apply(open(id, 1, 0, ranks({"a", "b"})));
@@ -283,6 +530,9 @@ JobTable table_in(JobState state) {
     case JobState::kCancelled:
       EXPECT_TRUE(t.apply(++i, CancelJob{"c", 2, "j-1", 1000, false, ms(3)}).ok());
       break;
+    case JobState::kSuspended:
+      EXPECT_TRUE(t.apply(++i, SuspendJob{"c", 2, "j-1", false, 1000, false, ms(3)}).ok());
+      break;
     default:
       break;
   }
@@ -310,7 +560,7 @@ std::vector<TransitionCase> all_transitions() {
       {S::kRendezvous, S::kRecovering}, {S::kRendezvous, S::kSucceeded},
       {S::kRendezvous, S::kFailed},     {S::kRunning, S::kRecovering},
       {S::kRunning, S::kSucceeded},     {S::kRunning, S::kFailed},
-      {S::kRecovering, S::kFailed},
+      {S::kRecovering, S::kFailed},     {S::kSuspended, S::kFailed},
   };
   std::vector<TransitionCase> cases;
   for (std::uint8_t f = 0; f <= kMaxJobState; ++f) {
@@ -767,6 +1017,7 @@ struct ModelJob {
   std::uint32_t restarts = 0;
   std::uint32_t uid = 0;
   std::uint32_t min = 1, max = 1, max_restarts = 0;
+  std::int32_t priority = 0;
 };
 
 struct Model {
@@ -794,9 +1045,14 @@ struct Model {
       ApplyResult r{valid ? ApplyCode::kApplied : ApplyCode::kRejected, "", "", false};
       if (valid) {
         r.job_id = s->spec.name + "-" + std::to_string(++created);
-        jobs[r.job_id] =
-            ModelJob{JobState::kPending,  0, 0, s->spec.uid, s->spec.min_nodes, s->spec.max_nodes,
-                     s->spec.max_restarts};
+        jobs[r.job_id] = ModelJob{JobState::kPending,
+                                  0,
+                                  0,
+                                  s->spec.uid,
+                                  s->spec.min_nodes,
+                                  s->spec.max_nodes,
+                                  s->spec.max_restarts,
+                                  s->spec.priority};
       }
       clients[s->client_id] = {s->client_seq, r};
       return r.code;
@@ -832,12 +1088,53 @@ struct Model {
       clients[d->client_id] = {d->client_seq, ApplyResult{code, "", "", false}};
       return code;
     }
+    if (const auto* p = std::get_if<SetPriority>(&command)) {
+      if (clients.contains(p->client_id) && p->client_seq <= clients[p->client_id].first) {
+        return clients[p->client_id].second.code;
+      }
+      ApplyCode code = ApplyCode::kRejected;
+      auto it = jobs.find(p->job_id);
+      if (it != jobs.end() && !is_terminal(it->second.state)) {
+        ModelJob& j = it->second;
+        const bool in_range = p->priority >= kMinPriority && p->priority <= kMaxPriority;
+        const bool raises_past_ceiling = p->priority > p->ceiling && p->priority > j.priority;
+        if (!p->is_admin && p->by_uid != j.uid) {
+          code = ApplyCode::kDenied;
+        } else if (in_range && !p->is_admin && raises_past_ceiling) {
+          code = ApplyCode::kDenied;
+        } else if (in_range) {
+          j.priority = p->priority;
+          code = ApplyCode::kApplied;
+        }
+      }
+      clients[p->client_id] = {p->client_seq, ApplyResult{code, p->job_id, "", false}};
+      return code;
+    }
+    if (const auto* u = std::get_if<SuspendJob>(&command)) {
+      if (clients.contains(u->client_id) && u->client_seq <= clients[u->client_id].first) {
+        return clients[u->client_id].second.code;
+      }
+      ApplyCode code = ApplyCode::kRejected;
+      auto it = jobs.find(u->job_id);
+      if (it != jobs.end() && !is_terminal(it->second.state)) {
+        ModelJob& j = it->second;
+        if (!u->is_admin && u->by_uid != j.uid) {
+          code = ApplyCode::kDenied;
+        } else if (u->resume == (j.state == JobState::kSuspended)) {
+          j.state = u->resume ? JobState::kPending : JobState::kSuspended;
+          code = ApplyCode::kApplied;
+        }
+      }
+      clients[u->client_id] = {u->client_seq, ApplyResult{code, u->job_id, "", false}};
+      return code;
+    }
     if (const auto* o = std::get_if<OpenRound>(&command)) {
       auto it = jobs.find(o->job_id);
       if (it == jobs.end()) return ApplyCode::kRejected;
       ModelJob& j = it->second;
-      if (is_terminal(j.state) || o->expected_prev_round != j.round || o->round <= j.round ||
-          o->ranks.size() < j.min || o->ranks.size() > j.max) {
+      if (is_terminal(j.state) || j.state == JobState::kSuspended ||
+          o->expected_prev_round != j.round || o->round <= j.round || o->ranks.size() < j.min ||
+          o->ranks.size() > j.max) {
         return ApplyCode::kRejected;
       }
       if (o->reason == RoundReason::kWorkerFailed) {
@@ -867,9 +1164,11 @@ class CommandGenerator {
     if (dice < 10 && last_client_command_) return *last_client_command_;  // a retry
     if (dice < 30) return remember(submit());
     if (dice < 40) return remember(cancel(table));
-    if (dice < 72) return open_round(table);
-    if (dice < 92) return set_state(table);
-    return remember(drain());
+    if (dice < 64) return open_round(table);
+    if (dice < 84) return set_state(table);
+    if (dice < 90) return remember(drain());
+    if (dice < 95) return remember(priority(table));
+    return remember(suspend(table));
   }
 
  private:
@@ -917,6 +1216,32 @@ class CommandGenerator {
                      0,
                      rng_.below(4) != 0,
                      ms(static_cast<std::int64_t>(rng_.below(1000)))};
+  }
+
+  Command priority(const JobTable& table) {
+    const std::string c = client();
+    // Mostly within -10..10 around a ceiling of 0..5; sometimes out of range.
+    const std::int32_t p =
+        rng_.below(20) == 0 ? kMaxPriority + 1 : static_cast<std::int32_t>(rng_.below(21)) - 10;
+    return SetPriority{c,
+                       ++seq_[c],
+                       some_job(table),
+                       p,
+                       static_cast<std::int32_t>(rng_.below(6)),
+                       1000 + static_cast<std::uint32_t>(rng_.below(2)),
+                       rng_.below(4) == 0,
+                       ms(6)};
+  }
+
+  Command suspend(const JobTable& table) {
+    const std::string c = client();
+    return SuspendJob{c,
+                      ++seq_[c],
+                      some_job(table),
+                      rng_.below(2) == 0,
+                      1000 + static_cast<std::uint32_t>(rng_.below(2)),
+                      rng_.below(4) == 0,
+                      ms(7)};
   }
 
   Command open_round(const JobTable& table) {
@@ -999,6 +1324,7 @@ TEST(JobTableModel, RandomHistoriesMatchTheModel) {
         ASSERT_EQ(job.state, m.state) << id;
         ASSERT_EQ(job.round, m.round) << id;
         ASSERT_EQ(job.restarts, m.restarts) << id;
+        ASSERT_EQ(job.spec.priority, m.priority) << id;
       }
       // Snapshots: deterministic, and a restored table continues identically.
       if (step % 50 == 49) {
@@ -1036,6 +1362,9 @@ std::vector<std::string> command_corpus() {
       encode_command(open("train-1", 1, 0, ranks({"a", "b"}))),
       encode_command(set("train-1", 1, JobState::kRunning)),
       encode_command(DrainNode{"c", 3, "gpu-07", true, "bad DIMM", 0, true, ms(3)}),
+      encode_command(SetPriority{"c", 4, "train-1", -20, 5, 1000, false, ms(4)}),
+      encode_command(SuspendJob{"c", 5, "train-1", true, 1000, false, ms(5)}),
+      encode_command(set("train-1", 1, JobState::kPending, RoundReason::kPreempted)),
   };
 }
 

@@ -384,6 +384,12 @@ void add_job_table(std::vector<Case>* cases) {
       "SetJobState without failed node",
       SetJobState{"fmnist-1", 5, JobState::kRunning, RoundReason::kMemberLost, "", ms(4000), ""});
   add_command("DrainNode", DrainNode{"ops", 3, "node-c", true, "bad DIMM", 0, true, ms(5000)});
+  add_command("SetPriority",
+              SetPriority{"client-1", 19, "fmnist-1", -250, 100, 1000, false, ms(6000)});
+  add_command("SuspendJob", SuspendJob{"client-1", 20, "fmnist-1", true, 0, true, ms(7000)});
+  add_command("SetJobState requeued",
+              SetJobState{"fmnist-1", 5, JobState::kPending, RoundReason::kPreempted,
+                          "preempted for job big-3", ms(8000), ""});
 
   auto add_spec = [cases](std::string name, const JobSpec& s) {
     cases->push_back({std::move(name), encode_job_spec(s), [](std::string_view bytes) {
@@ -392,6 +398,14 @@ void add_job_table(std::vector<Case>* cases) {
   };
   add_spec("JobSpec", full_spec());
   add_spec("JobSpec minimal", minimal_spec());
+  JobSpec scheduled = minimal_spec();
+  scheduled.priority = -42;
+  scheduled.preemptible = true;
+  scheduled.scale = ScaleMode::kThroughput;
+  scheduled.scale_min_gain = 0.125;
+  scheduled.scale_window = 2min;
+  scheduled.hang_timeout = Duration::zero();
+  add_spec("JobSpec scheduling", scheduled);
 
   auto add_snapshot = [cases](std::string name, const JobTable& table) {
     cases->push_back({std::move(name), table.snapshot(), [](std::string_view bytes) {
@@ -418,6 +432,28 @@ void add_job_table(std::vector<Case>* cases) {
   apply(CancelJob{"client-2", 2, "tiny-2", 1001, false, ms(3000)});
   apply(DrainNode{"ops", 1, "node-c", true, "bad DIMM", 0, true, ms(4000)});
   add_snapshot("snapshot", table);
+  // A suspended job and a requeued one (its preemption count).
+  JobTable held;
+  Index held_index = 0;
+  auto apply_held = [&](const Command& c) {
+    const ApplyResult r = held.apply(++held_index, encode_command(c));
+    EXPECT_TRUE(r.ok()) << r.message;
+  };
+  apply_held(SubmitJob{"client-1", 1, scheduled, ms(1000)});
+  apply_held(SubmitJob{"client-2", 1, minimal_spec(), ms(1100)});
+  apply_held(OpenRound{"tiny-1",
+                       1,
+                       0,
+                       {{"node-a", 3, 8, 0, 0}},
+                       "10.0.0.1:29500",
+                       RoundReason::kSubmitted,
+                       "",
+                       ms(2000),
+                       ""});
+  apply_held(SetJobState{"tiny-1", 1, JobState::kPending, RoundReason::kPreempted,
+                         "preempted for job big-3", ms(2500), ""});
+  apply_held(SuspendJob{"client-2", 2, "tiny-2", false, 1001, false, ms(3000)});
+  add_snapshot("snapshot with suspension and preemption", held);
 }
 
 void add_node(std::vector<Case>* cases) {
