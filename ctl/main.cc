@@ -40,8 +40,8 @@
 // registration and its run: ctl/local.h (config, keygen: no daemon needed), ctl/cluster.h
 // (nodes, drain, undrain, voters, reload), ctl/jobs.h (status, jobs, cancel, priority, suspend,
 // resume, events), ctl/top.h (top; its frame and keys in ctl/top_view.h, --interval and the stop
-// signals in ctl/refresh.h), ctl/submit.h (submit), ctl/logs.h (logs). Job files and their errors: ctl/job_file.h. What the
-// verbs share (asking, JSON access, tables): ctl/common.h.
+// signals in ctl/refresh.h), ctl/submit.h (submit), ctl/logs.h (logs). Job files and their
+// errors: ctl/job_file.h. What the verbs share (asking, JSON access, tables): ctl/common.h.
 //
 // Exit codes (sysexits.h where one fits): 0 ok; 1 the daemon refused the request (its sentence
 // is printed: unknown job, no leader...); 3 `submit --wait`: the job failed (the
