@@ -1,8 +1,10 @@
 #include "ctl/jobs.h"
 
 #include "ctl/common.h"
+#include "ctl/job_file.h"
 #include "ctl/refresh.h"
 #include "daemon/core/duration.h"
+#include "daemon/rendezvous/job_spec.h"
 
 namespace elastic::ctl {
 namespace {
@@ -57,16 +59,28 @@ int status_command(const std::string& socket, bool as_json) {
   return 0;
 }
 
+// Why a job waits, with its place in the queue ("#2: waiting for 3 nodes, 1 free fits"), when
+// the leader's scheduler says so; "" otherwise.
+std::string waiting_text(const json& job) {
+  const std::string waiting = str(job, "waiting");
+  const std::int64_t position = num(job, "position");
+  if (position <= 0) return waiting;
+  return "#" + std::to_string(position) + (waiting.empty() ? "" : ": " + waiting);
+}
+
 void print_jobs_table(const json& reply) {
   std::vector<std::vector<std::string>> rows = {
-      {"JOB", "STATE", "ROUND", "NODES", "WORLD", "RESTARTS", "USER", "REASON"}};
+      {"JOB", "STATE", "PRIO", "ROUND", "NODES", "WORLD", "RESTARTS", "USER", "REASON"}};
   const json& jobs = member(reply, "jobs");
   if (jobs.is_array()) {
     for (const json& job : jobs) {
-      rows.push_back({cell(job, "id"), cell(job, "state"), cell(job, "round"),
-                      std::to_string(nodes_of(job)), std::to_string(world_of(job)),
-                      cell(job, "restarts"), cell(member(job, "spec"), "user"),
-                      cell(job, "reason")});
+      // A waiting job's reason is why it waits; the last state change says less.
+      const std::string waiting = waiting_text(job);
+      rows.push_back({cell(job, "id"), cell(job, "state"), std::to_string(num(job, "priority")),
+                      cell(job, "round"), std::to_string(nodes_of(job)),
+                      std::to_string(world_of(job)), cell(job, "restarts"),
+                      cell(member(job, "spec"), "user"),
+                      waiting.empty() ? cell(job, "reason") : waiting});
     }
   }
   print_table(rows);
@@ -159,7 +173,12 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
             << "round:    " << cell(job, "round") << ", " << nodes_of(job) << " nodes, world "
             << world_of(job) << ", store " << cell(job, "store_endpoint") << "\n"
             << "restarts: " << cell(job, "restarts") << " of " << cell(spec, "max_restarts") << "\n"
-            << "user:     " << cell(spec, "user") << "\n"
+            << "priority: " << num(job, "priority")
+            << (flag(job, "preemptible") ? " (preemptible)" : "") << "\n";
+  if (const std::string waiting = waiting_text(job); !waiting.empty()) {
+    std::cout << "waiting:  " << waiting << "\n";
+  }
+  std::cout << "user:     " << cell(spec, "user") << "\n"
             << "command:  " << command_line(member(spec, "command")) << "\n";
   // RESTARTS: the node's TORCHELASTIC_RESTART_COUNT (counted per node, as torchrun's agents).
   std::vector<std::vector<std::string>> rows = {
@@ -267,16 +286,39 @@ int events_command(const std::string& socket, const std::string& job, std::int64
   return 0;
 }
 
-int cancel_command(const std::string& socket, const std::string& id, bool as_json) {
+// cancel, suspend, resume and priority: one request about one job, answered with the job;
+// `done` is what to print ("cancelled train-3").
+int job_change_command(const std::string& socket, const json& request, const std::string& done,
+                       bool as_json) {
   json reply;
-  const int code = ask_or_report(socket, {{"verb", "cancel"}, {"job", id}}, kLeaderTimeout, reply);
+  const int code = ask_or_report(socket, request, kLeaderTimeout, reply);
   if (code != 0) return code;
   if (as_json) {
     std::cout << dump(reply) << "\n";
   } else {
-    std::cout << "cancelled " << id << "\n";
+    std::cout << done << "\n";
   }
   return 0;
+}
+
+int cancel_command(const std::string& socket, const std::string& id, bool as_json) {
+  return job_change_command(socket, {{"verb", "cancel"}, {"job", id}}, "cancelled " + id, as_json);
+}
+
+int priority_command(const std::string& socket, const std::string& id, const std::string& text,
+                     bool as_json) {
+  const Result<std::int32_t> priority = parse_priority(text);
+  if (!priority.ok()) {
+    std::cerr << "elasticctl: priority: " << priority.error().message << "\n";
+    return cfg::kExitUsage;
+  }
+  if (*priority < rendezvous::kMinPriority || *priority > rendezvous::kMaxPriority) {
+    std::cerr << "elasticctl: priority: " << *priority << " is outside " << rendezvous::kMinPriority
+              << ".." << rendezvous::kMaxPriority << "\n";
+    return cfg::kExitUsage;
+  }
+  return job_change_command(socket, {{"verb", "priority"}, {"job", id}, {"priority", *priority}},
+                            "priority of " + id + " is now " + std::to_string(*priority), as_json);
 }
 
 }  // namespace
@@ -306,6 +348,29 @@ void JobVerbs::add_cancel(CLI::App& app) {
   add_json_flag(cancel_, as_json_);
 }
 
+void JobVerbs::add_priority(CLI::App& app) {
+  priority_ =
+      app.add_subcommand("priority",
+                         "Change a job's priority (its owner, root or control.admin_group; above "
+                         "limits.priority_ceiling admins only)");
+  priority_->add_option("job", job_, "The job id (elasticctl jobs)")->required();
+  priority_->add_option("priority", priority_text_, "The new priority, -1000000..1000000")
+      ->required();
+  add_json_flag(priority_, as_json_);
+}
+
+void JobVerbs::add_suspend(CLI::App& app) {
+  suspend_ = app.add_subcommand(
+      "suspend",
+      "Hold a job: its workers stop and it waits, keeping its place and checkpoint, until resumed "
+      "(its owner, root or control.admin_group)");
+  suspend_->add_option("job", job_, "The job id (elasticctl jobs)")->required();
+  add_json_flag(suspend_, as_json_);
+  resume_ = app.add_subcommand("resume", "Queue a suspended job again (from its checkpoint)");
+  resume_->add_option("job", job_, "The job id (elasticctl jobs)")->required();
+  add_json_flag(resume_, as_json_);
+}
+
 void JobVerbs::add_events(CLI::App& app) {
   events_ = app.add_subcommand("events",
                                "Show job state changes (replicated), the leader's cluster events "
@@ -318,7 +383,8 @@ void JobVerbs::add_events(CLI::App& app) {
 }
 
 bool JobVerbs::parsed() const {
-  return status_->parsed() || jobs_->parsed() || cancel_->parsed() || events_->parsed();
+  return status_->parsed() || jobs_->parsed() || cancel_->parsed() || priority_->parsed() ||
+         suspend_->parsed() || resume_->parsed() || events_->parsed();
 }
 
 int JobVerbs::run(const std::string& socket) const {
@@ -329,6 +395,12 @@ int JobVerbs::run(const std::string& socket) const {
   if (jobs_->parsed() && watch_) return watch_jobs(socket, *parse_interval(interval_), as_json_);
   if (jobs_->parsed()) return jobs_command(socket, as_json_);
   if (cancel_->parsed()) return cancel_command(socket, job_, as_json_);
+  if (priority_->parsed()) return priority_command(socket, job_, priority_text_, as_json_);
+  if (suspend_->parsed() || resume_->parsed()) {
+    const bool resume = resume_->parsed();
+    return job_change_command(socket, {{"verb", resume ? "resume" : "suspend"}, {"job", job_}},
+                              (resume ? "resumed " : "suspended ") + job_, as_json_);
+  }
   return events_command(socket, job_, limit_, as_json_);
 }
 

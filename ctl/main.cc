@@ -15,6 +15,9 @@
 //   submit [FILE.toml] [flags] [-- CMD..] submit a job (file < flags; prints its id); --wait
 //                                         follows it until it ends; --dry-run only prints it
 //   cancel JOB                            cancel a job (its owner, root or control.admin_group)
+//   priority JOB N                        change a job's priority (owner or admin; above
+//                                         limits.priority_ceiling admins only)
+//   suspend JOB / resume JOB              hold a job (its workers stop) / queue it again
 //   events [JOB] [--limit N]              job state changes, cluster events and recovery
 //                                         incident timelines, oldest first
 //   logs JOB [--rank N] [--follow]        worker output of the current round (all ranks
@@ -35,10 +38,10 @@
 // This file is the command line's shared part (the options before the verb, the config file,
 // --connect) and the list of verbs; each family of verbs is one file with its options, its
 // registration and its run: ctl/local.h (config, keygen: no daemon needed), ctl/cluster.h
-// (nodes, drain, undrain, voters, reload), ctl/jobs.h (status, jobs, cancel, events), ctl/top.h
-// (top; its frame and keys in ctl/top_view.h, --interval and the stop signals in ctl/refresh.h),
-// ctl/submit.h (submit), ctl/logs.h (logs). Job files and their errors: ctl/job_file.h. What the
-// verbs share (asking, JSON access, tables): ctl/common.h.
+// (nodes, drain, undrain, voters, reload), ctl/jobs.h (status, jobs, cancel, priority, suspend,
+// resume, events), ctl/top.h (top; its frame and keys in ctl/top_view.h, --interval and the stop
+// signals in ctl/refresh.h), ctl/submit.h (submit), ctl/logs.h (logs). Job files and their
+// errors: ctl/job_file.h. What the verbs share (asking, JSON access, tables): ctl/common.h.
 //
 // Exit codes (sysexits.h where one fits): 0 ok; 1 the daemon refused the request (its sentence
 // is printed: unknown job, no leader...); 3 `submit --wait`: the job failed (the
@@ -146,6 +149,8 @@ int run(int argc, char** argv) {
   jobs.add_jobs(app);
   top.add(app);
   jobs.add_cancel(app);
+  jobs.add_priority(app);
+  jobs.add_suspend(app);
   jobs.add_events(app);
   logs.add(app);
   cluster.add_drain(app);  // drain, undrain

@@ -1,5 +1,7 @@
 #include "daemon/config/config.h"
 
+#include <grp.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -200,6 +202,102 @@ Problem read(const toml::value& v, GpuSelection& out) {
   return std::nullopt;
 }
 
+// ---- [limits.users.NAME] and [limits.groups.NAME] ------------------------------------------
+
+// One problem of a limits table: "alice.max_nodes" (or "alice" for the entry itself), the value
+// it concerns (for its line) and why.
+struct EntryProblem {
+  std::string key;
+  const toml::value* where;
+  std::string reason;
+};
+
+// The gid of group `name`; nullopt when this host knows no such group.
+std::optional<std::uint32_t> group_id(const std::string& name) {
+  group entry{};
+  group* found = nullptr;
+  std::vector<char> buffer(16 * 1024);
+  // ERANGE: a group with very many members; grow the buffer a few times.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+    if (rc != ERANGE) break;
+    buffer.resize(buffer.size() * 4);
+  }
+  if (found == nullptr) return std::nullopt;
+  return static_cast<std::uint32_t>(found->gr_gid);
+}
+
+// Reads a table of entries ({ alice = { max_nodes = 4 } }) into `out` (replacing it), resolving
+// group names when `groups`. Every problem is returned; a broken entry is left out.
+std::vector<EntryProblem> read_limit_entries(const toml::value& table, bool groups,
+                                             std::map<std::string, LimitEntry>& out) {
+  std::vector<EntryProblem> problems;
+  const char* kind = groups ? "groups" : "users";
+  if (!table.is_table()) {
+    problems.push_back({"", &table,
+                        std::string("expected a table of ") + (groups ? "group" : "user") +
+                            " names, each with max_nodes and max_running_jobs, got " +
+                            describe(table)});
+    return problems;
+  }
+  std::map<std::string, LimitEntry> entries;
+  for (const auto& [name, entry_value] : in_file_order(table.as_table())) {
+    const std::string shown = quote(name).substr(1, quote(name).size() - 2);
+    if (!entry_value->is_table()) {
+      problems.push_back({shown, entry_value,
+                          std::string("expected a table ([limits.") + kind + "." + shown +
+                              "]) with max_nodes and max_running_jobs, got " +
+                              describe(*entry_value)});
+      continue;
+    }
+    LimitEntry entry;
+    bool ok = true;
+    for (const auto& [key, value] : in_file_order(entry_value->as_table())) {
+      int* field = key == "max_nodes"          ? &entry.max_nodes
+                   : key == "max_running_jobs" ? &entry.max_running_jobs
+                                               : nullptr;
+      const std::string full = shown + "." + quote(key).substr(1, quote(key).size() - 2);
+      if (field == nullptr) {
+        problems.push_back(
+            {full, value, "unknown key (an entry has max_nodes and max_running_jobs)"});
+        ok = false;
+      } else if (Problem problem = read(*value, *field)) {
+        problems.push_back({full, value, *problem});
+        ok = false;
+      } else if (*field < 0) {
+        problems.push_back(
+            {full, value, "must be at least 0 (got " + std::to_string(*field) + ")"});
+        ok = false;
+      }
+    }
+    if (groups && ok) {
+      if (const auto gid = group_id(name)) {
+        entry.gid = *gid;
+      } else {
+        problems.push_back(
+            {shown, entry_value, "there is no group " + quote(name) + " on this host"});
+        ok = false;
+      }
+    }
+    if (ok) entries.emplace(name, entry);
+  }
+  out = std::move(entries);
+  return problems;
+}
+
+Problem first_problem(const std::vector<EntryProblem>& problems) {
+  if (problems.empty()) return std::nullopt;
+  const EntryProblem& p = problems.front();
+  return (p.key.empty() ? "" : p.key + ": ") + p.reason;
+}
+
+Problem read(const toml::value& v, UserLimits& out) {
+  return first_problem(read_limit_entries(v, false, out.entries));
+}
+Problem read(const toml::value& v, GroupLimits& out) {
+  return first_problem(read_limit_entries(v, true, out.entries));
+}
+
 template <typename Enum, std::size_t N>
 Problem read_enum(const toml::value& v, Enum& out, const Enum (&values)[N]) {
   std::string names;
@@ -331,6 +429,10 @@ class Loader {
         continue;
       }
       for (const auto& [key, value] : in_file_order(section_value->as_table())) {
+        if (section == "limits" && (key == "users" || key == "groups") && value->is_table()) {
+          assign_limits(path, key, *value);
+          continue;
+        }
         assign(section, key, value, nullptr, Origin{label(path, *value), Precedence::kFile});
       }
     }
@@ -436,6 +538,25 @@ class Loader {
     origins_[full_key] = std::move(origin);
   }
 
+  // limits.users / limits.groups from a file: each problem on its own line, blamed on the line
+  // of its value ("elasticd.toml:12: limits.groups.physics: there is no group ...").
+  void assign_limits(const std::string& path, const std::string& key, const toml::value& table) {
+    const bool groups = key == "groups";
+    const std::string full_key = "limits." + key;
+    const auto problems = read_limit_entries(
+        table, groups, groups ? config_.limits.groups.entries : config_.limits.users.entries);
+    for (const EntryProblem& p : problems) {
+      errors_.push_back(label(path, *p.where) + ": " + full_key + (p.key.empty() ? "" : ".") +
+                        p.key + ": " + p.reason);
+    }
+    if (!problems.empty()) {
+      broken_.insert(full_key);
+      return;
+    }
+    broken_.erase(full_key);
+    origins_[full_key] = Origin{label(path, table), Precedence::kFile};
+  }
+
   DaemonConfig config_;
   std::vector<std::string> errors_;
   std::map<std::string, Origin> origins_;  // keys not here still have their default
@@ -458,6 +579,18 @@ std::string toml_value(const std::vector<std::string>& v) {
   for (const auto& item : v) out += (out.size() > 1 ? ", " : "") + quote(item);
   return out + "]";
 }
+// An inline table: { alice = { max_nodes = 4, max_running_jobs = 2 } } (names quoted).
+std::string toml_value(const std::map<std::string, LimitEntry>& entries) {
+  std::string out = "{";
+  for (const auto& [name, entry] : entries) {
+    out += std::string(out.size() > 1 ? ", " : " ") + quote(name) +
+           " = { max_nodes = " + std::to_string(entry.max_nodes) +
+           ", max_running_jobs = " + std::to_string(entry.max_running_jobs) + " }";
+  }
+  return out + (out.size() > 1 ? " }" : "}");
+}
+std::string toml_value(const UserLimits& v) { return toml_value(v.entries); }
+std::string toml_value(const GroupLimits& v) { return toml_value(v.entries); }
 std::string toml_value(const GpuSelection& v) {
   if (v.detect) return quote("auto");
   std::string out = "[";

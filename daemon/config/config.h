@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -246,6 +247,46 @@ struct ControlConfig {
   bool operator==(const ControlConfig&) const = default;
 };
 
+// One user's or group's own caps ([limits.users.NAME], [limits.groups.NAME]); 0 = no limit.
+struct LimitEntry {
+  int max_nodes = 0;
+  int max_running_jobs = 0;
+  // Groups only: the gid the name resolved to (getgrnam_r) when the config was loaded; an
+  // unknown group is a config error. Not written in TOML.
+  std::uint32_t gid = 0;
+  bool operator==(const LimitEntry&) const = default;
+};
+// By user name.
+struct UserLimits {
+  std::map<std::string, LimitEntry> entries;
+  bool operator==(const UserLimits&) const = default;
+};
+// By group name (each entry knows its gid).
+struct GroupLimits {
+  std::map<std::string, LimitEntry> entries;
+  bool operator==(const GroupLimits&) const = default;
+};
+
+// What the cluster scheduler (daemon/rendezvous/scheduler.h) holds users and groups to; all
+// reloadable. A user's or group's own entry wins over the defaults; 0 = no limit. A job over a
+// limit waits with that reason.
+struct LimitsConfig {
+  // The highest priority a non-admin may give a job (submit, `elasticctl priority`), so users
+  // cannot all outbid each other; admins may go up to 1000000.
+  int priority_ceiling = 0;
+  // Nodes held by one user's running jobs, and running jobs per user.
+  int max_nodes_per_user = 0;
+  int max_running_jobs_per_user = 0;
+  // The same per Unix group (a job counts for the primary group of its submitter).
+  int max_nodes_per_group = 0;
+  int max_running_jobs_per_group = 0;
+  // Entries for single users and groups: [limits.users.alice] / [limits.groups.physics] with
+  // max_nodes and max_running_jobs.
+  UserLimits users = {};
+  GroupLimits groups = {};
+  bool operator==(const LimitsConfig&) const = default;
+};
+
 struct LoggingConfig {
   LogLevel level = LogLevel::kInfo;
   // text for people, json for log shippers.
@@ -264,6 +305,7 @@ struct DaemonConfig {
   SpawnerConfig spawner;
   CheckpointConfig checkpoint;
   ControlConfig control;
+  LimitsConfig limits;
   LoggingConfig logging;
   bool operator==(const DaemonConfig&) const = default;
 };

@@ -23,6 +23,17 @@ nlohmann::json json_value(const GpuSelection& v) {
   return v.indices;
 }
 
+nlohmann::json json_value(const std::map<std::string, LimitEntry>& entries, bool groups) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, entry] : entries) {
+    out[name] = {{"max_nodes", entry.max_nodes}, {"max_running_jobs", entry.max_running_jobs}};
+    if (groups) out[name]["gid"] = entry.gid;
+  }
+  return out;
+}
+nlohmann::json json_value(const UserLimits& v) { return json_value(v.entries, false); }
+nlohmann::json json_value(const GroupLimits& v) { return json_value(v.entries, true); }
+
 struct JsonWriter {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   std::string current;

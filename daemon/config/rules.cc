@@ -396,6 +396,16 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
             "must be at least 1 when control.submits_per_minute_per_user is set (a burst of 0 "
             "would refuse every submit)");
 
+  // limits (the entries of users and groups are checked as they are read)
+  k.require(c.limits.priority_ceiling >= -1'000'000 && c.limits.priority_ceiling <= 1'000'000,
+            {"limits.priority_ceiling"},
+            "is " + std::to_string(c.limits.priority_ceiling) +
+                "; it must be a job priority, -1000000 to 1000000");
+  k.at_least("limits.max_nodes_per_user", c.limits.max_nodes_per_user, 0);
+  k.at_least("limits.max_running_jobs_per_user", c.limits.max_running_jobs_per_user, 0);
+  k.at_least("limits.max_nodes_per_group", c.limits.max_nodes_per_group, 0);
+  k.at_least("limits.max_running_jobs_per_group", c.limits.max_running_jobs_per_group, 0);
+
   // logging
   k.absolute_path("logging.file", c.logging.file, true);
   return std::move(k.violations);

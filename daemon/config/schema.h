@@ -100,6 +100,15 @@ void visit_config(Config& c, Visitor& v) {
   v.field("submits_per_minute_per_user", c.control.submits_per_minute_per_user);
   v.field("submit_burst_per_user", c.control.submit_burst_per_user);
 
+  v.section("limits");
+  v.field("priority_ceiling", c.limits.priority_ceiling);
+  v.field("max_nodes_per_user", c.limits.max_nodes_per_user);
+  v.field("max_running_jobs_per_user", c.limits.max_running_jobs_per_user);
+  v.field("max_nodes_per_group", c.limits.max_nodes_per_group);
+  v.field("max_running_jobs_per_group", c.limits.max_running_jobs_per_group);
+  v.field("users", c.limits.users);
+  v.field("groups", c.limits.groups);
+
   v.section("logging");
   v.field("level", c.logging.level);
   v.field("format", c.logging.format);

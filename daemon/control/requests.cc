@@ -1,6 +1,7 @@
 #include "daemon/control/requests.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "daemon/control/json_fields.h"
 #include "daemon/control/protocol.h"
@@ -31,6 +32,22 @@ Result<JobRequest> decode_job_request(std::string_view verb, std::string_view te
   JobRequest request;
   fields.string("job", /*required=*/true, kMaxRequestIdBytes, "a job id", request.job);
   if (!fields.ok()) return Error{fields.error()};
+  return request;
+}
+
+Result<PriorityRequest> decode_priority_request(std::string_view text) {
+  Fields fields("priority", text);
+  PriorityRequest request;
+  fields.string("job", /*required=*/true, kMaxRequestIdBytes, "a job id", request.job);
+  std::int64_t priority = 0;
+  fields.signed_number("priority", /*required=*/true, "the job's new priority", priority);
+  if (fields.ok() && (priority < std::numeric_limits<std::int32_t>::min() ||
+                      priority > std::numeric_limits<std::int32_t>::max())) {
+    fields.fail("The \"priority\" request's \"priority\" " + std::to_string(priority) +
+                " is out of range.");
+  }
+  if (!fields.ok()) return Error{fields.error()};
+  request.priority = static_cast<std::int32_t>(priority);
   return request;
 }
 

@@ -38,8 +38,13 @@ inline constexpr std::size_t kMaxEventsLimit = 100'000;
 inline constexpr std::uint64_t kDefaultLogBytes = 64 * 1024;
 inline constexpr std::uint64_t kMaxLogBytes = 1 << 20;
 
-struct JobRequest {  // job, cancel
+struct JobRequest {  // job, cancel, suspend, resume
   std::string job;
+};
+
+struct PriorityRequest {  // priority
+  std::string job;
+  std::int32_t priority = 0;  // kMinPriority..kMaxPriority is the job table's rule
 };
 
 struct SubmitRequest {
@@ -79,6 +84,7 @@ struct LogFilesRequest {
 
 // `verb` names the request in error sentences; `text` is the whole request (Request::text).
 Result<JobRequest> decode_job_request(std::string_view verb, std::string_view text);
+Result<PriorityRequest> decode_priority_request(std::string_view text);
 Result<SubmitRequest> decode_submit_request(std::string_view text);
 Result<EventsRequest> decode_events_request(std::string_view text);
 Result<VotersRequest> decode_voters_request(std::string_view text);

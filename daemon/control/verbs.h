@@ -11,9 +11,10 @@
 //   kNode    the node named in the request's "node" field answers (this one when empty)
 // Who may call it (Caller):
 //   kAnyone  any user of the control socket (and any remote-control client); what the answer
-//            shows may still depend on who asks (other users' environments are hidden, logs
-//            and cancel are limited to the job's owner unless the caller is an admin, changing
-//            the voters needs an admin: those rules sit with the data they protect)
+//            shows may still depend on who asks (other users' environments are hidden, logs,
+//            cancel, priority, suspend and resume are limited to the job's owner unless the
+//            caller is an admin, a priority above limits.priority_ceiling and changing the
+//            voters need an admin: those rules sit with the data they protect)
 //   kAdmin   root or a member of control.admin_group; anyone else gets admin_only_message()
 //            from the daemon that received the request (the leader checks again)
 //   kWorker  a process of a job this daemon runs (the supervisor matches the caller's uid to a

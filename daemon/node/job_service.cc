@@ -65,23 +65,34 @@ std::string user_name(const Host& host, std::uint32_t uid) {
 // A job's env and exported environment often carry secrets (tokens, passwords): only its
 // owner, root and control.admin_group see them; everyone else sees the job without them and
 // "env_hidden": true.
+// Also the job's priority and preemptible flag at the top (the spec writes them only when not
+// default), and its place in the queue from `queue` (may be empty).
 json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uint32_t uid,
-              bool admin) {
+              bool admin, const QueueInfoSource& queue) {
   json value = json::parse(rendezvous::to_json(job, max_events), nullptr, false);
+  if (!value.is_object()) return value;
   const bool may_see_env = admin || uid == 0 || uid == job.spec.uid;
-  if (!may_see_env && value.is_object() && value.contains("spec") && value["spec"].is_object()) {
+  if (!may_see_env && value.contains("spec") && value["spec"].is_object()) {
     value["spec"].erase("env");
     value["spec"].erase("exported_env");
     value["spec"]["env_hidden"] = true;
+  }
+  value["priority"] = job.spec.priority;
+  value["preemptible"] = job.spec.preemptible;
+  if (queue) {
+    if (const std::optional<QueueInfo> info = queue(job.id)) {
+      if (info->position > 0) value["position"] = info->position;
+      if (!info->reason.empty()) value["waiting"] = info->reason;
+    }
   }
   return value;
 }
 
 std::string job_reply(const rendezvous::JobTable& table, const std::string& id, bool duplicate,
-                      std::uint32_t uid, bool admin) {
+                      std::uint32_t uid, bool admin, const QueueInfoSource& queue) {
   const rendezvous::JobRecord* job = table.job(id);
   json reply{{"ok", true}, {"duplicate", duplicate}};
-  reply["job"] = job != nullptr ? job_json(*job, 20, uid, admin) : json{{"id", id}};
+  reply["job"] = job != nullptr ? job_json(*job, 20, uid, admin, queue) : json{{"id", id}};
   return reply.dump();
 }
 
@@ -311,7 +322,7 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     return after_read_index(now, request, consensus, done, [this, request, done] {
       json jobs = json::array();
       for (const auto& [id, job] : table_->jobs()) {
-        jobs.push_back(job_json(job, 0, request.uid, request.admin));
+        jobs.push_back(job_json(job, 0, request.uid, request.admin, queue_info_));
       }
       done(ForwardOutcome::kOk, json{{"ok", true}, {"jobs", std::move(jobs)}}.dump());
     });
@@ -323,7 +334,8 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
       if (table_->job(job) == nullptr) {
         return done(ForwardOutcome::kError, "No job \"" + job + "\" is known.");
       }
-      done(ForwardOutcome::kOk, job_reply(*table_, job, false, request.uid, request.admin));
+      done(ForwardOutcome::kOk,
+           job_reply(*table_, job, false, request.uid, request.admin, queue_info_));
     });
   }
 
@@ -361,6 +373,12 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     if (auto valid = rendezvous::validate(*spec); !valid.ok()) {
       return done(ForwardOutcome::kError, valid.error().message);
     }
+    if (!request.admin && spec->priority > priority_ceiling_) {
+      return done(ForwardOutcome::kDenied, "Priority " + std::to_string(spec->priority) +
+                                               " is above limits.priority_ceiling (" +
+                                               std::to_string(priority_ceiling_) +
+                                               "); only an admin may submit a job above it.");
+    }
     if (Status admitted = admit_submit(now, request.uid); !admitted.ok()) {
       spdlog::info("job service: submit refused: {}", admitted.error().message);
       return done(ForwardOutcome::kError, admitted.error().message);
@@ -379,6 +397,27 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
                                     .by_uid = request.uid,
                                     .is_admin = request.admin,
                                     .at = wall_time(*clock_)};
+  } else if (request.verb == "priority") {
+    auto args = control::decode_priority_request(request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    command = rendezvous::SetPriority{.client_id = request.client_id,
+                                      .client_seq = request.client_seq,
+                                      .job_id = args->job,
+                                      .priority = args->priority,
+                                      .ceiling = priority_ceiling_,
+                                      .by_uid = request.uid,
+                                      .is_admin = request.admin,
+                                      .at = wall_time(*clock_)};
+  } else if (request.verb == "suspend" || request.verb == "resume") {
+    auto args = control::decode_job_request(request.verb, request.args);
+    if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
+    command = rendezvous::SuspendJob{.client_id = request.client_id,
+                                     .client_seq = request.client_seq,
+                                     .job_id = args->job,
+                                     .resume = request.verb == "resume",
+                                     .by_uid = request.uid,
+                                     .is_admin = request.admin,
+                                     .at = wall_time(*clock_)};
   } else if (request.verb == "drain" || request.verb == "undrain") {
     auto args = control::decode_drain_request(request.verb, request.args);
     if (!args.ok()) return done(ForwardOutcome::kError, args.error().message);
@@ -422,7 +461,8 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
               ForwardOutcome::kOk,
               json{{"ok", true}, {"node", drain->node}, {"drained", drain->drained}}.dump());
         }
-        done(ForwardOutcome::kOk, job_reply(*table, result.job_id, result.duplicate, uid, admin));
+        done(ForwardOutcome::kOk,
+             job_reply(*table, result.job_id, result.duplicate, uid, admin, queue_info_));
       });
 }
 

@@ -7,9 +7,18 @@
 //   submit {spec}            -> validates, stamps the submitter's uid/gid/user and the time,
 //                               checks the per-user limits (SubmitLimits), proposes SubmitJob;
 //                               replies {"ok":true,"job":{...}} once applied
+//                               a non-admin's spec.priority above limits.priority_ceiling
+//                               is refused here with one sentence
 //   cancel {job}             -> proposes CancelJob (owner or admin only)
+//   priority {job, priority} -> proposes SetPriority with the caller's uid, admin flag and
+//                               limits.priority_ceiling (owner or admin; above the ceiling
+//                               admin only); replies like cancel
+//   suspend {job}, resume {job} -> propose SuspendJob (owner or admin only)
 //   jobs                     -> {"ok":true,"jobs":[...]} from the leader's applied table
 //   job {job}                -> {"ok":true,"job":{...,"events":[...]}}
+// Each job object has "priority" and "preemptible" (from its spec), and, when the queue hook
+// (set_queue_info) knows the job, "position" (its place among the queued jobs, only when > 0)
+// and "waiting" (why it waits, only when not empty).
 // A job's spec.env is shown to its owner, root and admins only; others get the job without it
 // and "env_hidden": true (env often carries tokens).
 //   events [{job, limit}]    -> {"ok":true,"events":[...job state changes, replicated...],
@@ -40,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -79,6 +89,15 @@ struct SubmitLimits {
 };
 SubmitLimits submit_limits(const config::ControlConfig& control);
 
+// What the scheduler says about a job that waits (rendezvous/scheduler.h, JobPlan): its place in
+// the queue (1-based; 0 = not queued) and why it waits ("" = nothing holds it back).
+struct QueueInfo {
+  std::size_t position = 0;
+  std::string reason;
+};
+// The leader's answer for one job id; nullopt when it has none (not the leader, or no plan yet).
+using QueueInfoSource = std::function<std::optional<QueueInfo>(std::string_view job_id)>;
+
 // kOk: `body` is the control reply JSON; kError: one sentence for the user (final); kRedirect:
 // this node is not (or no longer) the leader, `body` says why and the caller tries elsewhere.
 using ServeDone = std::function<void(ForwardOutcome outcome, std::string body)>;
@@ -106,6 +125,12 @@ class JobService : public StateMachine {
   }
   std::size_t job_count() const;
   void set_submit_limits(const SubmitLimits& limits);
+  // limits.priority_ceiling: the highest priority a non-admin may submit or set. The node sets it
+  // at start and on reload.
+  void set_priority_ceiling(std::int32_t ceiling) { priority_ceiling_ = ceiling; }
+  // Where `jobs` and `job` read each job's queue position and waiting reason; unset (or empty):
+  // the replies have neither field. Called on the loop thread while a reply is built.
+  void set_queue_info(QueueInfoSource source) { queue_info_ = std::move(source); }
   // Requests whose handler threw (caught in serve(), answered with an error).
   std::uint64_t handler_failures() const { return handler_failures_; }
 
@@ -131,6 +156,8 @@ class JobService : public StateMachine {
   const membership::Membership* members_ = nullptr;
   const IncidentLog* incidents_ = nullptr;
   SubmitLimits limits_;
+  std::int32_t priority_ceiling_ = 0;
+  QueueInfoSource queue_info_;
   struct Bucket {
     double tokens = 0;
     TimePoint at{};

@@ -66,6 +66,7 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
       membership::Self{self_.name, self_.generation, self_.address}, config.membership, seed,
       last_now_);
   jobs_->set_submit_limits(submit_limits(config.control));
+  jobs_->set_priority_ceiling(config.limits.priority_ceiling);
   if (parts.host == nullptr) {
     spdlog::critical("NodeCore started without a Host (CoreParts::host)");
     std::abort();
@@ -381,6 +382,7 @@ void NodeCore::apply_config(const config::DaemonConfig& config) {
   config_.replace(config);  // every part reads the new snapshot from here on
   if (spawner_limits) supervisor_->reload_spawner_limits();
   if (submit) jobs_->set_submit_limits(submit_limits(config.control));
+  jobs_->set_priority_ceiling(config.limits.priority_ceiling);
 }
 
 Status NodeCore::on_progress(TimePoint now, std::uint32_t uid, const std::string& request) {

@@ -46,6 +46,36 @@ const std::vector<std::pair<std::string_view, Copy>>& live_keys() {
        [](config::DaemonConfig& to, const config::DaemonConfig& from) {
          to.spawner.log_keep = from.spawner.log_keep;
        }},
+      // The leader reads the limits from the running config at every planning pass and every
+      // priority change (limits.priority_ceiling), so the whole section is live.
+      {"limits.priority_ceiling",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.priority_ceiling = from.limits.priority_ceiling;
+       }},
+      {"limits.max_nodes_per_user",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.max_nodes_per_user = from.limits.max_nodes_per_user;
+       }},
+      {"limits.max_running_jobs_per_user",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.max_running_jobs_per_user = from.limits.max_running_jobs_per_user;
+       }},
+      {"limits.max_nodes_per_group",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.max_nodes_per_group = from.limits.max_nodes_per_group;
+       }},
+      {"limits.max_running_jobs_per_group",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.max_running_jobs_per_group = from.limits.max_running_jobs_per_group;
+       }},
+      {"limits.users",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.users = from.limits.users;
+       }},
+      {"limits.groups",
+       [](config::DaemonConfig& to, const config::DaemonConfig& from) {
+         to.limits.groups = from.limits.groups;
+       }},
   };
   return keys;
 }

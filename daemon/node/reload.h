@@ -11,6 +11,8 @@
 //   spawner.stop_grace, spawner.log_max_bytes, spawner.log_keep
 //                        handed to the spawner (Spawner::set_limits); the next stop() and log
 //                        write use them (a running TERM -> KILL escalation keeps its deadline)
+//   limits.*             read by the Raft leader at every planning pass and priority change
+//                        (the scheduler's limits, limits.priority_ceiling)
 // Everything else needs a restart and keeps its running value, either because it is identity
 // or a bound resource (node.name, node.cluster_id, node.state_dir, transport.*, control.socket,
 // consensus.voters/data_dir, curve keys: changing them under a running node would split it from

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -199,6 +200,107 @@ TEST_F(RealDaemon, BadSpecsAndFilesNeverReachTheDaemon) {
   EXPECT_THAT(r.err, StartsWith("command: is required"));
 
   EXPECT_TRUE(job_ids().empty());
+}
+
+// Priorities, suspend and resume through a real daemon, as the job's owner (uid 65534), another
+// user (65533) and root: the owner may lower and raise within limits.priority_ceiling, only an
+// admin above it; only the owner or an admin may suspend or resume. Refusals exit 77 with the
+// table's sentence.
+TEST(CtlPriority, OwnersAdminsAndTheCeiling) {
+  if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/setpriv")) {
+    GTEST_SKIP() << "needs root and setpriv to call as other users";
+  }
+  constexpr int kOwner = 65534;
+  constexpr int kStranger = 65533;
+  TempDir dir;
+  // The users must reach the control socket in <dir>/n1: open this test's own directory only.
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  Daemon n1(dir, "n1", {});
+  n1.set("limits.priority_ceiling=5");
+  n1.start();
+  ASSERT_TRUE(wait_until([&] { return elasticctl_on(n1, {"jobs"}).status.exited_with(0); },
+                         kLeader))
+      << n1.process().err();
+  const auto as = [&](int uid, const std::vector<std::string>& args) {
+    return elasticctl_on(n1, args, uid, uid, kSlow);
+  };
+  // Two nodes on a one-daemon cluster: it stays pending, nothing ever runs.
+  const std::vector<std::string> submit = {"submit",  "--name", "prio", "--nodes", "2",
+                                           "--export", "NONE",  "--workdir", "/"};
+  const auto submit_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = submit;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "/bin/sleep", "600"});
+    return as(kOwner, args);
+  };
+  const auto job = [&](const std::string& id) {
+    const json reply = ctl_json(n1, {"status", id, "--json"});
+    return reply.is_object() ? reply : json::object();
+  };
+
+  // Submit: above the ceiling only for admins.
+  RunResult r = submit_with({"--priority", "6"});
+  EXPECT_TRUE(r.status.exited_with(77)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err,
+            "elasticctl: Priority 6 is above limits.priority_ceiling (5); only an admin may "
+            "submit a job above it.\n");
+  r = submit_with({"--priority", "5", "--preemptible"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  ASSERT_EQ(r.out, "submitted prio-1\n");
+  EXPECT_EQ(job("prio-1")["priority"], 5);
+  EXPECT_EQ(job("prio-1")["preemptible"], true);
+  EXPECT_FALSE(job("prio-1").contains("position")) << "no scheduler hook, no queue position";
+
+  // The owner lowers it and may not raise it past the ceiling; an admin may.
+  r = as(kOwner, {"priority", "prio-1", "-3"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_EQ(r.out, "priority of prio-1 is now -3\n");
+  EXPECT_EQ(job("prio-1")["priority"], -3);
+  r = as(kOwner, {"priority", "prio-1", "9"});
+  EXPECT_TRUE(r.status.exited_with(77)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err,
+            "elasticctl: Priority 9 is above limits.priority_ceiling (5); only an admin may "
+            "raise a job above it.\n");
+  r = as(kStranger, {"priority", "prio-1", "1"});
+  EXPECT_TRUE(r.status.exited_with(77)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err,
+            "elasticctl: uid 65533 may not change the priority of job prio-1 of uid 65534; only "
+            "its owner or an admin may.\n");
+  r = elasticctl_on(n1, {"priority", "prio-1", "9"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_EQ(job("prio-1")["priority"], 9);
+  const RunResult table = elasticctl_on(n1, {"jobs"});
+  ASSERT_TRUE(table.status.exited_with(0)) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("PRIO"));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("prio-1 +pending +9 "));
+
+  // Suspend and resume: owner or admin only; each only once.
+  r = as(kStranger, {"suspend", "prio-1"});
+  EXPECT_TRUE(r.status.exited_with(77)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err,
+            "elasticctl: uid 65533 may not suspend job prio-1 of uid 65534; only its owner or an "
+            "admin may.\n");
+  r = as(kOwner, {"suspend", "prio-1"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_EQ(r.out, "suspended prio-1\n");
+  EXPECT_EQ(job("prio-1")["state"], "suspended");
+  r = as(kOwner, {"suspend", "prio-1"});
+  EXPECT_TRUE(r.status.exited_with(1)) << r.status.code << " " << r.err;
+  EXPECT_EQ(r.err, "elasticctl: Job prio-1 is already suspended.\n");
+  EXPECT_TRUE(as(kStranger, {"resume", "prio-1"}).status.exited_with(77));
+  r = elasticctl_on(n1, {"resume", "prio-1"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.err;
+  EXPECT_EQ(r.out, "resumed prio-1\n");
+  EXPECT_EQ(job("prio-1")["state"], "pending");
+
+  // Every change is an event.
+  const RunResult events = elasticctl_on(n1, {"events", "prio-1"});
+  ASSERT_TRUE(events.status.exited_with(0)) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("priority 5 -> -3 by uid 65534"));
+  EXPECT_THAT(events.out, HasSubstr("priority -3 -> 9 by uid 0 (admin)"));
+  EXPECT_THAT(events.out, HasSubstr("suspended by uid 65534"));
+  EXPECT_THAT(events.out, HasSubstr("resumed by uid 0 (admin)"));
+  EXPECT_TRUE(elasticctl_on(n1, {"cancel", "prio-1"}).status.exited_with(0));
 }
 
 TEST(CtlNoDaemon, MissingSocketExits69WithWhatToDo) {

@@ -410,6 +410,59 @@ TEST(Elasticctl, DryRunPrintsTheSpecWithoutADaemon) {
   EXPECT_EQ(spec["max_nodes"], 3);
 }
 
+TEST(Elasticctl, DryRunCarriesTheSchedulingFlags) {
+  TempDir dir;
+  const Finished r = elasticctl(
+      {"-c", "", "--set", "control.socket=" + dir.file("none.sock"), "submit", "--name", "s",
+       "--priority", "-7", "--preemptible", "--scale", "throughput", "--scale-min-gain", "0.2",
+       "--scale-window", "90s", "--hang-timeout", "0s", "--dry-run", "--", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto spec = nlohmann::json::parse(r.out);
+  EXPECT_EQ(spec["priority"], -7);
+  EXPECT_EQ(spec["preemptible"], true);
+  EXPECT_EQ(spec["scale"], "throughput");
+  EXPECT_EQ(spec["scale_min_gain"], 0.2);
+  EXPECT_EQ(spec["scale_window"], "1m30s");
+  EXPECT_EQ(spec["hang_timeout"], "0s");
+  const Finished bad = elasticctl({"-c", "", "--set", "control.socket=" + dir.file("none.sock"),
+                                   "submit", "--name", "s", "--scale", "fast", "--dry-run", "--",
+                                   "/bin/true"});
+  EXPECT_EQ(bad.exit_code, 65);
+  EXPECT_THAT(bad.err, HasSubstr("--scale: expected fixed or throughput, got \"fast\""));
+}
+
+// priority, suspend and resume check their arguments before asking a daemon (none runs here).
+TEST(Elasticctl, PrioritySuspendAndResumeArguments) {
+  TempDir dir;
+  const std::vector<std::string> at = {"-c", "", "--set",
+                                       "control.socket=" + dir.file("none.sock")};
+  const auto with = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = at;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return elasticctl(argv);
+  };
+  Finished r = with({"priority", "train-1", "high"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(r.err,
+            "elasticctl: priority: expected an integer such as 10 or -5, got \"high\"\n");
+  r = with({"priority", "train-1", "1000001"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(r.err, "elasticctl: priority: 1000001 is outside -1000000..1000000\n");
+  r = with({"priority", "train-1"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_THAT(r.err, StartsWith("elasticctl: priority is required\n"));
+  r = with({"suspend"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_THAT(r.err, StartsWith("elasticctl: job is required\n"));
+  // Well-formed (a negative priority included): they get as far as the missing daemon.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"priority", "train-1", "-5"},
+                                             {"suspend", "train-1"},
+                                             {"resume", "train-1"}}) {
+    EXPECT_EQ(with(args).exit_code, 69) << args.front();
+  }
+}
+
 TEST(Elasticctl, CommandAfterDashesOnlyForSubmit) {
   const Finished r = elasticctl({"jobs", "--", "x"});
   EXPECT_EQ(r.exit_code, 64);
@@ -450,7 +503,8 @@ TEST(Elasticctl, UnknownCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: unknown command \"frobnicate\" (commands: cancel, config, drain, events, "
-            "jobs, keygen, logs, nodes, reload, status, submit, top, undrain, voters)\n"
+            "jobs, keygen, logs, nodes, priority, reload, resume, status, submit, suspend, top, "
+            "undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 
@@ -459,7 +513,8 @@ TEST(Elasticctl, MissingCommandExits64) {
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(r.err,
             "elasticctl: a command is required (commands: cancel, config, drain, events, jobs, "
-            "keygen, logs, nodes, reload, status, submit, top, undrain, voters)\n"
+            "keygen, logs, nodes, priority, reload, resume, status, submit, suspend, top, "
+            "undrain, voters)\n"
             "Run 'elasticctl --help' for usage.\n");
 }
 

@@ -150,6 +150,7 @@ TEST(Schema, ListsEveryStructField) {
   EXPECT_EQ(counter.fields["spawner"], count_fields<SpawnerConfig>());
   EXPECT_EQ(counter.fields["checkpoint"], count_fields<CheckpointConfig>());
   EXPECT_EQ(counter.fields["control"], count_fields<ControlConfig>());
+  EXPECT_EQ(counter.fields["limits"], count_fields<LimitsConfig>());
   EXPECT_EQ(counter.fields["logging"], count_fields<LoggingConfig>());
 }
 
@@ -327,7 +328,7 @@ TEST(ToToml, PrintsSectionsAndCanonicalDurations) {
 
 TEST(ToJson, MirrorsTheToml) {
   const auto json = nlohmann::json::parse(to_json(unusual_config()));
-  EXPECT_EQ(json.size(), 9u);
+  EXPECT_EQ(json.size(), 10u);
   EXPECT_EQ(json["membership"]["probe_timeout"], "300ms");
   EXPECT_EQ(json["membership"]["tombstone_ttl"], "48h0.000000001s");
   EXPECT_EQ(json["node"]["gpus"], nlohmann::json::array({3, 1}));
@@ -339,6 +340,93 @@ TEST(ToJson, MirrorsTheToml) {
   std::size_t keys = 0;
   for (const auto& [section, values] : json.items()) keys += values.size();
   EXPECT_EQ(keys, all_keys().size());
+}
+
+// ---- limits -----------------------------------------------------------------------------------
+
+// The limits section: defaults, entries for users and groups (as tables or inline), group names
+// resolved to gids, and every problem on its own line naming the key and the line.
+TEST(Limits, UsersAndGroupsAreReadAndGroupsResolved) {
+  TempDir dir;
+  const auto outcome = load_text(dir,
+                                 "[limits]\n"
+                                 "priority_ceiling = 10\n"
+                                 "max_nodes_per_user = 8\n"
+                                 "max_running_jobs_per_group = 3\n"
+                                 "[limits.users.alice]\n"
+                                 "max_nodes = 16\n"
+                                 "[limits.users.bob]\n"
+                                 "max_running_jobs = 1\n"
+                                 "max_nodes = 0\n"
+                                 "[limits.groups.root]\n"
+                                 "max_nodes = 2\n");
+  ASSERT_THAT(outcome.errors, IsEmpty());
+  auto loaded =
+      load_config(LoadOptions{.file = outcome.file, .file_must_exist = true, .overrides = {}});
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const LimitsConfig& limits = loaded->config.limits;
+  EXPECT_EQ(limits.priority_ceiling, 10);
+  EXPECT_EQ(limits.max_nodes_per_user, 8);
+  EXPECT_EQ(limits.max_running_jobs_per_user, 0);
+  EXPECT_EQ(limits.max_running_jobs_per_group, 3);
+  ASSERT_EQ(limits.users.entries.size(), 2u);
+  EXPECT_EQ(limits.users.entries.at("alice"), (LimitEntry{16, 0, 0}));
+  EXPECT_EQ(limits.users.entries.at("bob"), (LimitEntry{0, 1, 0}));
+  ASSERT_EQ(limits.groups.entries.size(), 1u);
+  EXPECT_EQ(limits.groups.entries.at("root"), (LimitEntry{2, 0, 0})) << "root's gid is 0";
+
+  // Inline tables through --set, and the TOML and JSON writers give them back.
+  Result<DaemonConfig> set =
+      with_overrides({"limits.users={ \"carol d\" = { max_nodes = 4, max_running_jobs = 2 } }",
+                      "limits.groups={ root = { max_running_jobs = 5 } }"});
+  ASSERT_TRUE(set.ok()) << set.error().message;
+  EXPECT_EQ(set->limits.users.entries.at("carol d"), (LimitEntry{4, 2, 0}));
+  EXPECT_EQ(set->limits.groups.entries.at("root"), (LimitEntry{0, 5, 0}));
+  const std::string file = dir.write("printed.toml", to_toml(*set));
+  auto printed = load_config(LoadOptions{.file = file, .file_must_exist = true, .overrides = {}});
+  ASSERT_TRUE(printed.ok()) << printed.error().message << "\n" << to_toml(*set);
+  EXPECT_TRUE(printed->config == *set) << to_toml(*set);
+  EXPECT_NE(
+      to_toml(*set).find("users = { \"carol d\" = { max_nodes = 4, max_running_jobs = 2 } }\n"),
+      std::string::npos)
+      << to_toml(*set);
+  const auto json = nlohmann::json::parse(to_json(*set));
+  EXPECT_EQ(json["limits"]["groups"]["root"]["gid"], 0);
+  EXPECT_EQ(json["limits"]["users"]["carol d"]["max_running_jobs"], 2);
+}
+
+TEST(Limits, ProblemsNameTheKeyAndTheLine) {
+  TempDir dir;
+  const auto outcome = load_text(dir,
+                                 "[limits]\n"
+                                 "priority_ceiling = 2000000\n"
+                                 "max_nodes_per_user = -1\n"
+                                 "[limits.users.alice]\n"
+                                 "max_nodes = -2\n"
+                                 "max_jobs = 1\n"
+                                 "[limits.groups.no-such-group-elastic-test]\n"
+                                 "max_nodes = 1\n"
+                                 "[limits.groups.root]\n"
+                                 "max_running_jobs = \"3\"\n");
+  const std::string f = outcome.file;
+  EXPECT_THAT(outcome.errors,
+              ElementsAre(f + ":5: limits.users.alice.max_nodes: must be at least 0 (got -2)",
+                          f + ":6: limits.users.alice.max_jobs: unknown key (an entry has "
+                              "max_nodes and max_running_jobs)",
+                          f + ":7: limits.groups.no-such-group-elastic-test: there is no group "
+                              "\"no-such-group-elastic-test\" on this host",
+                          f + ":10: limits.groups.root.max_running_jobs: expected an integer, "
+                              "got a string (\"3\")",
+                          f + ":2: limits.priority_ceiling: is 2000000; it must be a job "
+                              "priority, -1000000 to 1000000",
+                          f + ":3: limits.max_nodes_per_user: must be at least 0 (got -1)"));
+  EXPECT_THAT(override_errors({"limits.users=3"}),
+              ElementsAre("--set limits.users=3: limits.users: expected a table of user names, "
+                          "each with max_nodes and max_running_jobs, got an integer (3)"));
+  EXPECT_THAT(override_errors({"limits.groups={ nosuchgroup-elastic = { max_nodes = 1 } }"}),
+              ElementsAre("--set limits.groups={ nosuchgroup-elastic = { max_nodes = 1 } }: "
+                          "limits.groups: nosuchgroup-elastic: there is no group "
+                          "\"nosuchgroup-elastic\" on this host"));
 }
 
 // ---- file errors: one exact line each ------------------------------------------------------
@@ -384,7 +472,7 @@ INSTANTIATE_TEST_SUITE_P(
         FileCase{"UnknownSectionNoSuggestion",
                  "[gpu]\nx = 1\n",
                  {"@:1: gpu: unknown section (sections are node, transport, membership, "
-                  "consensus, rendezvous, spawner, checkpoint, control, logging)"}},
+                  "consensus, rendezvous, spawner, checkpoint, control, limits, logging)"}},
         FileCase{"TopLevelKey",
                  "name = \"a\"\n",
                  {"@:1: name: unknown top-level key (did you mean node.name?)"}},
@@ -549,7 +637,7 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set swim.gossip_fanout=3: swim.gossip_fanout: unknown key (did you mean membership.gossip_fanout?)"}},
     SetCase{"UnknownSectionAndKey", {"foo.qqqqqqqqqq=1"},
             {"--set foo.qqqqqqqqqq=1: foo.qqqqqqqqqq: unknown key (sections are node, transport, "
-             "membership, consensus, rendezvous, spawner, checkpoint, control, logging)"}},
+             "membership, consensus, rendezvous, spawner, checkpoint, control, limits, logging)"}},
     SetCase{"BooleanNotTomlValue", {"spawner.bind_cpus=yes"},
             {"--set spawner.bind_cpus=yes: spawner.bind_cpus: expected a boolean (true or false), got a string (\"yes\")"}},
     SetCase{"IntegerNotTomlValue", {"checkpoint.keep=three"},

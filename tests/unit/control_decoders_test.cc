@@ -37,6 +37,27 @@ TEST(ControlRequests, TheAttackRequestsAreOneClearErrorEach) {
       "The voters request's \"node\" must be a string (a node name), not an array.");
 }
 
+TEST(ControlRequests, PriorityNeedsAJobAndA32BitInteger) {
+  auto ok = control::decode_priority_request(R"({"verb":"priority","job":"a-1","priority":-7})");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->job, "a-1");
+  EXPECT_EQ(ok->priority, -7);
+  EXPECT_EQ(error_of(control::decode_priority_request(R"({"verb":"priority","job":"a-1"})")),
+            "The priority request needs \"priority\": an integer (the job's new priority).");
+  EXPECT_EQ(error_of(control::decode_priority_request(
+                R"({"verb":"priority","job":"a-1","priority":5000000000})")),
+            "The \"priority\" request's \"priority\" 5000000000 is out of range.");
+  EXPECT_THAT(error_of(control::decode_priority_request(
+                  R"({"verb":"priority","job":"a-1","priority":"high"})")),
+              HasSubstr("\"priority\" must be an integer (the job's new priority)"));
+  EXPECT_EQ(error_of(control::decode_priority_request(R"({"verb":"priority","priority":1})")),
+            "The priority request needs \"job\": a string (a job id).");
+  for (const char* verb : {"priority", "suspend", "resume"}) {
+    ASSERT_NE(control::find_verb(verb), nullptr) << verb;
+    EXPECT_EQ(control::find_verb(verb)->caller, control::Caller::kAnyone) << verb;
+  }
+}
+
 TEST(ControlRequests, MissingEmptyAndOutOfRangeFieldsNameTheField) {
   EXPECT_EQ(error_of(control::decode_job_request("cancel", R"({"verb":"cancel"})")),
             "The cancel request needs \"job\": a string (a job id).");
@@ -126,15 +147,15 @@ TEST(VerbTable, NamesAreUniqueAndTheUnknownVerbAnswerListsEveryOne) {
   std::vector<std::string> sorted = names;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 19u);
   const std::string unknown = control::unknown_verb_message("x");
   EXPECT_THAT(unknown,
               ::testing::StartsWith("Unknown request \"x\"; this daemon answers \"submit\", "));
   EXPECT_THAT(unknown, ::testing::EndsWith(" and \"progress\"."));
   for (const std::string& name : names)
     EXPECT_THAT(unknown, ::testing::HasSubstr("\"" + name + "\""));
-  for (const char* leader :
-       {"submit", "cancel", "jobs", "job", "events", "drain", "undrain", "drained", "voters"}) {
+  for (const char* leader : {"submit", "cancel", "jobs", "job", "events", "drain", "undrain",
+                             "drained", "voters", "priority", "suspend", "resume"}) {
     EXPECT_TRUE(control::is_leader_verb(leader)) << leader;
   }
   for (const char* local :

@@ -4,6 +4,7 @@
 // time. A leader cut off from the others that does not know it is deposed must never answer a
 // read; once it learns, the read is redirected, and the new leader answers with the newer write.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <map>
@@ -169,6 +170,56 @@ TEST(LinearizableRead, ReadVerbsWaitForAMajorityAndSeeEarlierWrites) {
   auto bad = v.serve(leader, "job", R"({"job":7})");
   ASSERT_TRUE(bad->has_value());
   EXPECT_EQ((*bad)->outcome, ForwardOutcome::kError);
+}
+
+// The jobs and job replies carry each job's priority and preemptible flag, and what the queue
+// hook (the leader's scheduler) says: "position" only when > 0, "waiting" only when not empty;
+// without a hook neither.
+TEST(JobReplies, CarryPriorityAndWhatTheQueueHookSays) {
+  Voters v({"a"});
+  const std::string leader = settle(v);
+  ASSERT_FALSE(leader.empty());
+  for (const char* name : {"first", "second"}) {
+    auto submitted = v.serve(leader, "submit",
+                             std::string(R"({"spec":{"name":")") + name +
+                                 R"(","command":["/bin/true"],"min_nodes":2,"max_nodes":2,)" +
+                                 R"("priority":-4,"preemptible":true}})");
+    v.deliver();
+    ASSERT_TRUE(submitted->has_value());
+    ASSERT_EQ((*submitted)->outcome, ForwardOutcome::kOk) << (*submitted)->body;
+  }
+  const auto read = [&](const std::string& verb, const std::string& args) {
+    auto reply = v.serve(leader, verb, args);
+    v.deliver();
+    EXPECT_TRUE(reply->has_value());
+    EXPECT_EQ((*reply)->outcome, ForwardOutcome::kOk) << (*reply)->body;
+    return nlohmann::json::parse(reply->has_value() ? (*reply)->body : "{}", nullptr, false);
+  };
+
+  nlohmann::json jobs = read("jobs", "{}")["jobs"];
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0]["priority"], -4);
+  EXPECT_EQ(jobs[0]["preemptible"], true);
+  EXPECT_FALSE(jobs[0].contains("position"));
+  EXPECT_FALSE(jobs[0].contains("waiting"));
+
+  v.jobs(leader).set_queue_info([](std::string_view id) -> std::optional<QueueInfo> {
+    if (id == "first-1") return QueueInfo{2, "waiting for 2 nodes, 1 free fits (position 2 of 2)"};
+    if (id == "second-2") return QueueInfo{0, ""};
+    return std::nullopt;
+  });
+  jobs = read("jobs", "{}")["jobs"];
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0]["position"], 2);
+  EXPECT_EQ(jobs[0]["waiting"], "waiting for 2 nodes, 1 free fits (position 2 of 2)");
+  EXPECT_FALSE(jobs[1].contains("position"));
+  EXPECT_FALSE(jobs[1].contains("waiting"));
+  const nlohmann::json job = read("job", R"({"job":"first-1"})")["job"];
+  EXPECT_EQ(job["position"], 2);
+  EXPECT_EQ(job["priority"], -4);
+
+  v.jobs(leader).set_queue_info(nullptr);
+  EXPECT_FALSE(read("job", R"({"job":"first-1"})")["job"].contains("position"));
 }
 
 TEST(LinearizableRead, DeposedLeaderThatDoesNotKnowItNeverAnswers) {

@@ -118,13 +118,29 @@ TEST(Reload, MixedChangesSplit) {
 TEST(Reload, EveryKeyIsClassified) {
   std::size_t live = 0;
   for (const std::string& key : config::all_keys()) live += is_live_key(key) ? 1 : 0;
-  EXPECT_EQ(live, 8u);
+  EXPECT_EQ(live, 15u);
   for (const char* key :
        {"logging.level", "control.admin_group", "spawner.stop_grace", "spawner.log_max_bytes",
         "spawner.log_keep", "control.max_active_jobs_per_user",
-        "control.submits_per_minute_per_user", "control.submit_burst_per_user"}) {
+        "control.submits_per_minute_per_user", "control.submit_burst_per_user",
+        "limits.priority_ceiling", "limits.max_nodes_per_user", "limits.max_running_jobs_per_user",
+        "limits.max_nodes_per_group", "limits.max_running_jobs_per_group", "limits.users",
+        "limits.groups"}) {
     EXPECT_TRUE(is_live_key(key)) << key;
   }
+}
+
+// The limits section applies live, entries included.
+TEST(Reload, LimitsApplyLive) {
+  config::DaemonConfig running;
+  config::DaemonConfig loaded = running;
+  loaded.limits.priority_ceiling = 5;
+  loaded.limits.max_running_jobs_per_user = 2;
+  loaded.limits.users.entries["alice"] = config::LimitEntry{8, 1, 0};
+  const ReloadPlan plan = plan_reload(running, loaded);
+  EXPECT_TRUE(plan.needs_restart.empty());
+  EXPECT_EQ(plan.applied.size(), 3u);
+  EXPECT_TRUE(plan.apply == loaded);
 }
 
 }  // namespace
