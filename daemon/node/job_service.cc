@@ -65,8 +65,7 @@ std::string user_name(const Host& host, std::uint32_t uid) {
 // A job's env and exported environment often carry secrets (tokens, passwords): only its
 // owner, root and control.admin_group see them; everyone else sees the job without them and
 // "env_hidden": true.
-// Also the job's priority and preemptible flag at the top (the spec writes them only when not
-// default), and its place in the queue from `queue` (may be empty).
+// Also the job's place in the queue from `queue` (may be empty).
 json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uint32_t uid,
               bool admin, const QueueInfoSource& queue) {
   json value = json::parse(rendezvous::to_json(job, max_events), nullptr, false);
@@ -77,8 +76,6 @@ json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uin
     value["spec"].erase("exported_env");
     value["spec"]["env_hidden"] = true;
   }
-  value["priority"] = job.spec.priority;
-  value["preemptible"] = job.spec.preemptible;
   if (queue) {
     if (const std::optional<QueueInfo> info = queue(job.id)) {
       if (info->position > 0) value["position"] = info->position;

@@ -16,9 +16,9 @@
 //   suspend {job}, resume {job} -> propose SuspendJob (owner or admin only)
 //   jobs                     -> {"ok":true,"jobs":[...]} from the leader's applied table
 //   job {job}                -> {"ok":true,"job":{...,"events":[...]}}
-// Each job object has "priority" and "preemptible" (from its spec), and, when the queue hook
-// (set_queue_info) knows the job, "position" (its place among the queued jobs, only when > 0)
-// and "waiting" (why it waits, only when not empty).
+// Each job object (rendezvous::to_json: "priority" and "preemptible" included) has, when the
+// queue hook (set_queue_info) knows the job, "position" (its place among the queued jobs, only
+// when > 0) and "waiting" (why it waits, only when not empty).
 // A job's spec.env is shown to its owner, root and admins only; others get the job without it
 // and "env_hidden": true (env often carries tokens).
 //   events [{job, limit}]    -> {"ok":true,"events":[...job state changes, replicated...],

@@ -328,8 +328,8 @@ class JobTable {
 };
 
 // JSON of a record for the control API (`elasticctl status --json`): id, state, reason,
-// round, ranks, store endpoint, restarts, times (ms since the epoch), the spec, and the last
-// `max_events` events.
+// round, ranks, store endpoint, restarts, preemptions (only when not 0), priority, preemptible,
+// times (ms since the epoch), the spec, and the last `max_events` events.
 std::string to_json(const JobRecord& job, std::size_t max_events = kMaxEventsPerJob);
 
 // JSON of the drained nodes for the control API:

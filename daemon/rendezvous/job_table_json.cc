@@ -30,6 +30,9 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
     j["submitted_at_ms"] = job.submitted_at.time_since_epoch().count();
     j["restarts"] = job.restarts;
     if (job.preemptions != 0) j["preemptions"] = job.preemptions;
+    // Always, unlike in the spec (which writes them only when not default): `jobs` shows them.
+    j["priority"] = job.spec.priority;
+    j["preemptible"] = job.spec.preemptible;
     j["round"] = job.round;
     j["round_reason"] = to_string(job.round_reason);
     j["round_opened_at_ms"] = job.round_opened_at.time_since_epoch().count();

@@ -15,7 +15,7 @@
 // Worker counts: spec.workers_per_node, or the candidate's slots when it is 0.
 //
 // Rules, by state (table-driven tests in tests/unit/planner_test.cc):
-//   terminal              none.
+//   terminal, suspended   none (a suspended job waits for its owner or an admin to resume it).
 //   pending               gathering: with >= max_nodes waiters open at once (the first max);
 //                         with >= min_nodes open at (the time the min-th waiter arrived +
 //                         last call) with every waiter up to max; with fewer wait, and fail

@@ -44,6 +44,7 @@ void check_request_args(const std::string& text) {
   (void)control::decode_events_request(text);
   (void)control::decode_voters_request(text);
   (void)control::decode_drain_request("drain", text);
+  (void)control::decode_priority_request(text);
   (void)control::decode_logs_request(text);
   (void)control::decode_log_files_request(text);
 }

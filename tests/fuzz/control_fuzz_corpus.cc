@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
   for (const std::string& request :
        {std::string(R"({"verb":"nodes"})"), std::string(R"({"verb":"status"})"),
         std::string(R"({"verb":"jobs"})"), std::string(R"({"verb":"cancel","job":"train-1"})"),
+        std::string(R"({"verb":"priority","job":"train-1","priority":-5})"),
+        std::string(R"({"verb":"suspend","job":"train-1"})"),
         std::string(R"({"verb":"drain","node":"n2","reason":"bad DIMM"})"),
         std::string(R"({"verb":"logs","job":"train-1","rank":3,"offset":0,"max":65536})"),
         std::string(R"({"verb":"voters","action":"add","node":"n4"})"),

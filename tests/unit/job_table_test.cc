@@ -355,6 +355,8 @@ TEST_F(TableTest, APreemptedJobIsRequeuedInItsPlace) {
 
   const auto j = nlohmann::json::parse(to_json(job(id)));
   EXPECT_EQ(j["preemptions"], 2);
+  EXPECT_EQ(j["priority"], 0);
+  EXPECT_EQ(j["preemptible"], false);
   EXPECT_FALSE(nlohmann::json::parse(to_json(job(submit(spec()).job_id))).contains("preemptions"));
 }
 

@@ -553,6 +553,14 @@ INSTANTIATE_TEST_SUITE_P(
                  {waits("a", 0)},
                  {},
                  100,
+                 Kind::kNone},
+        // --- held: even with its old members dead and waiters ready
+        PlanCase{"SuspendedDoesNothing",
+                 JobBuilder(S::kSuspended, 1, 2).members({"a"}).job,
+                 {dead("a"), node("b")},
+                 {waits("b", 0)},
+                 {},
+                 100,
                  Kind::kNone}),
     [](const auto& param_info) { return std::string(param_info.param.label); });
 
