@@ -78,6 +78,13 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
                                            seed ^ 0x9e3779b97f4a7c15ULL, clock);
   rounds_->set_slots(supervisor_->slots());
   jobs_->set_views(membership_.get(), &rounds_->incident_log());
+  // `jobs` and `job` are served by the leader, whose last scheduling pass knows each job's
+  // place in the queue and why it waits.
+  jobs_->set_queue_info([this](std::string_view id) -> std::optional<QueueInfo> {
+    const rendezvous::JobPlan* plan = rounds_->leader().job_plan(std::string(id));
+    if (plan == nullptr) return std::nullopt;
+    return QueueInfo{.position = plan->position, .reason = plan->reason};
+  });
 }
 
 NodeCore::~NodeCore() = default;

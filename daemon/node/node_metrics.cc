@@ -109,6 +109,14 @@ void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
   m.family("elastic_rounds_opened_total", MetricType::kCounter,
            "Rounds this daemon committed as Raft leader since it became leader (leader only).");
   if (leading) m.sample(as_double(rounds.rounds_opened()));
+  m.family("elastic_preemptions_total", MetricType::kCounter,
+           "Jobs this daemon shrank or requeued as Raft leader to make room for a job of higher "
+           "priority, since it became leader (leader only).");
+  if (leading) m.sample(as_double(rounds.leader().preemptions()));
+  m.family("elastic_jobs_queued", MetricType::kGauge,
+           "Jobs waiting in the queue for nodes, at the leader's last scheduling pass (leader "
+           "only).");
+  if (leading) m.sample(as_double(rounds.leader().queued_jobs()));
   m.family("elastic_recovery_seconds", MetricType::kHistogram,
            "Seconds from the first evidence of a failure to the job's first training step after "
            "recovery, per completed incident, by cause (node_left: a drained or stopped daemon, "

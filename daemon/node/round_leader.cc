@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/node/round_codec.h"
+#include "daemon/node/scheduling.h"
 #include "daemon/rendezvous/job_codec.h"
 
 namespace elastic::node {
@@ -88,6 +89,8 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       leader_jobs_.clear();
       proposed_.clear();
       in_rounds_.clear();
+      schedule_ = {};
+      preemptions_ = 0;
       leading_ = false;
     }
     return;
@@ -166,6 +169,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   const bool caught_up = consensus->applied_own_term();
   const bool plan_now = caught_up && now >= next_plan_;
   if (now >= next_plan_) next_plan_ = now + (caught_up ? Duration(kPlanInterval) : kCatchUpRetry);
+  if (plan_now) schedule(now, table, alive, ledger, *consensus);
   for (const auto& [id, job] : table.jobs()) {
     LeaderJob& state = leader_jobs_[id];
     if (state.round_seen != job.round) {
@@ -199,7 +203,12 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     // newer round or the job's end that this table has not applied yet, and a member that
     // has forgotten the job (it ended there) would start the superseded round again.
     if (!caught_up) continue;
-    if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering) {
+    // A round that ended without the job ending: suspended by its owner, or requeued by a
+    // preemption (pending again after a round). Its members are told, and stop its workers.
+    const bool round_put_away =
+        job.round != 0 && (job.state == JobState::kSuspended || job.state == JobState::kPending);
+    if (rendezvous::is_terminal(job.state) || job.state == JobState::kRecovering ||
+        round_put_away) {
       if (job.round != 0 && state.ended_until == TimePoint{}) state.ended_until = now + kEndNotice;
       if (job.round != 0 && now < state.ended_until) {
         send_starts(now, job, state, addresses, consensus->term());
@@ -228,6 +237,20 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       }
     }
     if (!plan_now || state.in_flight) continue;
+    // The scheduler's plan: the nodes the job may use now and how many. A queued job it does
+    // not start, and a held one (no plan), are not planned.
+    const auto scheduled = schedule_.plans.find(id);
+    if (scheduled == schedule_.plans.end()) continue;
+    const rendezvous::JobPlan& allowance = scheduled->second;
+    if (job.state == JobState::kPending && allowance.cap < job.spec.min_nodes) {
+      state.admitted = {};
+      continue;
+    }
+    // A queued job's join_timeout counts from when the scheduler first let it start, not from
+    // its submission: waiting in the queue is not failing to gather.
+    if (job.state == JobState::kPending && state.admitted == rendezvous::WallTime{}) {
+      state.admitted = wall;
+    }
     std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>> usable;
     for (const auto& [name, view] : alive) {
       const auto leaving = leaving_.find(name);
@@ -241,7 +264,9 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
           .in_active_round = is_active_round_state(job.state) &&
                              std::any_of(job.ranks.begin(), job.ranks.end(),
                                          [&](const auto& r) { return r.node == name; })};
-      if (rendezvous::usable_for_job(standing)) usable[name] = {view, ledger.free_slots(name, id)};
+      if (rendezvous::usable_for_job(standing) && allowance.allowed.contains(name)) {
+        usable[name] = {view, ledger.free_slots(name, id)};
+      }
     }
     // A new leader waits for the slots of the job's live members (every node sends them when
     // it learns of the leader) rather than re-plan the job without them, but not beyond
@@ -254,7 +279,19 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
         on_port_conflict(now, job, state, ledger, *consensus)) {
       continue;
     }
-    plan_job(now, job, usable, ledger, *consensus);
+    // Below its max_nodes the scheduler's cap is the planner's max (never below min_nodes: a
+    // running job keeps what it needs; a preemption shrinks it through its own round).
+    const std::uint32_t cap =
+        std::clamp(allowance.cap, job.spec.min_nodes, job.spec.max_nodes);
+    const bool queued_longer = job.state == JobState::kPending && state.admitted > job.state_since;
+    if (cap == job.spec.max_nodes && !queued_longer) {
+      plan_job(now, job, usable, ledger, *consensus);
+    } else {
+      rendezvous::JobRecord capped = job;
+      capped.spec.max_nodes = cap;
+      if (queued_longer) capped.state_since = state.admitted;
+      plan_job(now, capped, usable, ledger, *consensus);
+    }
   }
   observe(now, table, members);
   next_lead_ = next_plan_;
@@ -490,21 +527,72 @@ void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& j
                     });
 }
 
-void RoundLeader::propose_state(TimePoint now, rendezvous::WallTime wall,
-                                const rendezvous::JobRecord& job, JobState state,
-                                std::string reason, ConsensusHost& consensus) {
-  const rendezvous::SetJobState command{.job_id = job.id,
-                                        .round = job.round,
-                                        .state = state,
-                                        .cause = rendezvous::RoundReason::kMemberLost,
-                                        .reason = std::move(reason),
-                                        .at = wall};
-  leader_jobs_[job.id].in_flight = true;
-  const std::string id = job.id;
+void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
+                           const std::map<std::string, const membership::MemberView*>& alive,
+                           rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  rendezvous::SchedulerInput input;
+  input.limits = scheduler_limits(config_.get().limits);
+  for (const auto& [id, job] : table.jobs()) {
+    if (rendezvous::is_terminal(job.state)) continue;
+    const auto proposal = proposed_.find(id);
+    input.jobs.push_back(
+        sched_job(job, proposal == proposed_.end() ? nullptr : &proposal->second.first));
+  }
+  for (const auto& [name, known] : node_slots_) {
+    const auto view = alive.find(name);
+    const auto leaving = leaving_.find(name);
+    const bool usable = view != alive.end() && view->second->generation == known.first &&
+                        !table.drained().contains(name) &&
+                        !(leaving != leaving_.end() && leaving->second == known.first);
+    input.nodes.push_back(
+        rendezvous::SchedNode{.name = name, .slots = known.second, .usable = usable});
+  }
+  schedule_ = rendezvous::schedule(input);
+  for (const rendezvous::Preemption& preemption : schedule_.preemptions) {
+    preempt(now, table, preemption, ledger, consensus);
+  }
+}
+
+void RoundLeader::preempt(TimePoint now, const rendezvous::JobTable& table,
+                          const rendezvous::Preemption& preemption,
+                          rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  const rendezvous::JobRecord* job = table.job(preemption.victim);
+  if (job == nullptr || job->ranks.empty() || leader_jobs_[job->id].in_flight) return;
+  ++preemptions_;
+  if (preemption.kind == rendezvous::Preemption::Kind::kSuspend) {
+    spdlog::info("rendezvous: job {} round {}: requeued ({})", job->id, job->round,
+                 preemption.reason);
+    propose_set_state(now, requeue_command(*job, preemption, wall_time(*clock_)), consensus);
+    return;
+  }
+  const rendezvous::RankAssignment& rank0 = job->ranks.front();
+  const std::uint16_t port =
+      store_port_for(now, *job, rank0.node, rank0.generation, ledger, /*strict=*/false);
+  if (port == 0) return;  // no store port free on its rank-0 node: the next pass tries again
+  propose_decision(now, *job, shrink_decision(*job, preemption, port), ledger, consensus);
+}
+
+void RoundLeader::propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
+                                    ConsensusHost& consensus) {
+  leader_jobs_[command.job_id].in_flight = true;
+  const std::string id = command.job_id;
   consensus.propose(now, rendezvous::encode_command(command), [this, id](Result<std::string>) {
     leader_jobs_[id].in_flight = false;
     next_lead_ = TimePoint{};  // the table changed: act on it now
   });
+}
+
+void RoundLeader::propose_state(TimePoint now, rendezvous::WallTime wall,
+                                const rendezvous::JobRecord& job, JobState state,
+                                std::string reason, ConsensusHost& consensus) {
+  propose_set_state(now,
+                    rendezvous::SetJobState{.job_id = job.id,
+                                            .round = job.round,
+                                            .state = state,
+                                            .cause = rendezvous::RoundReason::kMemberLost,
+                                            .reason = std::move(reason),
+                                            .at = wall},
+                    consensus);
 }
 
 void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,

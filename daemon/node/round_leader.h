@@ -55,6 +55,7 @@
 // or that throws while acted on, is dropped and counted (malformed_reports()).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -77,6 +78,7 @@
 #include "daemon/rendezvous/node_ledger.h"
 #include "daemon/rendezvous/planner.h"
 #include "daemon/rendezvous/round_policy.h"
+#include "daemon/rendezvous/scheduler.h"
 #include "daemon/wire/messages.h"
 
 namespace elastic::node {
@@ -130,6 +132,20 @@ class RoundLeader {
   }
   // Rounds this leader committed since it started leading.
   std::uint64_t rounds_opened() const { return rounds_opened_; }
+  // The scheduler's plan for `job` in the last planning pass (its queue position and why it
+  // waits), or nullptr: not leading, not planned yet, or a held or ended job.
+  const rendezvous::JobPlan* job_plan(const std::string& job) const {
+    const auto it = schedule_.plans.find(job);
+    return it == schedule_.plans.end() ? nullptr : &it->second;
+  }
+  // Preemptions this leader proposed since it started leading.
+  std::uint64_t preemptions() const { return preemptions_; }
+  // Jobs with a queue position in the last scheduling pass.
+  std::uint64_t queued_jobs() const {
+    return static_cast<std::uint64_t>(std::count_if(
+        schedule_.plans.begin(), schedule_.plans.end(),
+        [](const auto& entry) { return entry.second.position > 0; }));
+  }
   void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }
   const IncidentLog& incident_log() const { return incidents_; }
 
@@ -165,6 +181,9 @@ class RoundLeader {
     std::optional<rendezvous::PortConflict> port_busy;
     // Rounds reopened for a store port conflict since the job last ran (kept across rounds).
     std::uint32_t port_moves = 0;
+    // Pending: when the scheduler first let the job start (its join_timeout counts from then);
+    // zero while it waits in the queue.
+    rendezvous::WallTime admitted{};
   };
   // An OpenRound this leader proposed: counted and logged once it is applied.
   struct Opened {
@@ -185,6 +204,19 @@ class RoundLeader {
   void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
                         const rendezvous::Decision& decision, rendezvous::NodeLedger& ledger,
                         ConsensusHost& consensus);
+  // One scheduler pass (rendezvous/scheduler.h) over the table's jobs and the nodes whose
+  // slots are known; proposes its preemptions and keeps the plans for plan_job's callers.
+  // alive: the members that are alive or suspect.
+  void schedule(TimePoint now, const rendezvous::JobTable& table,
+                const std::map<std::string, const membership::MemberView*>& alive,
+                rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  // Proposes what `preemption` asks of its victim: a shrink round or a requeue.
+  void preempt(TimePoint now, const rendezvous::JobTable& table,
+               const rendezvous::Preemption& preemption, rendezvous::NodeLedger& ledger,
+               ConsensusHost& consensus);
+  // Proposes `command` (one in flight for its job).
+  void propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
+                         ConsensusHost& consensus);
   // Proposes SetJobState(`state`) at `wall` for `job`'s round (running or succeeded), one in
   // flight.
   void propose_state(TimePoint now, rendezvous::WallTime wall, const rendezvous::JobRecord& job,
@@ -237,6 +269,8 @@ class RoundLeader {
   std::set<std::pair<std::string, std::uint64_t>> left_;
   TimePoint next_plan_{};
   TimePoint next_lead_{};  // when lead() next has work (see lead_due)
+  rendezvous::SchedulerOutput schedule_;  // the last planning pass's
+  std::uint64_t preemptions_ = 0;
   IncidentLog incidents_;
   std::uint64_t rounds_opened_ = 0;
   std::map<std::string, rendezvous::NodeDrain> drains_seen_;  // to log drain changes

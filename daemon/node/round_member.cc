@@ -95,13 +95,17 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
       watched_.erase(it);
       update_lease_want(now);
     }
-    // Cancelled by its owner: the round is healthy, so the workers get TERM and a grace period
-    // to checkpoint; a recovering or failed round's collectives are broken: kill at once.
+    // Cancelled or suspended by its owner, or requeued by a preemption (pending again): the
+    // round is healthy, so the workers get TERM and a grace period to checkpoint; a recovering
+    // or failed round's collectives are broken: kill at once.
+    const bool healthy = start->state == JobState::kCancelled ||
+                         start->state == JobState::kSuspended ||
+                         start->state == JobState::kPending;
     orders_.push_back(
         WorkerOrder{.kind = WorkerOrder::Kind::kStop,
                     .start = std::nullopt,
                     .job = round.job_id,
-                    .graceful = start->state == JobState::kCancelled,
+                    .graceful = healthy,
                     .why = std::string("the job is ") + rendezvous::to_string(start->state),
                     .final = rendezvous::is_terminal(start->state)});
     if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);

@@ -241,22 +241,30 @@ class Scheduler {
 
   void grow(const SchedJob& job) {
     JobPlan& plan = out_.plans[job.id];
-    for (const auto& h : job.holdings) plan.allowed.insert(h.first);
-    const std::uint32_t held = static_cast<std::uint32_t>(plan.allowed.size());
+    // A holding on a node that is not usable (lost, drained) stays allowed -- the job's planner
+    // sees its member there and replaces it -- but does not count toward the want, so the
+    // replacement is granted in the same pass as the loss is handled.
+    std::uint32_t held = 0;
+    for (const auto& h : job.holdings) {
+      plan.allowed.insert(h.first);
+      const auto n = nodes_.find(h.first);
+      if (n != nodes_.end() && n->second.node->usable) ++held;
+    }
     const auto want = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(size_want(job), std::uint64_t{held} + node_room(job).first));
+    std::uint32_t have = held;
     if (held < want) {
       for (NodeState* n : fitting(job)) {
-        if (plan.allowed.size() >= want) break;
+        if (have >= want) break;
         take(job, *n);
         plan.allowed.insert(n->node->name);
+        ++have;
       }
     }
-    const auto have = static_cast<std::uint32_t>(plan.allowed.size());
     count(job, have - held, false);
     plan.cap = std::clamp(have, job.min_nodes, size_want(job));
     if (have < want) {
-      plan.reason = "holds " + std::to_string(have) + " of " + nodes_text(want) +
+      plan.reason = "holds " + std::to_string(plan.allowed.size()) + " of " + nodes_text(want) +
                     ", no more free fits" + reserved_text(job);
     } else if (have < size_want(job) && want < size_want(job)) {
       plan.reason = node_room(job).second;

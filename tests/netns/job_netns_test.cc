@@ -13,6 +13,8 @@
 //                             joins live
 //   StalledRankIsLeftOutAndGrowsBack  one rank stuck outside its collectives: only its daemon
 //                             blames it; the others re-form without its node, which grows back
+//   PreemptionShrinksAndGrowsBack  a higher-priority job takes two of a running job's three
+//                             hosts: it shrinks in place, and grows back when the other ends
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
 //   MinorityIsFenced          partition 1|2 cutting off rank 0 mid-checkpoint: the minority's
 //                             worker stops within its lease, the majority re-forms in place, and
@@ -635,6 +637,63 @@ TEST_F(JobNetnsTest, StalledRankIsLeftOutAndGrowsBack) {
   EXPECT_TRUE(blamed) << "round " << shrunk << " does not blame rank 2 on " << node << ": "
                       << grown.json;
   expect_trains_on(job, grown.round, last_step(job, grown.round), 20);
+}
+
+// A low-priority job holds all three hosts; a 2-node job of higher priority arrives. The low job
+// shrinks to its one-node min in place (its rank 0 keeps its process and state: no restart, no
+// step lost), the high job runs on the two freed hosts and succeeds, and the low job grows back
+// to three, its kept rank still the same process.
+TEST_F(JobNetnsTest, PreemptionShrinksAndGrowsBack) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> low_args = {"--name", "low", "--nodes", "1:3", "--"};
+  for (auto& arg : trainer("")) low_args.push_back(arg);
+  const std::string low = submit(0, low_args);
+  ASSERT_FALSE(low.empty());
+  const JobView first = wait_training(low, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  const std::string kept = first.ranks[0].node;
+  const auto kept_worker = workers_on(low, kept);
+  ASSERT_EQ(kept_worker.size(), 1u);
+  const std::int64_t before = last_step(low, first.round);
+
+  std::vector<std::string> high_args = {"--name", "high", "--nodes", "2", "--priority", "10",
+                                        "--"};
+  for (auto& arg : trainer("40")) high_args.push_back(arg);
+  const std::string high = submit(1, high_args);
+  ASSERT_FALSE(high.empty());
+
+  // The shrink: a round of the low job on its rank-0 node alone, re-formed in place.
+  const std::uint64_t shrunk = first.round + 1;
+  const auto lines = expect_in_place(low, shrunk, 1, kept_worker, before);
+  ASSERT_FALSE(lines.empty());
+  const JobView high_done = [&] {
+    JobView view;
+    EXPECT_TRUE(testing::wait_until(
+        [&] {
+          auto seen = daemons_->job(any_running(), high);
+          if (seen.ok()) view = std::move(seen).value();
+          return seen.ok() && view.terminal();
+        },
+        kTrains + kRecovers))
+        << "the high-priority job did not end: " << view.summary();
+    return view;
+  }();
+  EXPECT_EQ(high_done.state, "succeeded") << high_done.summary();
+
+  const JobView grown = wait_training(low, 3, shrunk, kRecovers);
+  ASSERT_FALSE(grown.state.empty()) << "the low-priority job did not grow back";
+  EXPECT_EQ(grown.restarts, 0u) << "a preemption or a grow consumed a restart";
+  const auto now = workers_on(low, kept);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].pid, kept_worker[0].pid) << "the kept rank was restarted";
+  bool preempted = false;
+  for (const auto& event : grown.events) {
+    preempted |= event.round == shrunk &&
+                 event.reason.find("preempted for job " + high) != std::string::npos;
+  }
+  EXPECT_TRUE(preempted) << "no event of round " << shrunk << " names the preemption: "
+                         << grown.json;
+  expect_trains_on(low, grown.round, last_step(low, grown.round), 20);
 }
 
 TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {

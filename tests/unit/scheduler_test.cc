@@ -391,6 +391,11 @@ std::vector<Row> rows() {
        {{"a", 1, false}, {"b", 1, false}},
        {},
        {{"r", {"a"}, 1, 0, "holds 1 of 2 nodes"}, {"q", {}, 0, 1, "waiting for 1 node, 0 fit"}}},
+      {"a lost member's node does not count: its replacement is granted at once",
+       {J("r").size(2, 3).on({"a", "b", "c"}), J("q").submitted(5)},
+       {{"a", 1, true}, {"b", 1, true}, {"c", 1, false}, {"d", 1, true}},
+       {},
+       {{"r", {"a", "b", "c", "d"}, 3, 0, "-"}, {"q", {}, 0, 1, "waiting for 1 node, 0 fit"}}},
   };
 }
 
