@@ -370,6 +370,14 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     if (auto valid = rendezvous::validate(*spec); !valid.ok()) {
       return done(ForwardOutcome::kError, valid.error().message);
     }
+    // The spec format carries throughput scaling already (rendezvous/scheduler.h decides its
+    // steps), but this leader does not measure samples per second yet: refuse rather than run
+    // the job at a fixed size while its file says otherwise.
+    if (spec->scale == rendezvous::ScaleMode::kThroughput) {
+      return done(ForwardOutcome::kError,
+                  "scale: \"throughput\" is not available in this version of elasticd yet; "
+                  "submit with scale \"fixed\" (the default)");
+    }
     if (!request.admin && spec->priority > priority_ceiling_) {
       return done(ForwardOutcome::kDenied, "Priority " + std::to_string(spec->priority) +
                                                " is above limits.priority_ceiling (" +

@@ -284,12 +284,16 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     const std::uint32_t cap =
         std::clamp(allowance.cap, job.spec.min_nodes, job.spec.max_nodes);
     const bool queued_longer = job.state == JobState::kPending && state.admitted > job.state_since;
-    if (cap == job.spec.max_nodes && !queued_longer) {
+    // A requeued job's last rank map was put away: its nodes join its next round as newcomers
+    // (the planner gathers waiters, not old members).
+    const bool put_away = job.state == JobState::kPending && !job.ranks.empty();
+    if (cap == job.spec.max_nodes && !queued_longer && !put_away) {
       plan_job(now, job, usable, ledger, *consensus);
     } else {
       rendezvous::JobRecord capped = job;
       capped.spec.max_nodes = cap;
       if (queued_longer) capped.state_since = state.admitted;
+      if (put_away) capped.ranks.clear();
       plan_job(now, capped, usable, ledger, *consensus);
     }
   }

@@ -71,6 +71,7 @@ rendezvous::Limits scheduler_limits(const config::LimitsConfig& limits) {
   }
   for (const auto& [name, entry] : limits.groups.entries) {
     out.groups[entry.gid] = values(entry.max_nodes, entry.max_running_jobs);
+    out.group_names[entry.gid] = name;
   }
   return out;
 }

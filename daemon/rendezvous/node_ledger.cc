@@ -43,7 +43,11 @@ void NodeLedger::hold(const std::string& job, const RankMap& ranks, std::uint16_
 
 void NodeLedger::hold_table(const JobTable& table) {
   for (const auto& [id, job] : table.jobs()) {
-    if (is_terminal(job.state) || job.round == 0) continue;
+    // A terminal job's rounds are over; a suspended or requeued (pending again) job's round
+    // was put away: its members stop its workers, and it holds nothing until its next round.
+    const bool holds = job.state == JobState::kRendezvous || job.state == JobState::kRunning ||
+                       job.state == JobState::kRecovering;
+    if (!holds || job.round == 0) continue;
     hold(id, job.ranks, endpoint_port(job.store_endpoint));
   }
 }

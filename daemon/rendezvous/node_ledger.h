@@ -1,8 +1,9 @@
 // NodeLedger: which job holds each node's worker slots and store ports, so the leader never
 // gives a slot or a store port twice. The leader (RoundLeader::lead, daemon/node/round_leader.h)
 // builds one per planning pass and feeds it everything that may hold a node:
-//   1. hold_table(): every job of the applied table that is not terminal and has a round
-//      (rendezvous, running and recovering: a recovering job keeps its surviving members);
+//   1. hold_table(): every job of the applied table in rendezvous, running or recovering (a
+//      recovering job keeps its surviving members); not a suspended job, nor one a preemption
+//      requeued (pending with a round): their rounds were put away;
 //   2. hold() for each OpenRound proposed but not applied yet: its ranks hold their slots from
 //      the moment it is proposed (the planner must not give them again while it commits);
 //   3. hold() for each round decided in this very pass, before the next job is planned.
@@ -47,7 +48,8 @@ class NodeLedger {
   void set_capacity(const std::string& node, std::uint32_t slots);
   // `job` holds `ranks`, and `store_port` (0: none) on the node of its rank 0.
   void hold(const std::string& job, const RankMap& ranks, std::uint16_t store_port);
-  // Every non-terminal job of `table` with a round holds its rank map and store port.
+  // Every job of `table` in rendezvous, running or recovering holds its rank map and store
+  // port.
   void hold_table(const JobTable& table);
 
   // The node's slots that no job but `job` holds (0 when other jobs hold all or more).

@@ -63,8 +63,9 @@ struct Usage {
 
 // One side (user or group) of the limits that apply to a job.
 struct Bound {
-  std::string who;  // "user alice", "group 100"
-  std::string key;  // "limits.users.alice", "limits.per_user"
+  std::string who;        // "user alice", "group physics"
+  std::string jobs_key;   // the config key of its running-jobs limit
+  std::string nodes_key;  // ... and of its node limit
   LimitValues values;
   Usage* usage;
 };
@@ -115,16 +116,24 @@ class Scheduler {
 
  private:
   std::array<Bound, 2> bounds(const SchedJob& job) {
-    auto user = limits_.users.find(job.user);
-    auto group = limits_.groups.find(job.gid);
+    const auto user = limits_.users.find(job.user);
+    const auto group = limits_.groups.find(job.gid);
+    const auto named = limits_.group_names.find(job.gid);
+    const std::string group_name =
+        named != limits_.group_names.end() ? named->second : std::to_string(job.gid);
+    const bool own_user = user != limits_.users.end();
+    const bool own_group = group != limits_.groups.end();
+    const std::string user_entry = "limits.users." + job.user;
+    const std::string group_entry = "limits.groups." + group_name;
     return {
         Bound{"user " + job.user,
-              user != limits_.users.end() ? "limits.users." + job.user : "limits.per_user",
-              user != limits_.users.end() ? user->second : limits_.per_user, &users_[job.user]},
-        Bound{"group " + std::to_string(job.gid),
-              group != limits_.groups.end() ? "limits.groups." + std::to_string(job.gid)
-                                            : "limits.per_group",
-              group != limits_.groups.end() ? group->second : limits_.per_group, &groups_[job.gid]},
+              own_user ? user_entry + ".max_running_jobs" : "limits.max_running_jobs_per_user",
+              own_user ? user_entry + ".max_nodes" : "limits.max_nodes_per_user",
+              own_user ? user->second : limits_.per_user, &users_[job.user]},
+        Bound{"group " + group_name,
+              own_group ? group_entry + ".max_running_jobs" : "limits.max_running_jobs_per_group",
+              own_group ? group_entry + ".max_nodes" : "limits.max_nodes_per_group",
+              own_group ? group->second : limits_.per_group, &groups_[job.gid]},
     };
   }
 
@@ -133,13 +142,13 @@ class Scheduler {
     for (const Bound& b : bounds(job)) {
       const LimitValues& v = b.values;
       if (v.max_running_jobs != 0 && b.usage->jobs >= v.max_running_jobs) {
-        return b.who + " runs " + counted(b.usage->jobs, "job") + ", the limit (" + b.key +
-               ".max_running_jobs)";
+        return b.who + " runs " + counted(b.usage->jobs, "job") + ", the limit (" + b.jobs_key +
+               ")";
       }
       if (v.max_nodes != 0 && std::uint64_t{b.usage->nodes} + job.min_nodes > v.max_nodes) {
         return b.who + " holds " + nodes_text(b.usage->nodes) + " and the job needs " +
                std::to_string(job.min_nodes) + ", past the limit of " +
-               std::to_string(v.max_nodes) + " (" + b.key + ".max_nodes)";
+               std::to_string(v.max_nodes) + " (" + b.nodes_key + ")";
       }
     }
     return "";
@@ -153,8 +162,8 @@ class Scheduler {
       if (b.values.max_nodes == 0) continue;
       const std::uint32_t left = b.values.max_nodes - std::min(b.values.max_nodes, b.usage->nodes);
       if (left < room.first) {
-        room = {left, b.who + " holds " + nodes_text(b.usage->nodes) + ", the limit (" + b.key +
-                          ".max_nodes)"};
+        room = {left, b.who + " holds " + nodes_text(b.usage->nodes) + ", the limit (" +
+                          b.nodes_key + ")"};
       }
     }
     return room;

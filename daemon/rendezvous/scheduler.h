@@ -122,6 +122,9 @@ struct Limits {
   LimitValues per_group;                        // for every group without an entry in groups
   std::map<std::string, LimitValues> users;     // by user name
   std::map<std::uint32_t, LimitValues> groups;  // by gid
+  // gid -> group name, for the config keys reasons name ("limits.groups.physics.max_nodes");
+  // a gid without a name is named by its number.
+  std::map<std::uint32_t, std::string> group_names;
   bool operator==(const Limits&) const = default;
 };
 

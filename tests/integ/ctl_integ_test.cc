@@ -202,6 +202,52 @@ TEST_F(RealDaemon, BadSpecsAndFilesNeverReachTheDaemon) {
   EXPECT_TRUE(job_ids().empty());
 }
 
+// [limits]: with max_running_jobs_per_user = 1 a user's second job waits, first in the queue,
+// with the limit as its reason, although a slot is free; it starts once the first job ends.
+TEST(CtlLimits, ASecondJobWaitsForTheRunningJobsLimit) {
+  TempDir dir;
+  Daemon n1(dir, "n1", {});
+  n1.set("node.cpu_slots=2");
+  n1.set("limits.max_running_jobs_per_user=1");
+  n1.start();
+  ASSERT_TRUE(wait_until([&] { return elasticctl_on(n1, {"jobs"}).status.exited_with(0); },
+                         kLeader))
+      << n1.process().err();
+  const auto submit = [&](const std::string& name) {
+    const RunResult r = elasticctl_on(n1, {"submit", "--name", name, "--nodes", "1",
+                                           "--workers-per-node", "1", "--export", "NONE",
+                                           "--workdir", "/", "--", "/bin/sleep", "600"});
+    EXPECT_TRUE(r.status.exited_with(0)) << r.err;
+    const std::string prefix = "submitted ";
+    return r.out.rfind(prefix, 0) == 0 ? r.out.substr(prefix.size(), r.out.size() - prefix.size() - 1)
+                                       : std::string();
+  };
+  const auto job = [&](const std::string& id) {
+    const json reply = ctl_json(n1, {"status", id, "--json"});
+    return reply.is_object() ? reply : json::object();
+  };
+  const std::string first = submit("first");
+  ASSERT_TRUE(wait_until([&] { return job(first).value("state", "") == "running"; }, kSlow))
+      << job(first).dump();
+  const std::string second = submit("second");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json j = job(second);
+        return j.value("state", "") == "pending" && j.value("position", 0) == 1 &&
+               j.value("waiting", "") ==
+                   "user root runs 1 job, the limit (limits.max_running_jobs_per_user) "
+                   "(position 1 of 1)";
+      },
+      kSlow))
+      << job(second).dump();
+  const RunResult table = elasticctl_on(n1, {"jobs"});
+  EXPECT_THAT(table.out, HasSubstr("runs 1 job, the limit")) << table.out;
+  ASSERT_TRUE(elasticctl_on(n1, {"cancel", first}).status.exited_with(0));
+  EXPECT_TRUE(wait_until([&] { return job(second).value("state", "") == "running"; }, kSlow))
+      << job(second).dump();
+  EXPECT_TRUE(elasticctl_on(n1, {"cancel", second}).status.exited_with(0));
+}
+
 // Priorities, suspend and resume through a real daemon, as the job's owner (uid 65534), another
 // user (65533) and root: the owner may lower and raise within limits.priority_ceiling, only an
 // admin above it; only the owner or an admin may suspend or resume. Refusals exit 77 with the
@@ -249,7 +295,15 @@ TEST(CtlPriority, OwnersAdminsAndTheCeiling) {
   ASSERT_EQ(r.out, "submitted prio-1\n");
   EXPECT_EQ(job("prio-1")["priority"], 5);
   EXPECT_EQ(job("prio-1")["preemptible"], true);
-  EXPECT_FALSE(job("prio-1").contains("position")) << "no scheduler hook, no queue position";
+  // The leader's scheduler: first in the queue, waiting for a second node.
+  ASSERT_TRUE(wait_until([&] { return job("prio-1").contains("position"); }, kLeader))
+      << job("prio-1").dump();
+  EXPECT_EQ(job("prio-1")["position"], 1);
+  EXPECT_THAT(job("prio-1").value("waiting", ""), HasSubstr("waiting for 2 nodes, 1 fits"));
+  // Throughput scaling is refused until the leader measures it.
+  r = submit_with({"--scale", "throughput"});
+  EXPECT_TRUE(r.status.exited_with(1)) << r.status.code << " " << r.err;
+  EXPECT_THAT(r.err, HasSubstr("scale: \"throughput\" is not available in this version"));
 
   // The owner lowers it and may not raise it past the ceiling; an admin may.
   r = as(kOwner, {"priority", "prio-1", "-3"});

@@ -15,6 +15,9 @@
 //                             blames it; the others re-form without its node, which grows back
 //   PreemptionShrinksAndGrowsBack  a higher-priority job takes two of a running job's three
 //                             hosts: it shrinks in place, and grows back when the other ends
+//   RequeuedAndSuspendedJobsResumeFromTheirCheckpoint  a preemptible job at its min is requeued
+//                             whole, then suspended and resumed by its owner: each time it runs
+//                             again from its checkpoint, no restart counted
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
 //   MinorityIsFenced          partition 1|2 cutting off rank 0 mid-checkpoint: the minority's
 //                             worker stops within its lease, the majority re-forms in place, and
@@ -694,6 +697,85 @@ TEST_F(JobNetnsTest, PreemptionShrinksAndGrowsBack) {
   EXPECT_TRUE(preempted) << "no event of round " << shrunk << " names the preemption: "
                          << grown.json;
   expect_trains_on(low, grown.round, last_step(low, grown.round), 20);
+}
+
+// A preemptible job that cannot shrink (min = max = 3) is requeued whole for a 2-node job of
+// higher priority: its workers stop gracefully, it waits first in the queue (no restart
+// counted), and once the other job succeeded it runs again from its checkpoint. Then its owner
+// suspends it (every worker stops, the state says so) and resumes it: it trains again from its
+// checkpoint.
+TEST_F(JobNetnsTest, RequeuedAndSuspendedJobsResumeFromTheirCheckpoint) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> low_args = {"--name", "low", "--nodes", "3", "--preemptible", "--"};
+  for (auto& arg : trainer("")) low_args.push_back(arg);
+  const std::string low = submit(0, low_args);
+  ASSERT_FALSE(low.empty());
+  const JobView first = wait_training(low, 3, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(low));
+  const auto old_workers = workers_on(low, "");
+
+  std::vector<std::string> high_args = {"--name", "high", "--nodes", "2", "--priority", "10",
+                                        "--"};
+  for (auto& arg : trainer("40")) high_args.push_back(arg);
+  const std::string high = submit(1, high_args);
+  ASSERT_FALSE(high.empty());
+
+  // Requeued: pending again, in the queue, its workers gone.
+  JobView queued;
+  nlohmann::json queued_json;
+  EXPECT_TRUE(testing::wait_until(
+      [&] {
+        auto seen = daemons_->job(any_running(), low);
+        if (!seen.ok()) return false;
+        queued = std::move(seen).value();
+        queued_json = nlohmann::json::parse(queued.json, nullptr, false);
+        return queued.state == "pending" && queued_json.is_object() &&
+               queued_json.value("position", 0) > 0;
+      },
+      kRecovers))
+      << "the low job was not requeued: " << queued.summary();
+  EXPECT_EQ(queued_json.value("preemptions", 0), 1) << queued.json;
+  EXPECT_EQ(queued.restarts, 0u) << "a requeue consumed a restart";
+  EXPECT_TRUE(testing::wait_until([&] { return all_gone(old_workers); }, 30s))
+      << "a worker of the requeued job still runs";
+  const auto published = latest(low);
+  ASSERT_TRUE(published.has_value()) << "no checkpoint before the requeue";
+
+  // The high job runs and succeeds; the low one runs again from its checkpoint.
+  EXPECT_TRUE(testing::wait_until(
+      [&] {
+        auto seen = daemons_->job(any_running(), high);
+        return seen.ok() && seen->state == "succeeded";
+      },
+      kTrains + kRecovers))
+      << "the high-priority job did not succeed";
+  const JobView again = wait_training(low, 3, first.round, kTrains);
+  ASSERT_FALSE(again.state.empty());
+  const auto resumed = line_of(low, "resume", again.round);
+  ASSERT_TRUE(resumed.has_value()) << "the requeued job did not read its checkpoint";
+  EXPECT_GE(resumed->step, published->step) << "it went back past its last checkpoint";
+
+  // Suspended by its owner: state suspended, no worker left; resumed: it trains again.
+  ASSERT_NO_FATAL_FAILURE(wait_checkpoint(low));
+  const auto running = workers_on(low, "");
+  const testing::RunResult suspended = daemons_->ctl(any_running(), {"suspend", low});
+  ASSERT_TRUE(suspended.status.exited_with(0)) << suspended.err;
+  EXPECT_TRUE(testing::wait_until([&] { return all_gone(running); }, 30s))
+      << "a worker of the suspended job still runs";
+  const auto view = daemons_->job(any_running(), low);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->state, "suspended") << view->summary();
+  const auto before_resume = latest(low);
+  ASSERT_TRUE(before_resume.has_value());
+  const testing::RunResult resumed_call = daemons_->ctl(any_running(), {"resume", low});
+  ASSERT_TRUE(resumed_call.status.exited_with(0)) << resumed_call.err;
+  const JobView third = wait_training(low, 3, again.round, kTrains);
+  ASSERT_FALSE(third.state.empty());
+  const auto resumed_again = line_of(low, "resume", third.round);
+  ASSERT_TRUE(resumed_again.has_value()) << "the resumed job did not read its checkpoint";
+  EXPECT_GE(resumed_again->step, before_resume->step);
+  EXPECT_EQ(third.restarts, 0u);
 }
 
 TEST_F(JobNetnsTest, BriefSigstopIsNoIncident) {

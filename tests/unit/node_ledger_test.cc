@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<SlotRow>& row) { return "row" + std::to_string(row.index); });
 
 // Which jobs of the applied table hold slots: rounds of active and recovering jobs do;
-// pending jobs (no round) and ended jobs do not.
+// pending jobs (no round, or a round a preemption put away), suspended and ended jobs do not.
 TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
   JobTable table;
   Index index = 0;
@@ -151,6 +151,20 @@ TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
   open(ended, 29502);
   set(ended, JobState::kFailed);
   submit("pending");
+  // Put away: requeued by a preemption (pending with a round), suspended by its owner.
+  const std::string requeued = submit("requeued");
+  open(requeued, 29503);
+  set(requeued, JobState::kRunning);
+  ASSERT_TRUE(table
+                  .apply(++index, encode_command(SetJobState{requeued, 1, JobState::kPending,
+                                                             RoundReason::kPreempted, "", ms(4)}))
+                  .ok());
+  const std::string suspended = submit("suspended");
+  open(suspended, 29503);
+  ASSERT_TRUE(table
+                  .apply(++index, encode_command(SuspendJob{"c", index, suspended, false, 1000,
+                                                            false, ms(4)}))
+                  .ok());
 
   NodeLedger ledger;
   ledger.set_capacity("a", 8);

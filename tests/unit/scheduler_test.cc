@@ -256,8 +256,8 @@ std::vector<Row> rows() {
        {J("r").on({"a"}), J("q1").submitted(1).size(2, 2),
         J("other").owner("bob", 200).submitted(2)},
        nodes(3),
-       {{0, 1}, {}, {}, {}},
-       {{"q1", {}, 0, 1, "user alice runs 1 job, the limit (limits.per_user.max_running_jobs)"},
+       {{0, 1}, {}, {}, {}, {}},
+       {{"q1", {}, 0, 1, "user alice runs 1 job, the limit (limits.max_running_jobs_per_user)"},
         {"other", {"b"}, 1, 2, "-"}}},
       {"a job starting in the pass counts toward the running-jobs limit",
        {J("q1").submitted(1), J("q2").submitted(2)},
@@ -280,14 +280,15 @@ std::vector<Row> rows() {
        []() {
          Limits l;
          l.groups[7] = {3, 0};
+         l.group_names[7] = "physics";
          return l;
        }(),
        {{"q",
          {},
          0,
          1,
-         "group 7 holds 2 nodes and the job needs 2, past the limit of 3 "
-         "(limits.groups.7.max_nodes)"}}},
+         "group physics holds 2 nodes and the job needs 2, past the limit of 3 "
+         "(limits.groups.physics.max_nodes)"}}},
       {"the default group node limit caps growth",
        {J("q").size(1, 5)},
        nodes(5),
