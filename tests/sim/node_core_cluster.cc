@@ -185,7 +185,7 @@ void NodeCoreCluster::restart_all() {
 }
 
 std::size_t NodeCoreCluster::submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
-                                    std::uint32_t workers_per_node) {
+                                    std::uint32_t workers_per_node, SubmitExtras extras) {
   const std::size_t n = requests_.size();
   Request request;
   request.spec.name = "c" + std::to_string(n);
@@ -195,6 +195,12 @@ std::size_t NodeCoreCluster::submit(std::uint32_t min_nodes, std::uint32_t max_n
   request.spec.workers_per_node = workers_per_node;
   request.spec.max_restarts = options_.max_restarts;
   request.spec.restart_backoff = Duration::zero();
+  request.spec.priority = extras.priority;
+  request.spec.preemptible = extras.preemptible;
+  if (extras.runtime) {
+    request.spec.env["SIM_RUNTIME_MS"] = std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(*extras.runtime).count());
+  }
   requests_.push_back(std::move(request));
   ++counters_.requests;
   std::vector<NodeId> up;
@@ -439,8 +445,12 @@ void NodeCoreCluster::on_persist(NodeId node, const consensus::Persist& persist)
 }
 
 void NodeCoreCluster::on_applied(NodeId, const rendezvous::JobTable& table) {
-  if (!options_.check_reads) return;
   const consensus::Index index = table.applied_index();
+  if (committed_watcher_ && index > watched_index_) {
+    watched_index_ = index;
+    committed_watcher_(table);
+  }
+  if (!options_.check_reads) return;
   // Every daemon applies the same committed entries: the first to reach an index shows it.
   if (index <= views_.rbegin()->first) return;
   const TableView& before = views_.rbegin()->second;
