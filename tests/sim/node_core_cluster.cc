@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/round_policy.h"
 
 namespace elastic::sim {
 namespace {
@@ -720,8 +721,9 @@ void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table)
       newest = {job.round, sim_.now()};
       stale_dirty_ = true;
     }
-    // Checker 5, committed half: a round holds its slots until the job's next round or end.
-    if (rendezvous::is_terminal(job.state)) continue;
+    // Checker 5, committed half: a round holds its slots until the job's next round or end, or
+    // until it is put away (suspended, or requeued: pending again).
+    if (!rendezvous::is_active_round_state(job.state)) continue;
     for (const auto& rank : job.ranks) {
       held[rank.node] += rank.slots;
       holders[rank.node] +=

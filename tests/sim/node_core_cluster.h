@@ -23,8 +23,8 @@
 //  3. no daemon acts on a round older (round, then term: RoundFence's order) than one it saw
 //     in a RoundStart (per generation) or acted on (per daemon name, across generations);
 //  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
-//  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
-//     jobs never hold more of a daemon's slots than it has;
+//  5. never two live workers on one slot of one daemon; and the committed rounds of jobs in a
+//     round (rendezvous, running, recovering) never hold more of a daemon's slots than it has;
 //  6. no worker of a superseded round still running once its lease is gone: a worker of (job,
 //     round R) must be gone by the time a newer round (or the job's end) was first applied +
 //     rendezvous.lease_duration + spawner.stop_grace + options.stale_slack, unless its daemon
