@@ -2,7 +2,8 @@
 // node-core simulator (node_core_cluster.h): 64 daemons (3 voters) of one slot each, and 20 jobs
 // of priorities 0, 5 and 10, min_nodes 1..8, max_nodes up to 16, some preemptible, submitted
 // over 40 s, whose workers run for a while (low priorities longest) and succeed; daemons crash
-// and restart, and the network partitions and heals, for the first 60 s. Every committed table
+// and restart, and the network partitions and heals, in the first half of every 20 s of the
+// first 60 s (each calm half starts healed, every daemon up). Every committed table
 // state is checked as it commits (NodeCoreCluster::watch_committed), with S the committed state
 // just before it and F(S) the free nodes of S: the up daemons in no rank map of a job in an
 // active round state (rendezvous, running, recovering). No limits are configured, so every
