@@ -33,6 +33,10 @@ void NodeLedger::hold(const std::string& job, const RankMap& ranks, std::uint16_
     std::uint32_t& held = slots_[r.node][job];
     held = std::max(held, r.slots);
   }
+  hold_port(job, ranks, store_port);
+}
+
+void NodeLedger::hold_port(const std::string& job, const RankMap& ranks, std::uint16_t store_port) {
   if (store_port == 0 || ranks.empty()) return;
   // The store runs on the node of rank 0 (the planner puts it first).
   const auto rank0 = std::find_if(ranks.begin(), ranks.end(),
@@ -43,12 +47,14 @@ void NodeLedger::hold(const std::string& job, const RankMap& ranks, std::uint16_
 
 void NodeLedger::hold_table(const JobTable& table) {
   for (const auto& [id, job] : table.jobs()) {
-    // A terminal job's rounds are over; a suspended or requeued (pending again) job's round
-    // was put away: its members stop its workers, and it holds nothing until its next round.
-    const bool holds = job.state == JobState::kRendezvous || job.state == JobState::kRunning ||
-                       job.state == JobState::kRecovering;
-    if (!holds || job.round == 0) continue;
-    hold(id, job.ranks, endpoint_port(job.store_endpoint));
+    if (is_terminal(job.state) || job.round == 0) continue;
+    const bool in_round = job.state == JobState::kRendezvous || job.state == JobState::kRunning ||
+                          job.state == JobState::kRecovering;
+    if (in_round) {
+      hold(id, job.ranks, endpoint_port(job.store_endpoint));
+    } else {
+      hold_port(id, job.ranks, endpoint_port(job.store_endpoint));
+    }
   }
 }
 

@@ -1,9 +1,12 @@
 // NodeLedger: which job holds each node's worker slots and store ports, so the leader never
 // gives a slot or a store port twice. The leader (RoundLeader::lead, daemon/node/round_leader.h)
 // builds one per planning pass and feeds it everything that may hold a node:
-//   1. hold_table(): every job of the applied table in rendezvous, running or recovering (a
-//      recovering job keeps its surviving members); not a suspended job, nor one a preemption
-//      requeued (pending with a round): their rounds were put away;
+//   1. hold_table(): every job of the applied table in a round (rendezvous, running and
+//      recovering: a recovering job keeps its surviving members). A job whose round was put
+//      away (suspended, or requeued by a preemption: pending again with a round) holds no slots,
+//      as the scheduler (scheduler.h) counts it: its nodes go to other jobs while its workers
+//      stop, as a shrunk job's released nodes do; it keeps its store port (the old store may
+//      still be bound);
 //   2. hold() for each OpenRound proposed but not applied yet: its ranks hold their slots from
 //      the moment it is proposed (the planner must not give them again while it commits);
 //   3. hold() for each round decided in this very pass, before the next job is planned.
@@ -48,8 +51,8 @@ class NodeLedger {
   void set_capacity(const std::string& node, std::uint32_t slots);
   // `job` holds `ranks`, and `store_port` (0: none) on the node of its rank 0.
   void hold(const std::string& job, const RankMap& ranks, std::uint16_t store_port);
-  // Every job of `table` in rendezvous, running or recovering holds its rank map and store
-  // port.
+  // Every job of `table` in a round holds its rank map and store port; a job whose round was
+  // put away (suspended, or pending again) only its store port.
   void hold_table(const JobTable& table);
 
   // The node's slots that no job but `job` holds (0 when other jobs hold all or more).
@@ -63,6 +66,9 @@ class NodeLedger {
   std::uint32_t held_slots(const std::string& node) const;
 
  private:
+  // `store_port` (0: none) on the node of rank 0 of `ranks`.
+  void hold_port(const std::string& job, const RankMap& ranks, std::uint16_t store_port);
+
   std::map<std::string, std::uint32_t> capacity_;
   std::map<std::string, std::map<std::string, std::uint32_t>> slots_;  // node -> job -> slots
   std::map<std::string, std::map<std::uint16_t, std::string>> ports_;  // node -> port -> job

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/round_policy.h"
 
 namespace elastic::sim {
 namespace {
@@ -185,7 +186,7 @@ void NodeCoreCluster::restart_all() {
 }
 
 std::size_t NodeCoreCluster::submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
-                                    std::uint32_t workers_per_node) {
+                                    std::uint32_t workers_per_node, SubmitExtras extras) {
   const std::size_t n = requests_.size();
   Request request;
   request.spec.name = "c" + std::to_string(n);
@@ -195,6 +196,12 @@ std::size_t NodeCoreCluster::submit(std::uint32_t min_nodes, std::uint32_t max_n
   request.spec.workers_per_node = workers_per_node;
   request.spec.max_restarts = options_.max_restarts;
   request.spec.restart_backoff = Duration::zero();
+  request.spec.priority = extras.priority;
+  request.spec.preemptible = extras.preemptible;
+  if (extras.runtime) {
+    request.spec.env["SIM_RUNTIME_MS"] = std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(*extras.runtime).count());
+  }
   requests_.push_back(std::move(request));
   ++counters_.requests;
   std::vector<NodeId> up;
@@ -439,8 +446,12 @@ void NodeCoreCluster::on_persist(NodeId node, const consensus::Persist& persist)
 }
 
 void NodeCoreCluster::on_applied(NodeId, const rendezvous::JobTable& table) {
-  if (!options_.check_reads) return;
   const consensus::Index index = table.applied_index();
+  if (committed_watcher_ && index > watched_index_) {
+    watched_index_ = index;
+    committed_watcher_(table);
+  }
+  if (!options_.check_reads) return;
   // Every daemon applies the same committed entries: the first to reach an index shows it.
   if (index <= views_.rbegin()->first) return;
   const TableView& before = views_.rbegin()->second;
@@ -710,8 +721,9 @@ void NodeCoreCluster::record_table(NodeId id, const rendezvous::JobTable& table)
       newest = {job.round, sim_.now()};
       stale_dirty_ = true;
     }
-    // Checker 5, committed half: a round holds its slots until the job's next round or end.
-    if (rendezvous::is_terminal(job.state)) continue;
+    // Checker 5, committed half: a round holds its slots until the job's next round or end, or
+    // until it is put away (suspended, or requeued: pending again).
+    if (!rendezvous::is_active_round_state(job.state)) continue;
     for (const auto& rank : job.ranks) {
       held[rank.node] += rank.slots;
       holders[rank.node] +=

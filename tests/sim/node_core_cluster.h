@@ -23,8 +23,8 @@
 //  3. no daemon acts on a round older (round, then term: RoundFence's order) than one it saw
 //     in a RoundStart (per generation) or acted on (per daemon name, across generations);
 //  4. voter tables byte-identical at equal applied index (64-bit FNV-1a of JobTable::snapshot());
-//  5. never two live workers on one slot of one daemon; and the committed rounds of unfinished
-//     jobs never hold more of a daemon's slots than it has;
+//  5. never two live workers on one slot of one daemon; and the committed rounds of jobs in a
+//     round (rendezvous, running, recovering) never hold more of a daemon's slots than it has;
 //  6. no worker of a superseded round still running once its lease is gone: a worker of (job,
 //     round R) must be gone by the time a newer round (or the job's end) was first applied +
 //     rendezvous.lease_duration + spawner.stop_grace + options.stale_slack, unless its daemon
@@ -77,6 +77,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -175,6 +176,15 @@ struct NodeCoreCounters {
   Duration longest_overlap{};           // ... for at most this long
 };
 
+// What a request asks besides its sizes (rendezvous::JobSpec's fields of the same names).
+struct SubmitExtras {
+  std::int32_t priority = 0;
+  bool preemptible = false;
+  // How long its workers run before they exit 0 (SimLauncher's SIM_RUNTIME_MS); nullopt:
+  // options.core.launcher.job_runtime.
+  std::optional<Duration> runtime;
+};
+
 class NodeCoreCluster : public NodeCoreObserver {
  public:
   NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions options);
@@ -201,7 +211,7 @@ class NodeCoreCluster : public NodeCoreObserver {
 
   // A new client request through a random up daemon; returns its index.
   std::size_t submit(std::uint32_t min_nodes, std::uint32_t max_nodes,
-                     std::uint32_t workers_per_node = 1);
+                     std::uint32_t workers_per_node = 1, SubmitExtras extras = {});
   // Retries due requests (call every ~100 ms of virtual time), and runs the polled checks.
   void drive_clients();
   // A read at up daemon `via`: "jobs", or "job" of `job` when not empty; checker 8 checks its
@@ -236,6 +246,13 @@ class NodeCoreCluster : public NodeCoreObserver {
   std::optional<std::string> final_problem();
   // The unfinished jobs of the leader's table, their rounds and rank maps (for failure messages).
   std::string describe_jobs();
+  // Calls `watcher` with every committed table state, in log order, as the first daemon to
+  // apply its index shows it (a scenario's own checks; a watcher may note_violation()).
+  void watch_committed(std::function<void(const rendezvous::JobTable&)> watcher) {
+    committed_watcher_ = std::move(watcher);
+  }
+  // Stops the run with `problem` (a scenario's own checker).
+  void note_violation(std::string problem);
   // The job of request `name` in the leader's table.
   std::optional<rendezvous::JobRecord> job_by_name(const std::string& name);
 
@@ -290,7 +307,6 @@ class NodeCoreCluster : public NodeCoreObserver {
 
   void attempt(std::size_t index, NodeId via);
   bool fail_live_worker(WorkerKey worker);  // exits 1 (crash_worker, crash_worker_on)
-  void note_violation(std::string problem);
   std::optional<std::string> check();
   void record_table(NodeId id, const rendezvous::JobTable& table);
   void check_spawn(const SimWorker& worker);
@@ -390,6 +406,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   bool in_read_call_ = false;
   std::vector<std::pair<CallKey, node::CallReply>> early_replies_;
   std::set<std::pair<NodeId, std::uint64_t>> led_;
+  std::function<void(const rendezvous::JobTable&)> committed_watcher_;
+  consensus::Index watched_index_ = 0;  // the newest index committed_watcher_ was shown
   // The simulated trainers' groups; the launchers detach from it when the processes go.
   SimGroups groups_;
   // Declared last: destroyed first, while everything its processes report to still exists.

@@ -111,9 +111,9 @@ Result<spawner::Spawned> SimLauncher::launch(TimePoint now, const spawner::Worke
                              .live = channel && rng_.unit() < options_.live_workers};
   running.exit.id = id;
   running.exit.pid = static_cast<int>(1000 + id);
-  if (options_.job_runtime > Duration::zero()) {
-    schedule(running, now + options_.job_runtime, false, 0);
-  }
+  const auto runtime_ms = number(spec, "SIM_RUNTIME_MS");
+  running.runtime = runtime_ms ? std::chrono::milliseconds(*runtime_ms) : options_.job_runtime;
+  if (running.runtime > Duration::zero()) schedule(running, now + running.runtime, false, 0);
   // A plain worker ignores its channel, holding its end open as a plain command would.
   running.trainer.end = std::move(worker_end);
   const auto [it, inserted] = workers_.emplace(id, std::move(running));
@@ -224,9 +224,7 @@ void SimLauncher::formed(spawner::WorkerId id, const std::string& job, std::uint
     w.local_rank = offer.local_rank;
     w.world = offer.world_size;
     write(now, running, worker_channel::Joined{.round = offer.round, .term = offer.term});
-    if (options_.job_runtime > Duration::zero()) {
-      schedule(running, now + options_.job_runtime, false, 0);
-    }
+    if (running.runtime > Duration::zero()) schedule(running, now + running.runtime, false, 0);
     if (observer_ != nullptr) observer_->on_reform(w, old_round);
   }
   const SimSeat seat{.round = round, .rank = w.rank, .world = w.world};

@@ -4,7 +4,9 @@
 // ELASTIC_JOB_ID, ELASTIC_ROUND, ELASTIC_NODE, ELASTIC_SLOT, RANK, LOCAL_RANK, WORLD_SIZE), and
 // process() reports its exit when it is due:
 //  - on its own: exit status 0 `job_runtime` after it started (never when job_runtime is 0), or,
-//    for a worker that re-formed in place, `job_runtime` after it last re-formed;
+//    for a worker that re-formed in place, `job_runtime` after it last re-formed; a job whose
+//    environment sets SIM_RUNTIME_MS runs that many milliseconds instead (jobs of
+//    different lengths in one cluster);
 //  - fail(): exit with a status at a given time (a worker crash; a rank that lost a peer);
 //  - stop(): SIGTERM; the worker exits `term_exit` later (a trainer checkpointing on SIGTERM),
 //    or is SIGKILLed at the stop deadline if that comes first; stop() with another signal
@@ -186,6 +188,7 @@ class SimLauncher final : public spawner::Launcher {
     TimePoint exit_at = kNever;  // when it exits (as `exit` says)
     spawner::WorkerExit exit;
     Trainer trainer;
+    Duration runtime{};  // job_runtime, or the job's SIM_RUNTIME_MS
   };
   Result<spawner::Spawned> launch(TimePoint now, const spawner::WorkerSpec& spec, bool channel);
   void reap(TimePoint now, Running& running, std::vector<spawner::WorkerExit>* exits);

@@ -177,6 +177,62 @@ TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
   EXPECT_EQ(ledger.free_port("a", 3, range), 29503);
 }
 
+// A round put away (requeued by a preemption: pending again; or suspended) holds no slots, as
+// the scheduler counts it: the preempting job must be able to use the nodes it frees. Its store
+// port stays held while the old store may still be bound.
+TEST(NodeLedger, ARoundPutAwayHoldsItsPortButNoSlots) {
+  JobTable table;
+  Index index = 0;
+  auto submit = [&](const std::string& name) {
+    JobSpec s;
+    s.name = name;
+    s.command = {"/bin/true"};
+    s.min_nodes = 1;
+    s.max_nodes = 1;
+    s.workers_per_node = 1;
+    s.preemptible = true;
+    s.user = "alice";
+    s.uid = 1000;
+    s.gid = 1000;
+    ++index;
+    const ApplyResult r = table.apply(index, encode_command(SubmitJob{"c", index, s, ms(1)}));
+    EXPECT_TRUE(r.ok()) << r.message;
+    return r.job_id;
+  };
+  auto open = [&](const std::string& job, std::uint16_t port) {
+    const ApplyResult r = table.apply(
+        ++index, encode_command(OpenRound{job, 1, 0, on("a", 1), "10.0.0.1:" + std::to_string(port),
+                                          RoundReason::kSubmitted, "", ms(2)}));
+    EXPECT_TRUE(r.ok()) << r.message;
+  };
+  auto set = [&](const std::string& job, JobState state, RoundReason cause) {
+    const ApplyResult r =
+        table.apply(++index, encode_command(SetJobState{job, 1, state, cause, "", ms(3)}));
+    EXPECT_TRUE(r.ok()) << r.message;
+  };
+  const std::string requeued = submit("requeued");
+  open(requeued, 29500);
+  set(requeued, JobState::kRunning, RoundReason::kMemberLost);
+  set(requeued, JobState::kPending, RoundReason::kPreempted);
+  ASSERT_EQ(table.job(requeued)->state, JobState::kPending);
+  ASSERT_EQ(table.job(requeued)->round, 1u);
+  const std::string suspended = submit("suspended");
+  open(suspended, 29501);
+  set(suspended, JobState::kRunning, RoundReason::kMemberLost);
+  const ApplyResult by_owner = table.apply(
+      ++index, encode_command(SuspendJob{"s", 1, suspended, false, 1000, false, ms(4)}));
+  EXPECT_TRUE(by_owner.ok()) << by_owner.message;
+  ASSERT_EQ(table.job(suspended)->state, JobState::kSuspended);
+
+  NodeLedger ledger;
+  ledger.set_capacity("a", 1);
+  ledger.hold_table(table);
+  EXPECT_EQ(ledger.held_slots("a"), 0u);
+  EXPECT_EQ(ledger.free_slots("a", "another"), 1u);
+  const PortRange range{29500, 29502};
+  EXPECT_EQ(ledger.free_port("a", 0, range), 29502);
+}
+
 struct PortRow {
   const char* name;
   std::vector<Holding> held;
