@@ -153,14 +153,14 @@ TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
   submit("pending");
   // Put away: requeued by a preemption (pending with a round), suspended by its owner.
   const std::string requeued = submit("requeued");
-  open(requeued, 29503);
+  open(requeued, 29600);
   set(requeued, JobState::kRunning);
   ASSERT_TRUE(table
                   .apply(++index, encode_command(SetJobState{requeued, 1, JobState::kPending,
                                                              RoundReason::kPreempted, "", ms(4)}))
                   .ok());
   const std::string suspended = submit("suspended");
-  open(suspended, 29503);
+  open(suspended, 29601);
   ASSERT_TRUE(table
                   .apply(++index, encode_command(SuspendJob{"c", index, suspended, false, 1000,
                                                             false, ms(4)}))
