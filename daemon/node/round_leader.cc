@@ -246,6 +246,14 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       state.admitted = {};
       continue;
     }
+    // A preemption victim whose shrink could not be proposed this pass (no store port free on
+    // its rank-0 node) waits for it: planned without its released nodes, it would read them as
+    // lost members.
+    if (std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+          return is_active_round_state(job.state) && !allowance.allowed.contains(member.node);
+        })) {
+      continue;
+    }
     // A queued job's join_timeout counts from when the scheduler first let it start, not from
     // its submission: waiting in the queue is not failing to gather.
     if (job.state == JobState::kPending && state.admitted == rendezvous::WallTime{}) {
@@ -279,10 +287,13 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
         on_port_conflict(now, job, state, ledger, *consensus)) {
       continue;
     }
-    // Below its max_nodes the scheduler's cap is the planner's max (never below min_nodes: a
-    // running job keeps what it needs; a preemption shrinks it through its own round).
+    // A running job's planner gets the scheduler's cap as its max (never below min_nodes: a
+    // preemption shrinks it through its own round). A queued job keeps its max_nodes: the
+    // planner's last call still waits for more nodes, which later passes grant as they come.
     const std::uint32_t cap =
-        std::clamp(allowance.cap, job.spec.min_nodes, job.spec.max_nodes);
+        job.state == JobState::kPending
+            ? job.spec.max_nodes
+            : std::clamp(allowance.cap, job.spec.min_nodes, job.spec.max_nodes);
     const bool queued_longer = job.state == JobState::kPending && state.admitted > job.state_since;
     // A requeued job's last rank map was put away: its nodes join its next round as newcomers
     // (the planner gathers waiters, not old members).
