@@ -249,8 +249,9 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     // A preemption victim whose shrink could not be proposed this pass (no store port free on
     // its rank-0 node) waits for it: planned without its released nodes, it would read them as
     // lost members.
-    if (std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
-          return is_active_round_state(job.state) && !allowance.allowed.contains(member.node);
+    if (is_active_round_state(job.state) &&
+        std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
+          return !allowance.allowed.contains(member.node);
         })) {
       continue;
     }
@@ -261,17 +262,10 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     }
     std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>> usable;
     for (const auto& [name, view] : alive) {
-      const auto leaving = leaving_.find(name);
-      const auto known = node_slots_.find(name);
-      const rendezvous::NodeStanding standing{
-          .reachable = view->state == membership::MemberState::kAlive ||
-                       view->state == membership::MemberState::kSuspect,
-          .slots_known = known != node_slots_.end() && known->second.first == view->generation,
-          .drained = table.drained().contains(name),
-          .leaving = leaving != leaving_.end() && leaving->second == view->generation,
-          .in_active_round = is_active_round_state(job.state) &&
-                             std::any_of(job.ranks.begin(), job.ranks.end(),
-                                         [&](const auto& r) { return r.node == name; })};
+      rendezvous::NodeStanding standing = node_standing(*view, table);
+      standing.in_active_round = is_active_round_state(job.state) &&
+                                 std::any_of(job.ranks.begin(), job.ranks.end(),
+                                             [&](const auto& r) { return r.node == name; });
       if (rendezvous::usable_for_job(standing) && allowance.allowed.contains(name)) {
         usable[name] = {view, ledger.free_slots(name, id)};
       }
@@ -542,6 +536,19 @@ void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& j
                     });
 }
 
+rendezvous::NodeStanding RoundLeader::node_standing(const membership::MemberView& view,
+                                                   const rendezvous::JobTable& table) const {
+  const auto leaving = leaving_.find(view.name);
+  const auto known = node_slots_.find(view.name);
+  return rendezvous::NodeStanding{
+      .reachable = view.state == membership::MemberState::kAlive ||
+                   view.state == membership::MemberState::kSuspect,
+      .slots_known = known != node_slots_.end() && known->second.first == view.generation,
+      .drained = table.drained().contains(view.name),
+      .leaving = leaving != leaving_.end() && leaving->second == view.generation,
+      .in_active_round = false};
+}
+
 void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
                            const std::map<std::string, const membership::MemberView*>& alive,
                            rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
@@ -554,11 +561,10 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
         sched_job(job, proposal == proposed_.end() ? nullptr : &proposal->second.first));
   }
   for (const auto& [name, known] : node_slots_) {
+    // Usable for any job: a job's hold on a node it runs on is its holding (scheduler.h).
     const auto view = alive.find(name);
-    const auto leaving = leaving_.find(name);
-    const bool usable = view != alive.end() && view->second->generation == known.first &&
-                        !table.drained().contains(name) &&
-                        !(leaving != leaving_.end() && leaving->second == known.first);
+    const bool usable =
+        view != alive.end() && rendezvous::usable_for_job(node_standing(*view->second, table));
     input.nodes.push_back(
         rendezvous::SchedNode{.name = name, .slots = known.second, .usable = usable});
   }

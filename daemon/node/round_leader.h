@@ -204,6 +204,10 @@ class RoundLeader {
   void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
                         const rendezvous::Decision& decision, rendezvous::NodeLedger& ledger,
                         ConsensusHost& consensus);
+  // What this leader knows of `view`'s node for placing any job on it (in_active_round false:
+  // the caller sets it for one job).
+  rendezvous::NodeStanding node_standing(const membership::MemberView& view,
+                                         const rendezvous::JobTable& table) const;
   // One scheduler pass (rendezvous/scheduler.h) over the table's jobs and the nodes whose
   // slots are known; proposes its preemptions and keeps the plans for plan_job's callers.
   // alive: the members that are alive or suspect.

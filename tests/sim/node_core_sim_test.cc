@@ -20,12 +20,10 @@
 // failure prints "SIM FAILED seed=<n> ..." with the rerun command. Each test prints a
 // "node core sim:" line with its totals.
 #include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
@@ -33,6 +31,7 @@
 #include <vector>
 
 #include "tests/sim/node_core_cluster.h"
+#include "tests/sim/quiet_logs.h"
 #include "tests/sim/scenario_seed.h"
 
 namespace elastic::sim {
@@ -40,17 +39,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using rendezvous::JobState;
-
-// Five daemons log every round of every seed: only warnings and errors are kept, unless
-// ELASTIC_SIM_LOG names a level (ELASTIC_SIM_LOG=info with ELASTIC_SIM_SEED to follow one run).
-class QuietLogs : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const char* level = std::getenv("ELASTIC_SIM_LOG");
-    spdlog::set_level(level != nullptr ? spdlog::level::from_str(level) : spdlog::level::warn);
-  }
-};
-const auto* const kQuietLogs = ::testing::AddGlobalTestEnvironment(new QuietLogs);
 
 // Totals over a test's seeds, for the line the lead quotes.
 struct Totals {

@@ -40,7 +40,6 @@
 //
 // Each seed of scenario_seeds() runs once (ELASTIC_SIM_SEED=<n> runs just <n>).
 #include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,6 +54,7 @@
 #include "daemon/node/round_leader.h"
 #include "daemon/rendezvous/round_policy.h"
 #include "tests/sim/node_core_cluster.h"
+#include "tests/sim/quiet_logs.h"
 #include "tests/sim/scenario_seed.h"
 
 namespace elastic::sim {
@@ -63,16 +63,6 @@ namespace {
 using namespace std::chrono_literals;
 using rendezvous::JobRecord;
 using rendezvous::JobState;
-
-// 64 daemons log every round: only warnings and errors, unless ELASTIC_SIM_LOG names a level.
-class QuietLogs : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const char* level = std::getenv("ELASTIC_SIM_LOG");
-    spdlog::set_level(level != nullptr ? spdlog::level::from_str(level) : spdlog::level::warn);
-  }
-};
-const auto* const kQuietLogs = ::testing::AddGlobalTestEnvironment(new QuietLogs);
 
 // Membership settles a restarted daemon (rejoin, slots reported to the leader) well within this.
 constexpr Duration kCalm = 5s;

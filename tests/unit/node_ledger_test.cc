@@ -110,18 +110,20 @@ INSTANTIATE_TEST_SUITE_P(
                 {{"a", 1}, {"b", 1}, {"c", 1}}}),
     [](const ::testing::TestParamInfo<SlotRow>& row) { return "row" + std::to_string(row.index); });
 
-// Which jobs of the applied table hold slots: rounds of active and recovering jobs do;
-// pending jobs (no round, or a round a preemption put away), suspended and ended jobs do not.
-TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
+// Builds a job table one command at a time: jobs of one worker on node "a" (on()), each
+// submitted by alice through client "c", their rounds numbered 1.
+struct TableSteps {
   JobTable table;
   Index index = 0;
-  auto submit = [&](const std::string& name) {
+
+  std::string submit(const std::string& name, bool preemptible = false) {
     JobSpec s;
     s.name = name;
     s.command = {"/bin/true"};
     s.min_nodes = 1;
     s.max_nodes = 1;
     s.workers_per_node = 1;
+    s.preemptible = preemptible;
     s.user = "alice";
     s.uid = 1000;
     s.gid = 1000;
@@ -129,46 +131,51 @@ TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
     const ApplyResult r = table.apply(index, encode_command(SubmitJob{"c", index, s, ms(1)}));
     EXPECT_TRUE(r.ok()) << r.message;
     return r.job_id;
-  };
-  auto open = [&](const std::string& job, std::uint16_t port) {
+  }
+  void open(const std::string& job, std::uint16_t port) {
     const ApplyResult r = table.apply(
         ++index, encode_command(OpenRound{job, 1, 0, on("a", 1), "10.0.0.1:" + std::to_string(port),
                                           RoundReason::kSubmitted, "", ms(2)}));
     EXPECT_TRUE(r.ok()) << r.message;
-  };
-  auto set = [&](const std::string& job, JobState state) {
-    const ApplyResult r = table.apply(
-        ++index, encode_command(SetJobState{job, 1, state, RoundReason::kMemberLost, "", ms(3)}));
+  }
+  void set(const std::string& job, JobState state,
+           RoundReason cause = RoundReason::kMemberLost) {
+    const ApplyResult r =
+        table.apply(++index, encode_command(SetJobState{job, 1, state, cause, "", ms(3)}));
     EXPECT_TRUE(r.ok()) << r.message;
-  };
-  const std::string running = submit("running");
-  open(running, 29500);
-  set(running, JobState::kRunning);
-  const std::string recovering = submit("recovering");
-  open(recovering, 29501);
-  set(recovering, JobState::kRecovering);
-  const std::string ended = submit("ended");
-  open(ended, 29502);
-  set(ended, JobState::kFailed);
-  submit("pending");
+  }
+};
+
+// Which jobs of the applied table hold slots: rounds of active and recovering jobs do;
+// pending jobs (no round, or a round a preemption put away), suspended and ended jobs do not.
+TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
+  TableSteps steps;
+  const std::string running = steps.submit("running");
+  steps.open(running, 29500);
+  steps.set(running, JobState::kRunning);
+  const std::string recovering = steps.submit("recovering");
+  steps.open(recovering, 29501);
+  steps.set(recovering, JobState::kRecovering);
+  const std::string ended = steps.submit("ended");
+  steps.open(ended, 29502);
+  steps.set(ended, JobState::kFailed);
+  steps.submit("pending");
   // Put away: requeued by a preemption (pending with a round), suspended by its owner.
-  const std::string requeued = submit("requeued");
-  open(requeued, 29600);
-  set(requeued, JobState::kRunning);
-  ASSERT_TRUE(table
-                  .apply(++index, encode_command(SetJobState{requeued, 1, JobState::kPending,
-                                                             RoundReason::kPreempted, "", ms(4)}))
-                  .ok());
-  const std::string suspended = submit("suspended");
-  open(suspended, 29601);
-  ASSERT_TRUE(table
-                  .apply(++index, encode_command(SuspendJob{"c", index, suspended, false, 1000,
-                                                            false, ms(4)}))
+  const std::string requeued = steps.submit("requeued");
+  steps.open(requeued, 29600);
+  steps.set(requeued, JobState::kRunning);
+  steps.set(requeued, JobState::kPending, RoundReason::kPreempted);
+  ASSERT_EQ(steps.table.job(requeued)->state, JobState::kPending);
+  const std::string suspended = steps.submit("suspended");
+  steps.open(suspended, 29601);
+  ASSERT_TRUE(steps.table
+                  .apply(++steps.index, encode_command(SuspendJob{"c", steps.index, suspended,
+                                                                  false, 1000, false, ms(4)}))
                   .ok());
 
   NodeLedger ledger;
   ledger.set_capacity("a", 8);
-  ledger.hold_table(table);
+  ledger.hold_table(steps.table);
   EXPECT_EQ(ledger.held_slots("a"), 2u);
   EXPECT_EQ(ledger.free_slots("a", running), 7u);
   // The ended job's port is free again; the others' are not.
@@ -181,44 +188,18 @@ TEST(NodeLedger, TheTableHoldsOnlyUnfinishedJobsWithARound) {
 // the scheduler counts it: the preempting job must be able to use the nodes it frees. Its store
 // port stays held while the old store may still be bound.
 TEST(NodeLedger, ARoundPutAwayHoldsItsPortButNoSlots) {
-  JobTable table;
-  Index index = 0;
-  auto submit = [&](const std::string& name) {
-    JobSpec s;
-    s.name = name;
-    s.command = {"/bin/true"};
-    s.min_nodes = 1;
-    s.max_nodes = 1;
-    s.workers_per_node = 1;
-    s.preemptible = true;
-    s.user = "alice";
-    s.uid = 1000;
-    s.gid = 1000;
-    ++index;
-    const ApplyResult r = table.apply(index, encode_command(SubmitJob{"c", index, s, ms(1)}));
-    EXPECT_TRUE(r.ok()) << r.message;
-    return r.job_id;
-  };
-  auto open = [&](const std::string& job, std::uint16_t port) {
-    const ApplyResult r = table.apply(
-        ++index, encode_command(OpenRound{job, 1, 0, on("a", 1), "10.0.0.1:" + std::to_string(port),
-                                          RoundReason::kSubmitted, "", ms(2)}));
-    EXPECT_TRUE(r.ok()) << r.message;
-  };
-  auto set = [&](const std::string& job, JobState state, RoundReason cause) {
-    const ApplyResult r =
-        table.apply(++index, encode_command(SetJobState{job, 1, state, cause, "", ms(3)}));
-    EXPECT_TRUE(r.ok()) << r.message;
-  };
-  const std::string requeued = submit("requeued");
-  open(requeued, 29500);
-  set(requeued, JobState::kRunning, RoundReason::kMemberLost);
-  set(requeued, JobState::kPending, RoundReason::kPreempted);
+  TableSteps steps;
+  JobTable& table = steps.table;
+  Index& index = steps.index;
+  const std::string requeued = steps.submit("requeued", true);
+  steps.open(requeued, 29500);
+  steps.set(requeued, JobState::kRunning, RoundReason::kMemberLost);
+  steps.set(requeued, JobState::kPending, RoundReason::kPreempted);
   ASSERT_EQ(table.job(requeued)->state, JobState::kPending);
   ASSERT_EQ(table.job(requeued)->round, 1u);
-  const std::string suspended = submit("suspended");
-  open(suspended, 29501);
-  set(suspended, JobState::kRunning, RoundReason::kMemberLost);
+  const std::string suspended = steps.submit("suspended", true);
+  steps.open(suspended, 29501);
+  steps.set(suspended, JobState::kRunning, RoundReason::kMemberLost);
   const ApplyResult by_owner = table.apply(
       ++index, encode_command(SuspendJob{"s", 1, suspended, false, 1000, false, ms(4)}));
   EXPECT_TRUE(by_owner.ok()) << by_owner.message;
