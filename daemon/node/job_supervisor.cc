@@ -547,6 +547,10 @@ std::vector<std::pair<std::size_t, Duration>> JobSupervisor::watched_workers(
   return watched;
 }
 
+bool JobSupervisor::re_forming(const Worker& w) {
+  return w.channel && w.channel->link.state() == worker_channel::LinkState::kOffered;
+}
+
 TimePoint JobSupervisor::hang_deadline(const Job& job) const {
   if (!job.current || !job.started || job.failure || job.done) return kNever;
   // A worker of the round that exited 0 means the node is finishing, not hung.
@@ -560,6 +564,7 @@ TimePoint JobSupervisor::hang_deadline(const Job& job) const {
     TimePoint due = kNever;
     for (const auto& [index, timeout] : watched) {
       const Worker& w = job.workers[index];
+      if (re_forming(w)) continue;
       due = std::min(due, worker_channel::hang_due(*w.channel->link.liveness(), timeout));
     }
     return due;
@@ -578,6 +583,7 @@ void JobSupervisor::hang(TimePoint now, const std::string& id, Job& job) {
   if (!watched.empty()) {
     for (const auto& [index, timeout] : watched) {
       Worker* w = &job.workers[index];
+      if (re_forming(*w)) continue;
       const std::string why =
           worker_channel::hang_reason(*w->channel->link.liveness(), timeout, now);
       if (why.empty()) continue;

@@ -323,6 +323,10 @@ class JobSupervisor {
     int pid = 0;
     TimePoint linger_until = kNever;  // kNever while the job has a round here
   };
+  // A worker offered a round over its channel and not yet joined: the offer's deadline
+  // (rendezvous.reform_timeout) watches it, not hang detection; the watched set still holds it,
+  // so the job's progress-report fallback does not apply meanwhile.
+  static bool re_forming(const Worker& w);
   // When the current round of `job` counts as hung (kNever: not watched).
   TimePoint hang_deadline(const Job& job) const;
   // The current round's running workers here that send "alive" (watched one by one): their

@@ -45,6 +45,11 @@ Liveness observe(const std::optional<Liveness>& previous, TimePoint now, const A
   return next;
 }
 
+Liveness restarted(Liveness liveness, TimePoint now) {
+  liveness.step_at = std::max(liveness.step_at, now);
+  return liveness;
+}
+
 Duration hang_timeout(const Liveness& liveness, Duration configured) {
   if (configured > Duration::zero()) return configured;
   return std::max(kDefaultMinimum, liveness.step_time * kDefaultStepsPerTimeout);

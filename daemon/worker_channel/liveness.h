@@ -50,6 +50,10 @@ Liveness observe(const std::optional<Liveness>& previous, TimePoint now, const A
 // The hang timeout of a worker: `configured` when > 0, else from its step time (see above).
 Duration hang_timeout(const Liveness& liveness, Duration configured);
 
+// `liveness` of a worker that re-formed into a new round at `now`: its step clock restarts there
+// (the time it spent waiting for the failed peer and re-forming is no hang); the average stays.
+Liveness restarted(Liveness liveness, TimePoint now);
+
 // When the worker counts as hung with `timeout` if nothing else is heard (kNever: not armed).
 TimePoint hang_due(const Liveness& liveness, Duration timeout);
 

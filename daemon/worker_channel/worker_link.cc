@@ -144,7 +144,12 @@ LinkStep WorkerLink::on_message(TimePoint now, const WorkerMessage& message) {
                          offered_->term == joined->term;
     LinkStep step =
         apply(now, answers ? E::kJoined : E::kJoinedStale, round_text(joined->round, joined->term));
-    if (answers) joined_ = *joined;
+    if (answers) {
+      joined_ = *joined;
+      // Hang detection counts from here: the wait for the failed peer and the re-formation are
+      // no hang (while offered, the offer's deadline watches it instead).
+      if (liveness_) liveness_ = restarted(*liveness_, now);
+    }
     return step;
   }
   if (const auto* alive = std::get_if<Alive>(&message)) {

@@ -24,7 +24,8 @@
 //   ready, offered, joined, late                       stop -> stopped
 //   every state but gone                                closed -> gone
 // A joined for another round or term than the one offered is ignored (a stale answer).
-// "alive" changes no state: it updates liveness() (liveness.h) in every state but gone.
+// "alive" changes no state: it updates liveness() (liveness.h) in every state but gone; joined
+// restarts its step clock (liveness.h restarted()).
 //
 // Thread safety: none; one owner. Errors: none (every input is legal in every state).
 #pragma once

@@ -138,5 +138,37 @@ TEST(WorkerLivenessTest, TheLinkRecordsAliveInEveryStateButGoneWithoutATransitio
   EXPECT_EQ(link.liveness()->step, 3u);
 }
 
+TEST(WorkerLivenessTest, JoiningANewRoundRestartsTheStepClockNotTheAverage) {
+  // Step 10 done at +1 s, then it waited for a hung peer and re-formed: the join at +7 s is
+  // where its clock starts again (CI: the survivors were blamed for their own re-formation).
+  Liveness l = stepping(10);
+  const Duration average = l.step_time;
+  const Liveness r = restarted(l, kStart + 7s);
+  EXPECT_EQ(r.step_at, kStart + 7s);
+  EXPECT_EQ(r.step_time, average);
+  EXPECT_EQ(hang_due(r, kTimeout), kStart + 7s + kTimeout);
+  // An idle time counted from the old step moves it back no further.
+  EXPECT_EQ(observe(r, kStart + 7500ms, Alive{10, 6'500, false}).step_at, kStart + 7s);
+  // Never backwards.
+  EXPECT_EQ(restarted(r, kStart).step_at, kStart + 7s);
+
+  WorkerLink link(kStart);
+  (void)link.on_message(kStart, Hello{1, true});
+  (void)link.on_message(kStart + 1s, Alive{3, 0, false});
+  (void)link.on_message(kStart + 2s, Alive{4, 0, false});
+  RoundOffer offer;
+  offer.round = 4;
+  offer.term = 2;
+  (void)link.offer(kStart + 6s, offer, 30s);
+  (void)link.on_message(kStart + 6500ms, Alive{4, 4'500, false});
+  EXPECT_EQ(link.liveness()->step_at, kStart + 2s);  // offered: the offer's deadline watches it
+  (void)link.on_message(kStart + 9s, Joined{4, 2});
+  EXPECT_EQ(link.state(), LinkState::kJoined);
+  EXPECT_EQ(link.liveness()->step_at, kStart + 9s);
+  // A stale join restarts nothing.
+  (void)link.on_message(kStart + 12s, Joined{3, 2});
+  EXPECT_EQ(link.liveness()->step_at, kStart + 9s);
+}
+
 }  // namespace
 }  // namespace elastic::worker_channel
