@@ -157,6 +157,36 @@ std::string command_line(const json& command) {
   return line;
 }
 
+std::string rate_text(double rate) {
+  char text[32];
+  std::snprintf(text, sizeof(text), rate >= 100 ? "%.0f" : "%.1f", rate);
+  return text;
+}
+
+// "throughput: 2 nodes, settled (samples/s 320 at 1, 640 at 2, 641 at 3)"; "" for a fixed job.
+std::string scale_text(const json& job) {
+  const json& scale = member(job, "scale");
+  if (!scale.is_object()) return "";
+  std::string text = "throughput: " + std::to_string(num(scale, "size")) +
+                     (num(scale, "size") == 1 ? " node" : " nodes") +
+                     (flag(scale, "settled") ? ", settled" : ", measuring");
+  const json& rates = member(scale, "samples_per_s");
+  if (rates.is_object() && !rates.empty()) {
+    std::vector<std::pair<long long, double>> sorted;
+    for (const auto& [nodes, rate] : rates.items()) {
+      if (rate.is_number()) sorted.emplace_back(std::atoll(nodes.c_str()), rate.get<double>());
+    }
+    std::sort(sorted.begin(), sorted.end());
+    text += " (samples/s";
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      text += (i == 0 ? " " : ", ") + rate_text(sorted[i].second) + " at " +
+              std::to_string(sorted[i].first);
+    }
+    text += ")";
+  }
+  return text;
+}
+
 int job_status_command(const std::string& socket, const std::string& id, bool as_json) {
   json reply;
   if (int code = ask_or_report(socket, {{"verb", "job"}, {"job", id}}, kLeaderTimeout, reply)) {
@@ -177,6 +207,12 @@ int job_status_command(const std::string& socket, const std::string& id, bool as
             << (flag(job, "preemptible") ? " (preemptible)" : "") << "\n";
   if (const std::string waiting = waiting_text(job); !waiting.empty()) {
     std::cout << "waiting:  " << waiting << "\n";
+  }
+  if (const std::string scale = scale_text(job); !scale.empty()) {
+    std::cout << "scale:    " << scale << "\n";
+  }
+  if (const json& rate = member(job, "samples_per_s"); rate.is_number()) {
+    std::cout << "speed:    " << rate_text(rate.get<double>()) << " samples/s\n";
   }
   std::cout << "user:     " << cell(spec, "user") << "\n"
             << "command:  " << command_line(member(spec, "command")) << "\n";

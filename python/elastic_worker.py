@@ -8,6 +8,8 @@ step" of a recovery, the steps it lost) and, with the job's hang_timeout, hang d
     for step in range(start, steps):
         train_one_step()
         elastic_worker.step(step + 1)        # the global step count after this step
+                                             # (samples=N: the samples trained on so far, for
+                                             # a job with scale "throughput")
 
 and, if the script checkpoints:
 
@@ -89,6 +91,7 @@ class Reporter:
         self._enabled = bool(self._socket and self._job) and (all_ranks or self._rank == 0)
         self._step_interval = step_interval
         self._resumed_from = -1
+        self._samples = None
         self._first_sent = False
         self._next_step = 0.0
         self._paused_until = 0.0
@@ -99,13 +102,16 @@ class Reporter:
         """Whether this process reports at all (under elasticd, and rank 0 unless all_ranks)."""
         return self._enabled
 
-    def step(self, step, resumed_from=None):
-        """A training step finished; `step` is the global step count after it."""
+    def step(self, step, resumed_from=None, samples=None):
+        """A training step finished; `step` is the global step count after it. `samples`: the
+        samples the whole job trained on since this process started (a job with scale
+        "throughput" measures its samples/s from it)."""
         if not self._enabled:
             return
         try:
             if resumed_from is not None:
                 self._resumed_from = int(resumed_from)
+            self._samples = None if samples is None else int(samples)
             now = time.monotonic()
             first = not self._first_sent
             if not first and now < self._next_step:
@@ -141,6 +147,8 @@ class Reporter:
         if event == "step":
             report["resumed_from"] = self._resumed_from
             report["first"] = first
+            if self._samples is not None:
+                report["samples"] = self._samples
         return json.dumps(report, separators=(",", ":")).encode()
 
     def _send(self, body):
@@ -223,9 +231,10 @@ def enabled():
     return _shared().enabled
 
 
-def step(step, resumed_from=None):
-    """A training step finished; `step` is the global step count after it. Rate-limited."""
-    _shared().step(step, resumed_from)
+def step(step, resumed_from=None, samples=None):
+    """A training step finished; `step` is the global step count after it; `samples`, if
+    given, the samples the whole job trained on so far (throughput scaling). Rate-limited."""
+    _shared().step(step, resumed_from, samples)
 
 
 def checkpoint(step):

@@ -105,6 +105,8 @@ struct Flags {
   int crash_rank = 0;
   std::int64_t stall_at_step = -1;
   int stall_rank = 0;
+  double pace_ms = 0;
+  std::int64_t pace_ranks = 0;
   std::string trace_samples;
   GptShape gpt;
   std::int64_t gpt_sequence = 0;
@@ -231,6 +233,14 @@ void add_flags(CLI::App& app, Flags& f) {
                  "does not stall again); its peers wait for it in their next collective")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stall-rank", f.stall_rank, "Fault injection: the rank that --stall-at-step stops")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--pace-ms", f.pace_ms,
+                 "Testing: every step takes at least this long (ms), so the job's samples/s "
+                 "grow with its world size alone, not with the machine's load (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--pace-ranks", f.pace_ranks,
+                 "Testing, with --pace-ms: beyond this many ranks a step takes longer in "
+                 "proportion (pace x world / N), so added ranks add no samples/s (0: no cap)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--trace-samples", f.trace_samples,
                  "Append the sample indices each rank trains on to PREFIX.round<R>.rank<N>");
@@ -790,8 +800,12 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   auto epoch_start = interval_start;
   bool stopped = false;
   const bool eval = !flags.no_eval;
+  // Samples the whole job trained on since this process started (progress reports: throughput
+  // scaling's samples/s); it goes on across re-formations with each round's world size.
+  std::int64_t samples_seen = 0;
   while (state.position.epoch < flags.epochs &&
          (flags.max_steps == 0 || state.step < flags.max_steps)) {
+    const auto step_started = std::chrono::steady_clock::now();
     if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
       ::kill(::getpid(), SIGKILL);
     if (state.step == flags.stall_at_step && env.rank == flags.stall_rank &&
@@ -855,7 +869,17 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     state.position = sampler.advance(state.position, env.world_size, flags.batch_size);
     ++state.step;
     ++steps_this_run;
-    progress.step(state.step, resume_step);
+    samples_seen += env.world_size * flags.batch_size;
+    if (flags.pace_ms > 0) {
+      const double slower = flags.pace_ranks > 0 && env.world_size > flags.pace_ranks
+                                ? static_cast<double>(env.world_size) /
+                                      static_cast<double>(flags.pace_ranks)
+                                : 1.0;
+      std::this_thread::sleep_until(
+          step_started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double, std::milli>(flags.pace_ms * slower)));
+    }
+    progress.step(state.step, resume_step, samples_seen);
     if (rounds != nullptr) rounds->progress(state.step);
     if (reformed_at) {
       // The first step after a re-formation: what an incident costs ends here.

@@ -78,25 +78,27 @@ ProgressReporter::ProgressReporter(const std::map<std::string, std::string>& env
       step_interval_(step_interval) {}
 
 std::string ProgressReporter::frame_json(const std::string& event, std::int64_t step,
-                                         std::int64_t resumed_from, bool first) const {
+                                         std::int64_t resumed_from, bool first,
+                                         std::int64_t samples) const {
   std::string json = "{\"verb\":\"progress\",\"job\":" + quoted(job_) +
                      ",\"round\":" + std::to_string(round_) + ",\"rank\":" + std::to_string(rank_) +
                      ",\"event\":" + quoted(event) + ",\"step\":" + std::to_string(step);
   if (event == "step") {
     json += ",\"resumed_from\":" + std::to_string(resumed_from) +
             ",\"first\":" + (first ? "true" : "false");
+    if (samples >= 0) json += ",\"samples\":" + std::to_string(samples);
   }
   return json + "}";
 }
 
-void ProgressReporter::step(std::int64_t step, std::int64_t resumed_from) {
+void ProgressReporter::step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples) {
   if (!enabled()) return;
   const auto now = std::chrono::steady_clock::now();
   const bool first = !first_sent_;
   if (!first && now < next_step_) return;
   first_sent_ = true;
   next_step_ = now + step_interval_;
-  (void)send(frame_json("step", step, resumed_from, first));
+  (void)send(frame_json("step", step, resumed_from, first, samples));
 }
 
 void ProgressReporter::checkpoint(std::int64_t step) {

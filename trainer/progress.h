@@ -6,7 +6,7 @@
 // Frames go to $ELASTIC_CONTROL_SOCKET in the control protocol's framing (a 4-byte big-endian
 // length, then JSON; daemon/control/protocol.h):
 //   {"verb":"progress","job":J,"round":R,"rank":N,"event":"step","step":S,"resumed_from":F,
-//    "first":true|false}
+//    "first":true|false[,"samples":C]}
 //   {"verb":"progress","job":J,"round":R,"rank":N,"event":"checkpoint","step":S}
 // J, R and N come from ELASTIC_JOB_ID, ELASTIC_ROUND and RANK. F is the step the run resumed
 // from (-1: it started fresh). A worker outside elasticd (no socket or no job id in the
@@ -44,14 +44,16 @@ class ProgressReporter {
 
   bool enabled() const { return !socket_.empty() && !job_.empty(); }
   // A training step finished (`step` is the global step count after it). `resumed_from`: the
-  // checkpoint step this run resumed from, -1 when it started fresh.
-  void step(std::int64_t step, std::int64_t resumed_from);
+  // checkpoint step this run resumed from, -1 when it started fresh. `samples`: the samples the
+  // whole job trained on since this process started (its counter goes on across re-formations;
+  // throughput scaling reads its rate), -1 when not counted.
+  void step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples = -1);
   // A checkpoint of `step` was published.
   void checkpoint(std::int64_t step);
 
   // The frame's JSON for a report (exposed for tests).
   std::string frame_json(const std::string& event, std::int64_t step, std::int64_t resumed_from,
-                         bool first) const;
+                         bool first, std::int64_t samples = -1) const;
 
  private:
   // Sends one frame and reads the reply; false (after one log line per reporter) on failure.

@@ -80,6 +80,7 @@ json job_json(const rendezvous::JobRecord& job, std::size_t max_events, std::uin
     if (const std::optional<QueueInfo> info = queue(job.id)) {
       if (info->position > 0) value["position"] = info->position;
       if (!info->reason.empty()) value["waiting"] = info->reason;
+      if (info->samples_per_s) value["samples_per_s"] = *info->samples_per_s;
     }
   }
   return value;
@@ -369,14 +370,6 @@ void JobService::serve_request(TimePoint now, const ClientRequest& request,
     spec->user = user_name(*host_, request.uid);
     if (auto valid = rendezvous::validate(*spec); !valid.ok()) {
       return done(ForwardOutcome::kError, valid.error().message);
-    }
-    // The spec format carries throughput scaling already (rendezvous/scheduler.h decides its
-    // steps), but this leader does not measure samples per second yet: refuse rather than run
-    // the job at a fixed size while its file says otherwise.
-    if (spec->scale == rendezvous::ScaleMode::kThroughput) {
-      return done(ForwardOutcome::kError,
-                  "scale: \"throughput\" is not available in this version of elasticd yet; "
-                  "submit with scale \"fixed\" (the default)");
     }
     if (!request.admin && spec->priority > priority_ceiling_) {
       return done(ForwardOutcome::kDenied, "Priority " + std::to_string(spec->priority) +

@@ -94,6 +94,7 @@ SubmitLimits submit_limits(const config::ControlConfig& control);
 struct QueueInfo {
   std::size_t position = 0;
   std::string reason;
+  std::optional<double> samples_per_s;  // the leader's measure of the job's samples/s
 };
 // The leader's answer for one job id; nullopt when it has none (not the leader, or no plan yet).
 using QueueInfoSource = std::function<std::optional<QueueInfo>(std::string_view job_id)>;

@@ -144,8 +144,15 @@ bool JobSupervisor::on_round(TimePoint now, const RoundStart& start) {
     }
     return false;
   }
-  const StopMode mode =
-      start.round.reason == rendezvous::RoundReason::kGrow ? StopMode::kGraceful : StopMode::kKill;
+  // A grow, or a shrink the scheduler chose (a preemption, throughput scaling), changes a healthy
+  // round: its workers get TERM and the grace to checkpoint. After a failure the old round's
+  // collectives are broken: SIGKILL at once.
+  const auto reason = start.round.reason;
+  const StopMode mode = reason == rendezvous::RoundReason::kGrow ||
+                                reason == rendezvous::RoundReason::kPreempted ||
+                                reason == rendezvous::RoundReason::kScaled
+                            ? StopMode::kGraceful
+                            : StopMode::kKill;
   // The old round's newest progress still counts (the leader measures steps lost with it).
   end_progress_round(now, job);
   if (offer_round(now, id, job, start)) return false;  // acknowledged once they joined
@@ -769,6 +776,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   const json step = args.value("step", json());
   const json resumed = args.value("resumed_from", json(-1));
   const json rank = args.value("rank", json(std::uint64_t{0}));
+  const json samples = args.value("samples", json());
   if (!job_id.is_string() || job_id.get<std::string>().empty()) {
     return Error{"The progress request needs a \"job\" (a job id)."};
   }
@@ -784,6 +792,10 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
       !rank.is_number_unsigned()) {
     return Error{"The progress request for job " + id +
                  " needs a \"step\" >= 0 (and a numeric \"rank\" and \"resumed_from\", if any)."};
+  }
+  if (!samples.is_null() && (!samples.is_number_integer() || samples.get<std::int64_t>() < 0)) {
+    return Error{"The progress request for job " + id +
+                 " has a \"samples\" that is not a whole number >= 0 (samples trained on so far)."};
   }
   const auto found = jobs_.find(id);
   if (found == jobs_.end() || !found->second.current || !found->second.started) {
@@ -814,6 +826,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   report.event = event.get<std::string>();
   report.step = step.get<std::int64_t>();
   report.resumed_from = resumed.get<std::int64_t>();
+  if (!samples.is_null()) report.samples = samples.get<std::int64_t>();
   Job::ProgressOut& out = job.progress[event.get<std::string>()];
   const bool first_step = event == "step" && !job.first_step_sent;
   if (first_step || now >= out.last_sent + kProgressInterval) {

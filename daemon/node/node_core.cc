@@ -82,8 +82,11 @@ NodeCore::NodeCore(Identity self, const config::DaemonConfig& config, CoreParts 
   // place in the queue and why it waits.
   jobs_->set_queue_info([this](std::string_view id) -> std::optional<QueueInfo> {
     const rendezvous::JobPlan* plan = rounds_->leader().job_plan(std::string(id));
-    if (plan == nullptr) return std::nullopt;
-    return QueueInfo{.position = plan->position, .reason = plan->reason};
+    const std::optional<double> rate = rounds_->leader().samples_per_second(std::string(id));
+    if (plan == nullptr && !rate) return std::nullopt;
+    return QueueInfo{.position = plan == nullptr ? 0 : plan->position,
+                     .reason = plan == nullptr ? "" : plan->reason,
+                     .samples_per_s = rate};
   });
 }
 

@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,18 @@ void leader_families(MetricsText& m, const RoundService& rounds, bool leading) {
            "Jobs waiting in the queue for nodes, at the leader's last scheduling pass (leader "
            "only).");
   if (leading) m.sample(as_double(rounds.leader().queued_jobs()));
+  m.family("elastic_job_samples_per_second", MetricType::kGauge,
+           "Samples per second the whole job trains on, from its rank 0's progress reports "
+           "(elastic-trainer, or elastic_worker.step(samples=...)): the last full scale_window "
+           "of its current round for a job with scale \"throughput\", else the current round so "
+           "far (leader only).");
+  if (leading) {
+    for (const std::string& job : rounds.leader().measured_jobs()) {
+      if (const std::optional<double> rate = rounds.leader().samples_per_second(job)) {
+        m.sample(*rate, {{"job", job}});
+      }
+    }
+  }
   m.family("elastic_recovery_seconds", MetricType::kHistogram,
            "Seconds from the first evidence of a failure to the job's first training step after "
            "recovery, per completed incident, by cause (node_left: a drained or stopped daemon, "

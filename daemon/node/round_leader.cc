@@ -87,6 +87,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       incidents_.abandon_open();
       round_members_.clear();
       leader_jobs_.clear();
+      scaling_.clear();
       proposed_.clear();
       in_rounds_.clear();
       schedule_ = {};
@@ -237,6 +238,10 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       }
     }
     if (!plan_now || state.in_flight) continue;
+    if (job.state == JobState::kRunning && job.spec.scale == rendezvous::ScaleMode::kThroughput &&
+        scale_job(now, wall, job, table, alive, ledger, *consensus)) {
+      continue;
+    }
     // The scheduler's plan: the nodes the job may use now and how many. A queued job it does
     // not start, and a held one (no plan), are not planned.
     const auto scheduled = schedule_.plans.find(id);
@@ -306,6 +311,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   next_lead_ = next_plan_;
   for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
     const rendezvous::JobRecord* job = table.job(it->first);
+    if (job == nullptr || rendezvous::is_terminal(job->state)) scaling_.erase(it->first);
     if (job == nullptr) {
       it = leader_jobs_.erase(it);
       continue;
@@ -593,6 +599,67 @@ void RoundLeader::preempt(TimePoint now, const rendezvous::JobTable& table,
   propose_decision(now, *job, shrink_decision(*job, preemption, port), ledger, consensus);
 }
 
+bool RoundLeader::scale_job(TimePoint now, rendezvous::WallTime wall,
+                            const rendezvous::JobRecord& job, const rendezvous::JobTable& table,
+                            const std::map<std::string, const membership::MemberView*>& alive,
+                            rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+  ScaleWatch& watch = scaling_[job.id];
+  const std::uint32_t size = job.scale.size == 0 ? job.spec.min_nodes : job.scale.size;
+  const auto nodes = static_cast<std::uint32_t>(job.ranks.size());
+  // Back to a smaller size: a round of the first `size` entries (rank 0 and its store stay).
+  if (nodes > size) {
+    const rendezvous::RankAssignment& rank0 = job.ranks.front();
+    const std::uint16_t port =
+        store_port_for(now, job, rank0.node, rank0.generation, ledger, /*strict=*/false);
+    if (port == 0) return true;  // no store port free on its rank-0 node: the next pass tries
+    propose_decision(now, job,
+                     scale_down_decision(job, size, port,
+                                         "throughput scaling: back to " + std::to_string(size) +
+                                             (size == 1 ? " node" : " nodes")),
+                     ledger, consensus);
+    return true;
+  }
+  // What the cluster offers this job: the usable nodes no other job's round holds.
+  std::set<std::string> cluster;
+  for (const auto& [name, view] : alive) {
+    if (!node_slots_.contains(name) ||
+        !rendezvous::usable_for_job(node_standing(*view, table))) {
+      continue;
+    }
+    const bool held_by_other =
+        std::any_of(table.jobs().begin(), table.jobs().end(), [&](const auto& entry) {
+          const rendezvous::JobRecord& other = entry.second;
+          return other.id != job.id && is_active_round_state(other.state) &&
+                 std::any_of(other.ranks.begin(), other.ranks.end(),
+                             [&](const auto& r) { return r.node == name; });
+        });
+    if (!held_by_other) cluster.insert(name);
+  }
+  const bool cluster_changed = watch.cluster_known && cluster != watch.cluster;
+  watch.cluster = std::move(cluster);
+  watch.cluster_known = true;
+  if (nodes >= size) {
+    watch.short_since.reset();
+  } else if (!watch.short_since) {
+    watch.short_since = now;
+  }
+  const bool short_of_nodes = watch.short_since && now - *watch.short_since >= job.spec.scale_window;
+  const std::optional<double> measured = watch.window.take(job.round, job.spec.scale_window);
+  const std::optional<rendezvous::SetScale> command =
+      scale_command(job, measured, short_of_nodes, cluster_changed, wall);
+  if (!command) return false;
+  spdlog::info("rendezvous: job {} round {}: throughput scaling: {}", job.id, job.round,
+               command->reason);
+  if (short_of_nodes) watch.short_since.reset();
+  leader_jobs_[job.id].in_flight = true;
+  const std::string id = job.id;
+  consensus.propose(now, rendezvous::encode_command(*command), [this, id](Result<std::string>) {
+    leader_jobs_[id].in_flight = false;
+    next_lead_ = TimePoint{};  // the table changed: act on it now
+  });
+  return true;
+}
+
 void RoundLeader::propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
                                     ConsensusHost& consensus) {
   leader_jobs_[command.job_id].in_flight = true;
@@ -721,6 +788,11 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   }
   if (report.kind == ReportKind::kProgress) {
     incidents_.on_progress(now, job, round, report.event, report.step, report.resumed_from);
+    // Rank 0's sample count: the job's samples/s (throughput scaling, metrics). Only for jobs
+    // this leader knows, so a report cannot make it remember a job that is not in the table.
+    if (report.samples && report.rank.value_or(0) == 0 && leader_jobs_.contains(job)) {
+      scaling_[job].window.observe(now, round, *report.samples);
+    }
     return;
   }
   const auto it = leader_jobs_.find(job);

@@ -73,6 +73,7 @@
 #include "daemon/node/incidents.h"
 #include "daemon/node/round_report.h"
 #include "daemon/node/round_send.h"
+#include "daemon/node/throughput.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/rendezvous/lease.h"
 #include "daemon/rendezvous/node_ledger.h"
@@ -137,6 +138,18 @@ class RoundLeader {
   const rendezvous::JobPlan* job_plan(const std::string& job) const {
     const auto it = schedule_.plans.find(job);
     return it == schedule_.plans.end() ? nullptr : &it->second;
+  }
+  // The samples/s of `job` that its rank 0 reports (ThroughputWindow::rate), or nullopt.
+  std::optional<double> samples_per_second(const std::string& job) const {
+    const auto it = scaling_.find(job);
+    if (it == scaling_.end()) return std::nullopt;
+    return it->second.window.rate(it->second.window.round());
+  }
+  // Jobs with a samples/s window (for the metrics).
+  std::vector<std::string> measured_jobs() const {
+    std::vector<std::string> ids;
+    for (const auto& [id, watch] : scaling_) ids.push_back(id);
+    return ids;
   }
   // Preemptions this leader proposed since it started leading.
   std::uint64_t preemptions() const { return preemptions_; }
@@ -218,6 +231,15 @@ class RoundLeader {
   void preempt(TimePoint now, const rendezvous::JobTable& table,
                const rendezvous::Preemption& preemption, rendezvous::NodeLedger& ledger,
                ConsensusHost& consensus);
+  // Throughput scaling of a running job with scale "throughput" (one pass): back to its size
+  // when its round holds more nodes (a scaled round), else scale_step() on its newest full
+  // window (ThroughputWindow), whether it lacked nodes for its size a whole window, and whether
+  // the nodes it could have changed; a changed state is proposed as SetScale. True when it
+  // proposed something (the job is not planned in this pass).
+  bool scale_job(TimePoint now, rendezvous::WallTime wall, const rendezvous::JobRecord& job,
+                 const rendezvous::JobTable& table,
+                 const std::map<std::string, const membership::MemberView*>& alive,
+                 rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
   // Proposes `command` (one in flight for its job).
   void propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
                          ConsensusHost& consensus);
@@ -253,6 +275,16 @@ class RoundLeader {
   rendezvous::LeaseGranter granter_;
   bool leading_ = false;
   std::map<std::string, LeaderJob> leader_jobs_;
+  // Per job, across rounds: its samples/s window, and for throughput scaling since when its
+  // round has fewer nodes than its size and the nodes it could have (usable, not in another
+  // job's round) at the last pass.
+  struct ScaleWatch {
+    ThroughputWindow window;
+    std::optional<TimePoint> short_since;
+    std::set<std::string> cluster;
+    bool cluster_known = false;
+  };
+  std::map<std::string, ScaleWatch> scaling_;
   // job -> the OpenRound this leader proposed and has not seen applied: its ranks and store
   // port hold their nodes (NodeLedger) until the proposal's completion.
   std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;

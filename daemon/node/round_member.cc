@@ -123,11 +123,15 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
   });
   if (self == round.ranks.end()) {
     if (watched_.erase(round.job_id) > 0) update_lease_want(now);
+    // Left out by a shrink the scheduler chose (a preemption, throughput scaling): the round was
+    // healthy, so TERM and the grace period; otherwise this node is out after a failure.
+    const bool chosen = round.reason == rendezvous::RoundReason::kPreempted ||
+                        round.reason == rendezvous::RoundReason::kScaled;
     orders_.push_back(
         WorkerOrder{.kind = WorkerOrder::Kind::kStop,
                     .start = std::nullopt,
                     .job = round.job_id,
-                    .graceful = false,
+                    .graceful = chosen,
                     .why = "round " + std::to_string(round.round) + " does not include this node",
                     .final = true});
     return;

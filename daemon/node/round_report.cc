@@ -70,6 +70,7 @@ void visit_fields(V& v, M& m) {
   v.field("rf", m.resumed_from, Via<Signed>{}, When{m.resumed_from != -1});
   v.field("pt", m.port, When{m.port != 0});
   v.field("lv", m.live, When{m.live});
+  v.field("sm", m.samples, Via<Signed>{});
 }
 
 void check_fields(MapReader& r, const RoundReport& m) {
@@ -88,6 +89,8 @@ void check_fields(MapReader& r, const RoundReport& m) {
         r.fail("has an event other than \"step\", \"checkpoint\" or \"resume\"");
       } else if (m.step < 0) {
         r.fail("has a negative step");
+      } else if (m.samples && *m.samples < 0) {
+        r.fail("has a negative sample count");
       }
       break;
     case ReportKind::kStorePortBusy:

@@ -13,6 +13,7 @@
 //   lh last_heard_ms  peer_lost                 when the reporter last heard the peer (wall ms)
 //   e event, s step, rf resumed_from            progress
 //   pt port         store_port_busy             the round's store port, in use on the reporter
+//   sm samples      progress                    samples trained on so far (see the field)
 //   lv live         round_ack, peer_lost        the reporter's workers of the round re-form in
 //                                               place (they speak the worker channel, live)
 //
@@ -21,9 +22,9 @@
 //
 // Decoding: an unknown kind, a missing k, j or r, a field of the wrong type, a job that is
 // empty (but for node_info), slots above rendezvous::kMaxWorkersPerNode, a peer_lost without a
-// peer, a progress event other than "step", "checkpoint" or "resume" or with a negative step, a
-// store_port_busy with port 0, or a string above its bound (kMaxReportTextBytes; ids
-// kMaxReportIdBytes) is an Error with one sentence. Unknown keys are ignored; a key of another
+// peer, a progress event other than "step", "checkpoint" or "resume" or with a negative step or
+// sample count, a store_port_busy with port 0, or a string above its bound (kMaxReportTextBytes;
+// ids kMaxReportIdBytes) is an Error with one sentence. Unknown keys are ignored; a key of another
 // kind is read and left alone (the leader reads only its kind's fields). A report comes from
 // another daemon: decoding never throws, whatever the bytes (fuzzed in tests/fuzz/wire_fuzz.cc).
 // encode_round_report() writes bytes a decoder reads back to the same value.
@@ -83,6 +84,10 @@ struct RoundReport {
   // the job's workers re-form in place and publish checkpoints fenced by round (the leader
   // need not wait out a lost member's lease, RoundLeader::plan_job).
   bool live = false;
+  // progress "step": samples the whole job trained on as the reporting rank counted them since
+  // its process started (only differences within a round mean anything: throughput scaling's
+  // samples per second). Unset: the worker does not count them.
+  std::optional<std::int64_t> samples;
   bool operator==(const RoundReport&) const = default;
 };
 

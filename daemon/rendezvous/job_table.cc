@@ -1,6 +1,7 @@
 #include "daemon/rendezvous/job_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -55,6 +56,8 @@ const char* to_string(RoundReason reason) {
       return "grow";
     case RoundReason::kPreempted:
       return "preempted";
+    case RoundReason::kScaled:
+      return "scaled";
   }
   return "unknown";
 }
@@ -142,7 +145,7 @@ std::string shrink_problem(const RankMap& ranks, const RankMap& current) {
       return c.node == r.node && c.generation == r.generation;
     });
     if (!kept) {
-      return "a preemption only shrinks a round, and node " + r.node + " (generation " +
+      return "a preempted or scaled round only shrinks the current one, and node " + r.node + " (generation " +
              std::to_string(r.generation) + ") is not in the current one";
     }
   }
@@ -207,9 +210,11 @@ ApplyResult JobTable::apply(Index index, const Command& command) {
           return apply_drain(index, c);
         } else if constexpr (std::is_same_v<T, SetPriority>) {
           return apply_priority(index, c);
-        } else {
-          static_assert(std::is_same_v<T, SuspendJob>);
+        } else if constexpr (std::is_same_v<T, SuspendJob>) {
           return apply_suspend(index, c);
+        } else {
+          static_assert(std::is_same_v<T, SetScale>);
+          return apply_scale(index, c);
         }
       },
       command);
@@ -344,9 +349,10 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
                                   ": its detail is too long or its time is "
                                   "before 1970.");
   }
-  if (c.reason == RoundReason::kPreempted) {
+  if (c.reason == RoundReason::kPreempted || c.reason == RoundReason::kScaled) {
     if (job.state != JobState::kRendezvous && job.state != JobState::kRunning) {
-      return rejected(c.job_id, "Cannot open " + round + " (preempted): the job is " +
+      return rejected(c.job_id, "Cannot open " + round + " (" + to_string(c.reason) +
+                                    "): the job is " +
                                     to_string(job.state) + ", not rendezvous or running.");
     }
     if (std::string problem = shrink_problem(c.ranks, job.ranks); !problem.empty()) {
@@ -518,6 +524,46 @@ ApplyResult JobTable::apply_suspend(Index index, const SuspendJob& c) {
                  "suspended " + by_whom(c.by_uid, c.is_admin));
   }
   return answer(ApplyResult{ApplyCode::kApplied, c.job_id, "", false});
+}
+
+ApplyResult JobTable::apply_scale(Index /*index*/, const SetScale& c) {
+  const auto it = jobs_.find(c.job_id);
+  if (it == jobs_.end()) return rejected(c.job_id, "There is no job " + c.job_id + ".");
+  JobRecord& job = it->second;
+  const std::string what = "Cannot scale job " + c.job_id;
+  if (is_terminal(job.state)) {
+    return rejected(c.job_id, what + ": it has already " + to_string(job.state) + ".");
+  }
+  if (job.spec.scale != ScaleMode::kThroughput) {
+    return rejected(c.job_id, what + ": its scale is not \"throughput\".");
+  }
+  if (c.round != job.round) {
+    return rejected(c.job_id, what + " for round " + std::to_string(c.round) +
+                                  ": the job is at round " + std::to_string(job.round) + ".");
+  }
+  const auto in_range = [&](std::uint32_t n) {
+    return n >= job.spec.min_nodes && n <= job.spec.max_nodes;
+  };
+  const ScaleState& s = c.state;
+  if ((s.size != 0 && !in_range(s.size)) || (s.good != 0 && !in_range(s.good))) {
+    return rejected(c.job_id, what + ": size " + std::to_string(s.size) + " or good size " +
+                                  std::to_string(s.good) + " is outside min_nodes " +
+                                  std::to_string(job.spec.min_nodes) + " to max_nodes " +
+                                  std::to_string(job.spec.max_nodes) + ".");
+  }
+  for (const auto& [nodes, rate] : s.rate) {
+    if (!in_range(nodes) || !std::isfinite(rate) || rate < 0) {
+      return rejected(c.job_id, what + ": its rate at " + std::to_string(nodes) +
+                                    " nodes is not a finite number >= 0 for a size within "
+                                    "min_nodes to max_nodes.");
+    }
+  }
+  if (c.reason.size() > kMaxReasonBytes || negative(c.at)) {
+    return rejected(c.job_id, what + ": the reason is too long or the time is before 1970.");
+  }
+  job.scale = s;
+  add_event(job, JobEvent{c.at, job.round, job.state, job.state, "scale: " + c.reason});
+  return ApplyResult{ApplyCode::kApplied, c.job_id, "", false};
 }
 
 void JobTable::add_event(JobRecord& job, JobEvent event) {

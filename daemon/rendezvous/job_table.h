@@ -36,6 +36,11 @@
 //   SuspendJob   owner or admin. Suspend: a non-terminal job that is not suspended ->
 //                suspended (its round ends: its daemons stop its workers; round and rank map
 //                are kept as a terminal job keeps them). Resume: suspended -> pending.
+//   SetScale     the leader's throughput-scaling step (scheduler.h scale_step()) for a job with
+//                scale "throughput" that is not terminal, for its current round only: the
+//                new state (size and good within min_nodes..max_nodes or 0, at most
+//                max_nodes rates, each finite and >= 0) and the measurement that decided it
+//                as the event's reason. Appends an event ("scale: ..."); the state stays.
 //   DrainNode    admin only; marks a node drained (no new rounds are placed on it; jobs
 //                already on it keep running) or clears the mark. Draining a drained node or
 //                undraining one that is not drained applies and changes nothing, so an
@@ -63,10 +68,10 @@
 // Compatibility: snapshots are map-encoded, so fields are added without a version bump. The
 // drained nodes are written only when there are some, so a table without drains snapshots to
 // the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Likewise a
-// failed node ("fn"), a rank entry's restart count ("rc") and a job's preemptions ("pe") are
-// written only when set. Older daemons refuse a DrainNode, SetPriority or SuspendJob entry as an
-// unknown kind (kMalformed), and a suspended state or a preempted reason as unknown values, so
-// upgrade every daemon before using them.
+// failed node ("fn"), a rank entry's restart count ("rc"), a job's preemptions ("pe") and its
+// scale state ("sc") are written only when set. Older daemons refuse a DrainNode, SetPriority,
+// SuspendJob or SetScale entry as an unknown kind (kMalformed), and a suspended state or a
+// preempted or scaled reason as unknown values, so upgrade every daemon before using them.
 //
 // Errors: garbage, truncated, unknown-version or unknown-kind command bytes return an
 // ApplyResult with code kMalformed and leave the table unchanged; refused commands return
@@ -200,9 +205,18 @@ struct SuspendJob {
   bool operator==(const SuspendJob&) const = default;
 };
 
+struct SetScale {
+  std::string job_id;
+  std::uint64_t round = 0;  // the job's current round (what was measured)
+  ScaleState state;
+  std::string reason;  // "samples/s 1790 at 2 nodes vs 1000 at 1 (+79%): trying 3"
+  WallTime at{};
+  bool operator==(const SetScale&) const = default;
+};
+
 // Kinds are only ever appended (the encoded kind number follows the order).
-using Command =
-    std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode, SetPriority, SuspendJob>;
+using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode, SetPriority,
+                             SuspendJob, SetScale>;
 
 // Map-encoded MessagePack with the version and kind first (the schema in job_table_codec.cc).
 std::string encode_command(const Command& command);
@@ -235,6 +249,7 @@ struct JobRecord {
   std::string failed_node{};
   std::uint32_t restarts = 0;     // worker-failure rounds so far (the job's max_restarts budget)
   std::uint32_t preemptions = 0;  // times it was suspended and requeued for another job
+  ScaleState scale;               // scale "throughput": the last committed SetScale
   // The current round; 0 = none yet.
   std::uint64_t round = 0;
   RankMap ranks;
@@ -312,6 +327,7 @@ class JobTable {
   ApplyResult apply_drain(Index index, const DrainNode& c);
   ApplyResult apply_priority(Index index, const SetPriority& c);
   ApplyResult apply_suspend(Index index, const SuspendJob& c);
+  ApplyResult apply_scale(Index index, const SetScale& c);
   ApplyResult remember(Index index, const std::string& client_id, std::uint64_t seq,
                        ApplyResult result);
   template <typename C>
@@ -329,6 +345,7 @@ class JobTable {
 
 // JSON of a record for the control API (`elasticctl status --json`): id, state, reason,
 // round, ranks, store endpoint, restarts, preemptions (only when not 0), priority, preemptible,
+// scale (scale "throughput" only: {"size", "good", "settled", "samples_per_s": {"<nodes>": x}}),
 // times (ms since the epoch), the spec, and the last `max_events` events.
 std::string to_json(const JobRecord& job, std::size_t max_events = kMaxEventsPerJob);
 

@@ -45,6 +45,7 @@ enum class Kind : std::uint8_t {
   kDrain = 5,
   kPriority = 6,
   kSuspend = 7,
+  kScale = 8,
 };
 
 // A version key that must equal `kVersion`: commands and snapshots of another version are
@@ -162,6 +163,67 @@ void visit_fields(V& v, M& c) {
   v.field("at", c.at, Via<EpochMillis>{});
 }
 
+// Throughput scaling's rates: a map of at most kMaxNodesPerJob sizes (unsigned) to samples per
+// second (numbers; apply() refuses a negative or non-finite one).
+struct ScaleRates {
+  using Rates = std::map<std::uint32_t, double>;
+  static void pack(internal::Packer& p, const Rates& rates) {
+    p.pack_map(static_cast<std::uint32_t>(rates.size()));
+    for (const auto& [nodes, rate] : rates) {
+      p.pack_uint32(nodes);
+      p.pack_double(rate);
+    }
+  }
+  static void read(MapReader& r, std::string_view key, Need need, Rates* out) {
+    const msgpack::object* rates = r.find(key, need);
+    if (rates == nullptr) return;
+    if (rates->type != msgpack::type::MAP || rates->via.map.size > kMaxNodesPerJob) {
+      r.fail("has key '" + std::string(key) + "' that is not a map of at most " +
+             std::to_string(kMaxNodesPerJob) + " sizes");
+      return;
+    }
+    for (std::uint32_t i = 0; i < rates->via.map.size && r.ok(); ++i) {
+      const msgpack::object& k = rates->via.map.ptr[i].key;
+      const msgpack::object& v = rates->via.map.ptr[i].val;
+      double rate = 0;
+      bool number = true;
+      if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) {
+        rate = v.via.f64;
+      } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
+        rate = static_cast<double>(v.via.u64);
+      } else if (v.type == msgpack::type::NEGATIVE_INTEGER) {
+        rate = static_cast<double>(v.via.i64);
+      } else {
+        number = false;
+      }
+      if (k.type != msgpack::type::POSITIVE_INTEGER || k.via.u64 > kMaxNodesPerJob || !number) {
+        r.fail("has scale rate " + std::to_string(i) + " that is not a node count with a number");
+        break;
+      }
+      if (!out->emplace(static_cast<std::uint32_t>(k.via.u64), rate).second) {
+        r.fail("has a scale rate for " + std::to_string(k.via.u64) + " nodes twice");
+      }
+    }
+  }
+};
+
+template <typename V, Like<ScaleState> M>
+void visit_fields(V& v, M& s) {
+  v.field("sz", s.size);
+  v.field("gd", s.good);
+  v.field("st", s.settled);
+  v.field("rt", s.rate, Via<ScaleRates>{});
+}
+constexpr Within kScaleOf{"the scale state of"};
+template <typename V, Like<SetScale> M>
+void visit_fields(V& v, M& c) {
+  v.field("j", c.job_id, MaxBytes{kMaxJobIdBytes});
+  v.field("r", c.round);
+  v.field("sc", c.state, kScaleOf);
+  v.field("rs", c.reason, MaxBytes{kMaxReasonBytes});
+  v.field("at", c.at, Via<EpochMillis>{});
+}
+
 // Snapshot pieces.
 
 template <typename V, Like<JobEvent> M>
@@ -194,6 +256,8 @@ void visit_fields(V& v, M& j) {
   v.field("fn", j.failed_node, MaxBytes{kMaxNodeNameBytes}, When{!j.failed_node.empty()});
   // Only when the job was ever requeued: other records keep the bytes of older daemons.
   v.field("pe", j.preemptions, When{j.preemptions != 0});
+  // Only for a job that scaled: other records keep the bytes of older daemons.
+  v.field("sc", j.scale, kScaleOf, When{j.scale != ScaleState{}});
 }
 void check_fields(MapReader& r, const JobRecord& j) {
   if (is_terminal(j.state) != (j.ended_index != 0)) {
@@ -281,6 +345,7 @@ constexpr Kind kind_of(const SetJobState&) { return Kind::kSet; }
 constexpr Kind kind_of(const DrainNode&) { return Kind::kDrain; }
 constexpr Kind kind_of(const SetPriority&) { return Kind::kPriority; }
 constexpr Kind kind_of(const SuspendJob&) { return Kind::kSuspend; }
+constexpr Kind kind_of(const SetScale&) { return Kind::kScale; }
 
 template <typename T>
 Result<Command> read_command(MapReader& r, internal::Failure* failure) {
@@ -329,6 +394,8 @@ Result<Command> decode_command(std::string_view bytes) {
       return read_command<SetPriority>(r, &failure);
     case Kind::kSuspend:
       return read_command<SuspendJob>(r, &failure);
+    case Kind::kScale:
+      return read_command<SetScale>(r, &failure);
   }
   r.fail("has an unknown kind " + std::to_string(static_cast<unsigned>(header.kind)));
   return Error{std::move(failure.message)};

@@ -39,6 +39,14 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
     j["store_endpoint"] = job.store_endpoint;
     j["world_size"] = world_size(job.ranks);
     if (job.state == JobState::kRecovering) j["recovery_cause"] = to_string(job.recovery_cause);
+    if (job.spec.scale == ScaleMode::kThroughput) {
+      json rates = json::object();
+      for (const auto& [nodes, rate] : job.scale.rate) rates[std::to_string(nodes)] = rate;
+      j["scale"] = {{"size", job.scale.size == 0 ? job.spec.min_nodes : job.scale.size},
+                    {"good", job.scale.good},
+                    {"settled", job.scale.settled},
+                    {"samples_per_s", std::move(rates)}};
+    }
     json ranks = json::array();
     for (const RankAssignment& r : job.ranks) {
       ranks.push_back({{"node", r.node},

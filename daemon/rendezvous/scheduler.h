@@ -195,13 +195,7 @@ SchedulerOutput schedule(const SchedulerInput& input);
 //   - when settled, measurements change nothing; a cluster change tries the size after the
 //     last good one (min_nodes when none) and forgets that size's old rate;
 //   - a size outside min_nodes..max_nodes (the spec changed) is brought back into it first.
-struct ScaleState {
-  std::uint32_t size = 0;  // the size the job may use now (size_cap); 0 = not started (min)
-  std::uint32_t good = 0;  // the last size that paid off (0 = none measured yet)
-  bool settled = false;    // stopped at `good` until the cluster changes
-  std::map<std::uint32_t, double> rate;  // samples/s measured at each size
-  bool operator==(const ScaleState&) const = default;
-};
+// ScaleState: rendezvous/types.h (the job table keeps it, committed).
 
 struct ScaleInput {
   ScaleState state;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,22 @@ enum class RoundReason : std::uint8_t {
   kWorkerFailed = 2,  // a worker of the round exited non-zero or hung
   kGrow = 3,          // new nodes wait and the round is below max_nodes
   kPreempted = 4,     // the scheduler took nodes for a job of higher priority
+  kScaled = 5,        // throughput scaling went back to a smaller size (scheduler.h)
 };
-inline constexpr std::uint8_t kMaxRoundReason = 4;
+inline constexpr std::uint8_t kMaxRoundReason = 5;
 
-// "submitted", "member_lost", "worker_failed", "grow", "preempted".
+// "submitted", "member_lost", "worker_failed", "grow", "preempted", "scaled".
 const char* to_string(RoundReason reason);
+
+// Throughput scaling's state of a job (`scale = "throughput"`; the decisions are scheduler.h's
+// scale_step()), kept in the job table so a new leader goes on where the old one stopped.
+struct ScaleState {
+  std::uint32_t size = 0;  // the size the job may use now (size_cap); 0 = not started (min)
+  std::uint32_t good = 0;  // the last size that paid off (0 = none measured yet)
+  bool settled = false;    // stopped at `good` until the cluster changes
+  std::map<std::uint32_t, double> rate;  // samples/s measured at each size
+  bool operator==(const ScaleState&) const = default;
+};
 
 // One node of a round: its workers take ranks [first_rank, first_rank + slots). The generation
 // pins the daemon instance: a restarted daemon is a new member, never the old one.

@@ -300,10 +300,15 @@ TEST(CtlPriority, OwnersAdminsAndTheCeiling) {
       << job("prio-1").dump();
   EXPECT_EQ(job("prio-1")["position"], 1);
   EXPECT_THAT(job("prio-1").value("waiting", ""), HasSubstr("waiting for 2 nodes, 1 fits"));
-  // Throughput scaling is refused until the leader measures it.
-  r = submit_with({"--scale", "throughput"});
-  EXPECT_TRUE(r.status.exited_with(1)) << r.status.code << " " << r.err;
-  EXPECT_THAT(r.err, HasSubstr("scale: \"throughput\" is not available in this version"));
+  // Throughput scaling: accepted; it starts at min_nodes (the scheduler's size for it).
+  r = as(kOwner, {"submit", "--name", "prio", "--nodes", "2:3", "--scale", "throughput",
+                  "--export", "NONE", "--workdir", "/", "--", "/bin/sleep", "600"});
+  ASSERT_TRUE(r.status.exited_with(0)) << r.status.code << " " << r.err;
+  ASSERT_EQ(r.out, "submitted prio-2\n");
+  EXPECT_EQ(job("prio-2")["scale"]["size"], 2) << job("prio-2").dump();
+  EXPECT_EQ(job("prio-2")["scale"]["settled"], false);
+  EXPECT_EQ(job("prio-2")["spec"]["scale"], "throughput");
+  EXPECT_TRUE(as(kOwner, {"cancel", "prio-2"}).status.exited_with(0));
 
   // The owner lowers it and may not raise it past the ceiling; an admin may.
   r = as(kOwner, {"priority", "prio-1", "-3"});

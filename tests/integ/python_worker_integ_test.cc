@@ -238,7 +238,7 @@ TEST(PythonWorker, TheModuleSpeaksTheProgressProtocolAtTheTrainersRate) {
       "assert not other.enabled\n"
       "other.step(1)\n"
       "every = elastic_worker.configure(all_ranks=True, environ=dict(os.environ, RANK='1'))\n"
-      "every.step(step)\n"
+      "every.step(step, samples=1234)\n"
       "print(json.dumps(frames))\n";
   const RunResult r = run({kPython, "-c", script},
                           plain_env({{"RANK", "0"},
@@ -270,6 +270,8 @@ TEST(PythonWorker, TheModuleSpeaksTheProgressProtocolAtTheTrainersRate) {
   EXPECT_FALSE(checkpoint.contains("resumed_from"));
   EXPECT_EQ(frames.back()["rank"], 1) << "all_ranks lets rank 1 report";
   EXPECT_EQ(frames.back()["first"], true);
+  EXPECT_EQ(frames.back()["samples"], 1234) << "a sample count goes with the step";
+  EXPECT_FALSE(frames[1].contains("samples")) << "none when the script counts none";
 }
 
 // A unix socket that listens but never accepts: connect succeeds, the reply never comes.

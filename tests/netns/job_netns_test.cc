@@ -18,6 +18,8 @@
 //   RequeuedAndSuspendedJobsResumeFromTheirCheckpoint  a preemptible job at its min is requeued
 //                             whole, then suspended and resumed by its owner: each time it runs
 //                             again from its checkpoint, no restart counted
+//   ThroughputScalingSettlesWhereItPays  (4 hosts) a job with scale "throughput" whose trainer
+//                             gains nothing beyond 2 ranks: 1 -> 2 -> 3 nodes, back to 2, settled
 //   BriefSigstopIsNoIncident  a daemon stopped for 200 ms: same round, no restart
 //   MinorityIsFenced          partition 1|2 cutting off rank 0 mid-checkpoint: the minority's
 //                             worker stops within its lease, the majority re-forms in place, and
@@ -82,7 +84,8 @@ class JobNetnsTest : public DaemonClusterTest {
  protected:
   // The work dir holds every host's control socket and the checkpoints: reachable and the
   // checkpoint root writable by the non-root submitter of NonRootSubmitterRunsAsSelf.
-  JobNetnsTest() : DaemonClusterTest({.hosts = kHosts, .share_work_dir = true, .log_tail = 6000}) {}
+  explicit JobNetnsTest(int hosts = kHosts)
+      : DaemonClusterTest({.hosts = hosts, .share_work_dir = true, .log_tail = 6000}) {}
 
   void SetUp() override {
     DaemonClusterTest::SetUp();
@@ -697,6 +700,90 @@ TEST_F(JobNetnsTest, PreemptionShrinksAndGrowsBack) {
   EXPECT_TRUE(preempted) << "no event of round " << shrunk << " names the preemption: "
                          << grown.json;
   expect_trains_on(low, grown.round, last_step(low, grown.round), 20);
+}
+
+// Throughput scaling on 4 hosts: the trainer paces its steps so that the job's samples/s grow
+// with its world size up to 2 ranks and not beyond (--pace-ms 100 --pace-ranks 2). The job
+// starts at its min (1 node), measures a window (10 s), tries 2 (+100%: pays), tries 3 (+0%:
+// below the 20% scale_min_gain) and goes back to 2, where it stays: each step is an event with
+// its measurement, the status shows the rates, and the kept ranks re-form in place (no
+// restart).
+class ThroughputNetnsTest : public JobNetnsTest {
+ protected:
+  ThroughputNetnsTest() : JobNetnsTest(4) {}
+};
+
+TEST_F(ThroughputNetnsTest, ThroughputScalingSettlesWhereItPays) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::vector<std::string> args = {"--name",  "tput",  "--nodes", "1:4", "--scale",
+                                   "throughput", "--scale-window", "10s", "--scale-min-gain",
+                                   "0.2",     "--"};
+  for (auto& arg : trainer("")) args.push_back(arg);
+  for (const char* arg : {"--pace-ms", "100", "--pace-ranks", "2"}) args.emplace_back(arg);
+  const std::string job = submit(0, args);
+  ASSERT_FALSE(job.empty());
+  const JobView first = wait_training(job, 1, 0, kTrains);
+  ASSERT_FALSE(first.state.empty());
+
+  // Settled: back at 2 nodes after measuring 1, 2 and 3.
+  JobView view;
+  nlohmann::json scale;
+  const bool settled = testing::wait_until(
+      [&] {
+        auto seen = daemons_->job(any_running(), job);
+        if (!seen.ok()) return false;
+        view = std::move(seen).value();
+        const auto reply = nlohmann::json::parse(view.json, nullptr, false);
+        if (!reply.is_object() || !reply.contains("scale")) return false;
+        scale = reply["scale"];
+        return scale.value("settled", false) && view.state == "running" &&
+               view.ranks.size() == 2;
+      },
+      kTrains + 3 * 10s + 3 * kRecovers);
+  ASSERT_TRUE(settled) << "the job did not settle at 2 nodes: " << view.json;
+  std::cout << "scale state: " << scale.dump() << "\n";
+  EXPECT_EQ(scale.value("size", 0), 2) << scale.dump();
+  EXPECT_EQ(scale.value("good", 0), 2) << scale.dump();
+  const nlohmann::json rates = scale.value("samples_per_s", nlohmann::json::object());
+  ASSERT_TRUE(rates.contains("1") && rates.contains("2") && rates.contains("3")) << scale.dump();
+  // The pace: 32 samples per rank every 100 ms, up to 2 ranks.
+  const double one = rates["1"].get<double>(), two = rates["2"].get<double>(),
+               three = rates["3"].get<double>();
+  EXPECT_NEAR(one, 320, 320 * 0.25) << scale.dump();
+  EXPECT_NEAR(two / one, 2.0, 0.5) << scale.dump();
+  EXPECT_LT(three, two * 1.2) << scale.dump();
+  EXPECT_EQ(view.restarts, 0u) << "scaling consumed a restart";
+  // The leader's live measure is in the status too.
+  const auto reply = nlohmann::json::parse(view.json, nullptr, false);
+  EXPECT_TRUE(reply.contains("samples_per_s")) << view.json;
+
+  // Every decision is an event with its measurement.
+  std::vector<std::string> steps;
+  for (const auto& event : view.events) {
+    if (event.reason.rfind("scale: ", 0) == 0) steps.push_back(event.reason);
+  }
+  const auto has = [&](const std::string& text) {
+    return std::any_of(steps.begin(), steps.end(),
+                       [&](const std::string& s) { return s.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("starting at 1 node (min_nodes)")) << view.json;
+  EXPECT_TRUE(has("at 1 node: trying 2")) << view.json;
+  EXPECT_TRUE(has("at 2 nodes vs ")) << view.json;
+  EXPECT_TRUE(has("trying 3")) << view.json;
+  EXPECT_TRUE(has("scale_min_gain): back to 2 nodes")) << view.json;
+  bool scaled_round = false;
+  for (const auto& event : view.events) {
+    scaled_round |= event.reason.find("opened (scaled)") != std::string::npos;
+  }
+  EXPECT_TRUE(scaled_round) << "no round was opened to go back to 2 nodes: " << view.json;
+
+  // It stays there: no more rounds while the cluster does not change, and it trains on.
+  const std::uint64_t round = view.round;
+  expect_trains_on(job, round, last_step(job, round), 20);
+  auto later = daemons_->job(any_running(), job);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->round, round) << later->json;
+  EXPECT_EQ(later->ranks.size(), 2u) << later->json;
 }
 
 // A preemptible job that cannot shrink (min = max = 3) is requeued whole for a 2-node job of

@@ -1095,7 +1095,7 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   ASSERT_OK(supervisor_->on_progress(
       now(), uid,
       R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
-      R"("resumed_from":10,"first":true})"));
+      R"("resumed_from":10,"first":true,"samples":384})"));
   ASSERT_EQ(reports(ReportKind::kProgress).size(), 1u)
       << "the first step goes to the leader at once";
   EXPECT_EQ(reports(ReportKind::kProgress)[0].job, "p-1");
@@ -1104,6 +1104,7 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   step.event = "step";
   step.step = 12;
   step.resumed_from = 10;
+  step.samples = 384;
   EXPECT_EQ(reports(ReportKind::kProgress)[0], step);
   // Another user (root may report for anyone), an old round, hostile or incomplete bodies.
   auto other = supervisor_->on_progress(now(), uid + 1,
@@ -1121,9 +1122,17 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   for (const char* bad : {"", "[]", "{\"job\":1}", R"({"job":"p-1"})",
                           R"({"job":"p-1","round":1,"event":"x","step":1})",
                           R"({"job":"p-1","round":1,"event":"step","step":-1})",
-                          R"({"job":"p-1","round":1,"event":"step","step":"1"})"}) {
+                          R"({"job":"p-1","round":1,"event":"step","step":"1"})",
+                          R"({"job":"p-1","round":1,"event":"step","step":1,"samples":-3})",
+                          R"({"job":"p-1","round":1,"event":"step","step":1,"samples":1.5})"}) {
     EXPECT_FALSE(supervisor_->on_progress(now(), uid, bad).ok()) << bad;
   }
+  EXPECT_EQ(supervisor_->on_progress(
+                    now(), uid, R"({"job":"p-1","round":1,"event":"step","step":1,"samples":"x"})")
+                .error()
+                .message,
+            "The progress request for job p-1 has a \"samples\" that is not a whole number >= 0 "
+            "(samples trained on so far).");
 
   // Without a checkpoint report, LATEST in the job's checkpoint dir is read (step and mtime).
   const std::string job_dir = config_.checkpoint.root + "/p-1";

@@ -3,8 +3,10 @@
 #include "daemon/rendezvous/job_table.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -60,6 +62,29 @@ OpenRound open(std::string job, std::uint64_t round, std::uint64_t prev, RankMap
 SetJobState set(std::string job, std::uint64_t round, JobState state,
                 RoundReason cause = RoundReason::kMemberLost, std::int64_t at = 3000) {
   return SetJobState{std::move(job), round, state, cause, "because", ms(at)};
+}
+
+// A ScaleState and a SetScale built in functions: GCC 12 warns wrongly (maybe-uninitialized)
+// about maps in nested braced temporaries.
+ScaleState scale_state(std::uint32_t size, std::uint32_t good, bool settled,
+                       const std::map<std::uint32_t, double>& rate) {
+  ScaleState s;
+  s.size = size;
+  s.good = good;
+  s.settled = settled;
+  s.rate = rate;
+  return s;
+}
+
+Command scale_command(std::string job, std::uint64_t round, ScaleState state, std::string reason,
+                      std::int64_t at) {
+  SetScale c;
+  c.job_id = std::move(job);
+  c.round = round;
+  c.state = std::move(state);
+  c.reason = std::move(reason);
+  c.at = ms(at);
+  return c;
 }
 
 // Applies through the byte encoding, so every test also exercises the codec.
@@ -294,8 +319,8 @@ TEST_F(TableTest, APreemptionShrinksARoundWithoutARestart) {
   // Only nodes of the current round, same generation.
   RankMap moved = ranks({"a", "d"});
   EXPECT_EQ(apply(open(id, 2, 1, moved, RoundReason::kPreempted)).message,
-            "Cannot open round 2 of job j-1: a preemption only shrinks a round, and node d "
-            "(generation 1) is not in the current one.");
+            "Cannot open round 2 of job j-1: a preempted or scaled round only shrinks the current "
+            "one, and node d (generation 1) is not in the current one.");
   RankMap restarted = ranks({"a"});
   restarted[0].generation = 2;
   EXPECT_EQ(apply(open(id, 2, 1, restarted, RoundReason::kPreempted)).code, ApplyCode::kRejected);
@@ -316,6 +341,82 @@ TEST_F(TableTest, APreemptionShrinksARoundWithoutARestart) {
   const std::string queued = submit(spec("q", 1, 1, 1000)).job_id;
   EXPECT_EQ(apply(open(queued, 1, 0, ranks({"a"}), RoundReason::kPreempted)).code,
             ApplyCode::kRejected);
+}
+
+// Throughput scaling: SetScale keeps the leader's state for the job's current round (an event
+// says why); a scaled round only shrinks, like a preemption, and costs no restart.
+TEST_F(TableTest, ScaleStepsAreCommittedWithTheirReason) {
+  JobSpec s = spec("t", 1, 4, 1000);
+  s.scale = ScaleMode::kThroughput;
+  const std::string id = submit(s).job_id;
+  ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a"}))).ok());
+  ASSERT_TRUE(apply(set(id, 1, JobState::kRunning)).ok());
+  ScaleState state;
+  state.size = 2;
+  state.good = 1;
+  state.rate = {{1, 320.5}};
+  const ApplyResult stepped =
+      apply(SetScale{id, 1, state, "samples/s 320 at 1 node: trying 2", ms(5000)});
+  ASSERT_TRUE(stepped.ok()) << stepped.message;
+  EXPECT_EQ(job(id).scale, state);
+  EXPECT_EQ(job(id).state, JobState::kRunning);
+  EXPECT_EQ(job(id).events.back().reason, "scale: samples/s 320 at 1 node: trying 2");
+  EXPECT_EQ(job(id).events.back().from, JobState::kRunning);
+  EXPECT_EQ(job(id).events.back().to, JobState::kRunning);
+  const auto j = nlohmann::json::parse(to_json(job(id)));
+  EXPECT_EQ(j["scale"], nlohmann::json({{"size", 2},
+                                        {"good", 1},
+                                        {"settled", false},
+                                        {"samples_per_s", {{"1", 320.5}}}}));
+
+  // Refused: another round, sizes or rates out of range, a job that does not scale, an ended
+  // one. Nothing changes.
+  const auto refused = [&](const SetScale& c) {
+    const JobRecord before = job(c.job_id);
+    const ApplyResult r = apply(c);
+    EXPECT_EQ(r.code, ApplyCode::kRejected) << r.message;
+    EXPECT_EQ(job(c.job_id), before);
+    return r.message;
+  };
+  EXPECT_EQ(refused(SetScale{id, 2, state, "x", ms(5001)}),
+            "Cannot scale job t-1 for round 2: the job is at round 1.");
+  ScaleState big = state;
+  big.size = 5;
+  EXPECT_EQ(refused(SetScale{id, 1, big, "x", ms(5001)}),
+            "Cannot scale job t-1: size 5 or good size 1 is outside min_nodes 1 to max_nodes 4.");
+  ScaleState bad_rate = state;
+  bad_rate.rate = {{9, 1.0}};
+  EXPECT_EQ(refused(SetScale{id, 1, bad_rate, "x", ms(5001)}),
+            "Cannot scale job t-1: its rate at 9 nodes is not a finite number >= 0 for a size "
+            "within min_nodes to max_nodes.");
+  bad_rate.rate = {{2, -1.0}};
+  refused(SetScale{id, 1, bad_rate, "x", ms(5001)});
+  bad_rate.rate = {{2, std::numeric_limits<double>::infinity()}};
+  refused(SetScale{id, 1, bad_rate, "x", ms(5001)});
+  const std::string fixed = submit(spec("f", 1, 2, 1000)).job_id;
+  const ScaleState none;
+  EXPECT_EQ(refused(SetScale{fixed, 0, none, "x", ms(5001)}),
+            "Cannot scale job f-2: its scale is not \"throughput\".");
+
+  // The scaled round: a prefix of the current nodes, no restart; never a new node.
+  ASSERT_TRUE(apply(open(id, 2, 1, ranks({"a", "b", "c"}), RoundReason::kGrow)).ok());
+  ASSERT_TRUE(apply(set(id, 2, JobState::kRunning)).ok());
+  EXPECT_EQ(apply(open(id, 3, 2, ranks({"a", "d"}), RoundReason::kScaled)).code,
+            ApplyCode::kRejected);
+  const ApplyResult scaled = apply(open(id, 3, 2, ranks({"a", "b"}), RoundReason::kScaled));
+  ASSERT_TRUE(scaled.ok()) << scaled.message;
+  EXPECT_EQ(job(id).restarts, 0u);
+  EXPECT_EQ(job(id).events.back().reason, "round 3 opened (scaled)");
+  EXPECT_EQ(job(id).scale, state) << "a round keeps the scale state";
+
+  // Kept by snapshots; ended jobs take no step.
+  Result<JobTable> back = JobTable::restore(table_.snapshot());
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, table_);
+  EXPECT_EQ(back->job(id)->scale, state);
+  ASSERT_TRUE(apply(CancelJob{"c9", 1, id, 0, true, ms(6000)}).ok());
+  EXPECT_EQ(refused(SetScale{id, 3, state, "x", ms(6001)}),
+            "Cannot scale job t-1: it has already cancelled.");
 }
 
 TEST_F(TableTest, APreemptedJobIsRequeuedInItsPlace) {
@@ -399,6 +500,11 @@ TEST(JobTableCodec, PriorityAndSuspendRoundTrip) {
       SetJobState{"train-4", 3, JobState::kPending, RoundReason::kPreempted, "for big-2", ms(85)},
       OpenRound{"train-4", 4, 3, ranks({"a"}), "[::1]:29501", RoundReason::kPreempted,
                 "preempted for big-2", ms(86)},
+      OpenRound{"train-4", 5, 4, ranks({"a"}), "[::1]:29502", RoundReason::kScaled,
+                "throughput scaling: back to 1 node", ms(87)},
+      scale_command("train-4", 5, scale_state(3, 2, true, {{1, 100.25}, {2, 199.0}, {3, 0.0}}),
+                    "samples/s 199 at 2 nodes vs 100 at 1 (+99%): trying 3", 88),
+      scale_command("train-4", 6, ScaleState(), "", 89),
   };
   for (const Command& c : commands) {
     const std::string bytes = encode_command(c);
@@ -1020,6 +1126,7 @@ struct ModelJob {
   std::uint32_t uid = 0;
   std::uint32_t min = 1, max = 1, max_restarts = 0;
   std::int32_t priority = 0;
+  bool throughput = false;
 };
 
 struct Model {
@@ -1054,7 +1161,8 @@ struct Model {
                                   s->spec.min_nodes,
                                   s->spec.max_nodes,
                                   s->spec.max_restarts,
-                                  s->spec.priority};
+                                  s->spec.priority,
+                                  s->spec.scale == ScaleMode::kThroughput};
       }
       clients[s->client_id] = {s->client_seq, r};
       return r.code;
@@ -1130,6 +1238,17 @@ struct Model {
       clients[u->client_id] = {u->client_seq, ApplyResult{code, u->job_id, "", false}};
       return code;
     }
+    if (const auto* c = std::get_if<SetScale>(&command)) {
+      auto it = jobs.find(c->job_id);
+      if (it == jobs.end()) return ApplyCode::kRejected;
+      const ModelJob& j = it->second;
+      const auto in_range = [&](std::uint32_t n) { return n >= j.min && n <= j.max; };
+      bool ok = !is_terminal(j.state) && j.throughput && c->round == j.round &&
+                (c->state.size == 0 || in_range(c->state.size)) &&
+                (c->state.good == 0 || in_range(c->state.good));
+      for (const auto& [n, rate] : c->state.rate) ok = ok && in_range(n) && rate >= 0;
+      return ok ? ApplyCode::kApplied : ApplyCode::kRejected;
+    }
     if (const auto* o = std::get_if<OpenRound>(&command)) {
       auto it = jobs.find(o->job_id);
       if (it == jobs.end()) return ApplyCode::kRejected;
@@ -1166,11 +1285,12 @@ class CommandGenerator {
     if (dice < 10 && last_client_command_) return *last_client_command_;  // a retry
     if (dice < 30) return remember(submit());
     if (dice < 40) return remember(cancel(table));
-    if (dice < 64) return open_round(table);
-    if (dice < 84) return set_state(table);
-    if (dice < 90) return remember(drain());
-    if (dice < 95) return remember(priority(table));
-    return remember(suspend(table));
+    if (dice < 62) return open_round(table);
+    if (dice < 80) return set_state(table);
+    if (dice < 86) return remember(drain());
+    if (dice < 91) return remember(priority(table));
+    if (dice < 95) return remember(suspend(table));
+    return scale(table);
   }
 
  private:
@@ -1187,6 +1307,7 @@ class CommandGenerator {
                      1 + static_cast<std::uint32_t>(rng_.below(4)),
                      1000 + static_cast<std::uint32_t>(rng_.below(2)),
                      static_cast<std::uint32_t>(rng_.below(3)));
+    if (rng_.below(2) == 0) s.scale = ScaleMode::kThroughput;
     return SubmitJob{c, ++seq_[c], s, ms(static_cast<std::int64_t>(rng_.below(1000)))};
   }
 
@@ -1244,6 +1365,21 @@ class CommandGenerator {
                       1000 + static_cast<std::uint32_t>(rng_.below(2)),
                       rng_.below(4) == 0,
                       ms(7)};
+  }
+
+  // A throughput-scaling step: mostly for the current round with sizes that fit; sometimes
+  // another round, a size beyond any max, a negative rate.
+  Command scale(const JobTable& table) {
+    const std::string id = some_job(table);
+    const JobRecord* j = table.job(id);
+    const std::uint64_t round = (j == nullptr || rng_.below(5) == 0) ? rng_.below(3) : j->round;
+    ScaleState state;
+    state.size = static_cast<std::uint32_t>(rng_.below(5));
+    state.good = static_cast<std::uint32_t>(rng_.below(3));
+    state.settled = rng_.below(2) == 0;
+    if (rng_.below(2) == 0) state.rate[1 + static_cast<std::uint32_t>(rng_.below(2))] = 10.5;
+    if (rng_.below(10) == 0) state.rate[1] = -1;
+    return SetScale{id, round, state, "measured", ms(8)};
   }
 
   Command open_round(const JobTable& table) {
@@ -1367,6 +1503,7 @@ std::vector<std::string> command_corpus() {
       encode_command(SetPriority{"c", 4, "train-1", -20, 5, 1000, false, ms(4)}),
       encode_command(SuspendJob{"c", 5, "train-1", true, 1000, false, ms(5)}),
       encode_command(set("train-1", 1, JobState::kPending, RoundReason::kPreempted)),
+      encode_command(scale_command("train-1", 1, scale_state(2, 1, false, {{1, 99.5}}), "m", 9)),
   };
 }
 

@@ -174,9 +174,10 @@ std::vector<RoundReport> sample_reports() {
   reports.push_back(lost);
   RoundReport progress = round_report(ReportKind::kProgress, "train-1", 1ULL << 40);
   progress.rank = 0;
-  progress.event = "checkpoint";
+  progress.event = "step";
   progress.step = 1200;
   progress.resumed_from = -1;
+  progress.samples = 38'400;
   reports.push_back(progress);
   RoundReport port_busy = round_report(ReportKind::kStorePortBusy, "train-1", 4);
   port_busy.port = 29501;
@@ -226,6 +227,9 @@ TEST(RoundReportCodec, ForgedReportsAreErrorsNamingTheProblem) {
   progress.event = "step";
   progress.step = -5;
   EXPECT_EQ(error_of(progress), "The round report has a negative step.");
+  progress.step = 5;
+  progress.samples = -1;
+  EXPECT_EQ(error_of(progress), "The round report has a negative sample count.");
   EXPECT_EQ(error_of(round_report(ReportKind::kStorePortBusy, "j", 1)),
             "The round report names port 0.");
   RoundReport long_job =

@@ -74,8 +74,8 @@ TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
                                      std::chrono::hours(1));
   ASSERT_TRUE(reporter.enabled());
   std::thread server([&] { daemon.serve(2); });
-  reporter.step(121, 120);
-  reporter.step(122, 120);  // within the step interval of the first: not sent
+  reporter.step(121, 120, 3872);
+  reporter.step(122, 120, 3904);  // within the step interval of the first: not sent
   reporter.checkpoint(130);
   server.join();
   ASSERT_EQ(daemon.frames.size(), 2u);
@@ -87,7 +87,8 @@ TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
                                    {"event", "step"},
                                    {"step", 121},
                                    {"resumed_from", 120},
-                                   {"first", true}}));
+                                   {"first", true},
+                                   {"samples", 3872}}));
   const auto checkpoint = nlohmann::json::parse(daemon.frames[1]);
   EXPECT_EQ(checkpoint["event"], "checkpoint");
   EXPECT_EQ(checkpoint["step"], 130);
@@ -101,6 +102,8 @@ TEST(ProgressReporter, WithoutADaemonItIsOffOrFailsFast) {
   trainer::ProgressReporter nobody(
       {{"ELASTIC_CONTROL_SOCKET", dir.file("none.sock")}, {"ELASTIC_JOB_ID", "j\"1"}});
   EXPECT_NE(nobody.frame_json("step", 1, -1, true).find(R"("job":"j\"1")"), std::string::npos);
+  // A sample count is sent only when counted.
+  EXPECT_EQ(nobody.frame_json("step", 1, -1, true).find("samples"), std::string::npos);
   const auto begin = std::chrono::steady_clock::now();
   nobody.step(1, -1);
   nobody.checkpoint(1);  // paused after the failure: not even tried
