@@ -53,6 +53,7 @@ calls, its errors raise ChannelError: the caller decides what a lost channel mea
 """
 
 import json
+import math
 import os
 import select
 import socket
@@ -92,6 +93,7 @@ class Reporter:
         self._step_interval = step_interval
         self._resumed_from = -1
         self._samples = None
+        self._loss = None
         self._first_sent = False
         self._next_step = 0.0
         self._paused_until = 0.0
@@ -102,7 +104,7 @@ class Reporter:
         """Whether this process reports at all (under elasticd, and rank 0 unless all_ranks)."""
         return self._enabled
 
-    def step(self, step, resumed_from=None, samples=None):
+    def step(self, step, resumed_from=None, samples=None, loss=None):
         """A training step finished; `step` is the global step count after it. `samples`: the
         samples the whole job trained on since this process started (a job with scale
         "throughput" measures its samples/s from it)."""
@@ -112,6 +114,7 @@ class Reporter:
             if resumed_from is not None:
                 self._resumed_from = int(resumed_from)
             self._samples = None if samples is None else int(samples)
+            self._loss = None if loss is None else float(loss)
             now = time.monotonic()
             first = not self._first_sent
             if not first and now < self._next_step:
@@ -149,6 +152,8 @@ class Reporter:
             report["first"] = first
             if self._samples is not None:
                 report["samples"] = self._samples
+            if self._loss is not None and math.isfinite(self._loss):
+                report["loss"] = self._loss
         return json.dumps(report, separators=(",", ":")).encode()
 
     def _send(self, body):
@@ -231,10 +236,11 @@ def enabled():
     return _shared().enabled
 
 
-def step(step, resumed_from=None, samples=None):
+def step(step, resumed_from=None, samples=None, loss=None):
     """A training step finished; `step` is the global step count after it; `samples`, if
-    given, the samples the whole job trained on so far (throughput scaling). Rate-limited."""
-    _shared().step(step, resumed_from, samples)
+    given, the samples the whole job trained on so far (throughput scaling); `loss`, if given,
+    the newest training loss (the job's curve). Rate-limited."""
+    _shared().step(step, resumed_from, samples, loss)
 
 
 def checkpoint(step):

@@ -869,7 +869,7 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     state.position = sampler.advance(state.position, env.world_size, flags.batch_size);
     ++state.step;
     ++steps_this_run;
-    samples_seen += env.world_size * flags.batch_size;
+    samples_seen += global_batch;
     if (flags.pace_ms > 0) {
       const double slower = flags.pace_ranks > 0 && env.world_size > flags.pace_ranks
                                 ? static_cast<double>(env.world_size) /
@@ -879,7 +879,12 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
           step_started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                              std::chrono::duration<double, std::milli>(flags.pace_ms * slower)));
     }
-    progress.step(state.step, resume_step, samples_seen);
+    // The loss of the step before (the control values arrive one step late, at no host sync;
+    // none yet after this process's first step).
+    progress.step(state.step, resume_step, samples_seen,
+                  steps_this_run > 1 || flags.sync_every_step
+                      ? std::optional<double>(static_cast<double>(control[kControlLoss]))
+                      : std::nullopt);
     if (rounds != nullptr) rounds->progress(state.step);
     if (reformed_at) {
       // The first step after a re-formation: what an incident costs ends here.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -79,7 +80,8 @@ ProgressReporter::ProgressReporter(const std::map<std::string, std::string>& env
 
 std::string ProgressReporter::frame_json(const std::string& event, std::int64_t step,
                                          std::int64_t resumed_from, bool first,
-                                         std::int64_t samples) const {
+                                         std::int64_t samples,
+                                         std::optional<double> loss) const {
   std::string json = "{\"verb\":\"progress\",\"job\":" + quoted(job_) +
                      ",\"round\":" + std::to_string(round_) + ",\"rank\":" + std::to_string(rank_) +
                      ",\"event\":" + quoted(event) + ",\"step\":" + std::to_string(step);
@@ -87,18 +89,24 @@ std::string ProgressReporter::frame_json(const std::string& event, std::int64_t 
     json += ",\"resumed_from\":" + std::to_string(resumed_from) +
             ",\"first\":" + (first ? "true" : "false");
     if (samples >= 0) json += ",\"samples\":" + std::to_string(samples);
+    if (loss && std::isfinite(*loss)) {
+      char text[40];
+      std::snprintf(text, sizeof text, "%.9g", *loss);
+      json += std::string(",\"loss\":") + text;
+    }
   }
   return json + "}";
 }
 
-void ProgressReporter::step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples) {
+void ProgressReporter::step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples,
+                            std::optional<double> loss) {
   if (!enabled()) return;
   const auto now = std::chrono::steady_clock::now();
   const bool first = !first_sent_;
   if (!first && now < next_step_) return;
   first_sent_ = true;
   next_step_ = now + step_interval_;
-  (void)send(frame_json("step", step, resumed_from, first, samples));
+  (void)send(frame_json("step", step, resumed_from, first, samples, loss));
 }
 
 void ProgressReporter::checkpoint(std::int64_t step) {

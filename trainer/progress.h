@@ -6,7 +6,7 @@
 // Frames go to $ELASTIC_CONTROL_SOCKET in the control protocol's framing (a 4-byte big-endian
 // length, then JSON; daemon/control/protocol.h):
 //   {"verb":"progress","job":J,"round":R,"rank":N,"event":"step","step":S,"resumed_from":F,
-//    "first":true|false[,"samples":C]}
+//    "first":true|false[,"samples":C][,"loss":L]}
 //   {"verb":"progress","job":J,"round":R,"rank":N,"event":"checkpoint","step":S}
 // J, R and N come from ELASTIC_JOB_ID, ELASTIC_ROUND and RANK. F is the step the run resumed
 // from (-1: it started fresh). A worker outside elasticd (no socket or no job id in the
@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace elastic::trainer {
@@ -47,13 +48,16 @@ class ProgressReporter {
   // checkpoint step this run resumed from, -1 when it started fresh. `samples`: the samples the
   // whole job trained on since this process started (its counter goes on across re-formations;
   // throughput scaling reads its rate), -1 when not counted.
-  void step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples = -1);
+  // `loss`: the newest training loss (sent when finite).
+  void step(std::int64_t step, std::int64_t resumed_from, std::int64_t samples = -1,
+            std::optional<double> loss = std::nullopt);
   // A checkpoint of `step` was published.
   void checkpoint(std::int64_t step);
 
   // The frame's JSON for a report (exposed for tests).
   std::string frame_json(const std::string& event, std::int64_t step, std::int64_t resumed_from,
-                         bool first, std::int64_t samples = -1) const;
+                         bool first, std::int64_t samples = -1,
+                         std::optional<double> loss = std::nullopt) const;
 
  private:
   // Sends one frame and reads the reply; false (after one log line per reporter) on failure.

@@ -1,6 +1,7 @@
 #include "daemon/node/incidents.h"
 
 #include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 
 namespace elastic::node {
@@ -31,19 +32,6 @@ json optional_json(const std::optional<std::int64_t>& value) {
 constexpr std::size_t kEarlyStopRounds = 4;
 
 }  // namespace
-
-void RecoveryStats::observe(double value) {
-  std::size_t bucket = kBuckets.size();
-  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    if (value <= kBuckets[i]) {
-      bucket = i;
-      break;
-    }
-  }
-  ++counts[bucket];
-  sum += value;
-  ++count;
-}
 
 RecoveryStats IncidentLog::stats() const {
   RecoveryStats total;
@@ -305,7 +293,83 @@ void IncidentLog::refresh(Incident& incident, const Open& state) const {
 
 void IncidentLog::record(ClusterEvent event) {
   events_.push_back(std::move(event));
+  ++events_recorded_;
   while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+void IncidentLog::seed(const rendezvous::History& history) {
+  const std::int64_t newest = history.events.empty() ? INT64_MIN : history.events.back().at_ms;
+  std::deque<ClusterEvent> own_events;
+  for (const ClusterEvent& e : events_) {
+    if (e.at_ms > newest) own_events.push_back(e);
+  }
+  events_.assign(history.events.begin(), history.events.end());
+  events_recorded_ = events_.size();
+  events_replicated_ = events_recorded_;
+  for (ClusterEvent& e : own_events) record(std::move(e));
+  std::deque<Incident> own = std::move(incidents_);
+  incidents_.assign(history.incidents.begin(), history.incidents.end());
+  replicated_incidents_.clear();
+  for (const Incident& i : incidents_) replicated_incidents_.insert(i.id);
+  stats_ = history.stats;
+  next_id_ = std::max(next_id_, history.last_incident_id());
+  for (Incident& i : own) {
+    const std::uint64_t old_id = i.id;
+    i.id = ++next_id_;
+    for (auto& [job, state] : open_) {
+      if (state.id == old_id) state.id = i.id;
+    }
+    // Its "incident N opened" event (not replicated yet) names the new number.
+    const std::string old_name = "incident " + std::to_string(old_id) + " opened";
+    for (ClusterEvent& e : events_) {
+      if (e.kind == "incident" && e.job == i.job && e.detail.rfind(old_name, 0) == 0) {
+        e.detail = "incident " + std::to_string(i.id) + " opened" + e.detail.substr(old_name.size());
+      }
+    }
+    if (i.complete && !i.given_up && i.first_step_s && i.cause != "grow") {
+      stats_[i.cause].observe(*i.first_step_s);
+    }
+    incidents_.push_back(std::move(i));
+  }
+  while (incidents_.size() > kMaxIncidents) incidents_.pop_front();
+}
+
+void IncidentLog::step_down() {
+  abandon_open();
+  incidents_.clear();
+  replicated_incidents_.clear();
+  stats_ = rendezvous::empty_recovery_stats();
+  last_from_round_.clear();
+  last_step_.clear();
+  early_stops_.clear();
+}
+
+IncidentLog::Unreplicated IncidentLog::unreplicated() const {
+  Unreplicated batch;
+  for (const Incident& i : incidents_) {
+    if (batch.incidents.size() >= rendezvous::kMaxHistoryBatch) break;
+    if (i.complete && !replicated_incidents_.contains(i.id)) batch.incidents.push_back(i);
+  }
+  // Sequence number of events_[k]: events_recorded_ - (size - 1 - k).
+  const std::uint64_t first_seq = events_recorded_ + 1 - events_.size();
+  batch.events_through = events_replicated_;
+  for (std::size_t k = 0; k < events_.size(); ++k) {
+    const std::uint64_t seq = first_seq + k;
+    if (seq <= events_replicated_) continue;
+    if (batch.events.size() >= rendezvous::kMaxHistoryBatch) break;
+    batch.events.push_back(events_[k]);
+    batch.events_through = seq;
+  }
+  return batch;
+}
+
+void IncidentLog::mark_replicated(const Unreplicated& batch) {
+  for (const Incident& i : batch.incidents) replicated_incidents_.insert(i.id);
+  std::erase_if(replicated_incidents_, [&](std::uint64_t id) {
+    return std::none_of(incidents_.begin(), incidents_.end(),
+                        [&](const Incident& i) { return i.id == id; });
+  });
+  events_replicated_ = std::max(events_replicated_, batch.events_through);
 }
 
 std::string IncidentLog::to_json(const std::string& job, std::size_t limit) const {

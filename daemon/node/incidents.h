@@ -38,9 +38,10 @@
 // (progress_reports), so a timeline can end at the rendezvous (the workers' start) instead of
 // waiting for a step that will not come.
 //
-// Bounded: the newest kMaxIncidents incidents and kMaxEvents cluster events are kept. Both are
-// this leader's memory: a new leader starts with none (job state changes are replicated in the
-// job table's events instead).
+// Bounded: the newest kMaxIncidents incidents and kMaxEvents cluster events are kept. The leader
+// replicates complete incidents and its events through the job table (RecordHistory), and a new
+// leader seeds its log from there (seed()): a failover keeps the history but for what the old
+// leader saw in its last moments (at most one batch interval).
 //
 // Thread safety: none; the node's loop thread owns it (through RoundLeader).
 #pragma once
@@ -54,56 +55,22 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "daemon/core/time.h"
+#include "daemon/rendezvous/history.h"
 
 namespace elastic::node {
 
-struct Incident {        // one recovery of one job, newest last
-  std::uint64_t id = 0;  // increasing per leader
-  std::string job;
-  std::string cause;                           // "worker_failed", "node_lost", "node_left", "grow"
-  std::string node;                            // the node the cause is about ("" for grow)
-  std::uint64_t from_round = 0, to_round = 0;  // to_round 0 until the new round is committed
-  std::int64_t at_ms = 0;  // wall clock (ms since the epoch) of the earliest evidence
-  // seconds after at_ms; std::nullopt until known
-  std::optional<double> detected_s, stopped_s, rendezvous_s, first_step_s;
-  std::optional<std::int64_t> steps_lost;
-  bool complete = false;  // first step seen, or given up (see the header comment)
-  // Beyond the metrics contract: for `elasticctl events`.
-  std::uint32_t to_nodes = 0;                // nodes in to_round
-  std::optional<std::int64_t> resumed_from;  // the step the new round resumed from
-  bool given_up = false;                     // complete without a first step
-  // The job's workers reported progress to this leader (before or during the incident); false:
-  // no first step can be expected, the timeline ends at the rendezvous.
-  bool progress_reports = false;
-};
-
-// One observation per complete incident with first_step_s (event -> first step); grows excluded.
-struct RecoveryStats {
-  static constexpr std::array<double, 10> kBuckets{0.5, 1, 2, 3, 5, 7.5, 10, 20, 30, 60};
-  std::array<std::uint64_t, kBuckets.size() + 1> counts{};  // per bucket, NOT cumulative;
-                                                            // last = above 60
-  double sum = 0;
-  std::uint64_t count = 0;
-  void observe(double seconds);
-};
-
-// Something the leader saw happen in the cluster.
-struct ClusterEvent {
-  std::int64_t at_ms = 0;  // wall clock of the daemon that recorded it
-  // "member_joined", "member_alive", "member_suspect", "member_dead", "member_left",
-  // "leader_elected", "node_drained", "node_undrained", "round_opened", "incident"
-  std::string kind;
-  std::string node;
-  std::string job;  // "" when not about a job
-  std::string detail;
-};
+// The records themselves are the replicated history's (rendezvous/history.h).
+using rendezvous::ClusterEvent;
+using rendezvous::Incident;
+using rendezvous::RecoveryStats;
 
 class IncidentLog {
  public:
-  static constexpr std::size_t kMaxIncidents = 256;
-  static constexpr std::size_t kMaxEvents = 512;
+  static constexpr std::size_t kMaxIncidents = rendezvous::kMaxIncidents;
+  static constexpr std::size_t kMaxEvents = rendezvous::kMaxEvents;
   static constexpr std::chrono::minutes kGiveUp{10};
 
   // Evidence that `job`'s round `round` (members `members`) lost `node` (see the causes).
@@ -130,9 +97,28 @@ class IncidentLog {
   void tick(TimePoint now);
   // This node stops leading: every open incident is given up (a new leader cannot finish it).
   void abandon_open();
+  // This node stops leading: open incidents are given up, and incidents and durations are
+  // forgotten (the next time it leads it starts from the replicated history, seed()). Events
+  // stay: membership events are recorded while following too.
+  void step_down();
   TimePoint next_deadline() const;
 
   void record(ClusterEvent event);
+
+  // Replication (job_table.h RecordHistory). A new leader starts from the replicated `history`:
+  // its incidents, events and durations, plus the events this daemon recorded itself after the
+  // history's newest one (as a follower it saw membership change too) and the incidents it
+  // opened since it leads (renumbered after the history's newest id).
+  void seed(const rendezvous::History& history);
+  // What this log holds that is not replicated yet: complete incidents and events, oldest first,
+  // at most rendezvous::kMaxHistoryBatch of each. mark_replicated() once it is committed.
+  struct Unreplicated {
+    std::vector<Incident> incidents;
+    std::vector<ClusterEvent> events;
+    std::uint64_t events_through = 0;  // the sequence number of the last event taken
+  };
+  Unreplicated unreplicated() const;
+  void mark_replicated(const Unreplicated& batch);
 
   const std::deque<Incident>& incidents() const { return incidents_; }
   // Recovery durations by cause ("worker_failed", "node_lost", "node_left": every cause is
@@ -173,8 +159,10 @@ class IncidentLog {
   std::uint64_t next_id_ = 0;
   std::deque<Incident> incidents_;
   std::deque<ClusterEvent> events_;
-  std::map<std::string, RecoveryStats> stats_ = {
-      {"node_left", {}}, {"node_lost", {}}, {"worker_failed", {}}};
+  std::uint64_t events_recorded_ = 0;  // sequence number of the newest event in events_
+  std::uint64_t events_replicated_ = 0;  // events up to this sequence number are replicated
+  std::set<std::uint64_t> replicated_incidents_;  // ids (of incidents_ only)
+  std::map<std::string, RecoveryStats> stats_ = rendezvous::empty_recovery_stats();
   std::map<std::string, Open> open_;  // job -> its open incident (one per job at a time)
   // job -> the newest round an incident was opened for: older evidence is stale.
   std::map<std::string, std::uint64_t> last_from_round_;

@@ -1,6 +1,7 @@
 #include "daemon/node/job_supervisor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <chrono>
 #include <csignal>
@@ -777,6 +778,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   const json resumed = args.value("resumed_from", json(-1));
   const json rank = args.value("rank", json(std::uint64_t{0}));
   const json samples = args.value("samples", json());
+  const json loss = args.value("loss", json());
   if (!job_id.is_string() || job_id.get<std::string>().empty()) {
     return Error{"The progress request needs a \"job\" (a job id)."};
   }
@@ -796,6 +798,10 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   if (!samples.is_null() && (!samples.is_number_integer() || samples.get<std::int64_t>() < 0)) {
     return Error{"The progress request for job " + id +
                  " has a \"samples\" that is not a whole number >= 0 (samples trained on so far)."};
+  }
+  if (!loss.is_null() && (!loss.is_number() || !std::isfinite(loss.get<double>()))) {
+    return Error{"The progress request for job " + id +
+                 " has a \"loss\" that is not a finite number."};
   }
   const auto found = jobs_.find(id);
   if (found == jobs_.end() || !found->second.current || !found->second.started) {
@@ -827,6 +833,7 @@ Status JobSupervisor::on_progress(TimePoint now, std::uint32_t uid, const std::s
   report.step = step.get<std::int64_t>();
   report.resumed_from = resumed.get<std::int64_t>();
   if (!samples.is_null()) report.samples = samples.get<std::int64_t>();
+  if (!loss.is_null()) report.loss = loss.get<double>();
   Job::ProgressOut& out = job.progress[event.get<std::string>()];
   const bool first_step = event == "step" && !job.first_step_sent;
   if (first_step || now >= out.last_sent + kProgressInterval) {

@@ -84,7 +84,9 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   if (!leading || consensus == nullptr) {
     if (leading_) {
       granter_.step_down();
-      incidents_.abandon_open();
+      incidents_.step_down();
+      history_seeded_ = false;
+      history_in_flight_ = false;
       round_members_.clear();
       leader_jobs_.clear();
       scaling_.clear();
@@ -168,6 +170,12 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   // Until this leader applied an entry of its own term, its table may lack a round an earlier
   // leader proposed that still commits: planning now could give that round's slots again.
   const bool caught_up = consensus->applied_own_term();
+  // The replicated history, once this leader's table has every earlier leader's entries.
+  if (caught_up && !history_seeded_) {
+    incidents_.seed(table.history());
+    history_seeded_ = true;
+  }
+  if (caught_up) record_history(now, wall, *consensus);
   const bool plan_now = caught_up && now >= next_plan_;
   if (now >= next_plan_) next_plan_ = now + (caught_up ? Duration(kPlanInterval) : kCatchUpRetry);
   if (plan_now) schedule(now, table, alive, ledger, *consensus);
@@ -660,6 +668,29 @@ bool RoundLeader::scale_job(TimePoint now, rendezvous::WallTime wall,
   return true;
 }
 
+void RoundLeader::record_history(TimePoint now, rendezvous::WallTime wall,
+                                 ConsensusHost& consensus) {
+  if (history_in_flight_ || now < next_history_) return;
+  next_history_ = now + kHistoryInterval;
+  rendezvous::RecordHistory command;
+  for (auto& [id, watch] : scaling_) {
+    if (command.points.size() >= rendezvous::kMaxHistoryBatch) break;
+    if (auto point = watch.series.take(now, wall, kSeriesInterval)) {
+      command.points.push_back(rendezvous::JobPoint{.job_id = id, .point = *point});
+    }
+  }
+  IncidentLog::Unreplicated batch = incidents_.unreplicated();
+  command.incidents = batch.incidents;
+  command.events = batch.events;
+  if (command.points.empty() && command.incidents.empty() && command.events.empty()) return;
+  history_in_flight_ = true;
+  consensus.propose(now, rendezvous::encode_command(command),
+                    [this, batch = std::move(batch)](Result<std::string> committed) {
+                      history_in_flight_ = false;
+                      if (committed.ok()) incidents_.mark_replicated(batch);
+                    });
+}
+
 void RoundLeader::propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
                                     ConsensusHost& consensus) {
   leader_jobs_[command.job_id].in_flight = true;
@@ -790,8 +821,11 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
     incidents_.on_progress(now, job, round, report.event, report.step, report.resumed_from);
     // Rank 0's sample count: the job's samples/s (throughput scaling, metrics). Only for jobs
     // this leader knows, so a report cannot make it remember a job that is not in the table.
-    if (report.samples && report.rank.value_or(0) == 0 && leader_jobs_.contains(job)) {
-      scaling_[job].window.observe(now, round, *report.samples);
+    if ((report.samples || report.loss) && report.rank.value_or(0) == 0 &&
+        leader_jobs_.contains(job)) {
+      ScaleWatch& watch = scaling_[job];
+      if (report.samples) watch.window.observe(now, round, *report.samples);
+      watch.series.observe(now, round, report.samples, report.loss);
     }
     return;
   }

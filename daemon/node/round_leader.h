@@ -46,10 +46,14 @@
 // Output: take_sends(), in the order it was made; a message to this daemon itself is for its
 // member half (round_send.h). Proposals go straight to the ConsensusHost given to lead().
 //
-// Events and recovery incidents (incidents.h): incidents, their RecoveryStats, rounds_opened
-// and the round/drain/election events are this leader's volatile memory: a new leader starts
-// empty (open incidents are given up when this node stops leading). Membership events are
-// recorded on every daemon (record_event), so a new leader keeps what it saw as a follower.
+// Events and recovery incidents (incidents.h): the leader records incidents, their
+// RecoveryStats and the round/drain/election events, and replicates the complete incidents and
+// the events every kHistoryInterval through the job table (RecordHistory, with each job's
+// training series: a point of samples/s and loss per kSeriesInterval from rank 0's progress
+// reports). A new leader starts from the replicated history once it is caught up
+// (IncidentLog::seed); open incidents are given up, and the log forgotten, when this node stops
+// leading. Membership events are recorded on every daemon (record_event), so a new leader keeps
+// what it saw as a follower after the history's newest event. rounds_opened is volatile.
 //
 // Thread safety: none; the node's loop thread owns it. Errors: a report that does not decode,
 // or that throws while acted on, is dropped and counted (malformed_reports()).
@@ -240,6 +244,9 @@ class RoundLeader {
                  const rendezvous::JobTable& table,
                  const std::map<std::string, const membership::MemberView*>& alive,
                  rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  // Every kHistoryInterval (one batch in flight): the series points due (kSeriesInterval per
+  // job) and the incidents and events not replicated yet, as one RecordHistory.
+  void record_history(TimePoint now, rendezvous::WallTime wall, ConsensusHost& consensus);
   // Proposes `command` (one in flight for its job).
   void propose_set_state(TimePoint now, const rendezvous::SetJobState& command,
                          ConsensusHost& consensus);
@@ -280,11 +287,18 @@ class RoundLeader {
   // job's round) at the last pass.
   struct ScaleWatch {
     ThroughputWindow window;
+    SeriesSampler series;
     std::optional<TimePoint> short_since;
     std::set<std::string> cluster;
     bool cluster_known = false;
   };
   std::map<std::string, ScaleWatch> scaling_;
+  // The history's replication (record_history): seeded from the table once caught up.
+  static constexpr std::chrono::seconds kHistoryInterval{2};
+  static constexpr std::chrono::seconds kSeriesInterval{10};
+  bool history_seeded_ = false;
+  bool history_in_flight_ = false;
+  TimePoint next_history_{};
   // job -> the OpenRound this leader proposed and has not seen applied: its ranks and store
   // port hold their nodes (NodeLedger) until the proposal's completion.
   std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/msgpack_fields.h"
 #include "daemon/wire/msgpack_schema.h"
 
 namespace elastic::node {
@@ -26,22 +27,10 @@ constexpr std::array<std::string_view, 9> kNames = {
 };
 static_assert(kNames.size() == static_cast<std::size_t>(kLastReportKind) + 1);
 
-// Wall times and steps are signed: msgpack int (the schema itself carries unsigned only).
-struct Signed {
-  static void pack(Packer& p, std::int64_t value) { p.pack_int64(value); }
-  static void read(MapReader& r, std::string_view key, Need need, std::int64_t* out) {
-    const msgpack::object* v = r.find(key, need);
-    if (v == nullptr) return;
-    if (v->type == msgpack::type::NEGATIVE_INTEGER) {
-      *out = v->via.i64;
-    } else if (v->type == msgpack::type::POSITIVE_INTEGER &&
-               v->via.u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      *out = static_cast<std::int64_t>(v->via.u64);
-    } else {
-      r.fail("has key '" + std::string(key) + "' that is not a 64-bit integer");
-    }
-  }
-};
+// Wall times and steps are signed (msgpack int), the loss a finite float: the job table's
+// converters.
+using Signed = rendezvous::internal::Signed64;
+using Finite = rendezvous::internal::FiniteFloat;
 
 bool is_progress_event(const std::string& event) {
   return event == "step" || event == "checkpoint" || event == "resume";
@@ -71,6 +60,7 @@ void visit_fields(V& v, M& m) {
   v.field("pt", m.port, When{m.port != 0});
   v.field("lv", m.live, When{m.live});
   v.field("sm", m.samples, Via<Signed>{});
+  v.field("ls", m.loss, Via<Finite>{});
 }
 
 void check_fields(MapReader& r, const RoundReport& m) {

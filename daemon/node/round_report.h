@@ -14,6 +14,7 @@
 //   e event, s step, rf resumed_from            progress
 //   pt port         store_port_busy             the round's store port, in use on the reporter
 //   sm samples      progress                    samples trained on so far (see the field)
+//   ls loss         progress                    the newest training loss (a finite float)
 //   lv live         round_ack, peer_lost        the reporter's workers of the round re-form in
 //                                               place (they speak the worker channel, live)
 //
@@ -88,6 +89,8 @@ struct RoundReport {
   // its process started (only differences within a round mean anything: throughput scaling's
   // samples per second). Unset: the worker does not count them.
   std::optional<std::int64_t> samples;
+  // progress "step": the newest training loss the worker reported (finite). Unset: none.
+  std::optional<double> loss;
   bool operator==(const RoundReport&) const = default;
 };
 

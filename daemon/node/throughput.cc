@@ -46,4 +46,33 @@ std::optional<double> ThroughputWindow::rate(std::uint64_t round) const {
   return per_second(last_samples_ - start_samples_, span);
 }
 
+void SeriesSampler::observe(TimePoint now, std::uint64_t round,
+                            std::optional<std::int64_t> samples, std::optional<double> loss) {
+  reported_ = true;
+  if (loss) loss_ = loss;
+  if (!samples) return;
+  const Count count{now, round, *samples};
+  if (!newest_ || newest_->round != round || *samples < newest_->samples) from_ = count;
+  newest_ = count;
+}
+
+std::optional<rendezvous::SeriesPoint> SeriesSampler::take(TimePoint now,
+                                                           rendezvous::WallTime wall,
+                                                           Duration interval) {
+  if (last_point_ && now - *last_point_ < interval) return std::nullopt;
+  if (!reported_) return std::nullopt;
+  rendezvous::SeriesPoint point;
+  point.at = wall;
+  point.loss = loss_;
+  if (from_ && newest_ && newest_->at - from_->at >= kMinSpan) {
+    point.samples_per_s = per_second(newest_->samples - from_->samples, newest_->at - from_->at);
+  }
+  from_ = newest_;
+  reported_ = false;
+  loss_.reset();
+  last_point_ = now;
+  if (!point.samples_per_s && !point.loss) return std::nullopt;
+  return point;
+}
+
 }  // namespace elastic::node

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "daemon/core/time.h"
+#include "daemon/rendezvous/history.h"
 
 namespace elastic::node {
 
@@ -40,6 +41,32 @@ class ThroughputWindow {
   TimePoint last_at_{};
   std::int64_t last_samples_ = 0;
   std::optional<double> last_full_;
+};
+
+// SeriesSampler: one point of a job's training series (rendezvous/history.h SeriesPoint) per
+// interval from rank 0's progress reports: the samples/s over the interval (when two reports of
+// one round counted samples in it) and the newest loss reported in it. take() gives nothing for
+// an interval without a report.
+class SeriesSampler {
+ public:
+  void observe(TimePoint now, std::uint64_t round, std::optional<std::int64_t> samples,
+               std::optional<double> loss);
+  // The point for the interval that ends at `now` (stamped `wall`), once at least `interval`
+  // after the previous one; nullopt when not due or nothing was reported since.
+  std::optional<rendezvous::SeriesPoint> take(TimePoint now, rendezvous::WallTime wall,
+                                             Duration interval);
+
+ private:
+  struct Count {
+    TimePoint at{};
+    std::uint64_t round = 0;
+    std::int64_t samples = 0;
+  };
+  std::optional<Count> from_;    // the count the next point's rate starts at
+  std::optional<Count> newest_;  // the newest count
+  std::optional<double> loss_;
+  bool reported_ = false;  // anything since the last point
+  std::optional<TimePoint> last_point_;
 };
 
 }  // namespace elastic::node

@@ -683,6 +683,21 @@ void Signed32::read(MapReader& r, std::string_view key, Need need, std::int32_t*
   }
 }
 
+void Signed64::pack(Packer& p, std::int64_t value) { p.pack_int64(value); }
+
+void Signed64::read(MapReader& r, std::string_view key, Need need, std::int64_t* out) {
+  const msgpack::object* v = r.find(key, need);
+  if (v == nullptr) return;
+  if (v->type == msgpack::type::NEGATIVE_INTEGER) {
+    *out = v->via.i64;
+  } else if (v->type == msgpack::type::POSITIVE_INTEGER &&
+             v->via.u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    *out = static_cast<std::int64_t>(v->via.u64);
+  } else {
+    r.fail("has key '" + std::string(key) + "' that is not a 64-bit integer");
+  }
+}
+
 void Float::pack(Packer& p, double value) { p.pack_double(value); }
 
 void Float::read(MapReader& r, std::string_view key, Need need, double* out) {
@@ -698,6 +713,18 @@ void Float::read(MapReader& r, std::string_view key, Need need, double* out) {
   } else {
     r.fail("has key '" + std::string(key) + "' that is not a number");
   }
+}
+
+void FiniteFloat::read(MapReader& r, std::string_view key, Need need, double* out) {
+  double value = 0;
+  const bool present = r.find(key, Need::kOptional) != nullptr;
+  Float::read(r, key, need, &value);
+  if (!present || !r.ok()) return;
+  if (!std::isfinite(value)) {
+    r.fail("has key '" + std::string(key) + "' that is not finite");
+    return;
+  }
+  *out = value;
 }
 
 void CommandArgs::pack(Packer& p, const std::vector<std::string>& args) {

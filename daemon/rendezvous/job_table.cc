@@ -212,9 +212,11 @@ ApplyResult JobTable::apply(Index index, const Command& command) {
           return apply_priority(index, c);
         } else if constexpr (std::is_same_v<T, SuspendJob>) {
           return apply_suspend(index, c);
-        } else {
-          static_assert(std::is_same_v<T, SetScale>);
+        } else if constexpr (std::is_same_v<T, SetScale>) {
           return apply_scale(index, c);
+        } else {
+          static_assert(std::is_same_v<T, RecordHistory>);
+          return apply_history(c);
         }
       },
       command);
@@ -564,6 +566,32 @@ ApplyResult JobTable::apply_scale(Index /*index*/, const SetScale& c) {
   job.scale = s;
   add_event(job, JobEvent{c.at, job.round, job.state, job.state, "scale: " + c.reason});
   return ApplyResult{ApplyCode::kApplied, c.job_id, "", false};
+}
+
+ApplyResult JobTable::apply_history(const RecordHistory& c) {
+  for (const JobPoint& p : c.points) {
+    const bool rate_ok = !p.point.samples_per_s ||
+                         (std::isfinite(*p.point.samples_per_s) && *p.point.samples_per_s >= 0);
+    const bool loss_ok = !p.point.loss || std::isfinite(*p.point.loss);
+    if (!rate_ok || !loss_ok || negative(p.point.at)) {
+      return rejected(p.job_id, "Cannot record the history: a point of job " + p.job_id +
+                                    " has a samples/s or loss that is not a finite number (or a "
+                                    "negative rate), or a time before 1970.");
+    }
+  }
+  for (const Incident& i : c.incidents) {
+    if (!i.complete) {
+      return rejected(i.job, "Cannot record the history: incident " + std::to_string(i.id) +
+                                 " of job " + i.job + " is not complete.");
+    }
+  }
+  for (const JobPoint& p : c.points) {
+    const auto it = jobs_.find(p.job_id);
+    if (it != jobs_.end()) add_point(it->second.series, p.point);
+  }
+  for (const Incident& i : c.incidents) history_.add(i);
+  for (const ClusterEvent& e : c.events) history_.add(e);
+  return ApplyResult{ApplyCode::kApplied, "", "", false};
 }
 
 void JobTable::add_event(JobRecord& job, JobEvent event) {

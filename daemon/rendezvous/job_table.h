@@ -41,6 +41,11 @@
 //                new state (size and good within min_nodes..max_nodes or 0, at most
 //                max_nodes rates, each finite and >= 0) and the measurement that decided it
 //                as the event's reason. Appends an event ("scale: ..."); the state stays.
+//   RecordHistory  the leader's batch of what it observed (history.h): training series points
+//                of jobs (a point for a job the table no longer has is dropped), complete
+//                recovery incidents and cluster events, appended within history.h's bounds.
+//                Refused whole when a series value is not finite or a rate is negative, or an
+//                incident is not complete.
 //   DrainNode    admin only; marks a node drained (no new rounds are placed on it; jobs
 //                already on it keep running) or clears the mark. Draining a drained node or
 //                undraining one that is not drained applies and changes nothing, so an
@@ -69,7 +74,8 @@
 // drained nodes are written only when there are some, so a table without drains snapshots to
 // the bytes daemons wrote before DrainNode existed, and restore() reads those bytes. Likewise a
 // failed node ("fn"), a rank entry's restart count ("rc"), a job's preemptions ("pe") and its
-// scale state ("sc") are written only when set. Older daemons refuse a DrainNode, SetPriority,
+// scale state ("sc") and series ("sr") are written only when set, and the table's history ("hi")
+// only when it has any. Older daemons refuse a DrainNode, SetPriority,
 // SuspendJob or SetScale entry as an unknown kind (kMalformed), and a suspended state or a
 // preempted or scaled reason as unknown values, so upgrade every daemon before using them.
 //
@@ -93,6 +99,7 @@
 #include <vector>
 
 #include "daemon/core/result.h"
+#include "daemon/rendezvous/history.h"
 #include "daemon/rendezvous/job_spec.h"
 #include "daemon/rendezvous/types.h"
 
@@ -214,9 +221,22 @@ struct SetScale {
   bool operator==(const SetScale&) const = default;
 };
 
+struct JobPoint {
+  std::string job_id;
+  SeriesPoint point;
+  bool operator==(const JobPoint&) const = default;
+};
+
+struct RecordHistory {
+  std::vector<JobPoint> points;        // at most kMaxHistoryBatch
+  std::vector<Incident> incidents;     // complete ones, at most kMaxHistoryBatch
+  std::vector<ClusterEvent> events;    // at most kMaxHistoryBatch
+  bool operator==(const RecordHistory&) const = default;
+};
+
 // Kinds are only ever appended (the encoded kind number follows the order).
 using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, DrainNode, SetPriority,
-                             SuspendJob, SetScale>;
+                             SuspendJob, SetScale, RecordHistory>;
 
 // Map-encoded MessagePack with the version and kind first (the schema in job_table_codec.cc).
 std::string encode_command(const Command& command);
@@ -250,6 +270,7 @@ struct JobRecord {
   std::uint32_t restarts = 0;     // worker-failure rounds so far (the job's max_restarts budget)
   std::uint32_t preemptions = 0;  // times it was suspended and requeued for another job
   ScaleState scale;               // scale "throughput": the last committed SetScale
+  std::vector<SeriesPoint> series;  // training series, oldest first (history.h bounds)
   // The current round; 0 = none yet.
   std::uint64_t round = 0;
   RankMap ranks;
@@ -315,6 +336,8 @@ class JobTable {
   // Drained nodes by name. The leader places no new round on them.
   const std::map<std::string, NodeDrain>& drained() const { return drained_; }
   Index applied_index() const { return applied_index_; }
+  // Recovery incidents, cluster events and recovery durations the leaders replicated.
+  const History& history() const { return history_; }
   std::uint64_t jobs_created() const { return jobs_created_; }
 
   bool operator==(const JobTable&) const = default;
@@ -328,6 +351,7 @@ class JobTable {
   ApplyResult apply_priority(Index index, const SetPriority& c);
   ApplyResult apply_suspend(Index index, const SuspendJob& c);
   ApplyResult apply_scale(Index index, const SetScale& c);
+  ApplyResult apply_history(const RecordHistory& c);
   ApplyResult remember(Index index, const std::string& client_id, std::uint64_t seq,
                        ApplyResult result);
   template <typename C>
@@ -341,11 +365,13 @@ class JobTable {
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, ClientSession> clients_;
   std::map<std::string, NodeDrain> drained_;
+  History history_;
 };
 
 // JSON of a record for the control API (`elasticctl status --json`): id, state, reason,
 // round, ranks, store endpoint, restarts, preemptions (only when not 0), priority, preemptible,
 // scale (scale "throughput" only: {"size", "good", "settled", "samples_per_s": {"<nodes>": x}}),
+// series (when it has points: {"samples_per_s": [[at_ms, x], ...], "loss": [[at_ms, x], ...]}),
 // times (ms since the epoch), the spec, and the last `max_events` events.
 std::string to_json(const JobRecord& job, std::size_t max_events = kMaxEventsPerJob);
 

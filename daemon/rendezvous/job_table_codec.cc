@@ -46,6 +46,7 @@ enum class Kind : std::uint8_t {
   kPriority = 6,
   kSuspend = 7,
   kScale = 8,
+  kHistory = 9,
 };
 
 // A version key that must equal `kVersion`: commands and snapshots of another version are
@@ -224,6 +225,131 @@ void visit_fields(V& v, M& c) {
   v.field("at", c.at, Via<EpochMillis>{});
 }
 
+// History (history.h).
+constexpr std::size_t kMaxCauseBytes = 32;
+
+template <typename V, Like<SeriesPoint> M>
+void visit_fields(V& v, M& p) {
+  v.field("at", p.at, Via<EpochMillis>{});
+  v.field("sp", p.samples_per_s, Via<internal::Float>{});
+  v.field("ls", p.loss, Via<internal::Float>{});
+}
+constexpr Within kPointOf{"a series point of"};
+template <typename V, Like<JobPoint> M>
+void visit_fields(V& v, M& p) {
+  v.field("j", p.job_id, MaxBytes{kMaxJobIdBytes});
+  v.field("p", p.point, kPointOf);
+}
+template <typename V, Like<Incident> M>
+void visit_fields(V& v, M& i) {
+  v.field("i", i.id);
+  v.field("j", i.job, MaxBytes{kMaxJobIdBytes});
+  v.field("c", i.cause, MaxBytes{kMaxCauseBytes});
+  v.field("n", i.node, MaxBytes{kMaxNodeNameBytes});
+  v.field("fr", i.from_round);
+  v.field("tr", i.to_round);
+  v.field("at", i.at_ms, Via<internal::Signed64>{});
+  v.field("dt", i.detected_s, Via<internal::Float>{});
+  v.field("sp", i.stopped_s, Via<internal::Float>{});
+  v.field("rz", i.rendezvous_s, Via<internal::Float>{});
+  v.field("fs", i.first_step_s, Via<internal::Float>{});
+  v.field("sl", i.steps_lost, Via<internal::Signed64>{});
+  v.field("cp", i.complete);
+  v.field("tn", i.to_nodes);
+  v.field("rf", i.resumed_from, Via<internal::Signed64>{});
+  v.field("gu", i.given_up);
+  v.field("pr", i.progress_reports);
+}
+template <typename V, Like<ClusterEvent> M>
+void visit_fields(V& v, M& e) {
+  v.field("at", e.at_ms, Via<internal::Signed64>{});
+  v.field("k", e.kind, MaxBytes{kMaxCauseBytes});
+  v.field("n", e.node, MaxBytes{kMaxNodeNameBytes});
+  v.field("j", e.job, MaxBytes{kMaxJobIdBytes});
+  v.field("d", e.detail, MaxBytes{kMaxReasonBytes});
+}
+template <typename V, Like<RecordHistory> M>
+void visit_fields(V& v, M& c) {
+  v.field("pt", c.points, Items{"series point", kMaxHistoryBatch});
+  v.field("in", c.incidents, Items{"incident", kMaxHistoryBatch});
+  v.field("ev", c.events, Items{"cluster event", kMaxHistoryBatch});
+}
+
+// Recovery durations by cause: {cause: {"c": [11 counts], "s": sum, "n": count}}.
+struct StatsByCause {
+  using Stats = std::map<std::string, RecoveryStats>;
+  static void pack(internal::Packer& p, const Stats& stats) {
+    p.pack_map(static_cast<std::uint32_t>(stats.size()));
+    for (const auto& [cause, s] : stats) {
+      p.pack(cause);
+      p.pack_map(3);
+      p.pack(std::string("c"));
+      p.pack_array(static_cast<std::uint32_t>(s.counts.size()));
+      for (const std::uint64_t n : s.counts) p.pack_uint64(n);
+      p.pack(std::string("s"));
+      p.pack_double(s.sum);
+      p.pack(std::string("n"));
+      p.pack_uint64(s.count);
+    }
+  }
+  static void read(MapReader& r, std::string_view key, Need need, Stats* out) {
+    const msgpack::object* stats = r.find(key, need);
+    if (stats == nullptr) return;
+    if (stats->type != msgpack::type::MAP || stats->via.map.size > 16) {
+      r.fail("has key '" + std::string(key) + "' that is not a map of at most 16 causes");
+      return;
+    }
+    out->clear();
+    for (std::uint32_t i = 0; i < stats->via.map.size && r.ok(); ++i) {
+      const msgpack::object& k = stats->via.map.ptr[i].key;
+      const msgpack::object& v = stats->via.map.ptr[i].val;
+      RecoveryStats s;
+      bool ok = k.type == msgpack::type::STR && k.via.str.size <= kMaxCauseBytes &&
+                v.type == msgpack::type::MAP && v.via.map.size == 3;
+      for (std::uint32_t f = 0; ok && f < 3; ++f) {
+        const msgpack::object& name = v.via.map.ptr[f].key;
+        const msgpack::object& value = v.via.map.ptr[f].val;
+        const std::string_view field =
+            name.type == msgpack::type::STR ? std::string_view(name.via.str.ptr, name.via.str.size)
+                                            : std::string_view();
+        if (field == "c" && value.type == msgpack::type::ARRAY &&
+            value.via.array.size == s.counts.size()) {
+          for (std::uint32_t b = 0; ok && b < s.counts.size(); ++b) {
+            const msgpack::object& n = value.via.array.ptr[b];
+            ok = n.type == msgpack::type::POSITIVE_INTEGER;
+            if (ok) s.counts[b] = n.via.u64;
+          }
+        } else if (field == "s" && (value.type == msgpack::type::FLOAT64 ||
+                                    value.type == msgpack::type::FLOAT32)) {
+          s.sum = value.via.f64;
+        } else if (field == "s" && value.type == msgpack::type::POSITIVE_INTEGER) {
+          s.sum = static_cast<double>(value.via.u64);
+        } else if (field == "n" && value.type == msgpack::type::POSITIVE_INTEGER) {
+          s.count = value.via.u64;
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok) {
+        r.fail("has recovery durations " + std::to_string(i) +
+               " that are not a cause with 11 counts, a sum and a count");
+        break;
+      }
+      if (!out->emplace(std::string(k.via.str.ptr, k.via.str.size), s).second) {
+        r.fail("has the recovery durations of one cause twice");
+      }
+    }
+  }
+};
+
+template <typename V, Like<History> M>
+void visit_fields(V& v, M& h) {
+  v.field("in", h.incidents, Items{"incident", kMaxIncidents});
+  v.field("ev", h.events, Items{"cluster event", kMaxEvents});
+  v.field("st", h.stats, Via<StatsByCause>{});
+}
+constexpr Within kHistoryOf{"the history of"};
+
 // Snapshot pieces.
 
 template <typename V, Like<JobEvent> M>
@@ -258,6 +384,7 @@ void visit_fields(V& v, M& j) {
   v.field("pe", j.preemptions, When{j.preemptions != 0});
   // Only for a job that scaled: other records keep the bytes of older daemons.
   v.field("sc", j.scale, kScaleOf, When{j.scale != ScaleState{}});
+  v.field("sr", j.series, Items{"series point", kMaxSeriesPoints}, When{!j.series.empty()});
 }
 void check_fields(MapReader& r, const JobRecord& j) {
   if (is_terminal(j.state) != (j.ended_index != 0)) {
@@ -324,6 +451,7 @@ struct TableImage {
   Ref<std::map<std::string, JobRecord>> jobs;
   Ref<std::map<std::string, ClientSession>> clients;
   Ref<std::map<std::string, NodeDrain>> drained;
+  Ref<History> history;
 };
 template <typename V, bool kConst>
 void visit_fields(V& v, const TableImage<kConst>& t) {
@@ -336,6 +464,8 @@ void visit_fields(V& v, const TableImage<kConst>& t) {
   // before drains existed (and restore() of such bytes round-trips exactly).
   v.field("dr", t.drained, Items{"drained node", kMaxDrainedNodes},
           KeyField{"n", kMaxDrainNodeBytes, &drained_node_problem}, When{!t.drained.empty()});
+  // Only once a leader recorded history: a table without it keeps its older bytes.
+  v.field("hi", t.history, kHistoryOf, When{t.history != History{}});
 }
 
 constexpr Kind kind_of(const SubmitJob&) { return Kind::kSubmit; }
@@ -346,6 +476,7 @@ constexpr Kind kind_of(const DrainNode&) { return Kind::kDrain; }
 constexpr Kind kind_of(const SetPriority&) { return Kind::kPriority; }
 constexpr Kind kind_of(const SuspendJob&) { return Kind::kSuspend; }
 constexpr Kind kind_of(const SetScale&) { return Kind::kScale; }
+constexpr Kind kind_of(const RecordHistory&) { return Kind::kHistory; }
 
 template <typename T>
 Result<Command> read_command(MapReader& r, internal::Failure* failure) {
@@ -396,6 +527,8 @@ Result<Command> decode_command(std::string_view bytes) {
       return read_command<SuspendJob>(r, &failure);
     case Kind::kScale:
       return read_command<SetScale>(r, &failure);
+    case Kind::kHistory:
+      return read_command<RecordHistory>(r, &failure);
   }
   r.fail("has an unknown kind " + std::to_string(static_cast<unsigned>(header.kind)));
   return Error{std::move(failure.message)};
@@ -407,7 +540,8 @@ Result<Command> decode_command(std::string_view bytes) {
 std::string JobTable::snapshot() const {
   const std::uint32_t version = kSnapshotVersion;
   return wire::internal::encode_fields(
-      TableImage<true>{version, applied_index_, jobs_created_, jobs_, clients_, drained_});
+      TableImage<true>{version, applied_index_, jobs_created_, jobs_, clients_, drained_,
+                       history_});
 }
 
 Result<JobTable> JobTable::restore(std::string_view bytes) {
@@ -415,8 +549,9 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
   internal::Failure failure;
   JobTable table;
   std::uint32_t version = 0;
-  TableImage<false> image{version,     table.applied_index_, table.jobs_created_,
-                          table.jobs_, table.clients_,       table.drained_};
+  TableImage<false> image{version,      table.applied_index_, table.jobs_created_,
+                          table.jobs_,  table.clients_,       table.drained_,
+                          table.history_};
   if (!wire::internal::decode_fields(bytes, {kMaxSnapshotValues, 0}, what, &failure, image)) {
     return Error{std::move(failure.message)};
   }

@@ -47,6 +47,16 @@ std::string to_json(const JobRecord& job, std::size_t max_events) {
                     {"settled", job.scale.settled},
                     {"samples_per_s", std::move(rates)}};
     }
+    if (!job.series.empty()) {
+      json rates = json::array();
+      json losses = json::array();
+      for (const SeriesPoint& p : job.series) {
+        const auto at = p.at.time_since_epoch().count();
+        if (p.samples_per_s) rates.push_back({at, *p.samples_per_s});
+        if (p.loss) losses.push_back({at, *p.loss});
+      }
+      j["series"] = {{"samples_per_s", std::move(rates)}, {"loss", std::move(losses)}};
+    }
     json ranks = json::array();
     for (const RankAssignment& r : job.ranks) {
       ranks.push_back({{"node", r.node},

@@ -1,7 +1,8 @@
 // Internal: the MessagePack schema pieces shared by job_spec.cc and job_table_codec.cc: a
 // JobSpec's fields (inside a SubmitJob, a snapshot's job record and a RoundStart) and the
 // converters for values with an encoding of their own (durations, wall times, a command line,
-// an environment). Include only from .cc files of elastic_rendezvous.
+// an environment). Include only from .cc files of elastic_rendezvous and of the node's own codecs
+// (round_report.cc uses the number converters).
 //
 // Encoding and decoding follow daemon/wire/msgpack_schema.h: checks that cannot throw, the
 // first problem is kept in the shared Failure and later reads are no-ops. Thread safety:
@@ -45,10 +46,20 @@ struct Signed32 {
   static void pack(Packer& p, std::int32_t value);
   static void read(MapReader& r, std::string_view key, Need need, std::int32_t* out);
 };
+// A signed integer of 64 bits (msgpack int).
+struct Signed64 {
+  static void pack(Packer& p, std::int64_t value);
+  static void read(MapReader& r, std::string_view key, Need need, std::int64_t* out);
+};
 // A double (msgpack float 64, or an integer: msgpack-c writes 1.0 as 1; a float 32 is read
 // too).
 struct Float {
   static void pack(Packer& p, double value);
+  static void read(MapReader& r, std::string_view key, Need need, double* out);
+};
+// A Float that must be finite (not NaN, not infinite).
+struct FiniteFloat {
+  static void pack(Packer& p, double value) { Float::pack(p, value); }
   static void read(MapReader& r, std::string_view key, Need need, double* out);
 };
 // A command line: an array of at most kMaxCommandArgs strings of at most kMaxArgBytes.

@@ -30,6 +30,8 @@
 //   NonRootSubmitterRunsAsSelf  a job submitted as uid 65534 runs its workers as 65534
 //   IncidentTimelineOfADaemonKill  kill -9 of a daemon: `elasticctl events JOB` shows the
 //                             incident's complete timeline (the trainers report progress)
+//   FailoverKeepsTheHistoryAndTheCurves  an incident and the job's samples/s and loss curves,
+//                             replicated: the next leader (after the leader's kill -9) shows them
 // What is checked is observed from outside the daemons: `elasticctl status JOB --json` (state,
 // round, ranks, restarts, events), the trainers' JSON lines in the worker logs, and /proc (the
 // workers are found by the ELASTIC_JOB_ID in their environment; uid and Cpus_allowed_list from
@@ -43,6 +45,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <set>
@@ -476,6 +479,114 @@ TEST_F(JobNetnsTest, IncidentTimelineOfADaemonKill) {
   const auto human = daemons_->ctl(leader, {"events", job});
   EXPECT_NE(human.out.find("node_lost " + victim), std::string::npos) << human.out;
   std::cerr << human.out;  // the timeline, for the test log
+}
+
+// The history survives a failover: a daemon's kill -9 makes a complete incident, the trainers'
+// progress makes the job's training curves (samples/s and loss points, every 10 s), the leader
+// replicates both; the killed daemon comes back, then the leader's host is killed: the new
+// leader shows the same incident, the old leader's election event and the same curve points.
+TEST_F(JobNetnsTest, FailoverKeepsTheHistoryAndTheCurves) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::string job;
+  JobView first;
+  ASSERT_NO_FATAL_FAILURE(submit_training("history", "", &job, &first));
+  const std::string victim = non_leader(first);
+  ASSERT_FALSE(victim.empty());
+  const int v = daemons_->host_of(victim);
+  const std::string old_leader = daemons_->wait_leader(all_hosts(), kConverge);
+  const int leader = daemons_->host_of(old_leader);
+  daemons_->daemon(v).signal(SIGKILL);
+  ASSERT_TRUE(daemons_->daemon(v).wait(10s).has_value());
+
+  // The incident, complete on the leader.
+  const auto events_of = [&](int host) {
+    const auto r = daemons_->ctl(host, {"events", job, "--json"});
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+  nlohmann::json incident;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        const auto reply = events_of(leader);
+        if (reply.is_discarded() || !reply.contains("incidents") || reply["incidents"].empty()) {
+          return false;
+        }
+        incident = reply["incidents"][0];
+        return incident.value("complete", false) && incident["first_step_s"].is_number();
+      },
+      kRecovers))
+      << incident.dump();
+  const double done_ms = incident["at_ms"].get<double>() +
+                         1000.0 * incident["first_step_s"].get<double>();
+  // A curve point stamped after the incident completed: the batch that carried it carried the
+  // incident too (batches commit in order, each with everything not yet replicated).
+  nlohmann::json series;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        auto view = daemons_->job(leader, job);
+        if (!view.ok()) return false;
+        const auto reply = nlohmann::json::parse(view->json, nullptr, false);
+        if (!reply.is_object() || !reply.contains("series")) return false;
+        series = reply["series"];
+        const auto& rates = series["samples_per_s"];
+        return !rates.empty() && !series["loss"].empty() &&
+               rates.back()[0].get<double>() > done_ms + 100;
+      },
+      40s))
+      << series.dump();
+  for (const auto& point : series["samples_per_s"]) {
+    EXPECT_GT(point[1].get<double>(), 0) << series.dump();
+  }
+  for (const auto& point : series["loss"]) {
+    EXPECT_TRUE(std::isfinite(point[1].get<double>())) << series.dump();
+  }
+
+  // The victim comes back (a majority must survive the next kill), then the leader dies.
+  ASSERT_TRUE(daemons_->start(v).ok());
+  ASSERT_FALSE(daemons_->wait_leader(all_hosts(), kConverge).empty())
+      << daemons_->describe_raft(all_hosts());
+  daemons_->daemon(leader).signal(SIGKILL);
+  ASSERT_TRUE(daemons_->daemon(leader).wait(10s).has_value());
+  std::vector<int> rest;
+  for (const int host : all_hosts()) {
+    if (host != leader) rest.push_back(host);
+  }
+  const std::string new_leader = daemons_->wait_leader(rest, kConverge);
+  ASSERT_FALSE(new_leader.empty()) << daemons_->describe_raft(rest);
+  ASSERT_NE(new_leader, old_leader);
+  const int now_leading = daemons_->host_of(new_leader);
+
+  nlohmann::json kept;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        kept = events_of(now_leading);
+        return !kept.is_discarded() && kept.contains("incidents") && !kept["incidents"].empty();
+      },
+      30s))
+      << kept.dump();
+  const nlohmann::json& again = kept["incidents"][0];
+  EXPECT_EQ(again["cause"], "node_lost") << kept.dump();
+  EXPECT_EQ(again["node"], victim) << kept.dump();
+  EXPECT_EQ(again["from_round"], incident["from_round"]);
+  EXPECT_EQ(again["first_step_s"], incident["first_step_s"]);
+  EXPECT_EQ(again["at_ms"], incident["at_ms"]);
+  bool elected = false;
+  const auto all = daemons_->ctl(now_leading, {"events", "--json"});
+  const auto every = nlohmann::json::parse(all.out, nullptr, false);
+  ASSERT_TRUE(every.is_object()) << all.out;
+  for (const auto& e : every["cluster"]) {
+    elected |= e.value("kind", "") == "leader_elected" && e.value("node", "") == old_leader;
+  }
+  EXPECT_TRUE(elected) << "the old leader's election is not in the new leader's events: "
+                       << every.dump();
+  auto view = daemons_->job(now_leading, job);
+  ASSERT_TRUE(view.ok());
+  const auto reply = nlohmann::json::parse(view->json, nullptr, false);
+  ASSERT_TRUE(reply.contains("series")) << view->json;
+  const auto& rates = reply["series"]["samples_per_s"];
+  ASSERT_GE(rates.size(), series["samples_per_s"].size()) << view->json;
+  for (std::size_t i = 0; i < series["samples_per_s"].size(); ++i) {
+    EXPECT_EQ(rates[i], series["samples_per_s"][i]) << "curve point " << i;
+  }
 }
 
 // kill -9 of one worker: the next round keeps the nodes, the survivors re-form in place and the

@@ -340,5 +340,75 @@ TEST(IncidentLog, APlannedLeaveIsCountedUnderItsOwnCause) {
   EXPECT_EQ(log.stats().count, 1u);
 }
 
+// Replication: what is not replicated yet goes out once; a new leader starts from the
+// replicated history, keeps its own newer events and incidents (renumbered after the history's)
+// and counts the history's durations.
+TEST(IncidentLog, UnreplicatedHistoryGoesOutOnceAndSeedsTheNextLeader) {
+  IncidentLog old_leader;
+  old_leader.record(ClusterEvent{wall(0s), "leader_elected", "a", "", "term 2"});
+  old_leader.on_loss(at(0s), wall(0s), "j", 1, kMembers, "node_lost", "c", std::nullopt);
+  old_leader.on_round_committed(at(1s), wall(1s), "j", 1, 2, 2, false, {"a", "b"});
+  old_leader.on_round_acked(at(2s), "j", 2);
+  old_leader.on_loss(at(3s), wall(3s), "k", 1, kMembers, "worker_failed", "b", std::nullopt);
+  IncidentLog::Unreplicated batch = old_leader.unreplicated();
+  EXPECT_TRUE(batch.incidents.empty()) << "neither incident is complete";
+  ASSERT_EQ(batch.events.size(), 3u) << "the election and two incidents opened";
+  EXPECT_EQ(batch.events[0].kind, "leader_elected");
+  old_leader.mark_replicated(batch);
+  EXPECT_TRUE(old_leader.unreplicated().events.empty()) << "sent once";
+  old_leader.on_progress(at(4s), "j", 2, "step", 5, 4);  // j's incident completes
+  batch = old_leader.unreplicated();
+  ASSERT_EQ(batch.incidents.size(), 1u);
+  EXPECT_EQ(batch.incidents[0].job, "j");
+  old_leader.mark_replicated(batch);
+  EXPECT_TRUE(old_leader.unreplicated().incidents.empty());
+
+  // What the table holds after those batches.
+  rendezvous::History history;
+  history.add(ClusterEvent{wall(0s), "leader_elected", "a", "", "term 2"});
+  history.add(ClusterEvent{wall(3s), "incident", "b", "k", "incident 2 opened: worker_failed"});
+  history.add(batch.incidents[0]);
+  EXPECT_EQ(history.stats.at("node_lost").count, 1u);
+
+  // The next leader saw membership change as a follower (one event before the history's newest,
+  // one after) and opened an incident of its own before it was caught up.
+  IncidentLog next;
+  next.record(ClusterEvent{wall(-1s), "member_dead", "x", "", "old news"});
+  next.record(ClusterEvent{wall(5s), "member_dead", "a", "", "the old leader"});
+  next.on_loss(at(5s), wall(5s), "j", 2, {"a", "b"}, "node_lost", "a", std::nullopt);
+  ASSERT_EQ(next.incidents().back().id, 1u);
+  next.seed(history);
+  // The history's two, then its own two newer ones (the loss and its incident).
+  ASSERT_EQ(next.events().size(), 4u);
+  EXPECT_EQ(next.events()[0].kind, "leader_elected");
+  EXPECT_EQ(next.events()[2].detail, "the old leader");
+  EXPECT_EQ(next.events()[3].detail, "incident 2 opened: node_lost in round 2")
+      << "its incident's event names the new number";
+  ASSERT_EQ(next.incidents().size(), 2u);
+  EXPECT_EQ(next.incidents()[0], history.incidents[0]);
+  EXPECT_EQ(next.incidents()[1].id, 2u) << "renumbered after the history's";
+  EXPECT_EQ(next.stats_by_cause().at("node_lost").count, 1u);
+  // Its own event and (once complete) its own incident go out; the history's do not.
+  batch = next.unreplicated();
+  ASSERT_EQ(batch.events.size(), 2u);
+  EXPECT_EQ(batch.events[0].detail, "the old leader");
+  EXPECT_TRUE(batch.incidents.empty());
+  next.mark_replicated(batch);
+  next.on_round_committed(at(6s), wall(6s), "j", 2, 3, 1, false, {"a", "b"});
+  next.on_round_acked(at(7s), "j", 3);
+  next.on_progress(at(8s), "j", 3, "step", 9, 8);
+  batch = next.unreplicated();
+  ASSERT_EQ(batch.incidents.size(), 1u);
+  EXPECT_EQ(batch.incidents[0].id, 2u);
+  EXPECT_TRUE(batch.incidents[0].complete);
+  EXPECT_EQ(next.stats_by_cause().at("node_lost").count, 2u);
+
+  // Stepping down forgets incidents and durations, keeps events.
+  next.step_down();
+  EXPECT_TRUE(next.incidents().empty());
+  EXPECT_EQ(next.stats().count, 0u);
+  EXPECT_EQ(next.events().size(), 4u);
+}
+
 }  // namespace
 }  // namespace elastic::node

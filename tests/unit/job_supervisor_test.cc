@@ -1095,7 +1095,7 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   ASSERT_OK(supervisor_->on_progress(
       now(), uid,
       R"({"verb":"progress","job":"p-1","round":1,"rank":0,"event":"step","step":12,)"
-      R"("resumed_from":10,"first":true,"samples":384})"));
+      R"("resumed_from":10,"first":true,"samples":384,"loss":1.25})"));
   ASSERT_EQ(reports(ReportKind::kProgress).size(), 1u)
       << "the first step goes to the leader at once";
   EXPECT_EQ(reports(ReportKind::kProgress)[0].job, "p-1");
@@ -1105,6 +1105,7 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
   step.step = 12;
   step.resumed_from = 10;
   step.samples = 384;
+  step.loss = 1.25;
   EXPECT_EQ(reports(ReportKind::kProgress)[0], step);
   // Another user (root may report for anyone), an old round, hostile or incomplete bodies.
   auto other = supervisor_->on_progress(now(), uid + 1,
@@ -1124,7 +1125,8 @@ TEST_F(JobSupervisorTest, ProgressIsCheckedAndTheNewestCheckpointKept) {
                           R"({"job":"p-1","round":1,"event":"step","step":-1})",
                           R"({"job":"p-1","round":1,"event":"step","step":"1"})",
                           R"({"job":"p-1","round":1,"event":"step","step":1,"samples":-3})",
-                          R"({"job":"p-1","round":1,"event":"step","step":1,"samples":1.5})"}) {
+                          R"({"job":"p-1","round":1,"event":"step","step":1,"samples":1.5})",
+                          R"({"job":"p-1","round":1,"event":"step","step":1,"loss":"x"})"}) {
     EXPECT_FALSE(supervisor_->on_progress(now(), uid, bad).ok()) << bad;
   }
   EXPECT_EQ(supervisor_->on_progress(

@@ -87,6 +87,34 @@ Command scale_command(std::string job, std::uint64_t round, ScaleState state, st
   return c;
 }
 
+// A RecordHistory with one of everything, every optional field set.
+Command history_command() {
+  RecordHistory c;
+  c.points.push_back(JobPoint{"train-4", SeriesPoint{ms(90), 1.5, -0.25}});
+  c.points.push_back(JobPoint{"train-5", SeriesPoint{ms(91), std::nullopt, std::nullopt}});
+  Incident i;
+  i.id = 7;
+  i.job = "train-4";
+  i.cause = "worker_failed";
+  i.node = "gpu-3";
+  i.from_round = 5;
+  i.to_round = 6;
+  i.at_ms = -3;
+  i.detected_s = 0.25;
+  i.stopped_s = 0.5;
+  i.rendezvous_s = 0.75;
+  i.first_step_s = 1.0;
+  i.steps_lost = 2;
+  i.complete = true;
+  i.to_nodes = 3;
+  i.resumed_from = 40;
+  i.given_up = false;
+  i.progress_reports = true;
+  c.incidents.push_back(i);
+  c.events.push_back(ClusterEvent{92, "node_drained", "gpu-3", "", "bad DIMM"});
+  return c;
+}
+
 // Applies through the byte encoding, so every test also exercises the codec.
 class TableTest : public ::testing::Test {
  protected:
@@ -419,6 +447,92 @@ TEST_F(TableTest, ScaleStepsAreCommittedWithTheirReason) {
             "Cannot scale job t-1: it has already cancelled.");
 }
 
+// The leader's history: series points join their jobs (bounded, thinned), complete incidents
+// and events join the table's history (bounded) and count their durations; a snapshot keeps
+// them; a bad point or an open incident refuses the whole batch.
+TEST_F(TableTest, HistoryIsRecordedBoundedAndSnapshotted) {
+  const std::string before = table_.snapshot();
+  const std::string id = submit(spec("h", 1, 2, 1000)).job_id;
+  RecordHistory batch;
+  batch.points.push_back(JobPoint{id, SeriesPoint{ms(10'000), 320.0, 2.25}});
+  batch.points.push_back(JobPoint{"gone-7", SeriesPoint{ms(10'000), 1.0, std::nullopt}});
+  Incident incident;
+  incident.id = 4;
+  incident.job = id;
+  incident.cause = "node_lost";
+  incident.node = "b";
+  incident.from_round = 1;
+  incident.to_round = 2;
+  incident.at_ms = 9'000;
+  incident.detected_s = 0.4;
+  incident.first_step_s = 1.2;
+  incident.complete = true;
+  batch.incidents.push_back(incident);
+  batch.events.push_back(ClusterEvent{9'100, "member_dead", "b", "", "no ack"});
+  ASSERT_TRUE(apply(batch).ok());
+  ASSERT_EQ(job(id).series.size(), 1u);
+  EXPECT_EQ(job(id).series[0].samples_per_s, 320.0);
+  ASSERT_EQ(table_.history().incidents.size(), 1u);
+  EXPECT_EQ(table_.history().incidents[0], incident);
+  EXPECT_EQ(table_.history().events.size(), 1u);
+  EXPECT_EQ(table_.history().stats.at("node_lost").count, 1u);
+  const auto j = nlohmann::json::parse(to_json(job(id)));
+  EXPECT_EQ(j["series"], nlohmann::json::parse(
+                             R"({"samples_per_s":[[10000,320.0]],"loss":[[10000,2.25]]})"));
+
+  // Refused whole: a negative rate, a non-finite loss, an open incident.
+  const auto refused = [&](RecordHistory c) {
+    const JobRecord was = job(id);
+    const History history = table_.history();
+    const ApplyResult r = apply(c);
+    EXPECT_EQ(r.code, ApplyCode::kRejected) << r.message;
+    EXPECT_EQ(job(id), was);
+    EXPECT_TRUE(table_.history() == history);
+  };
+  RecordHistory bad;
+  bad.events.push_back(ClusterEvent{1, "member_dead", "z", "", ""});
+  bad.points.push_back(JobPoint{id, SeriesPoint{ms(20'000), -1.0, std::nullopt}});
+  refused(bad);
+  bad.points[0].point = SeriesPoint{ms(20'000), std::nullopt,
+                                    std::numeric_limits<double>::quiet_NaN()};
+  refused(bad);
+  bad.points.clear();
+  Incident open = incident;
+  open.complete = false;
+  bad.incidents.push_back(open);
+  refused(bad);
+
+  // A point not after the last one is dropped; a full series keeps every second point.
+  RecordHistory stale;
+  stale.points.push_back(JobPoint{id, SeriesPoint{ms(10'000), 1.0, std::nullopt}});
+  ASSERT_TRUE(apply(stale).ok());
+  EXPECT_EQ(job(id).series.size(), 1u);
+  for (std::int64_t k = 1; k < static_cast<std::int64_t>(kMaxSeriesPoints) + 5; ++k) {
+    RecordHistory more;
+    more.points.push_back(
+        JobPoint{id, SeriesPoint{ms(10'000 + 10'000 * k), static_cast<double>(k), std::nullopt}});
+    ASSERT_TRUE(apply(more).ok());
+  }
+  EXPECT_LT(job(id).series.size(), kMaxSeriesPoints);
+  EXPECT_GT(job(id).series.size(), kMaxSeriesPoints / 2);
+  EXPECT_EQ(job(id).series.back().samples_per_s, static_cast<double>(kMaxSeriesPoints + 4))
+      << "the newest point is kept";
+  // Events are bounded.
+  RecordHistory flood;
+  for (std::size_t k = 0; k < kMaxEvents + 10; ++k) {
+    flood.events.push_back(ClusterEvent{static_cast<std::int64_t>(k), "member_alive", "n", "", ""});
+  }
+  ASSERT_TRUE(apply(flood).ok());
+  EXPECT_EQ(table_.history().events.size(), kMaxEvents);
+  EXPECT_EQ(table_.history().events.back().at_ms, static_cast<std::int64_t>(kMaxEvents + 9));
+
+  Result<JobTable> back = JobTable::restore(table_.snapshot());
+  ASSERT_OK(back);
+  EXPECT_TRUE(*back == table_);
+  EXPECT_EQ(back->snapshot(), table_.snapshot());
+  EXPECT_EQ(before.find("\xa2hi"), std::string::npos) << "no history, no key";
+}
+
 TEST_F(TableTest, APreemptedJobIsRequeuedInItsPlace) {
   const std::string id = submit(spec("j", 1, 2, 1000)).job_id;
   ASSERT_TRUE(apply(open(id, 1, 0, ranks({"a", "b"}))).ok());
@@ -505,6 +619,7 @@ TEST(JobTableCodec, PriorityAndSuspendRoundTrip) {
       scale_command("train-4", 5, scale_state(3, 2, true, {{1, 100.25}, {2, 199.0}, {3, 0.0}}),
                     "samples/s 199 at 2 nodes vs 100 at 1 (+99%): trying 3", 88),
       scale_command("train-4", 6, ScaleState(), "", 89),
+      history_command(),
   };
   for (const Command& c : commands) {
     const std::string bytes = encode_command(c);
@@ -1076,7 +1191,7 @@ TEST(JobTableCodec, GarbageIsMalformedAndChangesNothing) {
       // version 2, kind 1
       std::string("\x82\xa1v\x02\xa1k\x01", 7),
       // version 1, kind 9
-      std::string("\x82\xa1v\x01\xa1k\x09", 7),
+      std::string("\x82\xa1v\x01\xa1k\x0a", 7),
   };
   Index i = 1;
   for (const std::string& g : garbage) {
@@ -1090,7 +1205,7 @@ TEST(JobTableCodec, GarbageIsMalformedAndChangesNothing) {
   EXPECT_EQ(decode_command(garbage[5]).error().message,
             "The job table command has version 2, this daemon reads version 1.");
   EXPECT_EQ(decode_command(garbage[6]).error().message,
-            "The job table command has an unknown kind 9.");
+            "The job table command has an unknown kind 10.");
 }
 
 TEST(JobTableDeathTest, ApplyingAnIndexTwiceAborts) {
@@ -1238,6 +1353,12 @@ struct Model {
       clients[u->client_id] = {u->client_seq, ApplyResult{code, u->job_id, "", false}};
       return code;
     }
+    if (const auto* h = std::get_if<RecordHistory>(&command)) {
+      bool ok = true;
+      for (const JobPoint& p : h->points) ok = ok && p.point.samples_per_s.value_or(0) >= 0;
+      for (const Incident& i : h->incidents) ok = ok && i.complete;
+      return ok ? ApplyCode::kApplied : ApplyCode::kRejected;
+    }
     if (const auto* c = std::get_if<SetScale>(&command)) {
       auto it = jobs.find(c->job_id);
       if (it == jobs.end()) return ApplyCode::kRejected;
@@ -1290,7 +1411,8 @@ class CommandGenerator {
     if (dice < 86) return remember(drain());
     if (dice < 91) return remember(priority(table));
     if (dice < 95) return remember(suspend(table));
-    return scale(table);
+    if (dice < 98) return scale(table);
+    return history(table);
   }
 
  private:
@@ -1380,6 +1502,24 @@ class CommandGenerator {
     if (rng_.below(2) == 0) state.rate[1 + static_cast<std::uint32_t>(rng_.below(2))] = 10.5;
     if (rng_.below(10) == 0) state.rate[1] = -1;
     return SetScale{id, round, state, "measured", ms(8)};
+  }
+
+  // The leader's history batch: mostly good; sometimes a negative rate or an open incident.
+  Command history(const JobTable& table) {
+    RecordHistory c;
+    c.points.push_back(JobPoint{some_job(table),
+                                SeriesPoint{ms(static_cast<std::int64_t>(rng_.below(100'000))),
+                                            rng_.below(4) == 0 ? -1.0 : 10.0, 0.5}});
+    Incident i;
+    i.id = rng_.below(1000);
+    i.job = some_job(table);
+    i.cause = "node_lost";
+    i.complete = rng_.below(4) != 0;
+    i.first_step_s = 1.5;
+    c.incidents.push_back(i);
+    c.events.push_back(ClusterEvent{static_cast<std::int64_t>(rng_.below(1000)), "member_dead",
+                                    "n1", "", ""});
+    return c;
   }
 
   Command open_round(const JobTable& table) {

@@ -178,6 +178,7 @@ std::vector<RoundReport> sample_reports() {
   progress.step = 1200;
   progress.resumed_from = -1;
   progress.samples = 38'400;
+  progress.loss = 0.4375;
   reports.push_back(progress);
   RoundReport port_busy = round_report(ReportKind::kStorePortBusy, "train-1", 4);
   port_busy.port = 29501;
@@ -230,6 +231,10 @@ TEST(RoundReportCodec, ForgedReportsAreErrorsNamingTheProblem) {
   progress.step = 5;
   progress.samples = -1;
   EXPECT_EQ(error_of(progress), "The round report has a negative sample count.");
+  progress.samples.reset();
+  progress.loss = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(error_of(progress), "The round report has key 'ls' that is not finite.");
+  progress.loss.reset();
   EXPECT_EQ(error_of(round_report(ReportKind::kStorePortBusy, "j", 1)),
             "The round report names port 0.");
   RoundReport long_job =

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -74,7 +75,7 @@ TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
                                      std::chrono::hours(1));
   ASSERT_TRUE(reporter.enabled());
   std::thread server([&] { daemon.serve(2); });
-  reporter.step(121, 120, 3872);
+  reporter.step(121, 120, 3872, 0.5);
   reporter.step(122, 120, 3904);  // within the step interval of the first: not sent
   reporter.checkpoint(130);
   server.join();
@@ -88,7 +89,8 @@ TEST(ProgressReporter, SendsTheFirstStepEveryCheckpointAndRateLimitsSteps) {
                                    {"step", 121},
                                    {"resumed_from", 120},
                                    {"first", true},
-                                   {"samples", 3872}}));
+                                   {"samples", 3872},
+                                   {"loss", 0.5}}));
   const auto checkpoint = nlohmann::json::parse(daemon.frames[1]);
   EXPECT_EQ(checkpoint["event"], "checkpoint");
   EXPECT_EQ(checkpoint["step"], 130);
@@ -104,6 +106,9 @@ TEST(ProgressReporter, WithoutADaemonItIsOffOrFailsFast) {
   EXPECT_NE(nobody.frame_json("step", 1, -1, true).find(R"("job":"j\"1")"), std::string::npos);
   // A sample count is sent only when counted.
   EXPECT_EQ(nobody.frame_json("step", 1, -1, true).find("samples"), std::string::npos);
+  // A loss only when finite.
+  EXPECT_EQ(nobody.frame_json("step", 1, -1, true, 5, std::nan("")).find("loss"),
+            std::string::npos);
   const auto begin = std::chrono::steady_clock::now();
   nobody.step(1, -1);
   nobody.checkpoint(1);  // paused after the failure: not even tried

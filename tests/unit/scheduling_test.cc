@@ -154,5 +154,28 @@ TEST(ThroughputWindowTest, ARoundChangeOrACountGoingBackOpensANewWindow) {
   EXPECT_NEAR(*w.rate(5), 100.0, 1e-9);
 }
 
+TEST(SeriesSamplerTest, OnePointPerIntervalWithTheRateAndTheNewestLoss) {
+  SeriesSampler s;
+  const rendezvous::WallTime wall{std::chrono::milliseconds(1'700'000'000'000)};
+  EXPECT_FALSE(s.take(kStart, wall, 10s).has_value()) << "nothing reported";
+  for (int i = 0; i <= 50; ++i) {
+    s.observe(kStart + i * 100ms, 4, 640 * i / 10, i == 50 ? std::optional<double>(0.75)
+                                                         : std::optional<double>(1.5));
+  }
+  auto point = s.take(kStart + 5s, wall, 10s);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_EQ(point->at, wall);
+  EXPECT_NEAR(*point->samples_per_s, 640.0, 1e-9);
+  EXPECT_EQ(point->loss, 0.75);
+  EXPECT_FALSE(s.take(kStart + 6s, wall, 10s).has_value()) << "within the interval";
+  // A loss without samples (a script that reports no count): a point with the loss alone.
+  s.observe(kStart + 14s, 5, std::nullopt, 0.5);
+  point = s.take(kStart + 15s, wall, 10s);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_FALSE(point->samples_per_s.has_value());
+  EXPECT_EQ(point->loss, 0.5);
+  EXPECT_FALSE(s.take(kStart + 30s, wall, 10s).has_value()) << "nothing since";
+}
+
 }  // namespace
 }  // namespace elastic::node
