@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -38,6 +39,9 @@ constexpr int kPeerMonitorEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DIS
 // Recorded disconnects an owner has not taken; beyond this the oldest go (still counted), so
 // an owner that never calls take_disconnects() cannot grow memory with a flapping peer.
 constexpr std::size_t kMaxUntakenDisconnects = 4096;
+// Inbound connections whose node is remembered for a disconnect report (more than any cluster's
+// open connections; the monitor's events remove entries as connections close).
+constexpr std::size_t kMaxInboundNames = 65536;
 // First messages to a peer whose connection is not up yet wait here (see the header).
 constexpr std::size_t kMaxPendingPerPeer = 64;
 // While messages are pending, receive() wakes this often to retry them.
@@ -501,6 +505,14 @@ class ZmqTransport::Impl {
       }
       ++stats_.received;
       ++stats_.received_by_type[type_slot(envelope->type)];
+      // Which node this connection speaks for, for its disconnect report (see the header).
+      // ZMQ_SRCFD is deprecated in libzmq 4.3 but still the only way from a message to its
+      // connection; the monitor's DISCONNECTED names the same descriptor.
+      const int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
+      if (fd >= 0 && !envelope->sender.empty() &&
+          (inbound_names_.size() < kMaxInboundNames || inbound_names_.contains(fd))) {
+        inbound_names_[fd] = envelope->sender;
+      }
       out->push_back(std::move(envelope).value());
     }
   }
@@ -582,11 +594,18 @@ class ZmqTransport::Impl {
       std::memcpy(&value, static_cast<const char*>(event[0].data()) + sizeof(id), sizeof(value));
       switch (id) {
         case ZMQ_EVENT_ACCEPTED:
+          inbound_names_.erase(static_cast<int>(value));  // the number of a closed connection
           admit(static_cast<int>(value));
           break;
-        case ZMQ_EVENT_DISCONNECTED:
+        case ZMQ_EVENT_DISCONNECTED: {
           inbound_.disconnected(static_cast<int>(value));
+          const auto named = inbound_names_.find(static_cast<int>(value));
+          if (named != inbound_names_.end()) {
+            record_disconnect(named->second, "");
+            inbound_names_.erase(named);
+          }
           break;
+        }
         case ZMQ_EVENT_ACCEPT_FAILED:
           ++stats_.accept_failures;
           accept_log_.note(steady_now(), [&](std::uint64_t n) {
@@ -674,11 +693,15 @@ class ZmqTransport::Impl {
         peer.handshaken = true;
       } else if (id == ZMQ_EVENT_DISCONNECTED && peer.handshaken) {
         peer.handshaken = false;  // one report per connection; the next handshake re-arms
-        if (disconnects_.size() >= kMaxUntakenDisconnects) disconnects_.erase(disconnects_.begin());
-        disconnects_.push_back(PeerDisconnect{peer.name, address, steady_now()});
-        ++stats_.disconnects;
+        record_disconnect(peer.name, address);
       }
     }
+  }
+
+  void record_disconnect(const std::string& name, const std::string& address) {
+    if (disconnects_.size() >= kMaxUntakenDisconnects) disconnects_.erase(disconnects_.begin());
+    disconnects_.push_back(PeerDisconnect{name, address, steady_now()});
+    ++stats_.disconnects;
   }
 
   std::vector<PeerDisconnect> take_disconnects() {
@@ -726,6 +749,7 @@ class ZmqTransport::Impl {
   std::map<std::string, Peer> peers_;        // by address
   std::uint64_t monitors_ = 0;               // peer monitors created so far
   std::vector<PeerDisconnect> disconnects_;  // recorded, not yet taken
+  std::map<int, std::string> inbound_names_;  // inbound connection fd -> the node it speaks for
   std::uint64_t seq_ = 0;
   std::string leader_hint_;  // stamped on every envelope (gossip hint)
   std::uint64_t leader_term_ = 0;

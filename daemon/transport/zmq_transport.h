@@ -52,6 +52,14 @@
 // later successful handshake re-arms the report, so a restarted peer that dies again reports
 // again. A ZMTP heartbeat timeout also ends a connection and reports. DEALERs closed by
 // close_idle() (or replaced because the address now names another node) never report.
+// Inbound connections report too: the ROUTER remembers, per connection, the node that the last
+// envelope received over it came from (authenticated with CURVE), and when that connection
+// drops the node is recorded as a PeerDisconnect (address ""). So a peer that sends to this node
+// is covered even while this node's own connection to it is down or re-connecting (one that
+// dropped a moment before, say): its death still shows at once. A peer that closes its
+// connection on purpose (its close_idle(), a graceful stop) reports as well; owners treat a
+// report as a suspicion, which a live peer clears. A peer may be reported twice for one death
+// (both connections); owners act once.
 // receive() returns as soon as it recorded a disconnect, even with nothing else ready.
 //
 // CURVE (options.curve set): the ROUTER is a CURVE server with this node's keypair; a ZAP
@@ -185,7 +193,7 @@ struct PeerAddress {
 // The connection to a peer we had sent to dropped (its process most likely died).
 struct PeerDisconnect {
   std::string name;     // the peer name the DEALER was created for ("" if sent without one)
-  std::string address;  // the peer's ROUTER endpoint, as passed to send()
+  std::string address;  // the peer's ROUTER endpoint, as passed to send(); "" for an inbound one
   TimePoint at;         // steady clock, when receive() saw the event
 };
 

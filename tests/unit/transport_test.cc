@@ -268,11 +268,17 @@ TEST(Transport, ARestartedNodeReachesItsPeersUnderANewAndUnderTheSameRoutingId) 
 // transport from a static initializer (the end of this file) instead of running tests. It
 // prints "endpoint <bound endpoint>" once, then "got <probe>" for each Nack it receives.
 constexpr const char* kPeerEnv = "ELASTIC_TRANSPORT_TEST_PEER_BIND";
+constexpr const char* kPeerSendEnv = "ELASTIC_TRANSPORT_TEST_PEER_SEND_TO";
 
 class PeerProcess {
  public:
-  PeerProcess(const TempDir& logs, const std::string& name, const std::string& bind)
-      : process_({std::filesystem::read_symlink("/proc/self/exe").string()}, {{kPeerEnv, bind}},
+  // `send_to`: an endpoint the child also sends to, every 100 ms ("" = none).
+  PeerProcess(const TempDir& logs, const std::string& name, const std::string& bind,
+              const std::string& send_to = "")
+      : process_({std::filesystem::read_symlink("/proc/self/exe").string()},
+                 send_to.empty() ? std::map<std::string, std::string>{{kPeerEnv, bind}}
+                                 : std::map<std::string, std::string>{{kPeerEnv, bind},
+                                                                      {kPeerSendEnv, send_to}},
                  logs.path(), name) {}
 
   // The endpoint the child bound; "" if it did not say within the deadline.
@@ -367,6 +373,24 @@ TEST(TransportDisconnect, AKilledPeerIsReportedAtOnceAndAgainAfterItRestarts) {
   ASSERT_EQ(gone.size(), 1u);
   EXPECT_EQ(gone[0].name, "peer");
   EXPECT_EQ(a->stats().disconnects, 2u);
+}
+
+// A peer that only sends to this node (this node never dialled it: no DEALER, or its DEALER is
+// down) is still reported when it dies: through the inbound connection its envelopes came by.
+TEST(TransportDisconnect, APeerOnlySendingToUsIsReportedByItsInboundConnection) {
+  TempDir logs;
+  auto a = open_transport(options("a", 1));
+  ASSERT_TRUE(a);
+  PeerProcess sender(logs, "sender", "tcp://127.0.0.1:*", a->bound_endpoint());
+  ASSERT_FALSE(sender.endpoint().empty()) << sender.err();
+  ASSERT_FALSE(receive_n(*a, 1, {}).empty()) << "the sender's envelopes arrive";
+  EXPECT_TRUE(a->take_disconnects().empty());
+  EXPECT_EQ(a->open_peers(), 0u) << "a never dialled it";
+  sender.kill();
+  const std::vector<PeerDisconnect> gone = disconnects(*a, 1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].name, "peer");
+  EXPECT_EQ(gone[0].address, "") << "an inbound connection";
 }
 
 // A seed is first dialled by address only (membership's join); later sends name it. The
@@ -932,8 +956,12 @@ TEST(Generation, AReservationCountsOnlyOnceCommitted) {
   }
   std::printf("endpoint %s\n", (*t)->bound_endpoint().c_str());
   std::fflush(stdout);
+  // With kPeerSendEnv: it also sends to that endpoint (as node "a") every 100 ms.
+  const char* send_to = std::getenv(kPeerSendEnv);
+  std::uint64_t sent = 1000;
   for (;;) {
-    for (const wire::Envelope& e : (*t)->receive(1s).envelopes) {
+    if (send_to != nullptr) (void)(*t)->send({send_to, "a"}, nack(++sent));
+    for (const wire::Envelope& e : (*t)->receive(send_to != nullptr ? 100ms : 1s).envelopes) {
       std::printf("got %llu\n", static_cast<unsigned long long>(probe_of(e)));
       std::fflush(stdout);
     }
