@@ -577,10 +577,15 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
   for (const auto& [name, known] : node_slots_) {
     // Usable for any job: a job's hold on a node it runs on is its holding (scheduler.h).
     const auto view = alive.find(name);
-    const bool usable =
-        view != alive.end() && rendezvous::usable_for_job(node_standing(*view->second, table));
-    input.nodes.push_back(
-        rendezvous::SchedNode{.name = name, .slots = known.second, .usable = usable});
+    const std::optional<rendezvous::NodeStanding> standing =
+        view == alive.end() ? std::nullopt
+                            : std::optional(node_standing(*view->second, table));
+    const bool usable = standing && rendezvous::usable_for_job(*standing);
+    // Drained: nothing new goes there, but its jobs run on (their holding counts).
+    const bool working = standing && standing->reachable && standing->slots_known &&
+                         standing->drained && !standing->leaving;
+    input.nodes.push_back(rendezvous::SchedNode{
+        .name = name, .slots = known.second, .usable = usable, .working = working});
   }
   schedule_ = rendezvous::schedule(input);
   for (const rendezvous::Preemption& preemption : schedule_.preemptions) {

@@ -2,6 +2,7 @@
 // and snapshots (JobTable::snapshot, JobTable::restore), apart from the state machine that
 // applies them (job_table.cc). Decoding refuses what the state machine could not hold (sizes,
 // names, enum values) with one sentence, never throws, and never aborts on hostile bytes.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -165,7 +166,7 @@ void visit_fields(V& v, M& c) {
 }
 
 // Throughput scaling's rates: a map of at most kMaxNodesPerJob sizes (unsigned) to samples per
-// second (numbers; apply() refuses a negative or non-finite one).
+// second (finite numbers; apply() refuses a negative one).
 struct ScaleRates {
   using Rates = std::map<std::uint32_t, double>;
   static void pack(internal::Packer& p, const Rates& rates) {
@@ -197,8 +198,10 @@ struct ScaleRates {
       } else {
         number = false;
       }
-      if (k.type != msgpack::type::POSITIVE_INTEGER || k.via.u64 > kMaxNodesPerJob || !number) {
-        r.fail("has scale rate " + std::to_string(i) + " that is not a node count with a number");
+      if (k.type != msgpack::type::POSITIVE_INTEGER || k.via.u64 > kMaxNodesPerJob || !number ||
+          !std::isfinite(rate)) {
+        r.fail("has scale rate " + std::to_string(i) +
+               " that is not a node count with a finite number");
         break;
       }
       if (!out->emplace(static_cast<std::uint32_t>(k.via.u64), rate).second) {
@@ -231,8 +234,8 @@ constexpr std::size_t kMaxCauseBytes = 32;
 template <typename V, Like<SeriesPoint> M>
 void visit_fields(V& v, M& p) {
   v.field("at", p.at, Via<EpochMillis>{});
-  v.field("sp", p.samples_per_s, Via<internal::Float>{});
-  v.field("ls", p.loss, Via<internal::Float>{});
+  v.field("sp", p.samples_per_s, Via<internal::FiniteFloat>{});
+  v.field("ls", p.loss, Via<internal::FiniteFloat>{});
 }
 constexpr Within kPointOf{"a series point of"};
 template <typename V, Like<JobPoint> M>
@@ -249,10 +252,10 @@ void visit_fields(V& v, M& i) {
   v.field("fr", i.from_round);
   v.field("tr", i.to_round);
   v.field("at", i.at_ms, Via<internal::Signed64>{});
-  v.field("dt", i.detected_s, Via<internal::Float>{});
-  v.field("sp", i.stopped_s, Via<internal::Float>{});
-  v.field("rz", i.rendezvous_s, Via<internal::Float>{});
-  v.field("fs", i.first_step_s, Via<internal::Float>{});
+  v.field("dt", i.detected_s, Via<internal::FiniteFloat>{});
+  v.field("sp", i.stopped_s, Via<internal::FiniteFloat>{});
+  v.field("rz", i.rendezvous_s, Via<internal::FiniteFloat>{});
+  v.field("fs", i.first_step_s, Via<internal::FiniteFloat>{});
   v.field("sl", i.steps_lost, Via<internal::Signed64>{});
   v.field("cp", i.complete);
   v.field("tn", i.to_nodes);
@@ -330,6 +333,7 @@ struct StatsByCause {
           ok = false;
         }
       }
+      ok = ok && std::isfinite(s.sum);
       if (!ok) {
         r.fail("has recovery durations " + std::to_string(i) +
                " that are not a cause with 11 counts, a sum and a count");

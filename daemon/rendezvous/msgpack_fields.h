@@ -113,7 +113,7 @@ void visit_fields(V& v, M& s) {
   v.field("pr", s.priority, Via<internal::Signed32>{}, When{s.priority != defaults.priority});
   v.field("pe", s.preemptible, When{s.preemptible});
   v.field("sm", s.scale, EnumMax{kMaxScaleMode}, When{s.scale != defaults.scale});
-  v.field("sg", s.scale_min_gain, Via<internal::Float>{},
+  v.field("sg", s.scale_min_gain, Via<internal::FiniteFloat>{},
           When{s.scale_min_gain != defaults.scale_min_gain});
   v.field("sw", s.scale_window, Via<internal::Nanos>{},
           When{s.scale_window != defaults.scale_window});

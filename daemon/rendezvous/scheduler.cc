@@ -250,14 +250,14 @@ class Scheduler {
 
   void grow(const SchedJob& job) {
     JobPlan& plan = out_.plans[job.id];
-    // A holding on a node that is not usable (lost, drained) stays allowed -- the job's planner
+    // A holding on a node that is not working (lost, leaving) stays allowed -- the job's planner
     // sees its member there and replaces it -- but does not count toward the want, so the
     // replacement is granted in the same pass as the loss is handled.
     std::uint32_t held = 0;
     for (const auto& h : job.holdings) {
       plan.allowed.insert(h.first);
       const auto n = nodes_.find(h.first);
-      if (n != nodes_.end() && n->second.node->usable) ++held;
+      if (n != nodes_.end() && (n->second.node->usable || n->second.node->working)) ++held;
     }
     const auto want = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(size_want(job), std::uint64_t{held} + node_room(job).first));

@@ -108,6 +108,11 @@ struct SchedNode {
   // holding on a node that is not usable still counts for rule 1 (the job keeps it until its
   // own planner replaces it), but the node fits nobody.
   bool usable = true;
+  // Not usable, but the work placed on it goes on: drained (a drain places nothing new, and the
+  // jobs already there keep running). A running job's holding counts toward its want on a usable
+  // or working node only, so a lost or leaving node's replacement is granted at once and a
+  // drained one's is not.
+  bool working = false;
 };
 
 // Per-user and per-group caps (0 = no limit). A user's or group's own entry wins over the

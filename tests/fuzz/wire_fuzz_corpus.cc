@@ -152,6 +152,31 @@ int main(int argc, char** argv) {
         rdv::encode_command(rdv::SetJobState{"fmnist-1", 1, rdv::JobState::kPending,
                                              rdv::RoundReason::kPreempted, "for big-3",
                                              rdv::WallTime(std::chrono::milliseconds(8))}));
+  rdv::SetScale scale;
+  scale.job_id = "fmnist-1";
+  scale.round = 2;
+  scale.state.size = 3;
+  scale.state.good = 2;
+  scale.state.rate = {{1, 310.5}, {2, 612.0}};
+  scale.reason = "samples/s 612 at 2 nodes vs 310 at 1 (+97%): trying 3";
+  write(MsgType::kControlRequest, rdv::encode_command(scale));
+  rdv::RecordHistory history;
+  history.points.push_back(
+      rdv::JobPoint{"fmnist-1", rdv::SeriesPoint{rdv::WallTime(std::chrono::milliseconds(9)),
+                                                 612.0, 0.42}});
+  rdv::Incident incident;
+  incident.id = 3;
+  incident.job = "fmnist-1";
+  incident.cause = "node_lost";
+  incident.node = "n2";
+  incident.from_round = 1;
+  incident.to_round = 2;
+  incident.detected_s = 0.4;
+  incident.first_step_s = 1.1;
+  incident.complete = true;
+  history.incidents.push_back(incident);
+  history.events.push_back(rdv::ClusterEvent{10, "member_dead", "n2", "", "no ack"});
+  write(MsgType::kControlRequest, rdv::encode_command(history));
   // MessagePack bombs, small enough for the fuzzer's 1 MB envelope limit:
   // a map {"x": [an array of 100,000 one-byte integers]} (100 KB; 2.4 MB of msgpack objects
   // without a decode budget), as a body and as an unknown key of a valid envelope; and 16 nested

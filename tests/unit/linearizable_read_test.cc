@@ -204,8 +204,10 @@ TEST(JobReplies, CarryPriorityAndWhatTheQueueHookSays) {
   EXPECT_FALSE(jobs[0].contains("waiting"));
 
   v.jobs(leader).set_queue_info([](std::string_view id) -> std::optional<QueueInfo> {
-    if (id == "first-1") return QueueInfo{2, "waiting for 2 nodes, 1 free fits (position 2 of 2)"};
-    if (id == "second-2") return QueueInfo{0, ""};
+    if (id == "first-1") {
+      return QueueInfo{2, "waiting for 2 nodes, 1 free fits (position 2 of 2)", std::nullopt};
+    }
+    if (id == "second-2") return QueueInfo{0, "", std::nullopt};
     return std::nullopt;
   });
   jobs = read("jobs", "{}")["jobs"];

@@ -397,6 +397,11 @@ std::vector<Row> rows() {
        {{"a", 1, true}, {"b", 1, true}, {"c", 1, false}, {"d", 1, true}},
        {},
        {{"r", {"a", "b", "c", "d"}, 3, 0, "-"}, {"q", {}, 0, 1, "waiting for 1 node, 0 fit"}}},
+      {"a drained member's node counts (its work runs on): no replacement is granted",
+       {J("r").size(2, 3).on({"a", "b", "c"}), J("q").submitted(5)},
+       {{"a", 1, true}, {"b", 1, true}, {"c", 1, false, true}, {"d", 1, true}},
+       {},
+       {{"r", {"a", "b", "c"}, 3, 0, "-"}, {"q", {"d"}, 1, 1, "-"}}},
   };
 }
 
