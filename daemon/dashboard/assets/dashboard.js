@@ -143,7 +143,9 @@ async function drawCluster(app) {
     return [
       esc(m.name) + (m.name === self ? ' <span class="muted">(this daemon)</span>' : ''),
       state(m.state), role === '-' ? '-' : state(role),
-      '<span class="slots">' + boxes + '</span> ' + used + '/' + num(m.slots),
+      // Only the leader knows every node's slot count; elsewhere an unknown total says so.
+      '<span class="slots">' + boxes + '</span> ' +
+          (typeof m.slots === 'number' ? used + '/' + m.slots : used + ' used'),
       holders.length ? [...new Set(holders.map((h) => h.job))].map(jobLink).join(', ') : '-',
       drained,
       m.name === self ? '-' : ago(m.last_heard_ms_ago),
