@@ -11,6 +11,10 @@
 // cause and lost node, and its curves or "no training metrics reported". A screenshot of each
 // page goes to DASHBOARD_SCREENSHOT_DIR (the build's tests/netns/dashboard-screenshots/) for
 // people to look at.
+// Training curves need the job's "series" (samples/s and loss over time), which the daemons do
+// not report yet: DashboardCurves draws a job page from the compiled-in page and script with
+// canned /api replies that have one (fetch replaced in the page, no daemon) and checks both
+// charts and their round-change and incident markers.
 // Skips, saying why, without root or without /usr/bin/chromium (`make deps` installs it). Every
 // wait polls with a deadline; Chromium's own virtual time budget lets the pages' fetches finish
 // before the DOM is dumped.
@@ -24,9 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "daemon/dashboard/dashboard.h"
 #include "tests/netns/daemon_cluster.h"
 #include "tests/netns/daemon_cluster_test.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace elastic::netns {
 namespace {
@@ -83,6 +89,116 @@ std::vector<std::string> console_messages(const std::string& log) {
     if (line.find(":CONSOLE") != std::string::npos) messages.push_back(line);
   }
   return messages;
+}
+
+// Chromium headless (outside any namespace) on `url` with `mode`, its profile under `dir`.
+testing::RunResult chromium_here(const std::string& dir, const std::string& url,
+                                 const std::string& mode) {
+  return testing::run({kChromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                       "--disable-background-networking", "--disable-component-update",
+                       "--user-data-dir=" + dir + "/profile", "--window-size=1280,1400",
+                       "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", mode, url},
+                      {}, 60s);
+}
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+TEST(DashboardCurves, JobPageDrawsTheSeriesWithRoundAndIncidentMarkers) {
+  if (::access(kChromium, X_OK) != 0) {
+    GTEST_SKIP() << kChromium << " is not installed (apt-get install chromium; make deps does)";
+  }
+  testing::TempDir dir;
+  const std::int64_t t0 = 1'764'270'000'000;
+  nlohmann::json rate = nlohmann::json::array(), loss = nlohmann::json::array();
+  for (int i = 0; i < 60; ++i) {
+    rate.push_back({t0 + i * 1000, i > 30 && i < 36 ? 600 : 950 + i % 5});
+    loss.push_back({t0 + i * 1000, 2.3 / (1 + i * 0.1)});
+  }
+  const nlohmann::json job = {
+      {"id", "j1"},
+      {"state", "running"},
+      {"round", 2},
+      {"world_size", 2},
+      {"restarts", 1},
+      {"ranks", {{{"node", "h0"}, {"slots", 1}, {"first_rank", 0}}}},
+      {"spec", {{"user", "alice"}, {"command", {"elastic-trainer"}}}},
+      {"events",
+       {{{"at_ms", t0}, {"round", 1}, {"from", "rendezvous"}, {"to", "running"}, {"reason", "a"}},
+        {{"at_ms", t0 + 32'000},
+         {"round", 2},
+         {"from", "running"},
+         {"to", "rendezvous"},
+         {"reason", "b"}}}},
+      {"series", {{"samples_per_s", rate}, {"loss", loss}}}};
+  const nlohmann::json incident = {{"id", 1},
+                                   {"job", "j1"},
+                                   {"cause", "node_lost"},
+                                   {"node", "h1"},
+                                   {"from_round", 1},
+                                   {"to_round", 2},
+                                   {"at_ms", t0 + 31'500},
+                                   {"detected_s", 0.4},
+                                   {"rendezvous_s", 3.5},
+                                   {"complete", false}};
+  const nlohmann::json replies = {
+      {"status", {{"ok", true}, {"self", {{"name", "h0"}}}}},
+      {"job", {{"ok", true}, {"job", job}}},
+      {"events", {{"ok", true}, {"incidents", {incident}}, {"cluster", nlohmann::json::array()}}}};
+  // The page as the daemon serves it, with its script and style inline, the path it would be
+  // opened at, and fetch answering from `replies`.
+  const std::string script =
+      replace_all(replace_all(std::string(dashboard::route("/dashboard.js", "").body),
+                              "location.pathname", "'/job'"),
+                  "location.search", "'?id=j1'");
+  std::string page(dashboard::route("/job", "id=j1").body);
+  page = replace_all(
+      page, "<link rel=\"stylesheet\" href=\"/dashboard.css\">",
+      "<style>" + std::string(dashboard::route("/dashboard.css", "").body) + "</style>");
+  page = replace_all(
+      page, "<script src=\"/dashboard.js\"></script>",
+      "<script>const REPLIES = " + replies.dump() +
+          ";\nwindow.fetch = async (url) => { const verb = url.split('/api/')[1].split('?')[0];\n"
+          "  return {ok: true, status: 200, text: async () => JSON.stringify(REPLIES[verb])}; };"
+          "</script>\n<script>" +
+          script + "</script>");
+  const std::string file = dir.write("job.html", page);
+
+  const testing::RunResult dom = chromium_here(dir.path(), "file://" + file, "--dump-dom");
+  ASSERT_TRUE(dom.status.exited_with(0)) << dom.err;
+  EXPECT_NE(dom.out.find("data-loaded=\"true\""), std::string::npos) << dom.out;
+  EXPECT_NE(dom.out.find("data-errors=\"0\""), std::string::npos) << dom.out;
+  const auto console = console_messages(dom.err);
+  EXPECT_TRUE(console.empty()) << console.front();
+  // What was drawn (the inline script holds the same words).
+  const auto main_at = dom.out.find("<main");
+  const std::string drawn =
+      main_at == std::string::npos
+          ? ""
+          : dom.out.substr(main_at, dom.out.find("</main>", main_at) - main_at);
+  const auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = drawn.find(what); at != std::string::npos; at = drawn.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("class=\"line-chart\""), 2u) << dom.out;
+  // Per chart: the round change (to round 2) and the incident.
+  EXPECT_EQ(count("class=\"marker\" data-kind=\"round\""), 2u) << drawn;
+  EXPECT_EQ(count("class=\"marker\" data-kind=\"incident\""), 2u) << drawn;
+  EXPECT_EQ(count("no training metrics reported"), 0u);
+  EXPECT_EQ(count("data-cause=\"node_lost\""), 1u);
+
+  const std::string shots = DASHBOARD_SCREENSHOT_DIR;
+  std::filesystem::create_directories(shots);
+  const testing::RunResult picture =
+      chromium_here(dir.path(), "file://" + file, "--screenshot=" + shots + "/job-curves.png");
+  EXPECT_TRUE(picture.status.exited_with(0)) << picture.err;
 }
 
 TEST_F(DashboardBrowserTest, PagesShowTheClusterTheJobAndItsIncident) {

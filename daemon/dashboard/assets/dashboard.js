@@ -305,9 +305,10 @@ function lineChart(title, points, markers) {
   svg += '<text x="' + padL + '" y="' + (height - 6) + '">' + esc(clock(t0)) + '</text>';
   svg += '<text x="' + (width - padR) + '" y="' + (height - 6) + '" text-anchor="end">' + esc(clock(t1)) + '</text>';
   for (const m of inRange) {
-    svg += '<line class="marker" x1="' + x(m.at_ms).toFixed(1) + '" x2="' + x(m.at_ms).toFixed(1) + '" y1="' +
-           padT + '" y2="' + (height - padB) + '" stroke="' + m.color + '" stroke-dasharray="4 3"><title>' +
-           esc(m.label) + '</title></line>';
+    svg += '<line class="marker" data-kind="' + m.kind + '" x1="' + x(m.at_ms).toFixed(1) + '" x2="' +
+           x(m.at_ms).toFixed(1) + '" y1="' + padT + '" y2="' + (height - padB) + '" stroke="' + m.color +
+           '" stroke-width="2"' + (m.kind === 'incident' ? ' stroke-dasharray="5 3"' : '') +
+           '><title>' + esc(m.label) + '</title></line>';
   }
   const path = points.map((p, k) => (k ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
   svg += '<path d="' + path + '" fill="none" stroke="#2b6cb0" stroke-width="1.6"/>';
@@ -332,15 +333,16 @@ function curves(job, incidents) {
   let round = null;
   for (const e of job.events || []) {
     if (round !== null && e.round !== round) {
-      markers.push({at_ms: e.at_ms, label: 'round ' + e.round, color: '#805ad5'});
+      markers.push({at_ms: e.at_ms, kind: 'round', label: 'round ' + e.round, color: '#805ad5'});
     }
     round = e.round;
   }
   for (const i of incidents) {
-    markers.push({at_ms: i.at_ms, label: 'incident #' + i.id + ' ' + i.cause, color: '#d64545'});
+    markers.push({at_ms: i.at_ms, kind: 'incident', label: 'incident #' + i.id + ' ' + i.cause,
+                  color: '#d64545'});
   }
-  let html = '<div class="legend"><span><i style="background:#805ad5"></i>round change</span>' +
-             '<span><i style="background:#d64545"></i>incident</span></div>';
+  let html = '<div class="legend"><span><i style="background:#805ad5"></i>round change (solid)</span>' +
+             '<span><i style="background:#d64545"></i>incident (dashed)</span></div>';
   if (rate.length) html += lineChart('samples/s', rate, markers);
   if (loss.length) html += lineChart('loss', loss, markers);
   return html;
