@@ -7,6 +7,8 @@
 // error (78). Nothing sleeps a fixed time.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -97,6 +99,22 @@ TEST(DashboardInteg, ServesEveryPageAndApiPathAndNothingElse) {
   EXPECT_THAT(http_exchange(port, "\x16\x03\x01 garbage\r\n\r\n"), StartsWith("HTTP/1.1 400"));
   EXPECT_THAT(http_exchange(port, "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 431"));
+  // Clients that hang up while their /api answer is awaited from the leader, and 40 that
+  // connect and say nothing (more than the server's 32): the daemon goes on serving.
+  for (int i = 0; i < 20; ++i) {
+    const int fd = connect_loopback(port);
+    ASSERT_GE(fd, 0);
+    const std::string request = "GET /api/jobs HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    ::close(fd);
+  }
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(connect_loopback(port));
+  EXPECT_EQ(http_get(port, "/api/jobs").code, 200);
+  for (const int fd : idle) {
+    if (fd >= 0) ::close(fd);
+  }
   EXPECT_EQ(http_get(port, "/").code, 200);
   EXPECT_TRUE(n1.process().running());
 }
