@@ -547,6 +547,16 @@ int Node::run() {
                generation_, address_, control_->path(),
                metrics_ ? " metrics=" + metrics_->bound_address() : std::string(),
                dashboard_ ? " dashboard=" + dashboard_->bound_address() : std::string());
+  if (dashboard_) {
+    // On loopback (the default) it is reached from elsewhere through an SSH tunnel.
+    const std::string& at = dashboard_->bound_address();
+    const std::string port = at.substr(at.rfind(':') + 1);
+    const bool loopback = at.rfind("127.", 0) == 0 || at.rfind("[::1]", 0) == 0;
+    spdlog::info("dashboard: http://{}/{}", at,
+                 loopback ? " (from elsewhere: ssh -L " + port + ":" + at +
+                                " <this host>, then http://127.0.0.1:" + port + "/)"
+                          : std::string());
+  }
   life_.seeds = seeds_.size();
   update_lifecycle(clock_->now());
 
