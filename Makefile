@@ -27,7 +27,7 @@ DEB_PACKAGES := build-essential cmake pkg-config git ca-certificates iproute2 pr
   zlib1g-dev libsystemd-dev clang libclang-rt-14-dev \
   libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist python3 python3-venv \
   python3-torch \
-  systemd systemd-container slurmctld slurmd slurm-client munge
+  systemd systemd-container slurmctld slurmd slurm-client munge chromium
 
 ifeq ($(MODE),release)
   BUILD_TYPE := Release

@@ -271,9 +271,11 @@ start_daemon() {  # host
     seeds+="${seeds:+,}\"h$o@$(addr "$o")\""
   done
   mkdir -p "$work/h$h/state"
-  local run=()
+  local run=() dashboard=()
   [ $use_netns = 1 ] && run=(ip netns exec "$prefix-h$h")
-  "${run[@]}" "$elasticd" -c "$config" \
+  # On loopback the three share one address: each dashboard takes a free port, not 8474.
+  [ $use_netns = 1 ] || dashboard=(--set dashboard.listen=127.0.0.1:0)
+  "${run[@]}" "$elasticd" -c "$config" "${dashboard[@]}" \
     --set node.name="h$h" \
     --set node.state_dir="$work/h$h/state" \
     --set transport.bind="tcp://$(addr "$h")" \

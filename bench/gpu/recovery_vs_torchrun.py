@@ -227,6 +227,8 @@ class Elastic:
                "--set", f"transport.public_keys_dir={self.work}/public_keys",
                "--set", 'consensus.voters=["h0","h1","h2"]',
                "--set", f"control.socket={self.work}/{node}/ctl.sock",
+               # three daemons on one loopback: each dashboard on a free port, not 8474
+               "--set", "dashboard.listen=127.0.0.1:0",
                "--set", f"checkpoint.root={self.work}/ckpt"]
         if self.a.cpu_test:
             cmd += ["--set", "node.cpu_slots=1"]

@@ -270,6 +270,17 @@ struct GroupLimits {
 // What the cluster scheduler (daemon/rendezvous/scheduler.h) holds users and groups to; all
 // reloadable. A user's or group's own entry wins over the defaults; 0 = no limit. A job over a
 // limit waits with that reason.
+// The read-only web dashboard (daemon/dashboard/dashboard.h), served by every daemon.
+struct DashboardConfig {
+  // "HOST:PORT"; loopback by default so only this host's users (and SSH tunnels:
+  // `ssh -L 8474:127.0.0.1:8474 host`) reach it; "" = off; port 0 picks a free port (logged).
+  std::string listen = "127.0.0.1:8474";
+  // A file holding a bearer token; when set every request needs "Authorization: Bearer
+  // <token>". Required for a listen address that is not loopback. "" = no token.
+  std::string token_file = "";
+  bool operator==(const DashboardConfig&) const = default;
+};
+
 struct LimitsConfig {
   // The highest priority a non-admin may give a job (submit, `elasticctl priority`), so users
   // cannot all outbid each other; admins may go up to 1000000.
@@ -305,6 +316,7 @@ struct DaemonConfig {
   SpawnerConfig spawner;
   CheckpointConfig checkpoint;
   ControlConfig control;
+  DashboardConfig dashboard;
   LimitsConfig limits;
   LoggingConfig logging;
   bool operator==(const DaemonConfig&) const = default;

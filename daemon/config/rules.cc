@@ -384,6 +384,23 @@ std::vector<Violation> check_rules(const DaemonConfig& c) {
               "must be set when control.remote_listen is set (it lists the allowed client keys)");
   }
 
+  // dashboard: loopback unless a token guards it (the pages show every job and node).
+  k.absolute_path("dashboard.token_file", c.dashboard.token_file, true);
+  if (!c.dashboard.listen.empty()) {
+    const auto listen = parse_host_port(c.dashboard.listen);
+    k.require(listen.has_value(), {"dashboard.listen"},
+              quote(c.dashboard.listen) +
+                  " must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free "
+                  "port)");
+    if (listen.has_value()) {
+      k.require(is_loopback_host(listen->host) || !c.dashboard.token_file.empty(),
+                {"dashboard.token_file", "dashboard.listen"},
+                "must be set when dashboard.listen (" + quote(c.dashboard.listen) +
+                    ") is not a loopback address: anyone who reaches it would see every job "
+                    "and node (or keep 127.0.0.1 and use an SSH tunnel)");
+    }
+  }
+
   // Above the job table's own cap of 10,000 active jobs a per-user cap would mean nothing.
   k.at_least("control.max_active_jobs_per_user", c.control.max_active_jobs_per_user, 0);
   k.require(c.control.max_active_jobs_per_user <= 10000, {"control.max_active_jobs_per_user"},

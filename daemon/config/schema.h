@@ -100,6 +100,10 @@ void visit_config(Config& c, Visitor& v) {
   v.field("submits_per_minute_per_user", c.control.submits_per_minute_per_user);
   v.field("submit_burst_per_user", c.control.submit_burst_per_user);
 
+  v.section("dashboard");
+  v.field("listen", c.dashboard.listen);
+  v.field("token_file", c.dashboard.token_file);
+
   v.section("limits");
   v.field("priority_ceiling", c.limits.priority_ceiling);
   v.field("max_nodes_per_user", c.limits.max_nodes_per_user);

@@ -15,16 +15,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "daemon/control/requests.h"
 #include "daemon/control/server.h"
 #include "daemon/control/verbs.h"
+#include "daemon/dashboard/dashboard.h"
 #include "daemon/node/body_limits.h"
 #include "daemon/node/host.h"
+#include "daemon/node/http_server.h"
 #include "daemon/node/logging.h"
-#include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/port_probe.h"
 #include "daemon/node/reload.h"
 #include "daemon/node/worker_log_verbs.h"
@@ -105,6 +107,33 @@ std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
+}
+
+// A control reply as the dashboard's /api JSON.
+HttpResponse api_response(std::string reply) {
+  HttpResponse response =
+      ok_response("application/json", std::move(reply), "Cache-Control: no-store\r\n");
+  response.status = dashboard::api_status(response.body);
+  return response;
+}
+
+// The token of dashboard.token_file: its first line, without surrounding white space.
+Result<std::string> read_dashboard_token(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return Error{"cannot read " + path + ": " + std::strerror(errno) + "."};
+  }
+  std::string line;
+  std::getline(file, line);
+  const auto first = line.find_first_not_of(" \t\r");
+  const auto last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) return Error{path + " holds no token (its first line is empty)."};
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && (info.st_mode & S_IROTH) != 0) {
+    spdlog::warn("dashboard.token_file {} is readable by every user of this host; chmod o-r it",
+                 path);
+  }
+  return line.substr(first, last - first + 1);
 }
 
 }  // namespace
@@ -212,14 +241,49 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
     (void)self->transport_->send_control_reply(route, reply);
   });
   if (!config.control.metrics_listen.empty()) {
-    auto metrics = MetricsEndpoint::open(config.control.metrics_listen, [self] {
-      return self->render_metrics(self->clock_->now());
-    });
+    HttpServerOptions metrics_options;
+    metrics_options.what = "metrics scrapes";
+    auto metrics = HttpServer::open(
+        config.control.metrics_listen,
+        [self](const HttpRequest& request, std::uint64_t) -> std::optional<HttpResponse> {
+          if (request.path != "/metrics") {
+            return text_response(404, "Metrics are served at /metrics.\n");
+          }
+          return ok_response("text/plain; version=0.0.4; charset=utf-8",
+                             self->render_metrics(self->clock_->now()));
+        },
+        metrics_options);
     if (!metrics.ok()) {
       failure = {config::kExitUnavailable, metrics.error().message + " (control.metrics_listen)"};
       return nullptr;
     }
     node->metrics_ = std::move(metrics.value());
+  }
+  if (!config.dashboard.listen.empty()) {
+    HttpServerOptions dashboard_options;
+    dashboard_options.what = "the dashboard";
+    // The forwarded reads answer or fail within kClientRequestTimeout; the server's own limit
+    // only guards against a reply that never comes.
+    dashboard_options.reply_timeout = kClientRequestTimeout + std::chrono::seconds(5);
+    if (!config.dashboard.token_file.empty()) {
+      auto token = read_dashboard_token(config.dashboard.token_file);
+      if (!token.ok()) {
+        failure = {config::kExitConfig, "dashboard.token_file: " + token.error().message};
+        return nullptr;
+      }
+      dashboard_options.token = std::move(token.value());
+    }
+    auto dashboard = HttpServer::open(
+        config.dashboard.listen,
+        [self](const HttpRequest& request, std::uint64_t id) {
+          return self->serve_dashboard(request, id);
+        },
+        std::move(dashboard_options));
+    if (!dashboard.ok()) {
+      failure = {config::kExitUnavailable, dashboard.error().message + " (dashboard.listen)"};
+      return nullptr;
+    }
+    node->dashboard_ = std::move(dashboard.value());
   }
 
   const std::uint64_t seed = clock.seed() ^ node->generation_;
@@ -280,7 +344,9 @@ std::unique_ptr<Node> Node::start(const config::DaemonConfig& config, StartFailu
 }
 
 Node::~Node() {
-  // Control and metrics first (they call back into this Node), then the transport's sockets.
+  // Control, metrics and dashboard first (they call back into this Node), then the transport's
+  // sockets.
+  dashboard_.reset();
   metrics_.reset();
   control_.reset();
   core_.reset();  // the Spawner kills and reaps any worker still running
@@ -316,7 +382,8 @@ void Node::on_stop_signal(TimePoint now, const char* signal_name, std::uint32_t 
   spdlog::info(
       "{} received from pid {}: draining ({}, grace {} ms), then leaving the cluster", signal_name,
       from_pid, plural(core_->supervisor().running_workers(), "worker", "workers"),
-      std::chrono::duration_cast<std::chrono::milliseconds>(core_->config().spawner.stop_grace).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(core_->config().spawner.stop_grace)
+          .count());
   core_->drain(now);
   update_lifecycle(now);
 }
@@ -476,9 +543,20 @@ int Node::run() {
     if (!known) seeds_.push_back(SeedPeer{.endpoint = seed.endpoint, .name = seed.name});
   }
   carry_out(clock_->now(), core_->join(clock_->now(), seeds_));
-  spdlog::info("elasticd ready: name={} generation={} address={} control={}{}", name_, generation_,
-               address_, control_->path(),
-               metrics_ ? " metrics=" + metrics_->bound_address() : std::string());
+  spdlog::info("elasticd ready: name={} generation={} address={} control={}{}{}", name_,
+               generation_, address_, control_->path(),
+               metrics_ ? " metrics=" + metrics_->bound_address() : std::string(),
+               dashboard_ ? " dashboard=" + dashboard_->bound_address() : std::string());
+  if (dashboard_) {
+    // On loopback (the default) it is reached from elsewhere through an SSH tunnel.
+    const std::string& at = dashboard_->bound_address();
+    const std::string port = at.substr(at.rfind(':') + 1);
+    const bool loopback = at.rfind("127.", 0) == 0 || at.rfind("[::1]", 0) == 0;
+    spdlog::info("dashboard: http://{}/{}", at,
+                 loopback ? " (from elsewhere: ssh -L " + port + ":" + at +
+                                " <this host>, then http://127.0.0.1:" + port + "/)"
+                          : std::string());
+  }
   life_.seeds = seeds_.size();
   update_lifecycle(clock_->now());
 
@@ -487,6 +565,7 @@ int Node::run() {
     const Duration wait = std::max(Duration::zero(), next_deadline(now) - now);
     std::vector<int> watched = {control_->fd(), signal_fd_, core_->launcher_fd()};
     if (metrics_) watched.push_back(metrics_->fd());
+    if (dashboard_) watched.push_back(dashboard_->fd());
     transport::Received received = transport_->receive(wait, watched);
     now = clock_->now();
     if (std::find(received.readable_fds.begin(), received.readable_fds.end(), signal_fd_) !=
@@ -498,6 +577,7 @@ int Node::run() {
       control_->handle_remote(now, remote.route, remote.user, remote.body);
     }
     if (metrics_) metrics_->process(now);
+    if (dashboard_) dashboard_->process(now);
     carry_out(now, core_->take_output());
     if (stop_) break;
     CoreInput input;
@@ -537,6 +617,7 @@ TimePoint Node::next_deadline(TimePoint now) const {
   deadline = std::min(deadline, life_.next_watchdog);
   if (life_.draining) deadline = std::min({deadline, life_.drain_deadline, life_.next_announce});
   if (metrics_) deadline = std::min(deadline, metrics_->next_deadline());
+  if (dashboard_) deadline = std::min(deadline, dashboard_->next_deadline());
   return deadline;
 }
 
@@ -562,12 +643,19 @@ void Node::carry_out(TimePoint now, CoreOutput output) {
       const control::ReplyHandle handle{.fd = waiting->second.first,
                                         .serial = waiting->second.second};
       replies_.erase(waiting);
-      control_->reply(handle, reply.outcome == ForwardOutcome::kOk
-                                  ? reply.body
-                                  : control::encode_error_reply(
-                                        reply.body, reply.outcome == ForwardOutcome::kDenied
-                                                        ? control::ErrorCode::kPermission
-                                                        : control::ErrorCode::kNone));
+      std::string body =
+          reply.outcome == ForwardOutcome::kOk
+              ? reply.body
+              : control::encode_error_reply(reply.body, reply.outcome == ForwardOutcome::kDenied
+                                                            ? control::ErrorCode::kPermission
+                                                            : control::ErrorCode::kNone);
+      if (handle.fd == kDashboardReplyFd) {
+        if (dashboard_) {
+          dashboard_->respond(handle.serial, api_response(std::move(body)), now);
+        }
+        continue;
+      }
+      control_->reply(handle, std::move(body));
     }
     CoreInput failed;
     for (PeerSend& send : output.sends) {
@@ -619,6 +707,8 @@ control::SelfInfo Node::self_info(TimePoint now) const {
 }
 
 bool Node::is_admin(const control::PeerCredentials& peer) const {
+  // The dashboard's reader is nobody, whatever groups nobody may have on this host.
+  if (peer.pid == 0 && peer.uid == dashboard::kReaderUid && peer.remote_user.empty()) return false;
   // Root, the caller's primary gid, or the user's groups (getgrouplist): control/credentials.h.
   return control::is_admin(peer, core_->config().control.admin_group);
 }
@@ -864,10 +954,36 @@ std::optional<std::string> Node::control_status(const ControlCall& call) {
   body["workers"] = std::move(workers);
   body["slots"] = core_->supervisor().slots();
   body["metrics"] = metrics_ ? metrics_->bound_address() : std::string();
+  body["dashboard"] = dashboard_ ? dashboard_->bound_address() : std::string();
   body["config"] = nlohmann::json::parse(config_json(), nullptr, false);
   body["lifecycle"] = {
       {"ready", life_.ready}, {"draining", life_.draining}, {"status", status_line()}};
   return body.dump();
+}
+
+// The dashboard (node.h): pages from the compiled-in assets; /api reads through
+// handle_control() as nobody, answered now (this daemon's own verbs) or when the core's reply
+// comes (carry_out()).
+std::optional<HttpResponse> Node::serve_dashboard(const HttpRequest& request, std::uint64_t id) {
+  const dashboard::Route route = dashboard::route(request.path, request.query);
+  switch (route.kind) {
+    case dashboard::Route::Kind::kNotFound:
+      return text_response(404, "Not found: the dashboard is at /.\n");
+    case dashboard::Route::Kind::kBadRequest:
+      return text_response(400, route.error + "\n");
+    case dashboard::Route::Kind::kAsset:
+      return ok_response(std::string(route.content_type), std::string(route.body),
+                         "Cache-Control: no-cache\r\n");
+    case dashboard::Route::Kind::kApi:
+      break;
+  }
+  const control::Request control_request{.verb = route.verb, .text = route.request};
+  const control::PeerCredentials reader{
+      .pid = 0, .uid = dashboard::kReaderUid, .gid = dashboard::kReaderGid, .remote_user = ""};
+  std::optional<std::string> reply = handle_control(
+      control_request, reader, control::ReplyHandle{.fd = kDashboardReplyFd, .serial = id});
+  if (!reply) return std::nullopt;
+  return api_response(std::move(*reply));
 }
 
 }  // namespace elastic::node

@@ -1,10 +1,10 @@
 // Node: the elasticd shell. It owns what touches the world -- the ZeroMQ transport, the control
-// and metrics sockets, the signal fd, systemd notification, the Raft files and the Spawner it
-// opens -- and one NodeCore (node_core.h) that makes every decision. Its loop gathers inputs for
-// the core (envelopes, dropped connections, failed sends, client calls, worker progress, the
-// time) and carries out the core's outputs (sends, replies). Control requests are dispatched by
-// verb from one table (control/verbs.h, kControlHandlers); verbs of the job table become core
-// calls to the Raft leader.
+// socket, the metrics and dashboard HTTP servers, the signal fd, systemd notification, the Raft
+// files and the Spawner it opens -- and one NodeCore (node_core.h) that makes every decision. Its
+// loop gathers inputs for the core (envelopes, dropped connections, failed sends, client calls,
+// worker progress, the time) and carries out the core's outputs (sends, replies). Control requests
+// are dispatched by verb from one table (control/verbs.h, kControlHandlers); verbs of the job table
+// become core calls to the Raft leader.
 //
 // Identity (start()):
 //  - name: node.name, or the hostname when "";
@@ -32,6 +32,9 @@
 //      elasticd ready: name=<n> generation=<g> address=<a> control=<path>[ metrics=<host:port>]
 //    (metrics= when control.metrics_listen is set: the bound address, port 0 resolved; also
 //    "metrics" in `status`). A metrics address that cannot be bound fails start with exit 69.
+//    Likewise " dashboard=<host:port>" when dashboard.listen is set (the default), "dashboard"
+//    in `status`; a dashboard address that cannot be bound fails start with exit 69 naming
+//    dashboard.listen, and a dashboard.token_file that cannot be read (or is empty) with 78.
 //  - Joined: READY=1 to systemd (and the log line "elasticd joined: ..."): at once for a node
 //    without seeds (other than itself); otherwise once a seed or member answered and this node
 //    is alive in membership. READY does not wait for a Raft leader: the first voter of a
@@ -66,6 +69,12 @@
 // (answered kDenied with a sentence, counted as messages_dropped reason forward_without_curve),
 // so there a client must use the leader's own control socket. Nor does it act on another
 // daemon's round reports (node_core.cc says why).
+//
+// Dashboard (dashboard.listen; daemon/dashboard/dashboard.h): its pages are constants; its /api
+// paths are control requests handled exactly as the control socket's (handle_control: the
+// same verb table, the leader's verbs forwarded to the leader), from a reader with the uid
+// and gid of nobody (dashboard::kReaderUid), who is never an admin; the deferred answers are
+// routed back to the HTTP request by a ReplyHandle with fd kDashboardReplyFd.
 //
 // Signals: start() blocks SIGTERM, SIGINT and SIGHUP in the calling thread before ZeroMQ starts
 // its I/O threads (which inherit the mask), so they are only ever read from the signal fd. Call
@@ -107,7 +116,9 @@ struct ReplyHandle;
 
 namespace elastic::node {
 
-class MetricsEndpoint;
+class HttpServer;
+struct HttpRequest;
+struct HttpResponse;
 
 inline constexpr int kExitCantCreate = 73;  // EX_CANTCREAT: state dir or control socket
 inline constexpr std::chrono::milliseconds kLeaveFlush{500};
@@ -191,6 +202,10 @@ class Node {
   void start_call(const ControlCall& call, const std::string& session, const std::string& target,
                   Duration timeout);
   bool is_admin(const control::PeerCredentials& peer) const;
+  // One dashboard request (see the header comment): a page, or an /api read answered now or
+  // later (through dashboard_->respond()).
+  std::optional<HttpResponse> serve_dashboard(const HttpRequest& request, std::uint64_t id);
+  static constexpr int kDashboardReplyFd = -3;  // ReplyHandle.fd of a dashboard read
   TimePoint next_deadline(TimePoint now) const;
   control::SelfInfo self_info(TimePoint now) const;
   // Metrics (node_metrics.cc): the text of one scrape, and control requests counted by verb.
@@ -229,8 +244,9 @@ class Node {
   TimePoint started_{};
   std::unique_ptr<transport::ZmqTransport> transport_;
   std::unique_ptr<control::Server> control_;
-  std::unique_ptr<MetricsEndpoint> metrics_;  // control.metrics_listen; null when "" (off)
-  std::unique_ptr<NodeCore> core_;            // every decision (node_core.h)
+  std::unique_ptr<HttpServer> metrics_;    // control.metrics_listen; null when "" (off)
+  std::unique_ptr<HttpServer> dashboard_;  // dashboard.listen; null when "" (off)
+  std::unique_ptr<NodeCore> core_;         // every decision (node_core.h)
   std::map<std::string, std::uint64_t> control_requests_;  // by verb (bounded: node_metrics.cc)
   std::uint64_t control_requests_other_ = 0;
   int signal_fd_ = -1;

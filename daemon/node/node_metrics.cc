@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "daemon/control/server.h"
+#include "daemon/node/http_server.h"
 #include "daemon/node/metrics.h"
-#include "daemon/node/metrics_endpoint.h"
 #include "daemon/node/node.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/transport/zmq_transport.h"
@@ -163,6 +163,21 @@ void checkpoint_families(MetricsText& m, const JobSupervisor& supervisor, std::i
   for (const CheckpointInfo& c : checkpoints) {
     if (c.step >= 0) m.sample(static_cast<double>(c.step), {{"job", c.job}});
   }
+}
+
+// An HTTP server's counters (http_server.h): answered, and refused or failed by reason.
+void http_server_families(MetricsText& m, const HttpServerStats& e, std::string_view answered,
+                          std::string_view answered_help, std::string_view rejected,
+                          std::string_view rejected_help) {
+  m.family(answered, MetricType::kCounter, answered_help);
+  m.sample(as_double(e.served));
+  m.family(rejected, MetricType::kCounter, rejected_help);
+  m.sample(as_double(e.not_found), {{"reason", "not_found"}});
+  m.sample(as_double(e.bad_requests), {{"reason", "bad_request"}});
+  m.sample(as_double(e.unauthorized), {{"reason", "unauthorized"}});
+  m.sample(as_double(e.failed), {{"reason", "failed"}});
+  m.sample(as_double(e.timeouts), {{"reason", "timeout"}});
+  m.sample(as_double(e.evicted), {{"reason", "too_many_connections"}});
 }
 
 }  // namespace
@@ -380,16 +395,16 @@ std::string Node::render_metrics(TimePoint now) const {
   m.sample(as_double(c.handler_errors), {{"where", "control"}});
   m.sample(as_double(core_->jobs().handler_failures()), {{"where", "job_service"}});
   if (metrics_) {
-    const MetricsEndpointStats& e = metrics_->stats();
-    m.family("elastic_metrics_scrapes_total", MetricType::kCounter,
-             "Scrapes of this endpoint answered (this one included).");
-    m.sample(as_double(e.scrapes));
-    m.family("elastic_metrics_rejected_total", MetricType::kCounter,
-             "HTTP requests and connections of this endpoint refused, by reason.");
-    m.sample(as_double(e.not_found), {{"reason", "not_found"}});
-    m.sample(as_double(e.bad_requests), {{"reason", "bad_request"}});
-    m.sample(as_double(e.timeouts), {{"reason", "timeout"}});
-    m.sample(as_double(e.evicted), {{"reason", "too_many_connections"}});
+    http_server_families(m, metrics_->stats(), "elastic_metrics_scrapes_total",
+                         "Scrapes of this endpoint answered (this one included).",
+                         "elastic_metrics_rejected_total",
+                         "HTTP requests and connections of this endpoint refused, by reason.");
+  }
+  if (dashboard_) {
+    http_server_families(m, dashboard_->stats(), "elastic_dashboard_requests_total",
+                         "Dashboard requests answered with 200 (pages, files and /api reads).",
+                         "elastic_dashboard_rejected_total",
+                         "Dashboard requests and connections refused or failed, by reason.");
   }
   return m.take();
 }

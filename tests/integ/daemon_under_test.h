@@ -9,7 +9,8 @@
 // <TempDir>/<name>/keys/ and publishes its .pub in the test's shared allow-list
 // <TempDir>/public_keys/, so the daemons of one TempDir trust each other (one started earlier
 // re-reads the list when it changes). A test may override with set(), e.g.
-// set("transport.curve=false") for a plain daemon (loopback binds allow that).
+// set("transport.curve=false") for a plain daemon (loopback binds allow that). The dashboard
+// listens on a free loopback port (dashboard.listen=127.0.0.1:0), not the default 8474.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -91,6 +92,9 @@ class Daemon {
       argv.push_back("--set");
       argv.push_back(setting);
     }
+    // Many daemons share this host's loopback: each takes a free dashboard port, never 8474.
+    argv.push_back("--set");
+    argv.push_back("dashboard.listen=127.0.0.1:0");
     for (const auto& setting : settings_) {
       argv.push_back("--set");
       argv.push_back(setting);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/integ/daemon_under_test.h"
+#include "tests/support/http_client.h"
 #include "tests/support/process.h"
 #include "tests/support/sockets.h"
 #include "tests/support/temp_dir.h"
@@ -40,54 +41,7 @@ std::vector<std::string> ctl_args(const Daemon& daemon, std::vector<std::string>
 
 // The metrics address from the daemon's readiness line ("" when it has none).
 std::string metrics_address(Daemon& daemon) {
-  std::smatch match;
-  const std::string err = daemon.process().err();
-  static const std::regex ready("elasticd ready: [^\n]* metrics=(\\S+)");
-  return std::regex_search(err, match, ready) ? match[1].str() : "";
-}
-
-int port_of(const std::string& address) {
-  return std::stoi(address.substr(address.rfind(':') + 1));
-}
-
-// Sends `request` (as far as the server reads it) and returns everything the server answered
-// before it closed the connection.
-std::string http_exchange(int port, const std::string& request) {
-  const int fd = connect_loopback(port);
-  if (fd < 0) return "";
-  std::size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the server answered early and closed (a request too large)
-    sent += static_cast<std::size_t>(n);
-  }
-  std::string response;
-  char buffer[65536];
-  while (true) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    response.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return response;
-}
-
-struct Response {
-  int code = 0;
-  std::string head;
-  std::string body;
-};
-
-Response get(int port, const std::string& path, const std::string& method = "GET") {
-  const std::string raw = http_exchange(
-      port, method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: test\r\n\r\n");
-  Response r;
-  const auto end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return r;
-  r.code = std::stoi(raw.substr(9, 3));
-  r.head = raw.substr(0, end);
-  r.body = raw.substr(end + 4);
-  return r;
+  return ready_line_address(daemon.process().err(), "metrics");
 }
 
 // A parsed scrape: series ("name{k="v",...}" with labels as sent) -> value.
@@ -225,7 +179,7 @@ std::string errors_of(const Scrape& s) {
 
 // One scrape of the daemon whose endpoint listens on `port`, checked for format errors.
 Scrape scrape(int port) {
-  const Response r = get(port, "/metrics");
+  const HttpReply r = http_get(port, "/metrics");
   EXPECT_EQ(r.code, 200) << r.head;
   EXPECT_THAT(r.head, HasSubstr("Content-Type: text/plain; version=0.0.4"));
   Scrape s = parse(r.body);
@@ -365,13 +319,13 @@ TEST(MetricsInteg, HttpErrorsAreAnsweredAndCounted) {
   n1.set("control.metrics_listen=127.0.0.1:0");
   n1.start();
   const int port = port_of(metrics_address(n1));
-  EXPECT_EQ(get(port, "/").code, 404);
-  EXPECT_EQ(get(port, "/metricsx").code, 404);
-  EXPECT_EQ(get(port, "/metrics?name[]=x").code, 200);
-  const Response post = get(port, "/metrics", "POST");
+  EXPECT_EQ(http_get(port, "/").code, 404);
+  EXPECT_EQ(http_get(port, "/metricsx").code, 404);
+  EXPECT_EQ(http_get(port, "/metrics?name[]=x").code, 200);
+  const HttpReply post = http_get(port, "/metrics", "POST");
   EXPECT_EQ(post.code, 405);
   EXPECT_THAT(post.head, HasSubstr("Allow: GET, HEAD"));
-  const Response head = get(port, "/metrics", "HEAD");
+  const HttpReply head = http_get(port, "/metrics", "HEAD");
   EXPECT_EQ(head.code, 200);
   EXPECT_TRUE(head.body.empty());
   EXPECT_THAT(http_exchange(port, "GET /metrics SPDY/3\r\n\r\n"), HasSubstr("400 Bad Request"));
@@ -500,18 +454,11 @@ TEST(MetricsInteg, OffByDefaultAndWildcardOnlyWhenConfigured) {
 TEST(MetricsInteg, PortInUseFailsTheStart) {
   TempDir dir;
   // Hold a listening port, then ask a daemon to bind it.
-  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(holder, 1), 0);
-  socklen_t length = sizeof(address);
-  ::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length);
+  const HeldLoopbackPort held;
+  ASSERT_NE(held.port(), 0);
   Daemon n1(dir, "n1", {});
-  n1.set("control.metrics_listen=127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
+  n1.set("control.metrics_listen=127.0.0.1:" + std::to_string(held.port()));
   const RunResult r = run(n1.args(), {}, std::chrono::seconds(10));
-  ::close(holder);
   EXPECT_TRUE(r.status.exited_with(69)) << r.err;
   EXPECT_THAT(r.err, HasSubstr("control.metrics_listen"));
   EXPECT_THAT(r.err, HasSubstr("Address already in use"));

@@ -311,7 +311,9 @@ TEST(Elasticd, PlainStartRunsTheNodeAndExits0OnSigterm) {
                           {"-c", kShippedConfig, "--set", "node.name=cli-test", "--set",
                            "node.state_dir=" + dir.file("state"), "--set",
                            "control.socket=" + socket, "--set", "transport.bind=tcp://127.0.0.1:0",
-                           "--set", "transport.curve=false"},
+                           "--set", "transport.curve=false",
+                           // Not the shipped 8474: other tests' daemons share this loopback.
+                           "--set", "dashboard.listen=127.0.0.1:0"},
                           err_path);
   ASSERT_GT(pid, 0);
   const bool ready = poll_until(
@@ -341,7 +343,7 @@ TEST(Elasticd, JsonLogFormatWritesOneObjectPerLine) {
             {"-c", "", "--set", "node.name=json-node", "--set", "logging.format=json", "--set",
              "logging.file=" + log, "--set", "node.state_dir=" + dir.file("state"), "--set",
              "control.socket=" + dir.file("ctl.sock"), "--set", "transport.bind=tcp://127.0.0.1:0",
-             "--set", "transport.curve=false"},
+             "--set", "transport.curve=false", "--set", "dashboard.listen=127.0.0.1:0"},
             dir.file("stderr"));
   ASSERT_GT(pid, 0);
   const bool ready =

@@ -328,7 +328,7 @@ TEST(ToToml, PrintsSectionsAndCanonicalDurations) {
 
 TEST(ToJson, MirrorsTheToml) {
   const auto json = nlohmann::json::parse(to_json(unusual_config()));
-  EXPECT_EQ(json.size(), 10u);
+  EXPECT_EQ(json.size(), 11u);
   EXPECT_EQ(json["membership"]["probe_timeout"], "300ms");
   EXPECT_EQ(json["membership"]["tombstone_ttl"], "48h0.000000001s");
   EXPECT_EQ(json["node"]["gpus"], nlohmann::json::array({3, 1}));
@@ -472,7 +472,7 @@ INSTANTIATE_TEST_SUITE_P(
         FileCase{"UnknownSectionNoSuggestion",
                  "[gpu]\nx = 1\n",
                  {"@:1: gpu: unknown section (sections are node, transport, membership, "
-                  "consensus, rendezvous, spawner, checkpoint, control, limits, logging)"}},
+                  "consensus, rendezvous, spawner, checkpoint, control, dashboard, limits, logging)"}},
         FileCase{"TopLevelKey",
                  "name = \"a\"\n",
                  {"@:1: name: unknown top-level key (did you mean node.name?)"}},
@@ -637,7 +637,7 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
             {"--set swim.gossip_fanout=3: swim.gossip_fanout: unknown key (did you mean membership.gossip_fanout?)"}},
     SetCase{"UnknownSectionAndKey", {"foo.qqqqqqqqqq=1"},
             {"--set foo.qqqqqqqqqq=1: foo.qqqqqqqqqq: unknown key (sections are node, transport, "
-             "membership, consensus, rendezvous, spawner, checkpoint, control, limits, logging)"}},
+             "membership, consensus, rendezvous, spawner, checkpoint, control, dashboard, limits, logging)"}},
     SetCase{"BooleanNotTomlValue", {"spawner.bind_cpus=yes"},
             {"--set spawner.bind_cpus=yes: spawner.bind_cpus: expected a boolean (true or false), got a string (\"yes\")"}},
     SetCase{"IntegerNotTomlValue", {"checkpoint.keep=three"},
@@ -809,6 +809,12 @@ INSTANTIATE_TEST_SUITE_P(Table, SetErrors, ::testing::Values(
              ": control.socket: is 121 bytes long; a unix socket path must be at most 107"}},
     SetCase{"MetricsListen", {"control.metrics_listen=9100"},
             {"--set control.metrics_listen=9100: control.metrics_listen: \"9100\" must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free port)"}},
+    SetCase{"DashboardListen", {"dashboard.listen=8474"},
+            {"--set dashboard.listen=8474: dashboard.listen: \"8474\" must be \"\" (off) or HOST:PORT with a port from 0 to 65535 (0 = any free port)"}},
+    SetCase{"DashboardWildcardNeedsToken", {"dashboard.listen=0.0.0.0:8474"},
+            {"--set dashboard.listen=0.0.0.0:8474: dashboard.token_file: must be set when dashboard.listen (\"0.0.0.0:8474\") is not a loopback address: anyone who reaches it would see every job and node (or keep 127.0.0.1 and use an SSH tunnel)"}},
+    SetCase{"DashboardTokenFile", {"dashboard.token_file=token"},
+            {"--set dashboard.token_file=token: dashboard.token_file: must be an absolute path or \"\" (got \"token\")"}},
     SetCase{"RemoteListen", {"control.remote_listen=7947"},
             {"--set control.remote_listen=7947: control.remote_listen: \"7947\" must be \"\" (off) or tcp://HOST:PORT (e.g. tcp://0.0.0.0:7947)",
              "--set control.remote_listen=7947: control.client_keys_dir: must be set when control.remote_listen is set (it lists the allowed client keys)"}},
@@ -844,7 +850,12 @@ TEST(Validate, AcceptsValidEdgeValues) {
       "node.gpus=[]",
       "spawner.log_keep=0",
       "control.metrics_listen=[::]:9100",
+      "dashboard.listen=[::1]:0",  // loopback: no token needed
   });
+  EXPECT_TRUE(config.ok()) << config.error().message;
+  config = with_overrides({"dashboard.listen=10.0.0.1:8474", "dashboard.token_file=/etc/t"});
+  EXPECT_TRUE(config.ok()) << config.error().message;
+  config = with_overrides({"dashboard.listen="});
   EXPECT_TRUE(config.ok()) << config.error().message;
 }
 

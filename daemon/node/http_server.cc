@@ -1,4 +1,4 @@
-#include "daemon/node/metrics_endpoint.h"
+#include "daemon/node/http_server.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -55,19 +56,12 @@ std::string address_text(const sockaddr_storage& address) {
   return std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
 }
 
-// Where the request head ends (just past the blank line), or npos while it is incomplete.
-std::size_t head_end(const std::string& in) {
-  const auto crlf = in.find("\r\n\r\n");
-  const auto lf = in.find("\n\n");
-  if (crlf == std::string::npos && lf == std::string::npos) return std::string::npos;
-  if (lf == std::string::npos || (crlf != std::string::npos && crlf < lf)) return crlf + 4;
-  return lf + 2;
-}
-
 }  // namespace
 
-struct MetricsEndpoint::Connection {
+struct HttpServer::Connection {
   int fd = -1;
+  bool waiting = false;  // a deferred response is awaited from the handler
+  bool head = false;     // a HEAD request: the response goes without its body
   std::string peer;
   std::string in;
   std::string out;
@@ -79,12 +73,11 @@ struct MetricsEndpoint::Connection {
   TimePoint deadline{};
 };
 
-Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::open(const std::string& listen,
-                                                               Render render,
-                                                               MetricsEndpointLimits limits) {
+Result<std::unique_ptr<HttpServer>> HttpServer::open(const std::string& listen, Handler handler,
+                                                     HttpServerOptions options) {
   std::string host, port;
   if (!split_listen(listen, host, port)) {
-    return Error{"The metrics address \"" + listen + "\" is not HOST:PORT."};
+    return Error{"The address \"" + listen + "\" for " + options.what + " is not HOST:PORT."};
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -95,8 +88,8 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::open(const std::string
   const int resolved =
       ::getaddrinfo(wildcard ? nullptr : host.c_str(), port.c_str(), &hints, &found);
   if (resolved != 0 || found == nullptr) {
-    return Error{"Cannot resolve the metrics address " + listen + ": " + ::gai_strerror(resolved) +
-                 "."};
+    return Error{"Cannot resolve the address " + listen + " for " + options.what + ": " +
+                 ::gai_strerror(resolved) + "."};
   }
   int listen_fd = -1;
   std::string last_error = "no address to bind";
@@ -119,7 +112,7 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::open(const std::string
   }
   ::freeaddrinfo(found);
   if (listen_fd < 0) {
-    return Error{"Cannot listen for metrics scrapes on " + listen + ": " + last_error + "."};
+    return Error{"Cannot listen for " + options.what + " on " + listen + ": " + last_error + "."};
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
@@ -133,29 +126,29 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::open(const std::string
     const int error = errno;
     if (epoll_fd >= 0) ::close(epoll_fd);
     ::close(listen_fd);
-    return Error{"Cannot set up epoll for the metrics endpoint " + listen + ": " +
+    return Error{"Cannot set up epoll for " + options.what + " on " + listen + ": " +
                  errno_text(error) + "."};
   }
-  return std::unique_ptr<MetricsEndpoint>(
-      new MetricsEndpoint(std::move(render), limits, listen_fd, epoll_fd, address_text(bound)));
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(handler), std::move(options),
+                                                    listen_fd, epoll_fd, address_text(bound)));
 }
 
-MetricsEndpoint::MetricsEndpoint(Render render, MetricsEndpointLimits limits, int listen_fd,
-                                 int epoll_fd, std::string bound)
-    : render_(std::move(render)),
-      limits_(limits),
+HttpServer::HttpServer(Handler handler, HttpServerOptions options, int listen_fd, int epoll_fd,
+                       std::string bound)
+    : handler_(std::move(handler)),
+      options_(std::move(options)),
       listen_fd_(listen_fd),
       epoll_fd_(epoll_fd),
       bound_(std::move(bound)) {}
 
-MetricsEndpoint::~MetricsEndpoint() {
+HttpServer::~HttpServer() {
   for (auto& [fd, connection] : connections_) ::close(fd);
   connections_.clear();
   ::close(epoll_fd_);
   ::close(listen_fd_);
 }
 
-TimePoint MetricsEndpoint::next_deadline() const {
+TimePoint HttpServer::next_deadline() const {
   TimePoint earliest = kNever;
   for (const auto& [fd, connection] : connections_) {
     earliest = std::min(earliest, connection->deadline);
@@ -163,7 +156,7 @@ TimePoint MetricsEndpoint::next_deadline() const {
   return earliest;
 }
 
-void MetricsEndpoint::process(TimePoint now) {
+void HttpServer::process(TimePoint now) {
   epoll_event events[64];
   const int ready = ::epoll_wait(epoll_fd_, events, 64, 0);
   for (int i = 0; i < ready; ++i) {
@@ -190,13 +183,20 @@ void MetricsEndpoint::process(TimePoint now) {
     if (now >= connection->deadline) expired.push_back(fd);
   }
   for (const int fd : expired) {
-    const bool lingering = connections_.at(fd)->lingering;
+    Connection& connection = *connections_.at(fd);
+    if (connection.waiting) {
+      connection.waiting = false;
+      queue_response(connection, now,
+                     text_response(504, "No answer in time (is there a Raft leader?).\n"));
+      continue;
+    }
+    const bool lingering = connection.lingering;
     if (!lingering) ++stats_.timeouts;
     close_connection(fd, lingering ? nullptr : "timed out");
   }
 }
 
-void MetricsEndpoint::accept_all(TimePoint now) {
+void HttpServer::accept_all(TimePoint now) {
   while (true) {
     sockaddr_storage peer{};
     socklen_t length = sizeof(peer);
@@ -205,12 +205,12 @@ void MetricsEndpoint::accept_all(TimePoint now) {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        spdlog::debug("metrics {}: accept failed: {}", bound_, errno_text(errno));
+        spdlog::debug("{} {}: accept failed: {}", options_.what, bound_, errno_text(errno));
       }
       return;
     }
     ++stats_.connections_accepted;
-    if (connections_.size() >= limits_.max_connections) {
+    if (connections_.size() >= options_.max_connections) {
       // Make room: a connection whose response is out (lingering) goes first; else the oldest
       // one that has not finished its request, which has had the longest to do so, since a
       // scraper arriving now must get through.
@@ -225,7 +225,7 @@ void MetricsEndpoint::accept_all(TimePoint now) {
         if (victim == connections_.end() || c.serial < victim->second->serial) victim = it;
       }
       if (victim == connections_.end()) {
-        spdlog::debug("metrics {}: refusing a connection: {} responses in flight", bound_,
+        spdlog::debug("{} {}: refusing a connection: {} responses in flight", options_.what, bound_,
                       connections_.size());
         ++stats_.evicted;
         ::close(fd);
@@ -239,7 +239,7 @@ void MetricsEndpoint::accept_all(TimePoint now) {
     event.events = EPOLLIN;
     event.data.fd = fd;
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
-      spdlog::debug("metrics {}: epoll_ctl failed: {}", bound_, errno_text(errno));
+      spdlog::debug("{} {}: epoll_ctl failed: {}", options_.what, bound_, errno_text(errno));
       ::close(fd);
       continue;
     }
@@ -247,17 +247,19 @@ void MetricsEndpoint::accept_all(TimePoint now) {
     connection->fd = fd;
     connection->peer = address_text(peer);
     connection->serial = stats_.connections_accepted;
-    connection->deadline = now + limits_.request_timeout;
+    connection->deadline = now + options_.request_timeout;
     connections_.emplace(fd, std::move(connection));
   }
 }
 
-void MetricsEndpoint::on_readable(Connection& connection, TimePoint now) {
+void HttpServer::on_readable(Connection& connection, TimePoint now) {
   // Read what is there, but never more than one byte past the limit: that byte is enough to
   // know the request is too large.
   char buffer[4096];
-  while (connection.in.size() <= limits_.max_request_bytes) {
-    const std::size_t room = limits_.max_request_bytes + 1 - connection.in.size();
+  const std::size_t limit = options_.limits.max_request_bytes;
+  HttpParse parse;
+  while (connection.in.size() <= limit) {
+    const std::size_t room = limit + 1 - connection.in.size();
     const ssize_t n = ::recv(connection.fd, buffer, std::min(room, sizeof(buffer)), MSG_DONTWAIT);
     if (n == 0) {
       close_connection(connection.fd, "closed before a complete request");
@@ -270,91 +272,99 @@ void MetricsEndpoint::on_readable(Connection& connection, TimePoint now) {
       return;
     }
     connection.in.append(buffer, static_cast<std::size_t>(n));
-    if (head_end(connection.in) != std::string::npos) break;
+    parse = parse_http_request(connection.in, options_.limits);
+    if (parse.state != HttpParse::State::kIncomplete) break;
   }
-  const std::size_t end = head_end(connection.in);
-  const auto lines = static_cast<std::size_t>(std::count(
-      connection.in.begin(),
-      end == std::string::npos ? connection.in.end() : connection.in.begin() + end, '\n'));
-  // Request line + headers + the blank line.
-  if (lines > limits_.max_headers + 2) {
-    ++stats_.bad_requests;
-    queue_response(connection, now, 431, "Request Header Fields Too Large",
-                   "Too many header lines.\n", false, nullptr);
-    return;
+  if (parse.state == HttpParse::State::kIncomplete) {
+    parse = parse_http_request(connection.in, options_.limits);
   }
-  if (end == std::string::npos) {
-    if (connection.in.size() > limits_.max_request_bytes) {
-      ++stats_.bad_requests;
-      queue_response(
-          connection, now, 431, "Request Header Fields Too Large",
-          "The request head exceeds " + std::to_string(limits_.max_request_bytes) + " bytes.\n",
-          false, nullptr);
-    }
-    return;  // wait for the rest (until the request deadline)
+  switch (parse.state) {
+    case HttpParse::State::kIncomplete:
+      return;  // wait for the rest (until the request deadline)
+    case HttpParse::State::kRefused:
+      queue_response(connection, now, parse.refusal);
+      return;
+    case HttpParse::State::kRequest:
+      dispatch(connection, parse.request, now);
+      return;
   }
-  respond(connection, now);
 }
 
-void MetricsEndpoint::respond(Connection& connection, TimePoint now) {
-  std::string_view head(connection.in);
-  std::string_view line = head.substr(0, head.find('\n'));
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const auto first_space = line.find(' ');
-  const auto last_space = line.rfind(' ');
-  if (first_space == std::string_view::npos || first_space == last_space) {
-    ++stats_.bad_requests;
-    queue_response(connection, now, 400, "Bad Request", "Not an HTTP request line.\n", false,
-                   nullptr);
+void HttpServer::dispatch(Connection& connection, const HttpRequest& request, TimePoint now) {
+  connection.head = request.head;
+  if (!options_.token.empty() && !bearer_token_matches(request.authorization, options_.token)) {
+    queue_response(connection, now,
+                   text_response(401, "A bearer token is required (Authorization: Bearer ...).\n",
+                                 "WWW-Authenticate: Bearer\r\n"));
     return;
   }
-  const std::string_view method = line.substr(0, first_space);
-  const std::string_view target = line.substr(first_space + 1, last_space - first_space - 1);
-  const std::string_view version = line.substr(last_space + 1);
-  if ((version != "HTTP/1.1" && version != "HTTP/1.0") || target.empty() ||
-      target.find(' ') != std::string_view::npos) {
-    ++stats_.bad_requests;
-    queue_response(connection, now, 400, "Bad Request", "Not an HTTP/1.x request line.\n", false,
-                   nullptr);
+  std::optional<HttpResponse> response;
+  try {
+    response = handler_(request, connection.serial);
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: the handler of {} failed: {}", options_.what, bound_, request.path,
+                  e.what());
+    response = text_response(500, "The daemon could not serve this request.\n");
+  }
+  if (response) {
+    queue_response(connection, now, *response);
     return;
   }
-  const bool head_only = method == "HEAD";
-  if (method != "GET" && !head_only) {
-    ++stats_.bad_requests;
-    queue_response(connection, now, 405, "Method Not Allowed", "Only GET and HEAD are served.\n",
-                   false, "Allow: GET, HEAD\r\n");
-    return;
+  // Deferred: read nothing more (interest in nothing but hang-ups) until respond() or the
+  // reply timeout.
+  connection.responding = true;
+  connection.waiting = true;
+  connection.in.clear();
+  connection.in.shrink_to_fit();
+  connection.deadline = now + options_.reply_timeout;
+  epoll_event event{};
+  event.events = 0;
+  event.data.fd = connection.fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.fd, &event);
+}
+
+bool HttpServer::respond(std::uint64_t id, const HttpResponse& response, TimePoint now) {
+  for (auto& [fd, connection] : connections_) {
+    if (connection->serial != id || !connection->waiting) continue;
+    connection->waiting = false;
+    queue_response(*connection, now, response);
+    return true;
   }
-  const std::string_view path = target.substr(0, target.find('?'));
-  if (path != "/metrics") {
+  return false;
+}
+
+void HttpServer::count(int status) {
+  if (status == 200) {
+    ++stats_.served;
+  } else if (status == 404) {
     ++stats_.not_found;
-    queue_response(connection, now, 404, "Not Found", "Metrics are served at /metrics.\n",
-                   head_only, nullptr);
-    return;
+  } else if (status == 401) {
+    ++stats_.unauthorized;
+  } else if (status >= 500) {
+    ++stats_.failed;
+  } else {
+    ++stats_.bad_requests;
   }
-  ++stats_.scrapes;
-  queue_response(connection, now, 200, "OK", render_(), head_only, nullptr);
 }
 
-void MetricsEndpoint::queue_response(Connection& connection, TimePoint now, int code,
-                                     const char* reason, const std::string& body, bool head,
-                                     const char* extra_header) {
-  const char* type =
-      code == 200 ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8";
-  connection.out = "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-                   "\r\nContent-Length: " + std::to_string(body.size()) +
-                   "\r\nConnection: close\r\n" + (extra_header ? extra_header : "") + "\r\n";
-  if (!head) connection.out += body;
+void HttpServer::queue_response(Connection& connection, TimePoint now,
+                                const HttpResponse& response) {
+  count(response.status);
+  connection.out = serialize_http_response(response, connection.head);
   connection.out_offset = 0;
   connection.responding = true;
   connection.in.clear();
   connection.in.shrink_to_fit();
-  connection.deadline = now + limits_.write_timeout;
+  connection.deadline = now + options_.write_timeout;
   on_writable(connection, now);
 }
 
-void MetricsEndpoint::on_writable(Connection& connection, TimePoint now) {
+void HttpServer::on_writable(Connection& connection, TimePoint now) {
   if (!connection.responding) return;
+  if (connection.waiting) {  // hung up while its answer is awaited
+    close_connection(connection.fd, "closed before its response");
+    return;
+  }
   while (connection.out_offset < connection.out.size()) {
     const ssize_t n =
         ::send(connection.fd, connection.out.data() + connection.out_offset,
@@ -388,7 +398,7 @@ void MetricsEndpoint::on_writable(Connection& connection, TimePoint now) {
   discard_input(connection);
 }
 
-void MetricsEndpoint::discard_input(Connection& connection) {
+void HttpServer::discard_input(Connection& connection) {
   char buffer[16 * 1024];
   while (true) {
     const ssize_t n = ::recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -401,10 +411,11 @@ void MetricsEndpoint::discard_input(Connection& connection) {
   close_connection(connection.fd, nullptr);
 }
 
-void MetricsEndpoint::close_connection(int fd, const char* why) {
+void HttpServer::close_connection(int fd, const char* why) {
   const auto it = connections_.find(fd);
   if (it == connections_.end()) return;
-  if (why != nullptr) spdlog::debug("metrics {}: closing {}: {}", bound_, it->second->peer, why);
+  if (why != nullptr)
+    spdlog::debug("{} {}: closing {}: {}", options_.what, bound_, it->second->peer, why);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   connections_.erase(it);
