@@ -381,6 +381,9 @@ void Raft::leader_unreachable(TimePoint now, NodeId leader, Effects& out) {
   }
   set_leader(kNoNode, out);
   last_leader_contact_ = TimePoint{};
+  unreachable_leader_ = leader;
+  unreachable_term_ = hard_.term;
+  unreachable_at_ = now;
   if (!is_voter(self_)) return;  // it never campaigns; its normal timer keeps running
   // Survivors usually learn of the loss at the same moment (the leader's connection drops at
   // all of them), so each waits for its turn: its place among the other voters, a step of
@@ -571,12 +574,23 @@ void Raft::handle_append(TimePoint now, NodeId from, const AppendEntries& m, Eff
     send(from, AppendReply{hard_.term, false, 0, 0, 0}, out);
     return;
   }
+  // From the leader this node just declared gone, in that term: maybe a message it sent before it
+  // died, read after its connection dropped. Applied, but no lease and no timer reset (header).
+  const bool doubted = from == unreachable_leader_ && m.term == unreachable_term_ &&
+                       now < unreachable_at_ + config_.election_timeout;
   if (m.term > hard_.term || role_ != Role::kFollower || leader_ != from) {
     if (role_ == Role::kLeader && m.term == hard_.term) die("two leaders in one term");
+    const TimePoint soon = election_deadline_;
     become_follower(now, m.term, from, out);
+    if (doubted) {
+      election_deadline_ = std::min(election_deadline_, soon);
+      deadline_ = election_deadline_;
+    }
   }
-  last_leader_contact_ = now;
-  reset_election_deadline(now);
+  if (!doubted) {
+    last_leader_contact_ = now;
+    reset_election_deadline(now);
+  }
 
   AppendReply reply{hard_.term, false, 0, 0, 0, m.read_round};
   Index prev_index = m.prev_log_index;

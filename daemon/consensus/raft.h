@@ -22,7 +22,11 @@
 //    forgets the leader and campaigns (PreVote) after a short random delay instead of a whole
 //    election timeout. Only a liveness shortcut: a pre-vote still needs a majority of voters
 //    that do not hear the leader (the others refuse while it is alive), so a false suspicion at
-//    one voter disrupts nothing;
+//    one voter disrupts nothing. For an election timeout afterwards, an AppendEntries from that
+//    leader in that term is applied but renews neither its lease nor this follower's election
+//    timer: a heartbeat it sent just before it died, read after its connection's drop (the two
+//    come over different connections), must not make this voter refuse the survivors' pre-votes
+//    for a whole timeout. A live leader's heartbeats renew the lease again after that timeout;
 //  - AppendEntries with the consistency check, truncation of a conflicting suffix (never of a
 //    committed entry: that aborts) and fast backtracking (the reply carries conflict index and
 //    term); heartbeats are AppendEntries from the follower's next index, so they also repair;
@@ -434,6 +438,12 @@ class Raft {
   TimePoint deadline_;
   TimePoint election_deadline_;
   TimePoint last_leader_contact_{};  // follower: last AppendEntries from the current leader
+  // The leader this follower's failure detector last declared gone (leader_unreachable), in
+  // which term, and when: for an election timeout after that, an AppendEntries from it in that
+  // term renews no lease (see handle_append).
+  NodeId unreachable_leader_ = kNoNode;
+  Term unreachable_term_ = 0;
+  TimePoint unreachable_at_{};
   // Leader only.
   std::map<NodeId, Progress> progress_;
   TimePoint heartbeat_due_{};
