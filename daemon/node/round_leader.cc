@@ -571,8 +571,21 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
   for (const auto& [id, job] : table.jobs()) {
     if (rendezvous::is_terminal(job.state)) continue;
     const auto proposal = proposed_.find(id);
-    input.jobs.push_back(
-        sched_job(job, proposal == proposed_.end() ? nullptr : &proposal->second.first));
+    rendezvous::SchedJob sched =
+        sched_job(job, proposal == proposed_.end() ? nullptr : &proposal->second.first);
+    // Nodes this job's planner keeps out now: lost members (their memory) and quarantined
+    // nodes whose time out runs (plan_job's sitting_out may still take one back at min_nodes).
+    if (const auto state = leader_jobs_.find(id); state != leader_jobs_.end()) {
+      for (const auto& [member, until] : state->second.lost) {
+        if (now < until) sched.avoid.insert(member.first);
+      }
+    }
+    if (const auto records = quarantine_.find(id); records != quarantine_.end()) {
+      for (const auto& [node, record] : records->second) {
+        if (record.failures >= 2 && now < record.until) sched.avoid.insert(node);
+      }
+    }
+    input.jobs.push_back(std::move(sched));
   }
   for (const auto& [name, known] : node_slots_) {
     // Usable for any job: a job's hold on a node it runs on is its holding (scheduler.h).

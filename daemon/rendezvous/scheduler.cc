@@ -183,7 +183,8 @@ class Scheduler {
   }
 
   bool fits(const SchedJob& job, const NodeState& n) const {
-    return n.node->usable && n.free >= least_slots(job) && !holds(job, n.node->name);
+    return n.node->usable && n.free >= least_slots(job) && !holds(job, n.node->name) &&
+           !job.avoid.contains(n.node->name);
   }
 
   std::vector<NodeState*> fitting(const SchedJob& job) {
@@ -308,7 +309,8 @@ class Scheduler {
       auto it = nodes_.find(name);
       if (it == nodes_.end() || plan.reserved.contains(name)) return;
       const NodeState& n = it->second;
-      if (n.node->usable && n.free + released_slots[name] >= least_slots(job) &&
+      if (n.node->usable && !job.avoid.contains(name) &&
+          n.free + released_slots[name] >= least_slots(job) &&
           std::find(gained.begin(), gained.end(), name) == gained.end()) {
         gained.push_back(name);
       }

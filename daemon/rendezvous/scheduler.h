@@ -96,6 +96,10 @@ struct SchedJob {
   std::uint32_t size_cap = 0;
   std::string user;
   std::uint32_t gid = 0;
+  // Nodes its own planner will not take now (a member the job tier declared lost, for its
+  // memory of 30 s; a node quarantined for it): never granted, reserved or freed for it, so no
+  // node waits unused in its plan while another job could have it.
+  std::set<std::string> avoid;
   // Running: the nodes of its current round and the slots it holds on each, in rank map order
   // (the last entries joined last).
   std::vector<std::pair<std::string, std::uint32_t>> holdings;

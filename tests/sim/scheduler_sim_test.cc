@@ -455,7 +455,11 @@ void run_scheduler_scenario(std::uint64_t seed, std::size_t daemons, SchedulerCo
       return rendezvous::is_terminal(entry.second.state);
     });
   };
-  for (const TimePoint until = c.sim().now() + 300s; !all_ended();) {
+  // 600 s: at 3% message loss a member's lease renewals sometimes all fail even while calm, and
+  // each such self-fencing restarts its job's round (seed 1703: a 15-node job restarted five
+  // times after settling; the same happens at the previous commit, 292 lease expiries in that
+  // seed's run, so it is the simulated loss against the 1 s lease, not the scheduler).
+  for (const TimePoint until = c.sim().now() + 600s; !all_ended();) {
     ASSERT_LT(c.sim().now(), until) << "jobs never ended\n" << c.describe_jobs();
     ASSERT_TRUE(c.sim().run_for(100ms)) << *c.sim().violation();
     c.drive_clients();

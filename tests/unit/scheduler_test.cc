@@ -42,6 +42,7 @@ struct J {
   }
   J& wpn(std::uint32_t n) { return job.workers_per_node = n, *this; }
   J& cap(std::uint32_t n) { return job.size_cap = n, *this; }
+  J& avoid(std::set<std::string> nodes) { return job.avoid = std::move(nodes), *this; }
   J& owner(std::string user, std::uint32_t gid) {
     job.user = std::move(user);
     job.gid = gid;
@@ -397,6 +398,11 @@ std::vector<Row> rows() {
        {{"a", 1, true}, {"b", 1, true}, {"c", 1, false}, {"d", 1, true}},
        {},
        {{"r", {"a", "b", "c", "d"}, 3, 0, "-"}, {"q", {}, 0, 1, "waiting for 1 node, 0 fit"}}},
+      {"a node the job's planner keeps out (lost memory, quarantine) is not granted to it",
+       {J("r").size(1, 3).on({"a"}).avoid({"b"}), J("q").submitted(5)},
+       nodes(2),
+       {},
+       {{"r", {"a"}, 1, 0, "holds 1 of 3 nodes, no more free fits"}, {"q", {"b"}, 1, 1, "-"}}},
       {"a drained member's node counts (its work runs on): no replacement is granted",
        {J("r").size(2, 3).on({"a", "b", "c"}), J("q").submitted(5)},
        {{"a", 1, true}, {"b", 1, true}, {"c", 1, false, true}, {"d", 1, true}},
