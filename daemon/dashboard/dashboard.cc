@@ -2,6 +2,8 @@
 
 #include <array>
 #include <charconv>
+#include <cstdint>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "daemon/dashboard/assets.h"
@@ -26,13 +28,32 @@ const std::array kAssets = {
     Asset{"/jobs", kHtml, &assets::kPageHtml},
     Asset{"/job", kHtml, &assets::kPageHtml},
     Asset{"/incidents", kHtml, &assets::kPageHtml},
+    Asset{"/log", kHtml, &assets::kPageHtml},
     Asset{"/dashboard.css", "text/css; charset=utf-8", &assets::kCss},
     Asset{"/dashboard.js", "text/javascript; charset=utf-8", &assets::kJs},
 };
 
 // The read-only verbs the dashboard asks (control/verbs.h names them).
-constexpr std::array<std::string_view, 7> kApiVerbs = {"status", "nodes",   "jobs",  "job",
-                                                       "events", "drained", "voters"};
+constexpr std::array<std::string_view, 8> kApiVerbs = {"status", "nodes",   "jobs",   "job",
+                                                       "events", "drained", "voters", "logs"};
+// A log tail's size: the end of the rank's file.
+constexpr std::uint64_t kLogTailBytes = 64 * 1024;
+
+// A query value as a whole number below `limit`, or an error naming the parameter.
+bool query_number(std::string_view query, std::string_view key, std::uint64_t limit,
+                  std::optional<std::uint64_t>& out, std::string& error) {
+  const std::string text = node::query_value(query, key);
+  if (text.empty()) return true;
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n > limit) {
+    error = "The \"" + std::string(key) + "\" parameter must be a whole number up to " +
+            std::to_string(limit) + ".";
+    return false;
+  }
+  out = n;
+  return true;
+}
 
 Route bad_request(std::string error) {
   Route r;
@@ -91,10 +112,25 @@ Route route(std::string_view path, std::string_view query) {
       }
       request["limit"] = n;
     }
+  } else if (verb == "logs") {
+    std::string job, node_name;
+    std::optional<std::uint64_t> rank, round;
+    if (!query_string(query, "job", job, error) || !query_string(query, "node", node_name, error) ||
+        !query_number(query, "rank", UINT32_MAX, rank, error) ||
+        !query_number(query, "round", UINT64_MAX / 2, round, error)) {
+      return bad_request(error);
+    }
+    if (job.empty() || !rank) return bad_request("/api/logs needs ?job=<job id>&rank=<rank>.");
+    request["job"] = job;
+    request["rank"] = *rank;
+    request["max_bytes"] = kLogTailBytes;
+    if (round) request["round"] = *round;
+    if (!node_name.empty()) request["node"] = node_name;
   }
   Route r;
   r.kind = Route::Kind::kApi;
   r.verb = std::string(verb);
+  r.operator_only = verb == "logs";
   r.request = request.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }

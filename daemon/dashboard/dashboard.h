@@ -12,6 +12,8 @@
 //                      restarts, samples/s
 //   /job?id=JOB        one job: its rank map, events, incidents, training curves
 //   /incidents         every incident as a timeline bar (detect, stop, rendezvous, first step)
+//   /log?job=JOB&rank=N[&round=R][&node=NODE]   the tail of one rank's log (the job page links
+//                      each rank's)
 //   /dashboard.css, /dashboard.js
 //   /api/status        the control verbs of the same name, as JSON (control/verbs.h): this
 //   /api/nodes         daemon's status and members; the rest go to the Raft leader through
@@ -19,6 +21,10 @@
 //   /api/job?id=JOB
 //   /api/events[?job=JOB][&limit=N]   (events and incidents)
 //   /api/drained, /api/voters
+//   /api/logs?job=JOB&rank=N[&round=R][&node=NODE]   the last 64 KiB of that rank's log; for
+//                      operators only (Route::operator_only): worker output is its job owner's,
+//                      so the daemon serves it only behind dashboard.token_file, to the token's
+//                      holder as an admin
 //   anything else      404
 // Query strings on other paths are ignored; an /api argument that does not decode is a 400
 // naming it.
@@ -45,6 +51,8 @@ struct Route {
   // kApi: the control verb and the whole request as JSON text (control::Request::text).
   std::string verb;
   std::string request;
+  // kApi: answered only to an operator (a daemon with dashboard.token_file set; see above).
+  bool operator_only = false;
   // kBadRequest: why, in one sentence.
   std::string error;
 };

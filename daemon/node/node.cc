@@ -978,8 +978,19 @@ std::optional<HttpResponse> Node::serve_dashboard(const HttpRequest& request, st
       break;
   }
   const control::Request control_request{.verb = route.verb, .text = route.request};
-  const control::PeerCredentials reader{
+  control::PeerCredentials reader{
       .pid = 0, .uid = dashboard::kReaderUid, .gid = dashboard::kReaderGid, .remote_user = ""};
+  if (route.operator_only) {
+    // Worker output is its job owner's: only a token holder (every request passed the bearer
+    // check when a token is set) reads it, as an admin does.
+    if (core_->config().dashboard.token_file.empty()) {
+      return text_response(403,
+                           "Worker logs are their job owner's: the dashboard serves them only "
+                           "with dashboard.token_file set (the token's holder reads them as an "
+                           "admin). Use `elasticctl logs` as the job's owner.\n");
+    }
+    reader = control::PeerCredentials{.pid = 0, .uid = 0, .gid = 0, .remote_user = ""};
+  }
   std::optional<std::string> reply = handle_control(
       control_request, reader, control::ReplyHandle{.fd = kDashboardReplyFd, .serial = id});
   if (!reply) return std::nullopt;

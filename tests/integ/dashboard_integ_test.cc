@@ -49,7 +49,7 @@ TEST(DashboardInteg, ServesEveryPageAndApiPathAndNothingElse) {
   const int port = port_of(address);
   EXPECT_EQ(ctl_json(n1, {"status", "--json"}).value("dashboard", ""), address);
 
-  for (const std::string page : {"/", "/jobs", "/job?id=x", "/incidents"}) {
+  for (const std::string page : {"/", "/jobs", "/job?id=x", "/incidents", "/log?job=x&rank=0"}) {
     const HttpReply r = http_get(port, page);
     EXPECT_EQ(r.code, 200) << page;
     EXPECT_THAT(r.head, HasSubstr("Content-Type: text/html")) << page;
@@ -82,10 +82,16 @@ TEST(DashboardInteg, ServesEveryPageAndApiPathAndNothingElse) {
 
   // Nothing outside the listed paths: no write verb, no file, no other page.
   for (const std::string path :
-       {"/nope", "/api/submit", "/api/cancel?job=x", "/api/drain", "/api/reload", "/api/logs",
+       {"/nope", "/api/submit", "/api/cancel?job=x", "/api/drain", "/api/reload",
         "/api/", "/metrics", "/../../etc/passwd", "/favicon.ico", "/jobs/"}) {
     EXPECT_EQ(http_get(port, path).code, 404) << path;
   }
+  // Log tails are operators' only: without a token, none (and the answer says how).
+  EXPECT_EQ(http_get(port, "/api/logs").code, 400);
+  EXPECT_EQ(http_get(port, "/api/logs?job=x&rank=minus").code, 400);
+  const HttpReply logs = http_get(port, "/api/logs?job=x&rank=0");
+  EXPECT_EQ(logs.code, 403);
+  EXPECT_THAT(logs.body, HasSubstr("dashboard.token_file"));
   for (const std::string method : {"POST", "PUT", "DELETE", "OPTIONS", "PATCH"}) {
     const HttpReply r = http_get(port, "/api/jobs", method);
     EXPECT_EQ(r.code, 405) << method;
@@ -171,6 +177,27 @@ TEST(DashboardInteg, TokenIsRequiredWhenConfigured) {
   EXPECT_EQ(http_get(port, "/", "GET", right).code, 200);
   EXPECT_EQ(http_get(port, "/api/status", "GET", right).code, 200);
   EXPECT_EQ(http_get(port, "/nope", "GET", right).code, 404);
+
+  // The token's holder reads a rank's log tail, whoever owns the job.
+  const RunResult submitted = elasticctl_on(
+      n1, {"submit", "--name", "talk", "--export", "NONE", "--workdir", "/", "--", "/bin/sh",
+           "-c", "echo hello-from-rank-$RANK; exec sleep 600"});
+  ASSERT_TRUE(submitted.status.exited_with(0)) << submitted.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(submitted.out, match, std::regex("submitted (\\S+)")))
+      << submitted.out;
+  const std::string id = match[1];
+  HttpReply tail;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        tail = http_get(port, "/api/logs?job=" + id + "&rank=0", "GET", right);
+        return tail.code == 200 && json_of(tail).value("data", "").find("hello-from-rank-0") !=
+                                       std::string::npos;
+      },
+      kConverge))
+      << tail.code << " " << tail.body;
+  EXPECT_EQ(http_get(port, "/api/logs?job=" + id + "&rank=0").code, 401) << "not without it";
+  EXPECT_TRUE(elasticctl_on(n1, {"cancel", id}).status.exited_with(0));
 }
 
 TEST(DashboardInteg, PortInUseFailsTheStart) {

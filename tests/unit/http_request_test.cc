@@ -236,7 +236,6 @@ TEST(DashboardTest, NothingOutsideTheListedPaths) {
                            "/api/priority",
                            "/api/suspend",
                            "/api/resume",
-                           "/api/logs",
                            "/api/log_files",
                            "/api/reload",
                            "/api/progress",
@@ -254,6 +253,23 @@ TEST(DashboardTest, NothingOutsideTheListedPaths) {
                            ""}) {
     EXPECT_EQ(route(path, "job=x").kind, Kind::kNotFound) << path;
   }
+}
+
+// A rank's log tail: operators only (the daemon checks the token), the rank's last 64 KiB.
+TEST(DashboardTest, LogTailsAreAnOperatorsApiPath) {
+  const Route r = route("/api/logs", "job=train-3&rank=2&round=5&node=gpu-1");
+  ASSERT_EQ(r.kind, Kind::kApi);
+  EXPECT_EQ(r.verb, "logs");
+  EXPECT_TRUE(r.operator_only);
+  EXPECT_EQ(nlohmann::json::parse(r.request),
+            nlohmann::json::parse(R"({"verb":"logs","job":"train-3","rank":2,"round":5,)"
+                                  R"("node":"gpu-1","max_bytes":65536})"));
+  EXPECT_FALSE(route("/api/jobs", "").operator_only);
+  for (const char* query : {"", "job=x", "rank=1", "job=x&rank=-1", "job=x&rank=1&round=r",
+                            "job=x&rank=99999999999"}) {
+    EXPECT_EQ(route("/api/logs", query).kind, Kind::kBadRequest) << query;
+  }
+  EXPECT_EQ(route("/log", "job=x&rank=0").kind, Kind::kAsset);
 }
 
 TEST(DashboardTest, ApiStatusFollowsTheReply) {

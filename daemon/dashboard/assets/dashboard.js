@@ -58,18 +58,27 @@ function jobLink(id) {
   return '<a href="/job?id=' + encodeURIComponent(id) + '">' + esc(id) + '</a>';
 }
 
-// GET /api/<path> as JSON; a daemon refusal ({"ok":false,"error":...}) becomes an Error.
-async function api(path) {
+// GET /api/<path>: the response, its text, and its JSON body (null when it is not JSON).
+async function apiReply(path) {
   const response = await fetch('/api/' + path, {cache: 'no-store'});
   const text = await response.text();
   let body = null;
   try {
     body = JSON.parse(text);
   } catch (e) {
+    body = null;
+  }
+  return {response, text, body};
+}
+
+// GET /api/<path> as JSON; a daemon refusal ({"ok":false,"error":...}) becomes an Error.
+async function api(path) {
+  const {response, text, body} = await apiReply(path);
+  if (body === null) {
     throw new Error('/api/' + path + ' answered ' + response.status + ': ' + text.trim());
   }
-  if (!response.ok || !body || body.ok === false) {
-    throw new Error((body && body.error) || ('/api/' + path + ' answered ' + response.status));
+  if (!response.ok || body.ok === false) {
+    throw new Error(body.error || ('/api/' + path + ' answered ' + response.status));
   }
   return body;
 }
@@ -374,11 +383,20 @@ async function drawJob(app) {
   html += '<h2>Training</h2>' + curves(job, incidents);
   html += '<h2>Rank map <span class="muted">round ' + esc(job.round) + '</span></h2>';
   const ranks = job.ranks || [];
+  // Each rank's log tail (the daemon serves it to the dashboard token's holder only).
+  const logLinks = (r) => {
+    const first = r.first_rank || 0, slots = r.slots || 0, links = [];
+    for (let k = first; k < first + Math.min(slots, 8); ++k) {
+      links.push('<a class="log-link" href="/log?job=' + encodeURIComponent(job.id) + '&rank=' + k +
+                 '&node=' + encodeURIComponent(r.node) + '">' + k + '</a>');
+    }
+    return links.join(' ') + (slots > 8 ? ' &hellip;' : '');
+  };
   html += ranks.length
-      ? table(['node', 'ranks', 'slots', 'generation', 'restarts'], ranks.map((r) => {
+      ? table(['node', 'ranks', 'slots', 'generation', 'restarts', 'log tail'], ranks.map((r) => {
           const first = r.first_rank || 0, slots = r.slots || 0;
           return [esc(r.node), slots > 1 ? first + '&ndash;' + (first + slots - 1) : String(first),
-                  num(r.slots), num(r.generation), num(r.restarts)];
+                  num(r.slots), num(r.generation), num(r.restarts), logLinks(r)];
         }), [2, 3, 4])
       : '<div class="empty">No ranks in the current round.</div>';
   html += '<h2>Incidents</h2>' + timeline(incidents);
@@ -396,8 +414,31 @@ async function drawJob(app) {
 
 // ---- refresh loop -----------------------------------------------------------------------------
 
-const PAGES = {'/': drawCluster, '/jobs': drawJobs, '/job': drawJob, '/incidents': drawIncidents};
-const NAV = {'/': 'cluster', '/jobs': 'jobs', '/job': 'jobs', '/incidents': 'incidents'};
+// One rank's log tail: the last 64 KiB of its file on its node (operators only: the daemon
+// answers 403 without dashboard.token_file, and the page says why).
+async function drawLog(app) {
+  const params = new URLSearchParams(location.search);
+  const job = params.get('job') || '', rank = params.get('rank') || '';
+  let query = 'job=' + encodeURIComponent(job) + '&rank=' + encodeURIComponent(rank);
+  for (const key of ['round', 'node']) {
+    if (params.get(key)) query += '&' + key + '=' + encodeURIComponent(params.get(key));
+  }
+  let html = '<h1>Log of rank ' + esc(rank) + ' of ' + jobLink(job) + '</h1>';
+  const {response, text, body} = await apiReply('logs?' + query);
+  if (!response.ok || !body || body.ok === false) {
+    html += '<div class="empty">' + esc((body && body.error) || text.trim()) + '</div>';
+  } else {
+    html += '<p class="muted">' + esc(body.path) + ' on ' + esc(body.node) + ', round ' +
+            esc(body.round) + ', the last ' + num(String(body.data || '').length) + ' of ' +
+            num(body.size) + ' bytes</p><pre class="log">' + esc(body.data || '') + '</pre>';
+  }
+  app.innerHTML = html;
+}
+
+const PAGES = {'/': drawCluster, '/jobs': drawJobs, '/job': drawJob, '/incidents': drawIncidents,
+               '/log': drawLog};
+const NAV = {'/': 'cluster', '/jobs': 'jobs', '/job': 'jobs', '/incidents': 'incidents',
+             '/log': 'jobs'};
 
 async function refresh() {
   const draw = PAGES[location.pathname];
