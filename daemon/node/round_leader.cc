@@ -573,11 +573,16 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
     const auto proposal = proposed_.find(id);
     rendezvous::SchedJob sched =
         sched_job(job, proposal == proposed_.end() ? nullptr : &proposal->second.first);
-    // Nodes this job's planner keeps out now: lost members (their memory) and quarantined
-    // nodes whose time out runs (plan_job's sitting_out may still take one back at min_nodes).
+    // Nodes this job's planner keeps out now: a lost member's daemon instance while the job
+    // tier remembers it (the same node restarted is a new generation, welcome at once) and
+    // quarantined nodes whose time out runs (plan_job's sitting_out may still take one back at
+    // min_nodes).
     if (const auto state = leader_jobs_.find(id); state != leader_jobs_.end()) {
       for (const auto& [member, until] : state->second.lost) {
-        if (now < until) sched.avoid.insert(member.first);
+        const auto view = alive.find(member.first);
+        if (now < until && view != alive.end() && view->second->generation == member.second) {
+          sched.avoid.insert(member.first);
+        }
       }
     }
     if (const auto records = quarantine_.find(id); records != quarantine_.end()) {

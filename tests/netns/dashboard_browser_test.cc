@@ -8,13 +8,12 @@
 // first refresh (body data-loaded) with no script or fetch error (body data-errors="0", which
 // dashboard.js counts, and no console message in Chromium's log), the cluster page must name every
 // node and the leader, and the job page must show the incident as a timeline bar with its
-// cause and lost node, and its curves or "no training metrics reported". A screenshot of each
-// page goes to DASHBOARD_SCREENSHOT_DIR (the build's tests/netns/dashboard-screenshots/) for
-// people to look at.
-// Training curves need the job's "series" (samples/s and loss over time), which the daemons do
-// not report yet: DashboardCurves draws a job page from the compiled-in page and script with
-// canned /api replies that have one (fetch replaced in the page, no daemon) and checks both
-// charts and their round-change and incident markers.
+// cause and lost node, and its loss curve (the trainers' progress reports give the job a
+// "series" point every 10 s; the test waits for one first). A screenshot of each page goes to
+// DASHBOARD_SCREENSHOT_DIR (the build's tests/netns/dashboard-screenshots/) for people to look
+// at. DashboardCurves also draws a job page from the compiled-in page and script with canned
+// /api replies (fetch replaced in the page, no daemon) and checks both charts and their
+// round-change and incident markers.
 // Skips, saying why, without root or without /usr/bin/chromium (`make deps` installs it). Every
 // wait polls with a deadline; Chromium's own virtual time budget lets the pages' fetches finish
 // before the DOM is dumped.
@@ -263,6 +262,20 @@ TEST_F(DashboardBrowserTest, PagesShowTheClusterTheJobAndItsIncident) {
       kRecovers))
       << incident.dump();
 
+  // A point of the job's training curves (the leader commits one every 10 s per job).
+  std::string series;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        const auto view = daemons_->job(leader_host, job);
+        if (!view.ok()) return false;
+        const auto reply = nlohmann::json::parse(view->json, nullptr, false);
+        if (!reply.is_object() || !reply.contains("series")) return false;
+        series = reply["series"].dump();
+        return !reply["series"]["loss"].empty();
+      },
+      40s))
+      << "no loss point in the job's series: " << series;
+
   const std::string base = "http://127.0.0.1:8474";
   const std::string shots = DASHBOARD_SCREENSHOT_DIR;
   std::filesystem::create_directories(shots);
@@ -297,10 +310,9 @@ TEST_F(DashboardBrowserTest, PagesShowTheClusterTheJobAndItsIncident) {
           << dom.out;
       EXPECT_NE(dom.out.find("incident-bar"), std::string::npos) << dom.out;
       EXPECT_NE(dom.out.find("data-phase=\"rendezvous\""), std::string::npos) << dom.out;
-      // The curves, or the sentence saying the job reports none.
-      EXPECT_TRUE(dom.out.find("line-chart") != std::string::npos ||
-                  dom.out.find("no training metrics reported") != std::string::npos)
-          << dom.out;
+      // The loss curve from the trainers' own reports.
+      EXPECT_NE(dom.out.find("<div class=\"title\">loss</div>"), std::string::npos) << dom.out;
+      EXPECT_NE(dom.out.find("line-chart"), std::string::npos) << dom.out;
       EXPECT_NE(dom.out.find(leader), std::string::npos) << "the rank map names the survivors";
     }
     if (page.name == "incidents") {
