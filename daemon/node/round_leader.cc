@@ -651,20 +651,17 @@ bool RoundLeader::scale_job(TimePoint now, rendezvous::WallTime wall,
     return true;
   }
   // What the cluster offers this job: the usable nodes no other job's round holds.
+  std::set<std::string> held_by_others;
+  for (const auto& [id, other] : table.jobs()) {
+    if (id == job.id || !is_active_round_state(other.state)) continue;
+    for (const auto& member : other.ranks) held_by_others.insert(member.node);
+  }
   std::set<std::string> cluster;
   for (const auto& [name, view] : alive) {
-    if (!node_slots_.contains(name) ||
-        !rendezvous::usable_for_job(node_standing(*view, table))) {
-      continue;
+    if (node_slots_.contains(name) && !held_by_others.contains(name) &&
+        rendezvous::usable_for_job(node_standing(*view, table))) {
+      cluster.insert(name);
     }
-    const bool held_by_other =
-        std::any_of(table.jobs().begin(), table.jobs().end(), [&](const auto& entry) {
-          const rendezvous::JobRecord& other = entry.second;
-          return other.id != job.id && is_active_round_state(other.state) &&
-                 std::any_of(other.ranks.begin(), other.ranks.end(),
-                             [&](const auto& r) { return r.node == name; });
-        });
-    if (!held_by_other) cluster.insert(name);
   }
   const bool cluster_changed = watch.cluster_known && cluster != watch.cluster;
   watch.cluster = std::move(cluster);

@@ -50,10 +50,7 @@ void SeriesSampler::observe(TimePoint now, std::uint64_t round,
                             std::optional<std::int64_t> samples, std::optional<double> loss) {
   reported_ = true;
   if (loss) loss_ = loss;
-  if (!samples) return;
-  const Count count{now, round, *samples};
-  if (!newest_ || newest_->round != round || *samples < newest_->samples) from_ = count;
-  newest_ = count;
+  if (samples) window_.observe(now, round, *samples);
 }
 
 std::optional<rendezvous::SeriesPoint> SeriesSampler::take(TimePoint now,
@@ -64,10 +61,8 @@ std::optional<rendezvous::SeriesPoint> SeriesSampler::take(TimePoint now,
   rendezvous::SeriesPoint point;
   point.at = wall;
   point.loss = loss_;
-  if (from_ && newest_ && newest_->at - from_->at >= kMinSpan) {
-    point.samples_per_s = per_second(newest_->samples - from_->samples, newest_->at - from_->at);
-  }
-  from_ = newest_;
+  // The window since the previous point (at least kMinSpan of reports), restarted at the newest.
+  point.samples_per_s = window_.take(window_.round(), Duration::zero());
   reported_ = false;
   loss_.reset();
   last_point_ = now;

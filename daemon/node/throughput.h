@@ -44,9 +44,9 @@ class ThroughputWindow {
 };
 
 // SeriesSampler: one point of a job's training series (rendezvous/history.h SeriesPoint) per
-// interval from rank 0's progress reports: the samples/s over the interval (when two reports of
-// one round counted samples in it) and the newest loss reported in it. take() gives nothing for
-// an interval without a report.
+// interval from rank 0's progress reports: the samples/s over the interval (a ThroughputWindow
+// taken at each point, so a round change or a count that went back starts over) and the newest
+// loss reported in it. take() gives nothing for an interval without a report.
 class SeriesSampler {
  public:
   void observe(TimePoint now, std::uint64_t round, std::optional<std::int64_t> samples,
@@ -57,13 +57,7 @@ class SeriesSampler {
                                              Duration interval);
 
  private:
-  struct Count {
-    TimePoint at{};
-    std::uint64_t round = 0;
-    std::int64_t samples = 0;
-  };
-  std::optional<Count> from_;    // the count the next point's rate starts at
-  std::optional<Count> newest_;  // the newest count
+  ThroughputWindow window_;
   std::optional<double> loss_;
   bool reported_ = false;  // anything since the last point
   std::optional<TimePoint> last_point_;

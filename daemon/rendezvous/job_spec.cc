@@ -700,16 +700,18 @@ void Signed64::read(MapReader& r, std::string_view key, Need need, std::int64_t*
 
 void Float::pack(Packer& p, double value) { p.pack_double(value); }
 
+std::optional<double> number_of(const msgpack::object& v) {
+  if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) return v.via.f64;
+  if (v.type == msgpack::type::POSITIVE_INTEGER) return static_cast<double>(v.via.u64);
+  if (v.type == msgpack::type::NEGATIVE_INTEGER) return static_cast<double>(v.via.i64);
+  return std::nullopt;
+}
+
 void Float::read(MapReader& r, std::string_view key, Need need, double* out) {
   const msgpack::object* v = r.find(key, need);
   if (v == nullptr) return;
-  // msgpack-c packs a double without a fraction (1.0) as an integer.
-  if (v->type == msgpack::type::FLOAT64 || v->type == msgpack::type::FLOAT32) {
-    *out = v->via.f64;
-  } else if (v->type == msgpack::type::POSITIVE_INTEGER) {
-    *out = static_cast<double>(v->via.u64);
-  } else if (v->type == msgpack::type::NEGATIVE_INTEGER) {
-    *out = static_cast<double>(v->via.i64);
+  if (const std::optional<double> number = number_of(*v)) {
+    *out = *number;
   } else {
     r.fail("has key '" + std::string(key) + "' that is not a number");
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -187,17 +188,8 @@ struct ScaleRates {
     for (std::uint32_t i = 0; i < rates->via.map.size && r.ok(); ++i) {
       const msgpack::object& k = rates->via.map.ptr[i].key;
       const msgpack::object& v = rates->via.map.ptr[i].val;
-      double rate = 0;
-      bool number = true;
-      if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) {
-        rate = v.via.f64;
-      } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
-        rate = static_cast<double>(v.via.u64);
-      } else if (v.type == msgpack::type::NEGATIVE_INTEGER) {
-        rate = static_cast<double>(v.via.i64);
-      } else {
-        number = false;
-      }
+      const std::optional<double> number = internal::number_of(v);
+      const double rate = number.value_or(0);
       if (k.type != msgpack::type::POSITIVE_INTEGER || k.via.u64 > kMaxNodesPerJob || !number ||
           !std::isfinite(rate)) {
         r.fail("has scale rate " + std::to_string(i) +
@@ -322,11 +314,9 @@ struct StatsByCause {
             ok = n.type == msgpack::type::POSITIVE_INTEGER;
             if (ok) s.counts[b] = n.via.u64;
           }
-        } else if (field == "s" && (value.type == msgpack::type::FLOAT64 ||
-                                    value.type == msgpack::type::FLOAT32)) {
-          s.sum = value.via.f64;
-        } else if (field == "s" && value.type == msgpack::type::POSITIVE_INTEGER) {
-          s.sum = static_cast<double>(value.via.u64);
+        } else if (field == "s" && value.type != msgpack::type::NEGATIVE_INTEGER &&
+                   internal::number_of(value)) {
+          s.sum = *internal::number_of(value);
         } else if (field == "n" && value.type == msgpack::type::POSITIVE_INTEGER) {
           s.count = value.via.u64;
         } else {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,9 @@ struct Float {
   static void pack(Packer& p, double value);
   static void read(MapReader& r, std::string_view key, Need need, double* out);
 };
+// The double a msgpack number holds (float 64 or 32, or an integer: msgpack-c writes 1.0 as 1);
+// nullopt for anything else. Float and the job table's number maps read through it.
+std::optional<double> number_of(const msgpack::object& v);
 // A Float that must be finite (not NaN, not infinite).
 struct FiniteFloat {
   static void pack(Packer& p, double value) { Float::pack(p, value); }
