@@ -333,7 +333,7 @@ void NodeCore::settle(TimePoint now) {
     }
     for (const RoundReport& report : supervisor_->take_reports()) {
       busy = true;
-      rounds_->report_for(report);
+      rounds_->report_for(now, report);
     }
     // A round peer the job tier declared lost may be the Raft leader's host: elect another now
     // rather than an election timeout later (raft.h, the fast election).

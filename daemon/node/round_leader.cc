@@ -207,6 +207,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       state.port_moves = port_moves;
     }
     if (job.state == JobState::kRunning) state.port_moves = 0;
+    state.recovering = job.state == JobState::kRecovering;
     std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
     // Until caught up it tells members nothing either: an earlier leader may have committed a
     // newer round or the job's end that this table has not applied yet, and a member that
@@ -402,12 +403,14 @@ void RoundLeader::plan_job(
   // once and confirmed by indirect probes), and a lost member must win (it costs no restart,
   // and the crashed survivors are not to blame). A silent death makes no worker crash early.
   // Workers that re-form in place never exit over a lost peer: a failure in a job whose members
-  // are all live is the worker's own, and is acted on at once.
+  // are all live is the worker's own, and is acted on at once. So is one after which every
+  // daemon of the round answered the reporter (RoundReport::peers_alive): no member was lost.
   const bool all_live = !job.ranks.empty() &&
                         std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
                           return state.live.contains(member.node);
                         });
-  const Duration failure_grace = all_live ? Duration::zero() : r.job_peer_timeout;
+  const Duration failure_grace =
+      all_live || state.failure_confirmed ? Duration::zero() : r.job_peer_timeout;
   // A member that drains stops its workers on purpose: failures in its round are no one's fault
   // (the round is re-planned without it once it has left membership).
   const bool member_draining =
@@ -812,6 +815,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   if (!leading_ && report.kind != ReportKind::kNodeInfo) return;
   const std::string& job = report.job;
   const std::uint64_t round = report.round;
+  alive_again(now, from, generation);
   if (report.kind == ReportKind::kNodeInfo) {
     const std::uint32_t slots = report.slots;
     auto& known = node_slots_[from];
@@ -879,6 +883,13 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }
+    // Every daemon of the round answered the reporter after its worker failed: no member is
+    // lost, so there is no loss to wait for (plan_job's failure grace).
+    if (report.peers_alive && !it->second.failure_confirmed) {
+      it->second.failure_confirmed = true;
+      next_plan_ = now;
+      next_lead_ = TimePoint{};
+    }
     return;
   }
   if (report.kind == ReportKind::kStorePortBusy) {
@@ -919,6 +930,30 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }
+  }
+}
+
+void RoundLeader::alive_again(TimePoint now, const std::string& node, std::uint64_t generation) {
+  // The job tier's memory of a lost member (kLostMemory) keeps a daemon that was killed, but is
+  // still alive in cluster membership for seconds, out of the job's rounds. A daemon that talks
+  // to the leader is not dead: it was cut off (a partition that healed). A job that waits for
+  // nodes (recovering) takes it back now instead of up to 30 s later; a job that runs without
+  // it keeps it out for the memory's time (it might be cut off from its peers only, and every
+  // grow back in would fail). A report sent before the declaration (still in flight) is not
+  // such proof: only one at least job_peer_timeout after it counts.
+  const Duration in_flight = config_.get().rendezvous.job_peer_timeout;
+  for (auto& [id, state] : leader_jobs_) {
+    if (!state.recovering) continue;
+    const auto entry = state.lost.find({node, generation});
+    if (entry == state.lost.end() || now < entry->second - rendezvous::kLostMemory + in_flight) {
+      continue;
+    }
+    spdlog::info("rendezvous: job {}: {} (gen {}), declared lost, reports to the leader: the job "
+                 "may take it back",
+                 id, node, generation);
+    state.lost.erase(entry);
+    next_plan_ = now;
+    next_lead_ = TimePoint{};
   }
 }
 

@@ -188,10 +188,15 @@ class RoundLeader {
     // Declared lost by the job tier -> until when it stays out of this job's rounds
     // (rendezvous::kLostMemory). Kept across rounds.
     std::map<std::pair<std::string, std::uint64_t>, TimePoint> lost;
+    // The job was recovering at the last lead() pass (it waits for nodes: see alive_again).
+    bool recovering = false;
     std::set<std::string> done;  // members whose workers all exited 0 in round_seen
     std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
     std::string failure_node;                          // the node that reported it
     TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
+    // A worker_failed report of round_seen said every daemon of the round answered after the
+    // failure (RoundReport::peers_alive): no grace.
+    bool failure_confirmed = false;
     TimePoint next_start{};    // when to (re)send RoundStart to unacked members
     TimePoint ended_until{};   // keep telling members of an ended job until then
     // A "store_port_busy" report about round_seen.
@@ -266,6 +271,8 @@ class RoundLeader {
                         rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
   void send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
                    const std::map<std::string, std::string>& addresses, std::uint64_t term);
+  // A report from `node` (generation) proves it alive: recovering jobs forget its loss.
+  void alive_again(TimePoint now, const std::string& node, std::uint64_t generation);
   void act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                      const RoundReport& report);
   // Feeds the incident log from one lead() pass (losses seen in membership, acks, drains).

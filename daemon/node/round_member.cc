@@ -198,13 +198,24 @@ void RoundMember::announce_leaving() {
   }
 }
 
-void RoundMember::report_for(const RoundReport& report) {
+void RoundMember::report_for(TimePoint now, const RoundReport& report) {
   const auto it = watched_.find(report.job);
   if (it != watched_.end()) {
-    if (report.kind == ReportKind::kRoundAck && report.live && report.round == it->second.info.round) {
-      it->second.live_round = report.round;
+    Watched& watched = it->second;
+    if (report.kind == ReportKind::kRoundAck && report.live && report.round == watched.info.round) {
+      watched.live_round = report.round;
     }
-    this->report(it->second, report);
+    this->report(watched, report);
+    // A local worker failed: ask every round peer whether it is alive now, so the leader need
+    // not wait out the job tier's detection time in case the failure is a peer's loss seen
+    // early (carry_out sends the failure again with peers_alive once they all answered).
+    if (report.kind == ReportKind::kWorkerFailed && !report.peers_alive && watched.watch &&
+        report.round == watched.info.round && !watched.info.fenced) {
+      watched.confirming = report;
+      rendezvous::JobWatchEffects effects;
+      watched.watch->confirm_peers(effects);
+      carry_out(now, effects);
+    }
     return;
   }
   // A stop is reported after this daemon stopped watching the job (it ended, is recovering or
@@ -260,6 +271,15 @@ void RoundMember::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects)
                                .address = out.to_address,
                                .envelope = std::move(envelope),
                                .report = std::nullopt});
+  }
+  if (effects.peers_confirmed) {
+    const auto it = watched_.find(effects.peers_confirmed->job);
+    if (it != watched_.end() && it->second.confirming &&
+        it->second.confirming->round == effects.peers_confirmed->round) {
+      RoundReport confirmed = *std::exchange(it->second.confirming, std::nullopt);
+      confirmed.peers_alive = true;
+      report(it->second, confirmed);
+    }
   }
   for (const rendezvous::PeerLost& lost : effects.lost) {
     const auto it = watched_.find(lost.job);

@@ -17,7 +17,8 @@
 //    leader it believes in (set_leader()), at once when it changes and every kNodeInfoResend;
 //    node_leaving when it drains (announce_leaving()). peer_lost carries last_heard_ms (the
 //    wall time of the lost peer's last job-tier message here) and worker_failed at_ms, for
-//    incidents (incidents.h).
+//    incidents (incidents.h). After a local worker_failed the job tier probes every round peer;
+//    once all answered, the failure goes again with peers_alive (round_report.h).
 //
 // Output: take_sends() (in the order it was made; a message to this daemon itself is for its
 // leader half, round_send.h) and take_orders() for the job supervisor.
@@ -101,7 +102,7 @@ class RoundMember {
   void announce_leaving();
   // A report about `report.job` to the leader of its round; dropped when this daemon has no
   // round of that job, but for workers_stopped, which goes to the leader it believes in.
-  void report_for(const RoundReport& report);
+  void report_for(TimePoint now, const RoundReport& report);
   // The leader this daemon believes in: it is sent this node's slots ("node_info") when it
   // changes and every kNodeInfoResend.
   void set_leader(TimePoint now, const std::string& leader, const std::string& address);
@@ -122,6 +123,9 @@ class RoundMember {
     // The round whose workers here said they re-form in place (a live round_ack went out for
     // it): this node's loss reports about that round say so (RoundReport::live).
     std::uint64_t live_round = 0;
+    // A local worker failure of the round whose peers are being asked (JobWatch::confirm_peers);
+    // sent again with peers_alive once they all answered.
+    std::optional<RoundReport> confirming;
   };
 
   void on_round_start(TimePoint now, const wire::Envelope& envelope);

@@ -61,6 +61,7 @@ void visit_fields(V& v, M& m) {
   v.field("lv", m.live, When{m.live});
   v.field("sm", m.samples, Via<Signed>{});
   v.field("ls", m.loss, Via<Finite>{});
+  v.field("pa", m.peers_alive, When{m.peers_alive});
 }
 
 void check_fields(MapReader& r, const RoundReport& m) {

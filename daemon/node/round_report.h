@@ -17,6 +17,8 @@
 //   ls loss         progress                    the newest training loss (a finite float)
 //   lv live         round_ack, peer_lost        the reporter's workers of the round re-form in
 //                                               place (they speak the worker channel, live)
+//   pa peers_alive  worker_failed               every other daemon of the round answered the
+//                                               reporter after the failure (see the field)
 //
 // node_leaving, workers_done and workers_stopped carry only k, j and r. Wall times
 // and steps are signed (msgpack int); everything else is unsigned.
@@ -91,6 +93,11 @@ struct RoundReport {
   std::optional<std::int64_t> samples;
   // progress "step": the newest training loss the worker reported (finite). Unset: none.
   std::optional<double> loss;
+  // worker_failed: every other daemon of the round answered a probe this reporter sent after
+  // the worker failed (JobWatch::confirm_peers), so no member is lost and the failure is the
+  // worker's own: the leader acts on it at once instead of waiting out the job tier's
+  // detection time (RoundLeader::plan_job). Sent as a second report after the first.
+  bool peers_alive = false;
   bool operator==(const RoundReport&) const = default;
 };
 

@@ -87,8 +87,8 @@ void RoundService::announce_leaving() {
   route_member(last_now_);
 }
 
-void RoundService::report_for(const RoundReport& report) {
-  member_.report_for(report);
+void RoundService::report_for(TimePoint now, const RoundReport& report) {
+  member_.report_for(now, report);
   route_member(last_now_);
 }
 

@@ -83,7 +83,7 @@ class RoundService {
 
   // Member half: see the header comment (draining) and round_member.h.
   void announce_leaving();
-  void report_for(const RoundReport& report);
+  void report_for(TimePoint now, const RoundReport& report);
   void set_leader(TimePoint now, const std::string& leader, const std::string& address);
   void set_slots(std::uint32_t slots) { member_.set_slots(slots); }
   std::vector<MemberRound> member_rounds() const { return member_.member_rounds(); }

@@ -80,6 +80,7 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
   }
   ref_ = JobRoundRef{job, term, round};
   active_ = true;
+  confirming_ = false;
   std::map<std::string, Peer> before = std::exchange(peers_, {});
   relays_.clear();
   for (const JobPeer& info : peers) {
@@ -101,6 +102,7 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
 
 void JobWatch::clear_round() {
   active_ = false;
+  confirming_ = false;
   peers_.clear();
   relays_.clear();
   next_keepalive_ = kNever;
@@ -177,6 +179,8 @@ void JobWatch::probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out) {
 void JobWatch::declare(Peer& p, LostReason reason, JobWatchEffects& out) {
   if (p.lost) return;
   p.lost = true;
+  // A lost peer can never confirm: the failure may be its loss seen early.
+  if (confirming_) end_confirmation();
   p.suspected = false;
   p.retry_at = kNever;
   ++stats_.declared;
@@ -240,6 +244,13 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
 
   if (const auto* keepalive = std::get_if<JobKeepalive>(&message)) {
     if (keepalive->probe != 0) send(out, p, JobKeepaliveAck{ref_, keepalive->probe});
+  } else if (const auto* ack = std::get_if<JobKeepaliveAck>(&message)) {
+    // Probe numbers grow: an answer to the confirmation's probe or a later one left this peer
+    // after the failure. Anything older (a keepalive in flight) proves nothing about then.
+    if (confirming_ && !p.lost && p.confirm_probe != 0 && ack->probe >= p.confirm_probe) {
+      p.confirm_probe = 0;
+      finish_confirmation(out);
+    }
   } else if (const auto* request = std::get_if<JobProbeRequest>(&message)) {
     auto target = peers_.find(request->target);
     if (target == peers_.end() || target->second.info.generation != request->target_generation ||
@@ -265,7 +276,38 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
       heard(now, target->second);
     }
   }
-  // JobKeepaliveAck: heard() above is all it is for.
+}
+
+void JobWatch::confirm_peers(JobWatchEffects& out) {
+  if (!active_) return;
+  end_confirmation();
+  confirming_ = true;
+  for (auto& [name, p] : peers_) {
+    if (p.lost) {  // cannot answer: no confirmation this round
+      end_confirmation();
+      return;
+    }
+  }
+  for (auto& [name, p] : peers_) {
+    p.confirm_probe = next_probe_++;
+    send(out, p, JobKeepalive{ref_, p.confirm_probe});
+    ++stats_.direct_probes;
+  }
+  finish_confirmation(out);
+}
+
+void JobWatch::end_confirmation() {
+  confirming_ = false;
+  for (auto& [name, p] : peers_) p.confirm_probe = 0;
+}
+
+void JobWatch::finish_confirmation(JobWatchEffects& out) {
+  if (!confirming_) return;
+  for (const auto& [name, p] : peers_) {
+    if (p.confirm_probe != 0) return;
+  }
+  confirming_ = false;
+  out.peers_confirmed = ref_;
 }
 
 void JobWatch::on_peer_event(TimePoint now, const std::string& peer, PeerEventKind kind,

@@ -25,7 +25,13 @@
 //    (it restarted, so the generation in the round is gone);
 //  - messages of another job, term or round, or from an older generation, are dropped (stale);
 //  - each peer is declared at most once per round (PeerLost), and a lost peer is neither
-//    pinged nor used as a helper again in that round.
+//    pinged nor used as a helper again in that round;
+//  - confirm_peers() (a local worker of the round failed): every peer not declared lost gets a
+//    direct probe at once; when each has acknowledged a probe sent at or after that moment, the
+//    effects say so (peers_confirmed): every daemon of the round was alive after the failure,
+//    so the failure is not a peer's loss seen early (its workers break on the dead peer's
+//    connections before the loss is declared). A peer declared lost meanwhile, or a new round,
+//    ends the confirmation without it.
 // Worst case from a silent crash to a declaration: peer_timeout + confirm_window + latency
 // (the peer's last keepalive may have left just before it died).
 //
@@ -164,6 +170,8 @@ struct JobOutgoing {
 struct JobWatchEffects {
   std::vector<JobOutgoing> sends;
   std::vector<PeerLost> lost;
+  // The round whose peers all answered a confirm_peers() probe (see the protocol above).
+  std::optional<JobRoundRef> peers_confirmed;
 };
 
 struct JobWatchStats {
@@ -198,6 +206,10 @@ class JobWatch {
                   const JobMessage& message, JobWatchEffects& out);
   void on_peer_event(TimePoint now, const std::string& peer, PeerEventKind kind,
                      JobWatchEffects& out);
+  // A local worker of the watched round failed: probe every peer not declared lost now and
+  // report peers_confirmed once all of them answered (at once when there is none). Ends a
+  // confirmation still open. Without a round, nothing happens.
+  void confirm_peers(JobWatchEffects& out);
   // Runs every timer that is due at `now`.
   void tick(TimePoint now, JobWatchEffects& out);
   // When tick() next has something to do (kNever without a round). It may be earlier than
@@ -221,6 +233,9 @@ class JobWatch {
     TimePoint suspected_at{};
     TimePoint retry_at = kNever;
     int attempts = 0;
+    // confirm_peers(): the first probe number sent for the open confirmation (0: none open or
+    // this peer answered it already).
+    std::uint64_t confirm_probe = 0;
   };
   // A JobProbeRequest this node serves: its own probe number maps to the requester's.
   struct Relay {
@@ -240,6 +255,8 @@ class JobWatch {
   void answer_relays_for(const std::string& target, JobWatchEffects& out);
   void recompute_deadline();
   void lower_deadline(TimePoint t);
+  void end_confirmation();
+  void finish_confirmation(JobWatchEffects& out);
 
   std::string self_;
   std::uint64_t self_generation_ = 0;
@@ -252,6 +269,7 @@ class JobWatch {
   std::map<std::string, Peer> peers_;  // ordered: iteration (and so the trace) is stable
   std::map<std::uint64_t, Relay> relays_;
   std::uint64_t next_probe_ = 1;  // probe numbers; 0 marks a periodic keepalive
+  bool confirming_ = false;       // a confirm_peers() is open
   TimePoint next_keepalive_ = kNever;
   TimePoint next_deadline_ = kNever;
 };

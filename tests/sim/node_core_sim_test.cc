@@ -39,6 +39,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using rendezvous::JobState;
+using rendezvous::RoundReason;
 
 // Totals over a test's seeds, for the line the lead quotes.
 struct Totals {
@@ -433,7 +434,9 @@ TEST(NodeCoreSim, QuarantinedMemberRejoinsWhenNoOtherNodeIsFree) {
 // the job runs again on both nodes at once. (The failure, still the round's, was once counted
 // then: with an earlier failure of the node, the job waited out a 10 s quarantine of a node it
 // needed. In long-delay seed 24 it quarantined d0 for c0-1 when the job tier's loss of d1 was
-// forgotten, 30 s after it.)
+// forgotten, 30 s after it.) Both sides of the partition declare the other lost; once healed,
+// each daemon's reports to the leader end the job tier's 30 s memory of its loss for the
+// waiting job (seed 811 waited those 30 s when the first failure was acted on at once).
 TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
   Totals totals;
   for (std::uint64_t seed : scenario_seeds({811, 812, 813, 814})) {
@@ -474,6 +477,74 @@ TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
     totals.add(c);
   }
   totals.print("FailureCausedByALostPeerIsNotCountedLater", "no loss");
+}
+
+// A plain worker's crash while every daemon of its round is alive is that worker's own: its
+// daemon's job tier probes the round's peers, all answer, and the leader opens the next round
+// without waiting out job_peer_timeout (the grace that lets a peer's loss win when the peer's
+// death is what broke the crashed worker's connections). The round is a worker failure, charged
+// to the job's restarts.
+TEST(NodeCoreSim, WorkerCrashWithEveryPeerAliveIsActedOnAtOnce) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({821, 822, 823, 824})) {
+    SeedReport report(seed);
+    NodeCoreCluster c(seed, full_cluster_options());
+    start_full_cluster_jobs(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    const rendezvous::JobRecord before = *c.job_by_name("c0");
+    const NodeId node = daemon_id(before.ranks[1].node);
+    const TimePoint crash = c.sim().now();
+    ASSERT_TRUE(c.crash_worker_on(node));
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] { return c.job_by_name("c0")->round > before.round; }, crash + 10s, 1ms))
+        << c.sim().violation().value_or(c.describe_jobs());
+    const Duration took = c.sim().now() - crash;
+    const Duration grace = c.options().core.config.rendezvous.job_peer_timeout;
+    EXPECT_LT(took, grace / 2) << "the next round of c0 was committed "
+                               << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                               << " ms after the crash";
+    const rendezvous::JobRecord after = *c.job_by_name("c0");
+    EXPECT_EQ(after.round_reason, RoundReason::kWorkerFailed);
+    EXPECT_EQ(after.restarts, before.restarts + 1);
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print("WorkerCrashWithEveryPeerAliveIsActedOnAtOnce", "no loss");
+}
+
+// The converse: a daemon's death breaks its peers' workers (they exit 0.2 s later, before the
+// job tier declares it lost) and their daemons cannot confirm the dead one, so the leader waits
+// out the grace and the round is the member's loss: no restart is charged.
+TEST(NodeCoreSim, WorkersBrokenByADaemonsDeathCountAsItsLoss) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds({831, 832, 833, 834})) {
+    SeedReport report(seed);
+    NodeCoreCluster c(seed, full_cluster_options());
+    start_full_cluster_jobs(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    const rendezvous::JobRecord before = *c.job_by_name("c0");
+    const NodeId leader = *c.leader();
+    NodeId victim = daemon_id(before.ranks[1].node);
+    if (victim == leader) victim = daemon_id(before.ranks[0].node);
+    ASSERT_NE(victim, leader);
+    c.crash(victim);
+    ASSERT_TRUE(c.sim().run_until_condition(
+        [&] { return c.job_by_name("c0")->round > before.round ||
+                     c.job_by_name("c0")->state == JobState::kRecovering; },
+        c.sim().now() + 10s, 1ms))
+        << c.sim().violation().value_or(c.describe_jobs());
+    const rendezvous::JobRecord after = *c.job_by_name("c0");
+    EXPECT_EQ(after.restarts, before.restarts) << c.describe_jobs();
+    if (after.round > before.round) {
+      EXPECT_EQ(after.round_reason, RoundReason::kMemberLost);
+    } else {
+      EXPECT_EQ(after.recovery_cause, RoundReason::kMemberLost);
+    }
+    c.restart(victim);
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print("WorkersBrokenByADaemonsDeathCountAsItsLoss", "no loss");
 }
 
 // More jobs than slots: three daemons of two slots each; jobs of one node taking one or both

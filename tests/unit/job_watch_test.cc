@@ -384,5 +384,106 @@ TEST(JobWatch, HelperAnswersTimeoutWhenTheTargetStaysSilent) {
   EXPECT_TRUE(reply.alive);
 }
 
+// The direct probe number sent to each peer in `out` (the last one per peer).
+std::map<std::string, std::uint64_t> probes_in(const JobWatchEffects& out) {
+  std::map<std::string, std::uint64_t> probes;
+  for (const auto& s : out.sends) {
+    if (const auto* k = std::get_if<JobKeepalive>(&s.message); k && k->probe != 0) {
+      probes[s.to] = k->probe;
+    }
+  }
+  return probes;
+}
+
+// Daemon a watching round 1 of job j with peers b and c, its first keepalives taken away.
+struct ThreePeers {
+  JobWatch w{"a", 1, JobWatchConfig{}, 1};
+  const TimePoint t0 = TimePoint{} + 1h;
+  const JobRoundRef ref{"j", 1, 1};
+  JobWatchEffects out;
+  ThreePeers() {
+    EXPECT_OK(w.set_round(t0, "j", 1, 1, {{"a", 1, "x"}, {"b", 1, "y"}, {"c", 1, "z"}}, out));
+    out = {};
+  }
+};
+
+// confirm_peers(): a probe to every peer; peers_confirmed once each answered a probe sent at or
+// after that moment. An answer to an older probe (sent before the failure) proves nothing.
+TEST(JobWatch, ConfirmPeersNeedsAnAnswerToAProbeSentAfterTheFailure) {
+  ThreePeers p;
+  auto& [w, t0, ref, out] = p;
+  // An older probe to b (a suspicion's), answered only after the failure.
+  out = {};
+  w.on_peer_event(t0, "b", PeerEventKind::kDisconnected, out);
+  const std::uint64_t old_probe = probes_in(out)["b"];
+  ASSERT_NE(old_probe, 0u);
+  out = {};
+  w.confirm_peers(out);
+  EXPECT_FALSE(out.peers_confirmed);
+  std::map<std::string, std::uint64_t> probes = probes_in(out);
+  ASSERT_EQ(probes.size(), 2u);
+  EXPECT_GT(probes["b"], old_probe);
+  EXPECT_NE(probes["c"], 0u);
+  out = {};
+  w.on_message(t0 + 1ms, "b", 1, JobKeepaliveAck{ref, old_probe}, out);
+  w.on_message(t0 + 1ms, "c", 1, JobKeepaliveAck{ref, probes["c"]}, out);
+  w.on_message(t0 + 1ms, "b", 1, JobKeepalive{ref, 0}, out);
+  EXPECT_FALSE(out.peers_confirmed) << "b answered nothing sent after the failure";
+  w.on_message(t0 + 2ms, "b", 1, JobKeepaliveAck{ref, probes["b"]}, out);
+  ASSERT_TRUE(out.peers_confirmed);
+  EXPECT_EQ(*out.peers_confirmed, ref);
+  // Once: a late duplicate answer confirms nothing more.
+  out = {};
+  w.on_message(t0 + 3ms, "c", 1, JobKeepaliveAck{ref, probes["c"]}, out);
+  EXPECT_FALSE(out.peers_confirmed);
+}
+
+TEST(JobWatch, ConfirmPeersNeverConfirmsALostPeer) {
+  ThreePeers p;
+  auto& [w, t0, ref, out] = p;
+  out = {};
+  w.confirm_peers(out);
+  std::map<std::string, std::uint64_t> probes = probes_in(out);
+  // c is declared lost (its daemon reported its workers gone) before it answers.
+  out = {};
+  w.on_peer_event(t0 + 1ms, "c", PeerEventKind::kWorkerExited, out);
+  ASSERT_EQ(out.lost.size(), 1u);
+  w.on_message(t0 + 2ms, "b", 1, JobKeepaliveAck{ref, probes["b"]}, out);
+  w.on_message(t0 + 2ms, "c", 1, JobKeepaliveAck{ref, probes["c"]}, out);
+  EXPECT_FALSE(out.peers_confirmed);
+  // A new confirmation with a lost peer in the round ends at once, unconfirmed.
+  out = {};
+  w.confirm_peers(out);
+  EXPECT_FALSE(out.peers_confirmed);
+  EXPECT_TRUE(out.sends.empty());
+}
+
+TEST(JobWatch, ConfirmPeersWithoutPeersConfirmsAtOnceAndANewRoundEndsIt) {
+  JobWatch alone("a", 1, JobWatchConfig{}, 1);
+  const TimePoint t0 = TimePoint{} + 1h;
+  JobWatchEffects out;
+  ASSERT_OK(alone.set_round(t0, "j", 1, 1, {{"a", 1, "x"}}, out));
+  out = {};
+  alone.confirm_peers(out);
+  ASSERT_TRUE(out.peers_confirmed);
+  EXPECT_EQ(*out.peers_confirmed, (JobRoundRef{"j", 1, 1}));
+
+  JobWatch w("a", 1, JobWatchConfig{}, 1);
+  ASSERT_OK(w.set_round(t0, "j", 1, 1, {{"a", 1, "x"}, {"b", 1, "y"}}, out));
+  out = {};
+  w.confirm_peers(out);
+  const std::uint64_t probe = std::get<JobKeepalive>(out.sends.at(0).message).probe;
+  ASSERT_OK(w.set_round(t0 + 1ms, "j", 1, 2, {{"a", 1, "x"}, {"b", 1, "y"}}, out));
+  out = {};
+  w.on_message(t0 + 2ms, "b", 1, JobKeepaliveAck{JobRoundRef{"j", 1, 2}, probe}, out);
+  EXPECT_FALSE(out.peers_confirmed) << "the confirmation was of round 1";
+  // Without a round nothing happens.
+  w.clear_round();
+  out = {};
+  w.confirm_peers(out);
+  EXPECT_TRUE(out.sends.empty());
+  EXPECT_FALSE(out.peers_confirmed);
+}
+
 }  // namespace
 }  // namespace elastic::rendezvous

@@ -164,6 +164,7 @@ std::vector<RoundReport> sample_reports() {
   failed.detail = "rank 3 on node n2 exited 1";
   failed.rank = 3;
   failed.at_ms = 1'700'000'000'000;
+  failed.peers_alive = true;  // the repeat after every round peer answered
   reports.push_back(failed);
   RoundReport lost = round_report(ReportKind::kPeerLost, "train-1", 4);
   lost.peer = "n3";

@@ -12,6 +12,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/node/round_codec.h"
 #include "daemon/node/round_report.h"
+#include "daemon/rendezvous/job_codec.h"
 #include "daemon/wire/messages.h"
 
 namespace elastic::node {
@@ -48,6 +49,19 @@ wire::Envelope round_start(const std::string& sender, const std::string& address
   envelope.sender_address = address;
   envelope.generation = 1;
   return envelope;
+}
+
+// Fixture `f`'s daemon a is a member, with c, of job j1's round 1, led by b; what that start
+// sent and ordered is taken away.
+void join_round_with_c(Fixture& f) {
+  wire::Envelope start = round_start("b", "tcp://10.0.0.2:7946");
+  RoundStart decoded = *decode_round_start(start.body);
+  decoded.round.ranks = {{"a", kGeneration, 1, 0}, {"c", 1, 1, 1}};
+  start.body = encode_round_start(decoded);
+  f.rounds.set_leader(f.now, "b", "tcp://10.0.0.2:7946");
+  f.rounds.on_envelope(f.now, start);
+  (void)f.rounds.take_orders();
+  (void)f.rounds.take_sends();
 }
 
 std::vector<RoundService::Send> of_type(std::vector<RoundService::Send> sends, wire::MsgType type) {
@@ -110,16 +124,7 @@ TEST(RoundService, ARoundFromAnotherLeaderAsksThatLeaderForTheLease) {
 // out for Raft (take_lost_peers) in case the lost peer was its leader's host.
 TEST(RoundService, AMembersLossReportsFollowANewLeaderAtOnce) {
   Fixture f;
-  wire::Envelope start = round_start("b", "tcp://10.0.0.2:7946");
-  {
-    RoundStart decoded = *decode_round_start(start.body);
-    decoded.round.ranks = {{"a", kGeneration, 1, 0}, {"c", 1, 1, 1}};
-    start.body = encode_round_start(decoded);
-  }
-  f.rounds.set_leader(f.now, "b", "tcp://10.0.0.2:7946");
-  f.rounds.on_envelope(f.now, start);
-  (void)f.rounds.take_orders();
-  (void)f.rounds.take_sends();
+  join_round_with_c(f);
   // c is never heard: the job tier declares it lost.
   TimePoint t = f.now;
   std::vector<RoundService::Send> lost;
@@ -150,6 +155,60 @@ TEST(RoundService, AMembersLossReportsFollowANewLeaderAtOnce) {
   }
   std::sort(told.begin(), told.end());
   EXPECT_EQ(told, (std::vector<std::string>{"b", "d"}));
+}
+
+// A local worker's failure goes to the leader at once, and the job tier probes every round
+// peer; once they all answered, the failure goes again with peers_alive (the leader then acts
+// without waiting out a possible peer loss). A peer that stays silent gets no second report.
+TEST(RoundService, AWorkerFailureIsRepeatedWithPeersAliveOnceEveryPeerAnswered) {
+  for (const bool answers : {true, false}) {
+    SCOPED_TRACE(answers ? "c answers" : "c stays silent");
+    Fixture f;
+    join_round_with_c(f);
+
+    RoundReport failed = round_report(ReportKind::kWorkerFailed, "j1", 1);
+    failed.rank = 0;
+    failed.detail = "rank 0 on node a killed by signal 9 (SIGKILL)";
+    f.rounds.report_for(f.now, failed);
+    std::vector<RoundReport> to_b;
+    std::uint64_t probe = 0;
+    for (auto& send : f.rounds.take_sends()) {
+      if (send.envelope.type == wire::MsgType::kRoundReport && send.to == "b") {
+        to_b.push_back(*decode_round_report(send.envelope.body));
+      } else if (send.envelope.type == wire::MsgType::kJobKeepalive && send.to == "c") {
+        auto message = rendezvous::decode_job(send.envelope.type, send.envelope.body);
+        ASSERT_TRUE(message.ok());
+        probe = std::get<rendezvous::JobKeepalive>(*message).probe;
+      }
+    }
+    ASSERT_EQ(to_b.size(), 1u);
+    EXPECT_EQ(to_b[0], failed) << "the failure itself is not held back";
+    ASSERT_NE(probe, 0u) << "c was probed";
+
+    if (answers) {
+      wire::Envelope ack;
+      ack.type = wire::MsgType::kJobKeepaliveAck;
+      ack.body = rendezvous::encode_job(rendezvous::JobKeepaliveAck{{"j1", 3, 1}, probe});
+      ack.sender = "c";
+      ack.generation = 1;
+      f.rounds.on_envelope(f.now + 1ms, ack);
+    } else {
+      f.rounds.tick(f.now + 300ms);
+    }
+    std::vector<RoundReport> again;
+    for (auto& send : of_type(f.rounds.take_sends(), wire::MsgType::kRoundReport)) {
+      auto report = decode_round_report(send.envelope.body);
+      if (report.ok() && report->kind == ReportKind::kWorkerFailed) again.push_back(*report);
+    }
+    if (answers) {
+      ASSERT_EQ(again.size(), 1u);
+      RoundReport expected = failed;
+      expected.peers_alive = true;
+      EXPECT_EQ(again[0], expected);
+    } else {
+      EXPECT_TRUE(again.empty());
+    }
+  }
 }
 
 }  // namespace
