@@ -8,6 +8,27 @@ namespace elastic::node {
 // imports only the standard library and torch, and never lets a failed preload stop the
 // script (which then imports torch itself and reports its own error).
 const std::string_view kWarmBootstrap = R"PY(import os, sys
+def _elastic_warm_gpu(torch):
+    # What every new CUDA process pays at its first use, paid here instead: the cuBLAS handles
+    # and workspaces (the first matmul of each type, forward and backward) and NCCL's once-per-
+    # process start (its library and device code, NVML, the network probe), in a group of one
+    # on a private store, destroyed again: the script's own groups and the default group are
+    # untouched.
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a = torch.ones(64, 64, device="cuda", dtype=dtype, requires_grad=True)
+        (a @ a).sum().backward()
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_nccl_available():
+            group = dist.ProcessGroupNCCL(dist.HashStore(), 0, 1, dist.ProcessGroupNCCL.Options())
+            one = torch.ones(1, device="cuda")
+            group.allreduce([one]).wait()
+            torch.cuda.synchronize()
+            getattr(group, "shutdown", getattr(group, "abort", lambda: None))()
+            del group
+    except Exception as e:
+        print("[elastic warm] NCCL warm-up skipped (%r)" % (e,), file=sys.stderr, flush=True)
+    torch.cuda.synchronize()
 def _elastic_warm():
     import runpy, time
     started = time.monotonic()
@@ -23,6 +44,7 @@ def _elastic_warm():
         torch.optim.AdamW([p]).step()
         del p
         if device == "cuda":
+            _elastic_warm_gpu(torch)
             torch.cuda.empty_cache()
         print("[elastic warm] ready in %.1f s: torch %s imported, %s warmed up; waiting for a round"
               % (time.monotonic() - started, torch.__version__, device), file=sys.stderr, flush=True)

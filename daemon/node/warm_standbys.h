@@ -5,7 +5,10 @@
 // directory and the slot's bindings, running kWarmBootstrap (python -c). The bootstrap imports
 // torch, creates the CUDA context on the slot's GPU when one is visible (nothing forks after
 // that) and takes one optimizer step on a zero tensor (torch defers the import of torch._dynamo
-// and more to the first optimizer: about 5 s on a GPU host), then blocks reading the hand-off pipe
+// and more to the first optimizer: about 5 s on a GPU host); on a GPU it also runs the first
+// matmul of each float type forward and backward (cuBLAS handles) and an all-reduce in a
+// one-rank NCCL group on a private store, destroyed again (NCCL's once-per-process start: its
+// device code, NVML, the network probe); then it blocks reading the hand-off pipe
 // (spawner.h, fd 3). When the next round starts a rank on that slot, the job supervisor writes the
 // hand-off (encode_handoff) instead of starting a process: the bootstrap replaces its environment
 // with the rank's, changes to the working directory, sets sys.argv and sys.path[0] as `python
@@ -14,12 +17,13 @@
 // semantics; it exits with the script's status. A standby whose pipe is closed without a hand-off
 // exits 0.
 //
-// What a warm start does not redo: the interpreter start, `import torch`, CUDA's context and
-// the first optimizer's imports (together about 10 s on a GPU host with PyTorch 2.11). What it
-// cannot change afterwards: anything Python or a library read at start-up from the environment
-// (PYTHONPATH and other PYTHON* variables, PYTORCH_CUDA_ALLOC_CONF, CUDA_VISIBLE_DEVICES): those
-// come from the round in which the standby was started (a value with a {round} placeholder keeps
-// that round's number).
+// What a warm start does not redo: the interpreter start, `import torch`, CUDA's context, the
+// first optimizer's imports, cuBLAS's and NCCL's first use (together about 10 s on a GPU host
+// with PyTorch 2.11). What it cannot change afterwards: anything Python or a library read at
+// start-up from the environment (PYTHONPATH and other PYTHON* variables,
+// PYTORCH_CUDA_ALLOC_CONF, CUDA_VISIBLE_DEVICES, the NCCL_* variables NCCL reads once per
+// process): those come from the round in which the standby was started (a value with a {round}
+// placeholder keeps that round's number).
 //
 // Pure functions on values; the job supervisor owns the standbys' lifetimes.
 #pragma once
