@@ -330,6 +330,8 @@ class Elastic:
             res["goodput"] = self.goodput()
         for _ in range(0 if a.goodput else a.repeat):
             for kind in a.incidents.split(","):
+                if a.warm:
+                    self.wait_standbys_ready()
                 res["incidents"].append(self.incident(kind, res))
                 self.settle(2)
                 # Incidents hours apart, not seconds: a warm job's new standbys finish warming
@@ -427,6 +429,38 @@ class Elastic:
                             else None, 120, f"step {target} on {world} GPUs")
         if not ok:
             raise RuntimeError(f"the job did not reach step {target} on {world} GPUs")
+
+    def standbys_ready(self):
+        """Every GPU host that runs a rank has a warm standby that said it is ready and has not
+        been handed a round since (its log: "standby slot N: started pid P", then "[elastic
+        warm] ready", then "pid P now runs ..." once used)."""
+        nodes = {self.worker(r)[1] for r in (0, 1)}
+        if None in nodes:
+            return False
+        for node in nodes:
+            ready = False
+            for path in glob.glob(f"{self.work}/{node}/state/logs/{self.job_id}/standby-*.log"):
+                state = None
+                with open(path, errors="replace") as f:
+                    for line in f:
+                        if "standby slot" in line and ": started pid" in line:
+                            state = "started"
+                        elif "[elastic warm] ready" in line and state == "started":
+                            state = "ready"
+                        elif " now runs " in line or "killed by signal" in line or " exited " in line:
+                            state = None
+                ready = ready or state == "ready"
+            if not ready:
+                return False
+        return True
+
+    def wait_standbys_ready(self):
+        """Incidents come hours apart, not seconds: each waits until the warm standbys have
+        finished warming up (about 10 s on a GPU host after each round), else it measures a
+        cold start."""
+        t0 = time.time()
+        self.wait_ctl("warm standbys ready", lambda: self.standbys_ready() or None, limit=120)
+        log(f"warm standbys ready ({time.time() - t0:.1f} s)")
 
     def raft_leader(self):
         for n in [n for n in self.names if self.procs.get(n)]:

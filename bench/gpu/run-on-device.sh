@@ -19,6 +19,7 @@
 #   bench/gpu/run-on-device.sh recovery_python        gpt_ddp.py under elastic, cold vs warm
 #   bench/gpu/run-on-device.sh recovery_python_ready  warm, standbys ready: default vs 1.5 s lease
 #   bench/gpu/run-on-device.sh recovery_python_lease  warm with a 1.5 s lease, beside torchrun
+#   bench/gpu/run-on-device.sh recovery_python_warm2  warm, default config, GPUs 0,1 only
 #   bench/gpu/run-on-device.sh checkpoint_stall  one checkpoint's stall of the training thread,
 #                                           GPT-2 small fp32 on GPU 0, this tree's trainer
 #                                           beside the one in .device/old-src (a `git archive`
@@ -197,6 +198,7 @@ py_elastic() {
 #                          standbys ready before each incident (SETTLE s after each recovery)
 #   recovery_python_lease  warm with the 1.5 s lease, incidents back to back, beside torchrun
 #                          (60 s timeout, the same script, RUNS worker crashes)
+#   recovery_python_warm2  (a 2-GPU host) warm, default config, standbys ready, GPUs 0,1 only
 recovery_python() {
   local files=()
   for i in $(seq "${RUNS:-3}"); do
@@ -226,6 +228,26 @@ recovery_python_ready() {
   grep -h "elastic warm\] ready" "$work"/pyready1/h*/state/logs/*/standby-slot-*.log \
     "$work"/pyready1/h*/state/logs/*/*/standby-slot-*.log 2>/dev/null | head -4
   tar -C "$work" -czf "$out/ready-results.tgz" $(cd "$work" && ls pyready*/result.json)
+}
+
+# On a 2-GPU host: RUNS warm runs of the script on GPUs 0,1 with the default config (the
+# standbys ready SETTLE s after each recovery), INCIDENTS (default worker_crash,node_loss);
+# DAEMON_SET: one more daemon setting (e.g. rendezvous.lease_duration=1500ms).
+recovery_python_warm2() {
+  local files=()
+  for i in $(seq "${RUNS:-3}"); do
+    INCIDENTS=${INCIDENTS:-worker_crash,node_loss} py_elastic "pywarm2-$i" 0,1 29500 --warm \
+      --settle-extra "${SETTLE:-15}" ${DAEMON_SET:+--daemon-set "$DAEMON_SET"}
+    tail -n 4 "$work/pywarm2-$i.log"
+    cp "$work/pywarm2-$i/result.json" "$out/py-warm2-$i.json"
+    files+=("$work/pywarm2-$i/result.json")
+  done
+  python3 "$py" summary "${files[@]}" | tee "$out/recovery-python-warm2.md"
+  grep -h "elastic warm\] ready" "$work"/pywarm2-1/h*/state/logs/*/standby-slot-*.log \
+    "$work"/pywarm2-1/h*/state/logs/*/*/standby-slot-*.log 2>/dev/null | head -4 || true
+  # The daemons' logs and every worker and standby log (what each daemon and standby did when).
+  (cd "$work" && tar -czf "$out/python-warm2-logs.tgz" --exclude='*.pt' --exclude='*.tmp' \
+    pywarm2-*/h*/elasticd.log pywarm2-*/h*/state/logs 2>/dev/null) || true
 }
 
 recovery_python_lease() {
