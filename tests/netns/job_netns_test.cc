@@ -864,9 +864,18 @@ TEST_F(ThroughputNetnsTest, ThroughputScalingSettlesWhereItPays) {
   EXPECT_NEAR(two / one, 2.0, 0.5) << scale.dump();
   EXPECT_LT(three, two * 1.2) << scale.dump();
   EXPECT_EQ(view.restarts, 0u) << "scaling consumed a restart";
-  // The leader's live measure is in the status too.
-  const auto reply = nlohmann::json::parse(view.json, nullptr, false);
-  EXPECT_TRUE(reply.contains("samples_per_s")) << view.json;
+  // The leader's live measure is in the status too, once the settled round's rank 0 has
+  // reported over at least 100 ms (the window starts again with each round).
+  std::string status = view.json;
+  EXPECT_TRUE(testing::wait_until(
+      [&] {
+        auto seen = daemons_->job(any_running(), job);
+        if (!seen.ok()) return false;
+        status = seen.value().json;
+        return nlohmann::json::parse(status, nullptr, false).contains("samples_per_s");
+      },
+      kRecovers))
+      << status;
 
   // Every decision is an event with its measurement.
   std::vector<std::string> steps;
