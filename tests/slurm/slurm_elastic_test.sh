@@ -166,7 +166,7 @@ echo "ELASTIC_CONTROL_SOCKET=\$ELASTIC_CONTROL_SOCKET"
 $elasticctl submit $src/examples/fmnist.toml --wait \\
   --nodes \$((SLURM_NNODES - 1)):\$SLURM_NNODES --checkpoint-root $D/ck --last-call 1s -- \\
   $trainer --model fmnist --data-dir $data --threads 1 --batch-size 32 --epochs 1 \\
-  --train-limit ${ESL_TRAIN_LIMIT:-8000} --test-limit 500 --checkpoint-interval 5 --log-interval 1
+  --train-limit ${ESL_TRAIN_LIMIT:-24000} --test-limit 500 --checkpoint-interval 5 --log-interval 1
 rc=\$?
 echo "elasticctl exit status \$rc"
 exit \$rc
@@ -234,6 +234,9 @@ leader=$(ctl n1 status --json | python3 -c 'import json,sys; print(json.load(sys
 victim=n3
 [ "$leader" = n3 ] && victim=n2
 vpid=$(cat "$D/nodes/$victim/state/job-$job/elasticd.pid")
+# The job is long enough (250 steps per rank) that the kill lands mid-training even when this
+# poll is slow: with 84 steps, a loaded machine saw the first checkpoint at step 60 and killed
+# the victim as the survivors finished their epoch, so they had nothing left to re-form for.
 wait_for 60 "a checkpoint of $ejob" test -s "$D/ck/$ejob/LATEST"
 ts "$ejob trains on 3 nodes (round $round1), checkpoint $(cat "$D/ck/$ejob/LATEST")"
 kill -KILL "$vpid" || fail "cannot kill elasticd pid $vpid on $victim"
