@@ -404,13 +404,13 @@ void RoundLeader::plan_job(
   // and the crashed survivors are not to blame). A silent death makes no worker crash early.
   // Workers that re-form in place never exit over a lost peer: a failure in a job whose members
   // are all live is the worker's own, and is acted on at once. So is one after which every
-  // daemon of the round answered the reporter (RoundReport::peers_alive): no member was lost.
+  // daemon of the round answered the reporter (RoundReport::peers_alive, act_on_report): no
+  // member was lost.
   const bool all_live = !job.ranks.empty() &&
                         std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& member) {
                           return state.live.contains(member.node);
                         });
-  const Duration failure_grace =
-      all_live || state.failure_confirmed ? Duration::zero() : r.job_peer_timeout;
+  const Duration failure_grace = all_live ? Duration::zero() : r.job_peer_timeout;
   // A member that drains stops its workers on purpose: failures in its round are no one's fault
   // (the round is re-planned without it once it has left membership).
   const bool member_draining =
@@ -884,9 +884,11 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
       next_lead_ = TimePoint{};
     }
     // Every daemon of the round answered the reporter after its worker failed: no member is
-    // lost, so there is no loss to wait for (plan_job's failure grace).
-    if (report.peers_alive && !it->second.failure_confirmed) {
-      it->second.failure_confirmed = true;
+    // lost, so there is no loss to wait for. The failure counts as seen a grace ago, as a store
+    // port conflict's does (plan_job's failure grace).
+    const TimePoint graced = now - config_.get().rendezvous.job_peer_timeout;
+    if (report.peers_alive && it->second.failure_seen > graced) {
+      it->second.failure_seen = graced;
       next_plan_ = now;
       next_lead_ = TimePoint{};
     }

@@ -194,9 +194,6 @@ class RoundLeader {
     std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
     std::string failure_node;                          // the node that reported it
     TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
-    // A worker_failed report of round_seen said every daemon of the round answered after the
-    // failure (RoundReport::peers_alive): no grace.
-    bool failure_confirmed = false;
     TimePoint next_start{};    // when to (re)send RoundStart to unacked members
     TimePoint ended_until{};   // keep telling members of an ended job until then
     // A "store_port_busy" report about round_seen.

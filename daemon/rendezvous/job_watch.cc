@@ -247,7 +247,8 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
   } else if (const auto* ack = std::get_if<JobKeepaliveAck>(&message)) {
     // Probe numbers grow: an answer to the confirmation's probe or a later one left this peer
     // after the failure. Anything older (a keepalive in flight) proves nothing about then.
-    if (confirming_ && !p.lost && p.confirm_probe != 0 && ack->probe >= p.confirm_probe) {
+    // (A peer declared lost ended the confirmation: see declare().)
+    if (confirming_ && p.confirm_probe != 0 && ack->probe >= p.confirm_probe) {
       p.confirm_probe = 0;
       finish_confirmation(out);
     }
@@ -281,13 +282,11 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
 void JobWatch::confirm_peers(JobWatchEffects& out) {
   if (!active_) return;
   end_confirmation();
-  confirming_ = true;
-  for (auto& [name, p] : peers_) {
-    if (p.lost) {  // cannot answer: no confirmation this round
-      end_confirmation();
-      return;
-    }
+  // A lost peer cannot answer: no confirmation in this round.
+  if (std::any_of(peers_.begin(), peers_.end(), [](const auto& e) { return e.second.lost; })) {
+    return;
   }
+  confirming_ = true;
   for (auto& [name, p] : peers_) {
     p.confirm_probe = next_probe_++;
     send(out, p, JobKeepalive{ref_, p.confirm_probe});
