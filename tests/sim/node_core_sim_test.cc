@@ -405,28 +405,38 @@ void fail_c0_worker_on(NodeCoreCluster& c, NodeId node, Duration limit, const ch
       << c.sim().violation().value_or(c.describe_jobs());
 }
 
+// Once per seed: a full cluster with c0 and c1 running, then `scenario`, then settled and
+// checked; a fatal failure stops the test at that seed (SeedReport names it). The totals are
+// printed under the test's name.
+template <typename Scenario>
+void on_full_clusters(std::initializer_list<std::uint64_t> seeds, Scenario scenario) {
+  Totals totals;
+  for (std::uint64_t seed : scenario_seeds(seeds)) {
+    SeedReport report(seed);
+    NodeCoreCluster c(seed, full_cluster_options());
+    start_full_cluster_jobs(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    scenario(c);
+    if (::testing::Test::HasFatalFailure()) return;
+    settle_and_check(c);
+    totals.add(c);
+  }
+  totals.print(::testing::UnitTest::GetInstance()->current_test_info()->name(), "no loss");
+}
+
 // A node whose workers of a job failed twice sits out that job (quarantine) while the job
 // reaches min_nodes without it; a job that needs it takes it back once its time out ends. In a
 // full cluster c0 needs its quarantined member back. (The leader once counted nodes whose slots
 // other jobs hold as able to replace it and kept the member out for good; long-delay seed 24
 // ended with three jobs each waiting like this for the others' nodes.)
 TEST(NodeCoreSim, QuarantinedMemberRejoinsWhenNoOtherNodeIsFree) {
-  Totals totals;
-  for (std::uint64_t seed : scenario_seeds({801, 802, 803, 804})) {
-    SeedReport report(seed);
-    NodeCoreCluster c(seed, full_cluster_options());
-    start_full_cluster_jobs(c);
-    if (::testing::Test::HasFatalFailure()) return;
+  on_full_clusters({801, 802, 803, 804}, [](NodeCoreCluster& c) {
     const std::string flapping = c.job_by_name("c0")->ranks.front().node;
     // The first failure is forgiven, the second quarantines the node for 10 s.
     fail_c0_worker_on(c, daemon_id(flapping), 60s, "failure 1");
     if (::testing::Test::HasFatalFailure()) return;
     fail_c0_worker_on(c, daemon_id(flapping), 60s, "failure 2");
-    if (::testing::Test::HasFatalFailure()) return;
-    settle_and_check(c);
-    totals.add(c);
-  }
-  totals.print("QuarantinedMemberRejoinsWhenNoOtherNodeIsFree", "no loss");
+  });
 }
 
 // A worker that fails because a peer of its round was lost is not its node's fault, also once
@@ -438,12 +448,7 @@ TEST(NodeCoreSim, QuarantinedMemberRejoinsWhenNoOtherNodeIsFree) {
 // each daemon's reports to the leader end the job tier's 30 s memory of its loss for the
 // waiting job (seed 811 waited those 30 s when the first failure was acted on at once).
 TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
-  Totals totals;
-  for (std::uint64_t seed : scenario_seeds({811, 812, 813, 814})) {
-    SeedReport report(seed);
-    NodeCoreCluster c(seed, full_cluster_options());
-    start_full_cluster_jobs(c);
-    if (::testing::Test::HasFatalFailure()) return;
+  on_full_clusters({811, 812, 813, 814}, [](NodeCoreCluster& c) {
     const NodeId leader = *c.leader();
     const auto ranks = c.job_by_name("c0")->ranks;
     NodeId node = daemon_id(ranks[0].node);
@@ -473,10 +478,7 @@ TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
         << "job c0 did not run again on d" << node << " and d" << peer << " once d" << peer
         << " was back\n"
         << c.sim().violation().value_or(c.describe_jobs());
-    settle_and_check(c);
-    totals.add(c);
-  }
-  totals.print("FailureCausedByALostPeerIsNotCountedLater", "no loss");
+  });
 }
 
 // A plain worker's crash while every daemon of its round is alive is that worker's own: its
@@ -485,12 +487,7 @@ TEST(NodeCoreSim, FailureCausedByALostPeerIsNotCountedLater) {
 // death is what broke the crashed worker's connections). The round is a worker failure, charged
 // to the job's restarts.
 TEST(NodeCoreSim, WorkerCrashWithEveryPeerAliveIsActedOnAtOnce) {
-  Totals totals;
-  for (std::uint64_t seed : scenario_seeds({821, 822, 823, 824})) {
-    SeedReport report(seed);
-    NodeCoreCluster c(seed, full_cluster_options());
-    start_full_cluster_jobs(c);
-    if (::testing::Test::HasFatalFailure()) return;
+  on_full_clusters({821, 822, 823, 824}, [](NodeCoreCluster& c) {
     const rendezvous::JobRecord before = *c.job_by_name("c0");
     const NodeId node = daemon_id(before.ranks[1].node);
     const TimePoint crash = c.sim().now();
@@ -506,22 +503,14 @@ TEST(NodeCoreSim, WorkerCrashWithEveryPeerAliveIsActedOnAtOnce) {
     const rendezvous::JobRecord after = *c.job_by_name("c0");
     EXPECT_EQ(after.round_reason, RoundReason::kWorkerFailed);
     EXPECT_EQ(after.restarts, before.restarts + 1);
-    settle_and_check(c);
-    totals.add(c);
-  }
-  totals.print("WorkerCrashWithEveryPeerAliveIsActedOnAtOnce", "no loss");
+  });
 }
 
 // The converse: a daemon's death breaks its peers' workers (they exit 0.2 s later, before the
 // job tier declares it lost) and their daemons cannot confirm the dead one, so the leader waits
 // out the grace and the round is the member's loss: no restart is charged.
 TEST(NodeCoreSim, WorkersBrokenByADaemonsDeathCountAsItsLoss) {
-  Totals totals;
-  for (std::uint64_t seed : scenario_seeds({831, 832, 833, 834})) {
-    SeedReport report(seed);
-    NodeCoreCluster c(seed, full_cluster_options());
-    start_full_cluster_jobs(c);
-    if (::testing::Test::HasFatalFailure()) return;
+  on_full_clusters({831, 832, 833, 834}, [](NodeCoreCluster& c) {
     const rendezvous::JobRecord before = *c.job_by_name("c0");
     const NodeId leader = *c.leader();
     NodeId victim = daemon_id(before.ranks[1].node);
@@ -541,10 +530,7 @@ TEST(NodeCoreSim, WorkersBrokenByADaemonsDeathCountAsItsLoss) {
       EXPECT_EQ(after.recovery_cause, RoundReason::kMemberLost);
     }
     c.restart(victim);
-    settle_and_check(c);
-    totals.add(c);
-  }
-  totals.print("WorkersBrokenByADaemonsDeathCountAsItsLoss", "no loss");
+  });
 }
 
 // More jobs than slots: three daemons of two slots each; jobs of one node taking one or both
