@@ -35,6 +35,7 @@ std::size_t max_body_bytes(wire::MsgType type) {
     case MsgType::kJobKeepaliveAck:
     case MsgType::kJobProbeRequest:
     case MsgType::kJobProbeReply:
+    case MsgType::kJobLossNotice:
     case MsgType::kLeaseRequest:
     case MsgType::kLeaseGrant:
       return rendezvous::kMaxJobBodyBytes;

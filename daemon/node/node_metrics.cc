@@ -77,6 +77,8 @@ const char* message_type_name(wire::MsgType type) {
       return "lease_grant";
     case wire::MsgType::kRoundReport:
       return "round_report";
+    case wire::MsgType::kJobLossNotice:
+      return "job_loss_notice";
     case wire::MsgType::kControlRequest:
       return "control_request";
     case wire::MsgType::kControlReply:

@@ -288,6 +288,9 @@ void RoundMember::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects)
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
     lost_peers_.push_back(lost.peer);
+    // Learnt from another member's notice (a large round): the member that declared it reports
+    // it, so the leader does not get one report per survivor.
+    if (lost.reason == rendezvous::LostReason::kReported) continue;
     const auto heard = it->second.heard.find(lost.peer);
     report(it->second, lost_report(lost,
                                    heard == it->second.heard.end()
@@ -309,6 +312,7 @@ void RoundMember::tick(TimePoint now) {
     next_report_ = kNever;
     for (auto& [job, watched] : watched_) {
       for (const rendezvous::PeerLost& lost : watched.declared) {
+        if (lost.reason == rendezvous::LostReason::kReported) continue;  // see carry_out
         const auto heard = watched.heard.find(lost.peer);
         report(watched, lost_report(lost,
                                     heard == watched.heard.end()

@@ -75,6 +75,12 @@ void visit_fields(V& v, M& m) {
   v.field("g", m.target_generation);
   v.field("a", m.alive);
 }
+template <typename V, Like<JobLossNotice> M>
+void visit_fields(V& v, M& m) {
+  visit_fields(v, m.ref);
+  v.field("n", m.target);
+  v.field("g", m.target_generation);
+}
 template <typename V, Like<LeaseRequest> M>
 void visit_fields(V& v, M& m) {
   v.field("n", m.node);
@@ -135,13 +141,15 @@ wire::MsgType job_message_type(const JobMessage& message) {
     MsgType operator()(const JobKeepaliveAck&) const { return MsgType::kJobKeepaliveAck; }
     MsgType operator()(const JobProbeRequest&) const { return MsgType::kJobProbeRequest; }
     MsgType operator()(const JobProbeReply&) const { return MsgType::kJobProbeReply; }
+    MsgType operator()(const JobLossNotice&) const { return MsgType::kJobLossNotice; }
   };
   return std::visit(Visitor{}, message);
 }
 
 bool is_job_type(wire::MsgType type) {
   return type == MsgType::kJobKeepalive || type == MsgType::kJobKeepaliveAck ||
-         type == MsgType::kJobProbeRequest || type == MsgType::kJobProbeReply;
+         type == MsgType::kJobProbeRequest || type == MsgType::kJobProbeReply ||
+         type == MsgType::kJobLossNotice;
 }
 
 std::string encode_job(const JobMessage& message) { return encode_variant(message); }
@@ -156,6 +164,8 @@ Result<JobMessage> decode_job(wire::MsgType type, std::string_view body, DecodeE
       return decode_as<JobMessage, JobProbeRequest>(body, "JobProbeRequest", reason);
     case MsgType::kJobProbeReply:
       return decode_as<JobMessage, JobProbeReply>(body, "JobProbeReply", reason);
+    case MsgType::kJobLossNotice:
+      return decode_as<JobMessage, JobLossNotice>(body, "JobLossNotice", reason);
     default:
       break;
   }

@@ -12,6 +12,7 @@
 //   JobKeepaliveAck:  p probe
 //   JobProbeRequest:  p probe, n target, g target generation
 //   JobProbeReply:    p probe, n target, g target generation, a alive
+//   JobLossNotice:    n target, g target generation
 //   LeaseRequest:     n node, g generation, i request, k known term
 //   LeaseGrant:       n node, g generation, i request, t term, d duration (milliseconds)
 //
@@ -37,7 +38,7 @@ namespace elastic::rendezvous {
 // rounded up); anything bigger is hostile or broken.
 inline constexpr std::size_t kMaxJobBodyBytes = 4 * 1024;
 
-// kJobKeepalive .. kJobProbeReply.
+// kJobKeepalive .. kJobProbeReply, kJobLossNotice.
 wire::MsgType job_message_type(const JobMessage& message);
 bool is_job_type(wire::MsgType type);
 std::string encode_job(const JobMessage& message);

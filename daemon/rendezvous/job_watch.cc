@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace elastic::rendezvous {
 namespace {
@@ -12,6 +14,31 @@ namespace {
 const JobRoundRef& ref_of(const JobMessage& message) {
   return std::visit([](const auto& m) -> const JobRoundRef& { return m.ref; }, message);
 }
+
+// FNV-1a 64 with a final avalanche (splitmix64's), over the bytes of each part: the ring position
+// of a member in one round. Every member computes it from the same values.
+class RingHash {
+ public:
+  RingHash& add(std::string_view bytes) {
+    for (const char c : bytes) {
+      h_ ^= static_cast<unsigned char>(c);
+      h_ *= 0x100000001b3ull;
+    }
+    h_ ^= 0xff;  // a separator, so ("ab", "c") and ("a", "bc") differ
+    h_ *= 0x100000001b3ull;
+    return *this;
+  }
+  RingHash& add(std::uint64_t n) { return add(std::to_string(n)); }
+  std::uint64_t value() const {
+    std::uint64_t z = h_ + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ull;
+};
 
 }  // namespace
 
@@ -23,6 +50,8 @@ const char* to_string(LostReason reason) {
       return "worker_exited";
     case LostReason::kRestarted:
       return "restarted";
+    case LostReason::kReported:
+      return "reported";
   }
   return "unknown";
 }
@@ -50,6 +79,11 @@ Status JobWatchConfig::validate() const {
     return Error{"The job watch helper_timeout must be positive and shorter than confirm_window."};
   }
   if (indirect_probes < 0) return Error{"The job watch indirect_probes must not be negative."};
+  if (watchers < 1 || static_cast<std::size_t>(watchers) > watch_all_up_to) {
+    return Error{"The job watch watchers must be at least 1 and at most watch_all_up_to (" +
+                 std::to_string(watch_all_up_to) + ")."};
+  }
+  if (notice_forwards < 0) return Error{"The job watch notice_forwards must not be negative."};
   if (joiner_grace < Duration::zero()) {
     return Error{"The job watch joiner_grace must not be negative."};
   }
@@ -94,14 +128,65 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
     p.last_heard = joiner ? now + config_.joiner_grace : now;
     peers_.emplace(info.name, std::move(p));
   }
+  large_ = peers_.size() > config_.watch_all_up_to;
+  if (large_) build_ring();
   send_keepalives(out);
   next_keepalive_ = now + config_.keepalive_interval;
   recompute_deadline();
   return ok_status();
 }
 
+void JobWatch::build_ring() {
+  struct Place {
+    std::uint64_t hash;
+    const std::string* name;
+    std::uint64_t generation;
+    bool operator<(const Place& o) const {
+      return std::tie(hash, *name, generation) < std::tie(o.hash, *o.name, o.generation);
+    }
+  };
+  const auto place = [&](const std::string& name, std::uint64_t generation) {
+    return Place{RingHash()
+                     .add(ref_.job)
+                     .add(ref_.term)
+                     .add(ref_.round)
+                     .add(name)
+                     .add(generation)
+                     .value(),
+                 &name, generation};
+  };
+  std::vector<Place> ring;
+  ring.reserve(peers_.size() + 1);
+  ring.push_back(place(self_, self_generation_));
+  for (auto& [name, p] : peers_) {
+    ring.push_back(place(name, p.info.generation));
+    p.watched = false;
+    p.watcher = false;
+  }
+  std::sort(ring.begin(), ring.end());
+  const std::size_t n = ring.size();
+  std::size_t self = 0;
+  while (*ring[self].name != self_) ++self;
+  const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(config_.watchers), n - 1);
+  for (std::size_t d = 1; d <= k; ++d) {
+    peers_.at(*ring[(self + d) % n].name).watcher = true;     // it watches this daemon
+    peers_.at(*ring[(self + n - d) % n].name).watched = true;  // this daemon watches it
+  }
+}
+
+bool JobWatch::watches(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  return it != peers_.end() && it->second.watched;
+}
+
+bool JobWatch::watched_by(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  return it != peers_.end() && it->second.watcher;
+}
+
 void JobWatch::clear_round() {
   active_ = false;
+  large_ = false;
   confirming_ = false;
   peers_.clear();
   relays_.clear();
@@ -125,7 +210,7 @@ void JobWatch::send(JobWatchEffects& out, const Peer& to, JobMessage message) {
 
 void JobWatch::send_keepalives(JobWatchEffects& out) {
   for (const auto& [name, p] : peers_) {
-    if (p.lost) continue;
+    if (p.lost || !p.watcher) continue;
     send(out, p, JobKeepalive{ref_, 0});
     ++stats_.keepalives_sent;
   }
@@ -186,6 +271,7 @@ void JobWatch::declare(Peer& p, LostReason reason, JobWatchEffects& out) {
   ++stats_.declared;
   out.lost.push_back(
       PeerLost{ref_.job, ref_.term, ref_.round, p.info.name, p.info.generation, reason});
+  if (large_) spread_loss(p, reason, out);
   // Relays about it answer "not heard" now rather than at their expiry.
   for (auto it = relays_.begin(); it != relays_.end();) {
     if (it->second.target == p.info.name) {
@@ -199,6 +285,27 @@ void JobWatch::declare(Peer& p, LostReason reason, JobWatchEffects& out) {
     } else {
       ++it;
     }
+  }
+}
+
+void JobWatch::spread_loss(const Peer& lost, LostReason reason, JobWatchEffects& out) {
+  const JobLossNotice notice{ref_, lost.info.name, lost.info.generation};
+  std::vector<const Peer*> live;
+  for (const auto& [name, q] : peers_) {
+    if (!q.lost) live.push_back(&q);
+  }
+  std::size_t count = live.size();
+  if (reason == LostReason::kReported) {
+    // Learnt from a notice: a few random copies, so one lost copy cannot leave a survivor out.
+    count = std::min(count, static_cast<std::size_t>(config_.notice_forwards));
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t j = i + static_cast<std::size_t>(rng_.below(live.size() - i));
+      std::swap(live[i], live[j]);
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    send(out, *live[i], notice);
+    ++stats_.notices_sent;
   }
 }
 
@@ -269,6 +376,16 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
     send(out, target->second, JobKeepalive{ref_, probe});
     ++stats_.helper_probes;
     lower_deadline(now + config_.helper_timeout);
+  } else if (const auto* notice = std::get_if<JobLossNotice>(&message)) {
+    // Another member declared `target` (a large round's dissemination). One about this daemon
+    // finds no peer entry; one about another generation names a daemon not in this round.
+    auto target = peers_.find(notice->target);
+    if (target == peers_.end() || target->second.lost ||
+        target->second.info.generation != notice->target_generation) {
+      return;
+    }
+    ++stats_.notices_received;
+    declare(target->second, LostReason::kReported, out);
   } else if (const auto* reply = std::get_if<JobProbeReply>(&message)) {
     auto target = peers_.find(reply->target);
     if (reply->alive && target != peers_.end() && !target->second.lost &&
@@ -335,7 +452,7 @@ void JobWatch::tick(TimePoint now, JobWatchEffects& out) {
   for (auto& [name, p] : peers_) {
     if (p.lost) continue;
     if (!p.suspected) {
-      if (now >= p.last_heard + config_.peer_timeout) suspect(now, p, out);
+      if (p.watched && now >= p.last_heard + config_.peer_timeout) suspect(now, p, out);
       continue;
     }
     if (now >= p.suspected_at + config_.confirm_window) {
@@ -372,7 +489,7 @@ void JobWatch::recompute_deadline() {
     if (p.lost) continue;
     if (p.suspected) {
       next = std::min({next, p.retry_at, p.suspected_at + config_.confirm_window});
-    } else {
+    } else if (p.watched) {
       next = std::min(next, p.last_heard + config_.peer_timeout);
     }
   }

@@ -35,6 +35,22 @@
 // Worst case from a silent crash to a declaration: peer_timeout + confirm_window + latency
 // (the peer's last keepalive may have left just before it died).
 //
+// Large rounds (more than JobWatchConfig::watch_all_up_to peers): keepalives to every peer
+// would cost O(n) messages per daemon per interval (a 1,024-daemon round at 200 ms: 5,000 a
+// second each). Instead every member of the round computes the same ring, a shuffle of the
+// members by a hash of (job, term, round, name, generation), so it differs from round to round;
+// a member sends its periodic keepalives only to the `watchers` members after it on the ring
+// (its watchers), and only the `watchers` members before it (the peers it watches) have a
+// silence timer here. Every member is watched by exactly `watchers` others and each daemon
+// sends `watchers` keepalives per interval, whatever the round's size. Suspicion, direct and
+// indirect probes (helpers are any live members) and the declaration are as above. A member
+// that declares a peer from its own evidence (silent, restarted) sends a JobLossNotice to every
+// other live member at once (one burst per loss, not a steady load); a member that learns a
+// loss from a notice declares it too (reason kReported) and forwards the notice to
+// `notice_forwards` random live members, so a survivor misses the loss only if every copy is
+// lost. A notice about this daemon itself, another generation or another round is ignored. In
+// rounds up to watch_all_up_to peers everything is as before: keepalives to all, no notices.
+//
 // Thread safety: none; one owner calls everything. Randomness (helper choice) comes only from
 // the seeded Rng. Errors: set_round() with a round not newer than the current one is refused
 // with an Error (a stale RoundStart); messages are never errors, stale ones are counted.
@@ -96,7 +112,17 @@ struct JobProbeReply {
   bool operator==(const JobProbeReply&) const = default;
 };
 
-using JobMessage = std::variant<JobKeepalive, JobKeepaliveAck, JobProbeRequest, JobProbeReply>;
+// "`target` is lost for this round": sent by a member of a large round that declared it (see
+// the protocol above), and forwarded by a few of those that learn it this way.
+struct JobLossNotice {
+  JobRoundRef ref;
+  std::string target;
+  std::uint64_t target_generation = 0;
+  bool operator==(const JobLossNotice&) const = default;
+};
+
+using JobMessage = std::variant<JobKeepalive, JobKeepaliveAck, JobProbeRequest, JobProbeReply,
+                                JobLossNotice>;
 
 // ---------------------------------------------------------------------------------------------
 // The state machine
@@ -120,13 +146,21 @@ struct JobWatchConfig {
   // leader resend (1 s) after the others', when the first delivery met a connection still being
   // made, and it sends nothing for the round before that.
   Duration joiner_grace = std::chrono::seconds(1);
+  // Large rounds (see the protocol): a round of more than watch_all_up_to peers (this daemon not
+  // counted) watches through the ring, each member watched by `watchers` others, and spreads
+  // declarations with JobLossNotices, each learner forwarding `notice_forwards` copies. Three
+  // watchers at 200 ms: 15 keepalives sent and 15 received per daemon per second.
+  std::size_t watch_all_up_to = 8;
+  int watchers = 3;
+  int notice_forwards = 2;
 
   // keepalive_interval and peer_timeout from the daemon's RendezvousConfig; confirm_window is
   // two thirds of peer_timeout and helper_timeout three eighths of confirm_window (the
   // defaults above for 200 ms / 600 ms).
   static JobWatchConfig from(Duration keepalive_interval, Duration peer_timeout);
   // An Error naming the first bad field (non-positive durations, helper_timeout not below
-  // confirm_window, indirect_probes < 0).
+  // confirm_window, indirect_probes < 0, watchers < 1 or above watch_all_up_to, notice_forwards
+  // < 0).
   Status validate() const;
 };
 
@@ -146,6 +180,7 @@ enum class LostReason {
   kSilent,        // suspected (silence or disconnect) and unconfirmed through the window
   kWorkerExited,  // its daemon reported its workers gone
   kRestarted,     // a newer generation of it spoke: the round's generation is gone
+  kReported,      // a large round's JobLossNotice: another member declared it
 };
 const char* to_string(LostReason reason);
 
@@ -184,6 +219,8 @@ struct JobWatchStats {
   std::uint64_t indirect_requests = 0;  // JobProbeRequests this node sent
   std::uint64_t helper_probes = 0;      // JobProbeRequests this node served
   std::uint64_t declared = 0;
+  std::uint64_t notices_sent = 0;      // JobLossNotices sent (first-hand and forwarded)
+  std::uint64_t notices_received = 0;  // JobLossNotices that were news (the peer was not lost)
 };
 
 class JobWatch {
@@ -220,6 +257,11 @@ class JobWatch {
   const JobRoundRef& round() const { return ref_; }
   bool suspected(const std::string& peer) const;
   bool lost(const std::string& peer) const;
+  // Large rounds: whether this daemon watches `peer`'s silence, and whether it sends `peer`
+  // keepalives (so `peer` watches it). Both true for every peer of a small round.
+  bool watches(const std::string& peer) const;
+  bool watched_by(const std::string& peer) const;
+  bool large_round() const { return large_; }
   const JobWatchStats& stats() const { return stats_; }
   const JobWatchConfig& config() const { return config_; }
 
@@ -236,6 +278,9 @@ class JobWatch {
     // confirm_peers(): the first probe number sent for the open confirmation (0: none open or
     // this peer answered it already).
     std::uint64_t confirm_probe = 0;
+    // Large rounds: this daemon watches its silence / sends it keepalives (both in small ones).
+    bool watched = true;
+    bool watcher = true;
   };
   // A JobProbeRequest this node serves: its own probe number maps to the requester's.
   struct Relay {
@@ -252,6 +297,8 @@ class JobWatch {
   void suspect(TimePoint now, Peer& p, JobWatchEffects& out);
   void probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out);
   void declare(Peer& p, LostReason reason, JobWatchEffects& out);
+  void build_ring();
+  void spread_loss(const Peer& lost, LostReason reason, JobWatchEffects& out);
   void answer_relays_for(const std::string& target, JobWatchEffects& out);
   void recompute_deadline();
   void lower_deadline(TimePoint t);
@@ -265,6 +312,7 @@ class JobWatch {
   JobWatchStats stats_;
 
   bool active_ = false;
+  bool large_ = false;  // the round has more than watch_all_up_to peers
   JobRoundRef ref_;
   std::map<std::string, Peer> peers_;  // ordered: iteration (and so the trace) is stable
   std::map<std::uint64_t, Relay> relays_;

@@ -45,6 +45,8 @@ enum class MsgType : std::uint16_t {
   kLeaseGrant = 21,
   // a member daemon's report to the Raft leader about its rounds (daemon/node/round_report.h)
   kRoundReport = 22,
+  // job tier: a large round's "this peer is lost" (daemon/rendezvous/job_watch.h)
+  kJobLossNotice = 23,
   // local control (elasticctl <-> elasticd)
   kControlRequest = 100,
   kControlReply = 101,

@@ -119,7 +119,7 @@ void check_daemon_bodies(std::string_view body) {
     if (!again.ok() || !(*again == *r)) property_failed("round report round trip");
   }
   for (MsgType type : {MsgType::kJobKeepalive, MsgType::kJobKeepaliveAck, MsgType::kJobProbeRequest,
-                       MsgType::kJobProbeReply}) {
+                       MsgType::kJobProbeReply, MsgType::kJobLossNotice}) {
     if (auto r = elastic::rendezvous::decode_job(type, body); r.ok()) {
       auto again = elastic::rendezvous::decode_job(type, elastic::rendezvous::encode_job(*r));
       if (!again.ok() || !(*again == *r)) property_failed("job tier round trip");

@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
   write(MsgType::kJobKeepalive, rdv::encode_job(rdv::JobKeepalive{ref, 9}));
   write(MsgType::kJobProbeRequest, rdv::encode_job(rdv::JobProbeRequest{ref, 4, "n2", 3}));
   write(MsgType::kJobProbeReply, rdv::encode_job(rdv::JobProbeReply{ref, 4, "n2", 3, true}));
+  write(MsgType::kJobLossNotice, rdv::encode_job(rdv::JobLossNotice{ref, "n2", 3}));
   write(MsgType::kLeaseRequest, rdv::encode_lease(rdv::LeaseRequest{"n2", 3, 8, 5}));
   write(MsgType::kLeaseGrant,
         rdv::encode_lease(rdv::LeaseGrant{"n2", 3, 8, 5, std::chrono::seconds(3)}));

@@ -178,8 +178,12 @@ void JobWatchCluster::notify_self(NodeId id, std::any notice, Duration delay) {
 void JobWatchCluster::crash(NodeId id, std::optional<Duration> disconnect_after) {
   sim_.crash(id);
   if (!disconnect_after) return;
+  // Only daemons that had a connection to it see one close: in a large round its ring
+  // neighbours (keepalives flow both ways between them and it), in a small one everybody.
   for (NodeId s = 0; s < members_; ++s) {
     if (s == id || !sim_.is_up(s)) continue;
+    const rendezvous::JobWatch* w = watch(s);
+    if (w->large_round() && !w->watches(name(id)) && !w->watched_by(name(id))) continue;
     notify_self(s, TransportNotice{name(id), rendezvous::PeerEventKind::kDisconnected},
                 *disconnect_after);
   }
@@ -202,9 +206,10 @@ NodeId JobWatchCluster::add_stale_ghost(NodeId victim, Duration every) {
 }
 
 bool JobWatchCluster::all_survivors_declared(NodeId target) const {
+  const auto by = observers_.find(name(target));
   for (NodeId id = 0; id < members_; ++id) {
     if (id == target || !sim_.is_up(id)) continue;
-    if (declarations_of(target, id) == 0) return false;
+    if (by == observers_.end() || !by->second.contains(id)) return false;
   }
   return true;
 }
@@ -223,6 +228,7 @@ std::size_t JobWatchCluster::declarations_of(NodeId target, NodeId observer) con
 
 void JobWatchCluster::on_declaration(const Declaration& d) {
   declarations_.push_back(d);
+  observers_[d.lost.peer].insert(d.observer);
   sim_.mix_trace(std::hash<std::string>{}(d.lost.peer) ^ d.observer);
   const auto target = id_of(d.lost.peer);
   if (target && *target < members_ && is_up_at(sim_, *target, d.lost.generation)) {

@@ -24,7 +24,9 @@
 #include <any>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,7 +110,8 @@ class JobWatchCluster {
   static std::string address(NodeId id) { return "sim://d" + std::to_string(id); }
   rendezvous::JobWatch* watch(NodeId id);  // nullptr while down
 
-  // Silent crash; with `disconnect_after`, every survivor's transport reports the peer
+  // Silent crash; with `disconnect_after`, the transport of every survivor that had a
+  // connection to it (all of a small round; a large round's ring neighbours) reports the peer
   // disconnected that long after the crash (kill -9: the kernel closes its connections).
   void crash(NodeId id, std::optional<Duration> disconnect_after = std::nullopt);
   // SIGSTOP now, SIGCONT after `d` (the caller runs the simulator).
@@ -138,6 +141,7 @@ class JobWatchCluster {
   std::vector<rendezvous::JobPeer> peers_;
   std::size_t members_ = 0;
   std::vector<Declaration> declarations_;
+  std::map<std::string, std::set<NodeId>> observers_;  // declared peer -> who declared it
   std::uint64_t false_declarations_ = 0;
   std::vector<std::string> false_log_;
 };

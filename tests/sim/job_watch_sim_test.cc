@@ -180,6 +180,60 @@ TEST(JobWatchSim, StaleRoundMessagesInTheVictimsNameAreIgnored) {
   }
 }
 
+// A large round (256 daemons: a ring of 3 watchers each, declarations spread by notices) at 5%
+// loss: each daemon sends the same few keepalives a second as in a round of 4, a silent kill is
+// declared by every survivor within the small round's bound (plus two notice hops), and a
+// kill -9 that only its ring neighbours see (they had the connections) within the window.
+TEST(JobWatchSim, ALargeRoundFindsAKillEverywhereAtAConstantLoadPerDaemon) {
+  constexpr std::size_t kLarge = 256;
+  for (std::uint64_t seed : scenario_seeds({71, 72, 73})) {
+    for (const bool disconnect : {false, true}) {
+      SeedReport report(seed);
+      JobWatchClusterOptions o = options(0.05);
+      o.nodes = kLarge;
+      JobWatchCluster c(seed, o);
+      auto& sim = c.sim();
+      ASSERT_TRUE(sim.run_for(2s));
+      std::vector<std::uint64_t> sent_before(kLarge);
+      for (NodeId id = 0; id < kLarge; ++id) sent_before[id] = sim.counters(id).packets_sent;
+      ASSERT_TRUE(sim.run_for(5s + Duration(sim.rng().below(200'000'000))));
+      double busiest = 0;
+      for (NodeId id = 0; id < kLarge; ++id) {
+        busiest = std::max(
+            busiest, static_cast<double>(sim.counters(id).packets_sent - sent_before[id]) / 5.0);
+      }
+      // 3 keepalives per 200 ms, and the odd probe after lost ones.
+      EXPECT_LE(busiest, 20.0);
+      const NodeId victim = static_cast<NodeId>(sim.rng().below(kLarge));
+      const TimePoint crashed_at = sim.now();
+      const auto& config = o.config;
+      c.crash(victim, disconnect ? std::optional<Duration>(2ms) : std::nullopt);
+      const Duration bound =
+          disconnect ? 2ms + config.confirm_window + 10ms : silent_bound(config) + 5ms;
+      const bool all = sim.run_until_condition([&] { return c.all_survivors_declared(victim); },
+                                               crashed_at + bound, 1ms);
+      const Duration took = sim.now() - crashed_at;
+      EXPECT_TRUE(all) << JobWatchCluster::name(victim) << " not declared everywhere within "
+                       << to_ms(bound) << " ms (disconnect " << disconnect << ")";
+      ASSERT_TRUE(sim.run_for(3s));
+      std::size_t first_hand = 0;
+      for (NodeId id = 0; id < kLarge; ++id) {
+        if (id == victim) continue;
+        EXPECT_EQ(c.watch(id)->stats().declared, 1u) << JobWatchCluster::name(id);
+        first_hand += c.watch(id)->stats().notices_received == 0 ? 1 : 0;
+      }
+      // Only its watchers (and a neighbour that saw the disconnect) declare first-hand.
+      EXPECT_LE(first_hand, 2u * static_cast<std::size_t>(config.watchers));
+      EXPECT_EQ(c.false_declarations(), 0u)
+          << (c.false_log().empty() ? "" : c.false_log().front());
+      std::printf("seed %llu (%s): %zu daemons declared the victim after %.0f ms, %zu first-hand; "
+                  "busiest daemon sent %.1f msgs/s before\n",
+                  static_cast<unsigned long long>(seed), disconnect ? "kill -9" : "silent",
+                  kLarge - 1, to_ms(took), first_hand, busiest);
+    }
+  }
+}
+
 TEST(JobWatchSim, RunsReproduceFromTheirSeed) {
   auto run = [](std::uint64_t seed) {
     JobWatchCluster c(seed, options(0.05));

@@ -28,6 +28,7 @@ std::vector<JobMessage> job_samples() {
           JobProbeRequest{kRef, 3, "host-7", 12},
           JobProbeReply{kRef, 3, "host-7", 12, true},
           JobProbeReply{JobRoundRef{"", 0, 0}, 0, "", 0, false},
+          JobLossNotice{kRef, "host-7", 12},
           JobProbeRequest{JobRoundRef{std::string(wire::kMaxNameBytes, 'j'), 1, 2}, 4,
                           std::string(wire::kMaxNameBytes, 't'), 5}};
 }
@@ -42,6 +43,9 @@ TEST(JobCodec, TypesAreTheReservedNumbers) {
   EXPECT_EQ(job_message_type(JobKeepaliveAck{}), MsgType::kJobKeepaliveAck);
   EXPECT_EQ(job_message_type(JobProbeRequest{}), MsgType::kJobProbeRequest);
   EXPECT_EQ(job_message_type(JobProbeReply{}), MsgType::kJobProbeReply);
+  EXPECT_EQ(job_message_type(JobLossNotice{}), MsgType::kJobLossNotice);
+  EXPECT_EQ(static_cast<int>(MsgType::kJobLossNotice), 23);
+  EXPECT_TRUE(is_job_type(MsgType::kJobLossNotice));
   EXPECT_EQ(lease_message_type(LeaseRequest{}), MsgType::kLeaseRequest);
   EXPECT_EQ(lease_message_type(LeaseGrant{}), MsgType::kLeaseGrant);
   EXPECT_TRUE(is_job_type(MsgType::kJobProbeReply));

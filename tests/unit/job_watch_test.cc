@@ -485,5 +485,169 @@ TEST(JobWatch, ConfirmPeersWithoutPeersConfirmsAtOnceAndANewRoundEndsIt) {
   EXPECT_FALSE(out.peers_confirmed);
 }
 
+// Large rounds (more than watch_all_up_to peers): a ring per round, `watchers` watchers each.
+
+std::vector<JobPeer> members(int n) {
+  std::vector<JobPeer> peers;
+  for (int i = 0; i < n; ++i) peers.push_back(JobPeer{"d" + std::to_string(i), 1, "a"});
+  return peers;
+}
+
+std::set<std::string> watched_set(const JobWatch& w, int n) {
+  std::set<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    if (w.watches("d" + std::to_string(i))) out.insert("d" + std::to_string(i));
+  }
+  return out;
+}
+
+TEST(JobWatch, ALargeRoundWatchesThroughOneRingThatEveryMemberComputesAlike) {
+  constexpr int kN = 40;
+  const JobWatchConfig c;
+  std::vector<JobWatch> ws;
+  for (int i = 0; i < kN; ++i) {
+    ws.emplace_back("d" + std::to_string(i), 1, c, 7 + static_cast<std::uint64_t>(i));
+    JobWatchEffects out;
+    ASSERT_OK(ws.back().set_round(TimePoint{} + 1h, "j", 3, 7, members(kN), out));
+    EXPECT_TRUE(ws.back().large_round());
+    // The first keepalives go to its watchers only.
+    EXPECT_EQ(out.sends.size(), static_cast<std::size_t>(c.watchers));
+    for (const JobOutgoing& o : out.sends) EXPECT_TRUE(ws.back().watched_by(o.to)) << o.to;
+  }
+  for (int a = 0; a < kN; ++a) {
+    int watching = 0;
+    int watched_by = 0;
+    for (int b = 0; b < kN; ++b) {
+      if (a == b) continue;
+      const std::string na = "d" + std::to_string(a);
+      const std::string nb = "d" + std::to_string(b);
+      // a sends keepalives to b exactly when b watches a's silence.
+      EXPECT_EQ(ws[a].watched_by(nb), ws[b].watches(na)) << na << " " << nb;
+      watching += ws[a].watches(nb) ? 1 : 0;
+      watched_by += ws[b].watches(na) ? 1 : 0;
+    }
+    EXPECT_EQ(watching, c.watchers) << a;
+    EXPECT_EQ(watched_by, c.watchers) << a;
+  }
+  // The next round shuffles the ring again: d0 watches others than before.
+  JobWatchEffects out;
+  const std::set<std::string> before = watched_set(ws[0], kN);
+  ASSERT_OK(ws[0].set_round(TimePoint{} + 2h, "j", 3, 8, members(kN), out));
+  EXPECT_NE(watched_set(ws[0], kN), before);
+  EXPECT_EQ(watched_set(ws[0], kN).size(), static_cast<std::size_t>(c.watchers));
+  // A round at the limit is a small one: every peer both ways.
+  JobWatch small("d0", 1, c, 1);
+  ASSERT_OK(small.set_round(TimePoint{} + 1h, "j", 3, 7,
+                            members(static_cast<int>(c.watch_all_up_to) + 1), out));
+  EXPECT_FALSE(small.large_round());
+  EXPECT_TRUE(small.watches("d8") && small.watched_by("d8"));
+}
+
+TEST(JobWatch, ALargeRoundsLoadPerDaemonDoesNotGrowWithItsSize) {
+  for (int n : {12, 40}) {
+    Round r(n);
+    r.run_for(10s);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(r.lost(i).empty()) << i;
+      EXPECT_EQ(r.at(i).stats().suspicions, 0u) << i;
+      // Three watchers, one keepalive each per 200 ms (plus the first at set_round).
+      EXPECT_EQ(r.at(i).stats().keepalives_sent, 3u * 51u) << n << " " << i;
+      EXPECT_EQ(r.sent_by(i), 3u * 51u) << n << " " << i;
+    }
+  }
+}
+
+TEST(JobWatch, ASilentCrashInALargeRoundIsDeclaredByItsWatchersAndNoticedByEveryone) {
+  constexpr int kN = 40;
+  const JobWatchConfig c;
+  Round r(kN);
+  r.run_for(1s);
+  r.crash(5);
+  r.run_for(c.peer_timeout + c.confirm_window + 5ms);
+  int first_hand = 0;
+  for (int i = 0; i < kN; ++i) {
+    if (i == 5) continue;
+    ASSERT_EQ(r.lost(i).size(), 1u) << i;
+    EXPECT_EQ(r.lost(i)[0].peer, "d5");
+    if (r.lost(i)[0].reason == LostReason::kSilent) {
+      ++first_hand;
+      EXPECT_TRUE(r.at(i).watches("d5")) << i << " declared a peer it does not watch";
+    } else {
+      EXPECT_EQ(r.lost(i)[0].reason, LostReason::kReported) << i;
+    }
+  }
+  EXPECT_GE(first_hand, 1);
+  EXPECT_LE(first_hand, c.watchers);
+  r.run_for(10s);
+  std::uint64_t notices = 0;
+  for (int i = 0; i < kN; ++i) {
+    if (i == 5) continue;
+    EXPECT_EQ(r.lost(i).size(), 1u) << i;
+    notices += r.at(i).stats().notices_sent;
+  }
+  // Each first-hand declarer tells the 38 other survivors; each learner forwards two.
+  EXPECT_LE(notices, static_cast<std::uint64_t>(first_hand) * (kN - 2) + 2u * (kN - 1));
+}
+
+TEST(JobWatch, ALossNoticeCountsOnlyForALivePeerOfThisRoundAndGeneration) {
+  constexpr int kN = 20;
+  const JobWatchConfig c;
+  JobWatch w("d0", 1, c, 3);
+  JobWatchEffects out;
+  const TimePoint t = TimePoint{} + 1h;
+  ASSERT_OK(w.set_round(t, "j", 3, 7, members(kN), out));
+  const JobRoundRef ref{"j", 3, 7};
+  out = {};
+  w.on_message(t, "d1", 1, JobLossNotice{ref, "d0", 1}, out);  // about this daemon
+  w.on_message(t, "d1", 1, JobLossNotice{ref, "d2", 2}, out);  // another generation
+  const JobRoundRef older{"j", 3, 6};
+  w.on_message(t, "d1", 1, JobLossNotice{older, "d2", 1}, out);  // an older round
+  w.on_message(t, "d1", 1, JobLossNotice{ref, "d99", 1}, out);  // not a member
+  EXPECT_TRUE(out.lost.empty());
+  EXPECT_TRUE(out.sends.empty());
+  EXPECT_EQ(w.stats().stale_dropped, 1u);
+  w.on_message(t, "d1", 1, JobLossNotice{ref, "d2", 1}, out);
+  ASSERT_EQ(out.lost.size(), 1u);
+  EXPECT_EQ(out.lost[0].peer, "d2");
+  EXPECT_EQ(out.lost[0].reason, LostReason::kReported);
+  EXPECT_TRUE(w.lost("d2"));
+  // Forwarded to notice_forwards live members, never to the lost one.
+  ASSERT_EQ(out.sends.size(), static_cast<std::size_t>(c.notice_forwards));
+  for (const JobOutgoing& o : out.sends) {
+    EXPECT_NE(o.to, "d2");
+    EXPECT_EQ(std::get<JobLossNotice>(o.message), (JobLossNotice{ref, "d2", 1}));
+  }
+  // A second copy changes nothing.
+  out = {};
+  w.on_message(t, "d3", 1, JobLossNotice{ref, "d2", 1}, out);
+  EXPECT_TRUE(out.lost.empty());
+  EXPECT_TRUE(out.sends.empty());
+  EXPECT_EQ(w.stats().notices_received, 1u);
+}
+
+TEST(JobWatch, ASmallRoundSendsNoNotices) {
+  Round r(5);
+  r.run_for(1s);
+  r.crash(2);
+  r.run_for(2s);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 2) continue;
+    ASSERT_EQ(r.lost(i).size(), 1u) << i;
+    EXPECT_EQ(r.lost(i)[0].reason, LostReason::kSilent);
+    EXPECT_EQ(r.at(i).stats().notices_sent, 0u);
+  }
+}
+
+TEST(JobWatch, WatchersMustBeAtLeastOneAndFitASmallRound) {
+  JobWatchConfig c;
+  c.watchers = 0;
+  EXPECT_FALSE(c.validate().ok());
+  c.watchers = static_cast<int>(c.watch_all_up_to) + 1;
+  EXPECT_FALSE(c.validate().ok());
+  c.watchers = 3;
+  c.notice_forwards = -1;
+  EXPECT_FALSE(c.validate().ok());
+}
+
 }  // namespace
 }  // namespace elastic::rendezvous

@@ -313,6 +313,7 @@ void add_job_tier(std::vector<Case>* cases) {
   add_job("JobKeepaliveAck", JobKeepaliveAck{ref, 78});
   add_job("JobProbeRequest", JobProbeRequest{ref, 79, "node-d", 5});
   add_job("JobProbeReply", JobProbeReply{ref, 80, "node-d", 5, true});
+  add_job("JobLossNotice", JobLossNotice{ref, "node-d", 5});
   add_lease("LeaseRequest", LeaseRequest{"node-e", 2, 31, 11});
   add_lease("LeaseGrant", LeaseGrant{"node-e", 2, 31, 12, 1500ms});
 }
