@@ -174,16 +174,6 @@ void JobWatch::build_ring() {
   }
 }
 
-bool JobWatch::watches(const std::string& peer) const {
-  auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.watched;
-}
-
-bool JobWatch::watched_by(const std::string& peer) const {
-  auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.watcher;
-}
-
 void JobWatch::clear_round() {
   active_ = false;
   large_ = false;
@@ -194,14 +184,29 @@ void JobWatch::clear_round() {
   next_deadline_ = kNever;
 }
 
-bool JobWatch::suspected(const std::string& peer) const {
+const JobWatch::Peer* JobWatch::find(const std::string& peer) const {
   auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.suspected;
+  return it == peers_.end() ? nullptr : &it->second;
+}
+
+bool JobWatch::suspected(const std::string& peer) const {
+  const Peer* p = find(peer);
+  return p != nullptr && p->suspected;
 }
 
 bool JobWatch::lost(const std::string& peer) const {
-  auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.lost;
+  const Peer* p = find(peer);
+  return p != nullptr && p->lost;
+}
+
+bool JobWatch::watches(const std::string& peer) const {
+  const Peer* p = find(peer);
+  return p != nullptr && p->watched;
+}
+
+bool JobWatch::watched_by(const std::string& peer) const {
+  const Peer* p = find(peer);
+  return p != nullptr && p->watcher;
 }
 
 void JobWatch::send(JobWatchEffects& out, const Peer& to, JobMessage message) {

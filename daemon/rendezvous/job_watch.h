@@ -291,6 +291,7 @@ class JobWatch {
     TimePoint expires{};
   };
 
+  const Peer* find(const std::string& peer) const;  // nullptr: not a peer of the round
   void send(JobWatchEffects& out, const Peer& to, JobMessage message);
   void send_keepalives(JobWatchEffects& out);
   void heard(TimePoint now, Peer& p);
