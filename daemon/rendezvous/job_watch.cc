@@ -130,6 +130,7 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
   }
   large_ = peers_.size() > config_.watch_all_up_to;
   if (large_) build_ring();
+  index_peers();
   send_keepalives(out);
   next_keepalive_ = now + config_.keepalive_interval;
   recompute_deadline();
@@ -179,6 +180,8 @@ void JobWatch::clear_round() {
   large_ = false;
   confirming_ = false;
   peers_.clear();
+  timed_.clear();
+  keepalive_to_.clear();
   relays_.clear();
   next_keepalive_ = kNever;
   next_deadline_ = kNever;
@@ -199,6 +202,16 @@ bool JobWatch::lost(const std::string& peer) const {
   return p != nullptr && p->lost;
 }
 
+void JobWatch::index_peers() {
+  timed_.clear();
+  keepalive_to_.clear();
+  for (auto& [name, p] : peers_) {
+    p.timed = p.watched;
+    if (p.watched) timed_.push_back(&p);
+    if (p.watcher) keepalive_to_.push_back(&p);
+  }
+}
+
 bool JobWatch::watches(const std::string& peer) const {
   const Peer* p = find(peer);
   return p != nullptr && p->watched;
@@ -214,9 +227,9 @@ void JobWatch::send(JobWatchEffects& out, const Peer& to, JobMessage message) {
 }
 
 void JobWatch::send_keepalives(JobWatchEffects& out) {
-  for (const auto& [name, p] : peers_) {
-    if (p.lost || !p.watcher) continue;
-    send(out, p, JobKeepalive{ref_, 0});
+  for (const Peer* p : keepalive_to_) {
+    if (p->lost) continue;
+    send(out, *p, JobKeepalive{ref_, 0});
     ++stats_.keepalives_sent;
   }
 }
@@ -234,6 +247,10 @@ void JobWatch::heard(TimePoint now, Peer& p) {
 
 void JobWatch::suspect(TimePoint now, Peer& p, JobWatchEffects& out) {
   if (p.suspected || p.lost) return;
+  if (!p.timed) {  // a large round's unwatched peer (a disconnect): its window needs the timer
+    p.timed = true;
+    timed_.push_back(&p);
+  }
   p.suspected = true;
   p.suspected_at = now;
   p.attempts = 0;
@@ -454,7 +471,9 @@ void JobWatch::tick(TimePoint now, JobWatchEffects& out) {
     // A late tick (a starved daemon) sends once, not a burst, and keeps the grid.
     if (next_keepalive_ <= now) next_keepalive_ = now + config_.keepalive_interval;
   }
-  for (auto& [name, p] : peers_) {
+  // By index: suspect() may append to timed_ (not here: these are watched or suspected).
+  for (std::size_t i = 0; i < timed_.size(); ++i) {
+    Peer& p = *timed_[i];
     if (p.lost) continue;
     if (!p.suspected) {
       if (p.watched && now >= p.last_heard + config_.peer_timeout) suspect(now, p, out);
@@ -490,12 +509,12 @@ void JobWatch::recompute_deadline() {
     return;
   }
   TimePoint next = next_keepalive_;
-  for (const auto& [name, p] : peers_) {
-    if (p.lost) continue;
-    if (p.suspected) {
-      next = std::min({next, p.retry_at, p.suspected_at + config_.confirm_window});
-    } else if (p.watched) {
-      next = std::min(next, p.last_heard + config_.peer_timeout);
+  for (const Peer* p : timed_) {
+    if (p->lost) continue;
+    if (p->suspected) {
+      next = std::min({next, p->retry_at, p->suspected_at + config_.confirm_window});
+    } else if (p->watched) {
+      next = std::min(next, p->last_heard + config_.peer_timeout);
     }
   }
   for (const auto& [probe, relay] : relays_) next = std::min(next, relay.expires);

@@ -228,6 +228,11 @@ class JobWatch {
   // `self` is this daemon's name and generation; `seed` feeds the helper choice.
   JobWatch(std::string self, std::uint64_t self_generation, const JobWatchConfig& config,
            std::uint64_t seed);
+  // Movable, not copyable: it keeps pointers into its own peer map (a moved map keeps its nodes).
+  JobWatch(const JobWatch&) = delete;
+  JobWatch& operator=(const JobWatch&) = delete;
+  JobWatch(JobWatch&&) noexcept = default;
+  JobWatch& operator=(JobWatch&&) noexcept = default;
 
   // Starts watching a round: `peers` may include this daemon (skipped). The first keepalives
   // go out at once and every peer counts as heard at `now`, a joiner (not in the round watched
@@ -281,6 +286,7 @@ class JobWatch {
     // Large rounds: this daemon watches its silence / sends it keepalives (both in small ones).
     bool watched = true;
     bool watcher = true;
+    bool timed = false;  // in timed_
   };
   // A JobProbeRequest this node serves: its own probe number maps to the requester's.
   struct Relay {
@@ -299,6 +305,7 @@ class JobWatch {
   void probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out);
   void declare(Peer& p, LostReason reason, JobWatchEffects& out);
   void build_ring();
+  void index_peers();
   void spread_loss(const Peer& lost, LostReason reason, JobWatchEffects& out);
   void answer_relays_for(const std::string& target, JobWatchEffects& out);
   void recompute_deadline();
@@ -316,6 +323,11 @@ class JobWatch {
   bool large_ = false;  // the round has more than watch_all_up_to peers
   JobRoundRef ref_;
   std::map<std::string, Peer> peers_;  // ordered: iteration (and so the trace) is stable
+  // What tick() and the deadline look at, so their work per call does not grow with a large
+  // round: the watched peers (every peer of a small round) in name order, then any other that
+  // was suspected (a disconnect), in the order of its suspicion. And the peers keepalives go to.
+  std::vector<Peer*> timed_;
+  std::vector<Peer*> keepalive_to_;
   std::map<std::uint64_t, Relay> relays_;
   std::uint64_t next_probe_ = 1;  // probe numbers; 0 marks a periodic keepalive
   bool confirming_ = false;       // a confirm_peers() is open
