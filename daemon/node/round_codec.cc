@@ -61,6 +61,8 @@ Result<RoundStart> decode_round_start(std::string_view body) {
   if (!decoded.ok()) return Error{what + ": " + decoded.error().message};
   const auto* open = std::get_if<rendezvous::OpenRound>(&*decoded);
   if (open == nullptr) return Error{what + " does not carry an OpenRound command."};
+  // Members act on the round without a job table to resolve a delta against.
+  if (open->delta) return Error{what + " carries a rank delta instead of a full rank map."};
   start.round = *open;
   auto decoded_spec = rendezvous::decode_job_spec(b.spec);
   if (!decoded_spec.ok()) return Error{what + ": " + decoded_spec.error().message};

@@ -6,7 +6,8 @@
 // members whose workers re-form in place hold their offer until the joiners are ready
 // (RoundStart::hold_live). Map-encoded: t term, s state, o command (bin), j spec (bin,
 // rendezvous/job_spec.h), r restarts, h hold_live (written only when true). Decoding never throws;
-// anything but a well-formed OpenRound and spec is an Error. Thread safety: pure functions.
+// anything but a well-formed OpenRound with a full rank map (never a rank delta: a member may
+// have no job table to resolve it against) and spec is an Error. Thread safety: pure functions.
 #pragma once
 
 #include <cstddef>

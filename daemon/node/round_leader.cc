@@ -307,13 +307,13 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     // (the planner gathers waiters, not old members).
     const bool put_away = job.state == JobState::kPending && !job.ranks.empty();
     if (cap == job.spec.max_nodes && !queued_longer && !put_away) {
-      plan_job(now, job, usable, ledger, *consensus);
+      plan_job(now, job, job.ranks, usable, ledger, *consensus);
     } else {
       rendezvous::JobRecord capped = job;
       capped.spec.max_nodes = cap;
       if (queued_longer) capped.state_since = state.admitted;
       if (put_away) capped.ranks.clear();
-      plan_job(now, capped, usable, ledger, *consensus);
+      plan_job(now, capped, job.ranks, usable, ledger, *consensus);
     }
   }
   observe(now, table, members);
@@ -381,12 +381,12 @@ bool RoundLeader::on_port_conflict(TimePoint now, const rendezvous::JobRecord& j
   decision.detail = what + "; the store moves to port " + std::to_string(port);
   const std::string& endpoint = job.store_endpoint;
   decision.store_endpoint = endpoint.substr(0, endpoint.rfind(':') + 1) + std::to_string(port);
-  propose_decision(now, job, decision, ledger, consensus);
+  propose_decision(now, job, job.ranks, decision, ledger, consensus);
   return true;
 }
 
 void RoundLeader::plan_job(
-    TimePoint now, const rendezvous::JobRecord& job,
+    TimePoint now, const rendezvous::JobRecord& job, const rendezvous::RankMap& base,
     const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
     rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
@@ -509,10 +509,11 @@ void RoundLeader::plan_job(
       }
     }
   }
-  propose_decision(now, job, decision, ledger, consensus);
+  propose_decision(now, job, base, decision, ledger, consensus);
 }
 
 void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& job,
+                                   const rendezvous::RankMap& base,
                                    const rendezvous::Decision& decision,
                                    rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
   LeaderJob& state = leader_jobs_[job.id];
@@ -540,7 +541,7 @@ void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& j
   }
   state.in_flight = true;
   const std::string id = job.id;
-  consensus.propose(now, rendezvous::encode_command(command),
+  consensus.propose(now, rendezvous::encode_command_against(command, base),
                     [this, id, opened](Result<std::string> committed) {
                       if (committed.ok() && opened) on_round_opened(*opened, *committed);
                       leader_jobs_[id].in_flight = false;
@@ -630,7 +631,8 @@ void RoundLeader::preempt(TimePoint now, const rendezvous::JobTable& table,
   const std::uint16_t port =
       store_port_for(now, *job, rank0.node, rank0.generation, ledger, /*strict=*/false);
   if (port == 0) return;  // no store port free on its rank-0 node: the next pass tries again
-  propose_decision(now, *job, shrink_decision(*job, preemption, port), ledger, consensus);
+  propose_decision(now, *job, job->ranks, shrink_decision(*job, preemption, port), ledger,
+                   consensus);
 }
 
 bool RoundLeader::scale_job(TimePoint now, rendezvous::WallTime wall,
@@ -646,7 +648,7 @@ bool RoundLeader::scale_job(TimePoint now, rendezvous::WallTime wall,
     const std::uint16_t port =
         store_port_for(now, job, rank0.node, rank0.generation, ledger, /*strict=*/false);
     if (port == 0) return true;  // no store port free on its rank-0 node: the next pass tries
-    propose_decision(now, job,
+    propose_decision(now, job, job.ranks,
                      scale_down_decision(job, size, port,
                                          "throughput scaling: back to " + std::to_string(size) +
                                              (size == 1 ? " node" : " nodes")),

@@ -214,15 +214,18 @@ class RoundLeader {
   };
 
   // usable: node -> (its member view, the slots other jobs leave it). A round it decides to open
-  // is held in `ledger` at once.
+  // is held in `ledger` at once. `job` may be a copy edited for the planner (a cap, a rank map
+  // put away); `base` is the job table's own rank map of the job, which an OpenRound is encoded
+  // against (encode_command_against: the log carries the change, not the whole map).
   void plan_job(
-      TimePoint now, const rendezvous::JobRecord& job,
+      TimePoint now, const rendezvous::JobRecord& job, const rendezvous::RankMap& base,
       const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
       rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
-  // Proposes the command that carries out `decision` for `job` (one in flight per job).
+  // Proposes the command that carries out `decision` for `job` (one in flight per job); `base`
+  // as for plan_job.
   void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
-                        const rendezvous::Decision& decision, rendezvous::NodeLedger& ledger,
-                        ConsensusHost& consensus);
+                        const rendezvous::RankMap& base, const rendezvous::Decision& decision,
+                        rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
   // What this leader knows of `view`'s node for placing any job on it (in_active_round false:
   // the caller sets it for one job).
   rendezvous::NodeStanding node_standing(const membership::MemberView& view,

@@ -339,7 +339,19 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
   if (static_cast<std::uint8_t>(c.reason) > kMaxRoundReason) {
     return rejected(c.job_id, "Cannot open " + round + ": its reason is unknown.");
   }
-  if (std::string problem = rank_map_problem(c.ranks, job.spec); !problem.empty()) {
+  // A delta's base is the job's current map: the compare-and-set above fixed its round.
+  RankMap resolved;
+  if (c.delta) {
+    if (!c.ranks.empty()) {
+      return rejected(c.job_id, "Cannot open " + round + ": it has both a rank map and a delta.");
+    }
+    if (std::string problem = resolve_rank_delta(*c.delta, job.round, job.ranks, &resolved);
+        !problem.empty()) {
+      return rejected(c.job_id, "Cannot open " + round + ": " + problem + ".");
+    }
+  }
+  const RankMap& ranks = c.delta ? resolved : c.ranks;
+  if (std::string problem = rank_map_problem(ranks, job.spec); !problem.empty()) {
     return rejected(c.job_id, "Cannot open " + round + ": " + problem + ".");
   }
   if (c.store_endpoint.empty() || c.store_endpoint.size() > kMaxEndpointBytes) {
@@ -357,7 +369,7 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
                                     "): the job is " +
                                     to_string(job.state) + ", not rendezvous or running.");
     }
-    if (std::string problem = shrink_problem(c.ranks, job.ranks); !problem.empty()) {
+    if (std::string problem = shrink_problem(ranks, job.ranks); !problem.empty()) {
       return rejected(c.job_id, "Cannot open " + round + ": " + problem + ".");
     }
   }
@@ -369,7 +381,7 @@ ApplyResult JobTable::apply_open(Index index, const OpenRound& c) {
     ++job.restarts;
   }
   job.round = c.round;
-  job.ranks = c.ranks;
+  job.ranks = ranks;
   job.store_endpoint = c.store_endpoint;
   job.round_reason = c.reason;
   job.round_opened_at = c.at;

@@ -18,6 +18,12 @@
 //                Reason kPreempted (a shrink for a job of higher priority) applies only to a
 //                rendezvous or running job, and only when every node of the new rank map is
 //                in the current one (same name and generation); it consumes no restart.
+//                In the log the rank map is either the full map (key "rm") or, when the
+//                leader found it smaller, a delta against the job's current map (key "dl",
+//                rank_delta.h): copies of runs of the current entries and new entries. The
+//                compare-and-set above makes the job's current map the delta's base on every
+//                daemon; apply resolves it (a delta that does not fit that map is refused) and
+//                then checks and keeps the full map exactly as if "rm" had carried it.
 //   SetJobState  for the job's current round only (stale and future rounds refused):
 //                  running     from rendezvous
 //                  recovering  from rendezvous or running; `cause` says why the round broke
@@ -78,6 +84,11 @@
 // only when it has any. Older daemons refuse a DrainNode, SetPriority,
 // SuspendJob or SetScale entry as an unknown kind (kMalformed), and a suspended state or a
 // preempted or scaled reason as unknown values, so upgrade every daemon before using them.
+// An OpenRound with a rank delta ("dl") has no "rm": a daemon from before deltas refuses it as
+// missing its rank map (kMalformed) rather than apply it without one. Leaders write deltas
+// on their own (encode_command_against), so a cluster must not mix daemons from before
+// deltas with newer leaders: the older ones would not open those rounds. Snapshots always hold
+// full maps.
 //
 // Errors: garbage, truncated, unknown-version or unknown-kind command bytes return an
 // ApplyResult with code kMalformed and leave the table unchanged; refused commands return
@@ -101,6 +112,7 @@
 #include "daemon/core/result.h"
 #include "daemon/rendezvous/history.h"
 #include "daemon/rendezvous/job_spec.h"
+#include "daemon/rendezvous/rank_delta.h"
 #include "daemon/rendezvous/types.h"
 
 namespace elastic::rendezvous {
@@ -120,7 +132,9 @@ inline constexpr std::size_t kMaxDrainedNodes = 100'000;
 inline constexpr std::size_t kMaxDrainNodeBytes = 256;
 // MessagePack values a decoded command may hold (the decode budget of daemon/wire/msgpack_map.h):
 // the largest is a SubmitJob (a spec) or an OpenRound of kMaxNodesPerJob rank entries (a map of
-// 4 keys is 9 values; 16 leaves room for new keys), plus the fixed fields.
+// 5 keys is 11 values; 16 leaves room for new keys) or of a delta of as many runs (a run is a
+// map of at most 7 keys, and never more than one of "rm" and "dl" decodes), plus the fixed
+// fields.
 inline constexpr std::size_t kValuesPerRankEntry = 16;
 inline constexpr std::size_t kMaxCommandValues =
     64 + (kMaxJobSpecValues > kMaxNodesPerJob * kValuesPerRankEntry
@@ -162,6 +176,11 @@ struct OpenRound {
   std::string detail;  // a human sentence for the event log ("node b (gen 3) was lost")
   WallTime at{};
   std::string failed_node{};  // reason kWorkerFailed: the node whose worker failed ("" = unknown)
+  // Set only by decode_command for a command written as a delta: `ranks` is then empty, and
+  // apply() resolves the delta against the job's current rank map (rank_delta.h). The leader
+  // never sets it: it proposes the full map and encode_command_against(command, base) picks the
+  // encoding.
+  std::optional<RankDelta> delta{};
   bool operator==(const OpenRound&) const = default;
 };
 
@@ -239,7 +258,14 @@ using Command = std::variant<SubmitJob, CancelJob, OpenRound, SetJobState, Drain
                              SuspendJob, SetScale, RecordHistory>;
 
 // Map-encoded MessagePack with the version and kind first (the schema in job_table_codec.cc).
+// An OpenRound is written as it is: its full rank map, or its delta when it has one.
 std::string encode_command(const Command& command);
+// What the leader proposes: the same, except that an OpenRound without a delta is written as a
+// delta against `base` when that is fewer bytes. `base` must be the rank map the job has at the
+// OpenRound's expected_prev_round: the job table's own map (JobRecord::ranks), not a planner's
+// edited copy; a delta against another map is refused when applied, or worse, means another
+// map. Other commands ignore `base`.
+std::string encode_command_against(const Command& command, const RankMap& base);
 // Structure and limits only; the rules are apply()'s. Never throws.
 Result<Command> decode_command(std::string_view bytes);
 

@@ -91,6 +91,26 @@ void visit_fields(V& v, M& a) {
   v.field("rc", a.restarts, When{a.restarts != 0});
 }
 
+// A rank delta's run (rank_delta.h): every key only when not 0 or empty, so a copy is
+// {"b", "c", "ri"} and an entry {"n", "g", "s", "rc"}, and any decoded run encodes back to
+// itself; which runs mean something is apply()'s question.
+template <typename V, Like<RankRun> M>
+void visit_fields(V& v, M& run) {
+  v.field("b", run.from, When{run.from != 0});
+  v.field("c", run.count, When{run.count != 0});
+  v.field("ri", run.add_restarts, When{run.add_restarts != 0});
+  v.field("n", run.node, MaxBytes{kMaxNodeNameBytes}, When{!run.node.empty()});
+  v.field("g", run.generation, When{run.generation != 0});
+  v.field("s", run.slots, When{run.slots != 0});
+  v.field("rc", run.restarts, When{run.restarts != 0});
+}
+template <typename V, Like<RankDelta> M>
+void visit_fields(V& v, M& d) {
+  v.field("br", d.base_round);
+  v.field("bn", d.base_size);
+  v.field("ru", d.runs, Items{"rank run", kMaxNodesPerJob});
+}
+
 template <typename V, Like<SubmitJob> M>
 void visit_fields(V& v, M& c) {
   v.field("ci", c.client_id, MaxBytes{kMaxClientIdBytes});
@@ -112,13 +132,23 @@ void visit_fields(V& v, M& c) {
   v.field("j", c.job_id, MaxBytes{kMaxJobIdBytes});
   v.field("r", c.round);
   v.field("pr", c.expected_prev_round);
-  v.field("rm", c.ranks, kRankMap);
+  // Required unless the command carries a delta instead (check_fields).
+  v.field("rm", c.ranks, kRankMap, When{!c.delta});
   v.field("se", c.store_endpoint, MaxBytes{kMaxEndpointBytes});
   v.field("rs", c.reason, EnumMax{kMaxRoundReason});
   v.field("d", c.detail, MaxBytes{kMaxReasonBytes});
   v.field("at", c.at, Via<EpochMillis>{});
   // An unknown failed node is left out (the bytes of older daemons).
   v.field("fn", c.failed_node, MaxBytes{kMaxNodeNameBytes}, When{!c.failed_node.empty()});
+  // The rank map as a delta (job_table.h): only instead of "rm", which older daemons require.
+  v.field("dl", c.delta, Within{"the rank delta of"});
+}
+void check_fields(MapReader& r, const OpenRound& c) {
+  if (!c.delta) {
+    r.find("rm", Need::kRequired);  // neither: "is missing key 'rm'", as before deltas
+  } else if (r.find("rm", Need::kOptional) != nullptr) {
+    r.fail("has both a rank map and a rank delta");
+  }
 }
 template <typename V, Like<SetJobState> M>
 void visit_fields(V& v, M& c) {
@@ -491,6 +521,19 @@ std::string encode_command(const Command& command) {
         return wire::internal::encode_fields(CommandHeader{kCommandVersion, kind_of(c)}, c);
       },
       command);
+}
+
+std::string encode_command_against(const Command& command, const RankMap& base) {
+  std::string full = encode_command(command);
+  const auto* open = std::get_if<OpenRound>(&command);
+  if (open == nullptr || open->delta) return full;
+  std::optional<RankDelta> delta = make_rank_delta(open->expected_prev_round, base, open->ranks);
+  if (!delta) return full;
+  OpenRound as_delta = *open;
+  as_delta.ranks.clear();
+  as_delta.delta = std::move(delta);
+  std::string smaller = encode_command(as_delta);
+  return smaller.size() < full.size() ? smaller : full;
 }
 
 Result<Command> decode_command(std::string_view bytes) {

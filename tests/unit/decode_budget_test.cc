@@ -330,6 +330,15 @@ TEST(DecodeBudget, LargestLegitimateMessagesStillDecode) {
   }
   auto command = rendezvous::decode_command(rendezvous::encode_command(open));
   ASSERT_TRUE(command.ok()) << command.error().message;
+  // The same as a delta of as many new entries, every key of a run set.
+  open.ranks.clear();
+  open.delta = rendezvous::RankDelta{.base_round = 0, .base_size = 0, .runs = {}};
+  for (std::uint32_t i = 0; i < rendezvous::kMaxNodesPerJob; ++i) {
+    open.delta->runs.push_back(
+        {.node = "n" + std::to_string(i), .generation = 1ULL << 40, .slots = 8, .restarts = 3});
+  }
+  auto delta = rendezvous::decode_command(rendezvous::encode_command(open));
+  ASSERT_TRUE(delta.ok()) << delta.error().message;
 }
 
 // ---------------------------------------------------------------------------------------------

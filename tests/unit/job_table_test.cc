@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "daemon/core/rng.h"
+#include "daemon/rendezvous/planner.h"
+#include "daemon/rendezvous/rank_delta.h"
 #include "daemon/wire/codec.h"
 #include "tests/support/result_assertions.h"
 
@@ -1629,6 +1633,421 @@ TEST(JobTableModel, RandomHistoriesMatchTheModel) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rank deltas (rank_delta.h): an OpenRound's rank map in the log as a change of the job's
+// current one.
+
+// `map` with its first ranks contiguous from 0 again.
+RankMap renumbered(RankMap map) {
+  std::uint32_t next = 0;
+  for (RankAssignment& r : map) {
+    r.first_rank = next;
+    next += r.slots;
+  }
+  return map;
+}
+
+// `count` nodes named as in a large cluster, each with a time-like generation and 8 slots.
+RankMap cluster_map(std::uint32_t count) {
+  RankMap map;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    char name[40];
+    std::snprintf(name, sizeof(name), "gpu-node-%04u.cluster.example", i);
+    map.push_back(RankAssignment{name, 1'790'000'000'000'000'000ULL + i * 1'000'003ULL, 8, 0, 0});
+  }
+  return renumbered(map);
+}
+
+// `map` with `add` more restarts for every entry.
+RankMap restarted(RankMap map, std::uint32_t add = 1) {
+  for (RankAssignment& r : map) r.restarts += add;
+  return map;
+}
+
+RankMap without(RankMap map, std::size_t index) {
+  map.erase(map.begin() + static_cast<std::ptrdiff_t>(index));
+  return renumbered(std::move(map));
+}
+
+OpenRound delta_open(std::string job, std::uint64_t round, std::uint64_t prev, RankDelta delta) {
+  OpenRound c = open(std::move(job), round, prev, {}, RoundReason::kMemberLost);
+  c.delta = std::move(delta);
+  return c;
+}
+
+RankRun copy_run(std::uint32_t from, std::uint32_t count, std::uint32_t add_restarts = 0) {
+  return RankRun{.from = from, .count = count, .add_restarts = add_restarts};
+}
+RankRun entry_run(const RankAssignment& a) {
+  return RankRun{
+      .node = a.node, .generation = a.generation, .slots = a.slots, .restarts = a.restarts};
+}
+
+// The OpenRound that `bytes` decode to.
+OpenRound decoded_open(const std::string& bytes) {
+  Result<Command> back = decode_command(bytes);
+  EXPECT_TRUE(back.ok()) << (back.ok() ? "" : back.error().message);
+  if (!back.ok() || !std::holds_alternative<OpenRound>(*back)) return {};
+  return std::get<OpenRound>(*back);
+}
+
+TEST(JobTableDelta, DeltaCommandsRoundTrip) {
+  const RankMap base = cluster_map(16);
+  const OpenRound c = open("j-1", 2, 1, restarted(without(base, 7)), RoundReason::kMemberLost);
+  const std::string bytes = encode_command_against(c, base);
+  const OpenRound back = decoded_open(bytes);
+  EXPECT_TRUE(back.ranks.empty());
+  ASSERT_TRUE(back.delta.has_value());
+  EXPECT_EQ(*back.delta, (RankDelta{1, 16, {copy_run(0, 7, 1), copy_run(8, 8, 1)}}));
+  // Everything but the rank map is the command's own.
+  OpenRound expected = c;
+  expected.ranks.clear();
+  expected.delta = back.delta;
+  EXPECT_EQ(back, expected);
+  // A decoded delta encodes back to the same bytes (with or without a base).
+  EXPECT_EQ(encode_command(back), bytes);
+  EXPECT_EQ(encode_command_against(back, base), bytes);
+  // The full map is written as before: nothing new in the bytes of older daemons.
+  EXPECT_EQ(decoded_open(encode_command(c)), c);
+  // No base to copy from (the first round, or a job whose map is gone) or a map that shares
+  // nothing with it: the full map.
+  EXPECT_EQ(encode_command_against(c, RankMap{}), encode_command(c));
+  EXPECT_EQ(encode_command_against(open("j-1", 2, 1, ranks({"a", "b"})), base),
+            encode_command(open("j-1", 2, 1, ranks({"a", "b"}))));
+  // A map whose first ranks are not contiguous is what no delta means: full (apply refuses it).
+  RankMap gap = without(base, 7);
+  gap[3].first_rank += 1;
+  EXPECT_EQ(encode_command_against(open("j-1", 2, 1, gap), base),
+            encode_command(open("j-1", 2, 1, gap)));
+  // Other commands ignore the base.
+  const Command s = set("j-1", 1, JobState::kRunning);
+  EXPECT_EQ(encode_command_against(s, base), encode_command(s));
+}
+
+struct DeltaCase {
+  const char* label;
+  RankMap next;  // the next round's map, from cluster_map(16)
+  RoundReason reason;
+  std::vector<RankRun> runs;  // what make_rank_delta makes of it
+};
+
+void PrintTo(const DeltaCase& c, std::ostream* os) { *os << c.label; }
+
+class DeltaCases : public ::testing::TestWithParam<DeltaCase> {};
+
+// Each change applied as a delta leaves the table exactly as the full map does.
+TEST_P(DeltaCases, ApplyAsTheFullMapDoes) {
+  const RankMap base = cluster_map(16);
+  const DeltaCase& c = GetParam();
+  const std::optional<RankDelta> delta = make_rank_delta(1, base, c.next);
+  ASSERT_TRUE(delta.has_value());
+  EXPECT_EQ(delta->runs, c.runs);
+
+  JobSpec s = spec("j", 1, 32);
+  s.workers_per_node = 8;
+  JobTable full;
+  JobTable by_delta;
+  for (JobTable* t : {&full, &by_delta}) {
+    ASSERT_TRUE(t->apply(1, SubmitJob{"c", 1, s, ms(1)}).ok());
+    ASSERT_TRUE(t->apply(2, encode_command(open("j-1", 1, 0, base))).ok());
+    ASSERT_TRUE(t->apply(3, encode_command(set("j-1", 1, JobState::kRunning))).ok());
+  }
+  OpenRound next = open("j-1", 2, 1, c.next, c.reason);
+  if (c.reason == RoundReason::kWorkerFailed) next.failed_node = base[3].node;
+  const std::string bytes = encode_command_against(next, base);
+  ASSERT_TRUE(decoded_open(bytes).delta.has_value()) << "the full map was smaller";
+  EXPECT_LT(bytes.size(), encode_command(next).size());
+  const ApplyResult a = full.apply(4, encode_command(next));
+  const ApplyResult b = by_delta.apply(4, bytes);
+  ASSERT_TRUE(a.ok()) << a.message;
+  ASSERT_TRUE(b.ok()) << b.message;
+  EXPECT_EQ(by_delta.job("j-1")->ranks, c.next);
+  EXPECT_EQ(by_delta.snapshot(), full.snapshot());
+}
+
+RankMap one_joined() {
+  RankMap next = cluster_map(17);
+  RankMap map = cluster_map(16);
+  map.push_back(next.back());
+  return renumbered(map);
+}
+RankMap one_replaced() {
+  RankMap map = restarted(cluster_map(16));
+  map[5].generation += 7;  // the node's daemon restarted: a new member at the same place
+  map[5].restarts = 0;
+  return map;
+}
+RankMap one_failed() {
+  RankMap map = cluster_map(16);
+  map[3].restarts = 1;
+  return map;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Changes, DeltaCases,
+    ::testing::Values(
+        // Every kept node's workers restart (planner.h): one run on each side of the gap.
+        DeltaCase{"MiddleNodeLost",
+                  restarted(without(cluster_map(16), 7)),
+                  RoundReason::kMemberLost,
+                  {copy_run(0, 7, 1), copy_run(8, 8, 1)}},
+        DeltaCase{"NodeJoinedAtTheEnd",
+                  one_joined(),
+                  RoundReason::kGrow,
+                  {copy_run(0, 16), entry_run(one_joined().back())}},
+        DeltaCase{"NodeReplacedInPlace",
+                  one_replaced(),
+                  RoundReason::kMemberLost,
+                  {copy_run(0, 5, 1), entry_run(one_replaced()[5]), copy_run(6, 10, 1)}},
+        DeltaCase{"RestartsOfOneNode",
+                  one_failed(),
+                  RoundReason::kWorkerFailed,
+                  {copy_run(0, 3), copy_run(3, 1, 1), copy_run(4, 12)}},
+        // The store moves to the next node: ranks shift down by that node's slots.
+        DeltaCase{"StoreHostLost",
+                  restarted(without(cluster_map(16), 0)),
+                  RoundReason::kMemberLost,
+                  {copy_run(1, 15, 1)}}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+// The rounds of a job's life applied as full maps and as deltas: byte-identical snapshots after
+// every command, and deltas in the log for every round after the first.
+TEST(JobTableDelta, SnapshotsAreThoseOfFullMaps) {
+  JobSpec s = spec("j", 1, 64);
+  s.workers_per_node = 8;
+  std::vector<OpenRound> rounds;
+  RankMap map = cluster_map(32);
+  rounds.push_back(open("j-1", 1, 0, map));
+  map = restarted(without(map, 10));
+  rounds.push_back(open("j-1", 2, 1, map, RoundReason::kMemberLost));
+  map.push_back(cluster_map(40)[35]);
+  map = renumbered(map);
+  rounds.push_back(open("j-1", 3, 2, map, RoundReason::kGrow));
+  map[4].restarts += 1;
+  rounds.push_back(open("j-1", 4, 3, map, RoundReason::kWorkerFailed));
+  rounds.back().failed_node = map[4].node;
+  map = restarted(without(map, 0));
+  rounds.push_back(open("j-1", 5, 4, map, RoundReason::kMemberLost));
+  std::reverse(map.begin(), map.end());
+  rounds.push_back(open("j-1", 6, 5, renumbered(map), RoundReason::kMemberLost));
+
+  JobTable full;
+  JobTable by_delta;
+  Index index = 0;
+  auto both = [&](const Command& c, const RankMap& base) {
+    ++index;
+    const ApplyResult a = full.apply(index, encode_command(c));
+    const std::string bytes = encode_command_against(c, base);
+    const ApplyResult b = by_delta.apply(index, bytes);
+    EXPECT_EQ(a, b);
+    EXPECT_TRUE(a.ok()) << a.message;
+    EXPECT_EQ(by_delta.snapshot(), full.snapshot()) << "index " << index;
+    return bytes;
+  };
+  both(SubmitJob{"c", 1, s, ms(1)}, {});
+  int deltas = 0;
+  for (const OpenRound& round : rounds) {
+    const RankMap base = by_delta.job("j-1")->ranks;
+    const std::string bytes = both(round, base);
+    deltas += decoded_open(bytes).delta.has_value() ? 1 : 0;
+    both(set("j-1", round.round, JobState::kRunning), base);
+  }
+  EXPECT_EQ(deltas, 5);  // all but the first round
+  Result<JobTable> restored = JobTable::restore(by_delta.snapshot());
+  ASSERT_OK(restored);
+  EXPECT_EQ(restored->snapshot(), full.snapshot());
+}
+
+struct BadDelta {
+  const char* label;
+  OpenRound command;
+  const char* message;
+  bool in_memory = false;  // applied as a Command: no encoding can carry it
+};
+
+void PrintTo(const BadDelta& c, std::ostream* os) { *os << c.label; }
+
+class BadDeltas : public ::testing::TestWithParam<BadDelta> {};
+
+// Round 1 of j-1 holds 4 cluster nodes (entry 0 with 1 restart); each delta of round 2 is
+// refused with its sentence and changes nothing.
+TEST_P(BadDeltas, AreRefusedAndChangeNothing) {
+  JobTable table;
+  JobSpec s = spec("j", 1, 8);
+  ASSERT_TRUE(table.apply(1, SubmitJob{"c", 1, s, ms(1)}).ok());
+  RankMap base = cluster_map(4);
+  base[0].restarts = 1;
+  ASSERT_TRUE(table.apply(2, open("j-1", 1, 0, base)).ok());
+  const auto jobs = table.jobs();
+  const BadDelta& c = GetParam();
+  const ApplyResult r =
+      c.in_memory ? table.apply(3, Command{c.command}) : table.apply(3, encode_command(c.command));
+  EXPECT_EQ(r.code, ApplyCode::kRejected);
+  EXPECT_EQ(r.message, c.message);
+  EXPECT_EQ(table.jobs(), jobs);
+}
+
+RankDelta delta_of(std::vector<RankRun> runs, std::uint64_t base_round = 1,
+                   std::uint32_t base_size = 4) {
+  return RankDelta{base_round, base_size, std::move(runs)};
+}
+
+std::vector<RankRun> too_many_runs() {
+  std::vector<RankRun> runs(kMaxNodesPerJob + 1);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    runs[i] = RankRun{.node = "n" + std::to_string(i), .generation = 1, .slots = 1};
+  }
+  return runs;
+}
+
+OpenRound with_both() {
+  OpenRound c = delta_open("j-1", 2, 1, delta_of({copy_run(0, 4)}));
+  c.ranks = cluster_map(4);
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Refusals, BadDeltas,
+    ::testing::Values(
+        BadDelta{"StaleRound", delta_open("j-1", 2, 0, delta_of({copy_run(0, 4)}, 0, 0)),
+                 "Cannot open round 2 of job j-1: it was decided at round 0 but the job is at "
+                 "round 1."},
+        BadDelta{"OtherBaseRound", delta_open("j-1", 2, 1, delta_of({copy_run(0, 4)}, 0)),
+                 "Cannot open round 2 of job j-1: its rank delta is against round 0, not the "
+                 "job's round 1."},
+        BadDelta{"OtherBaseSize", delta_open("j-1", 2, 1, delta_of({copy_run(0, 4)}, 1, 5)),
+                 "Cannot open round 2 of job j-1: its rank delta is against a rank map of 5 "
+                 "nodes, but round 1 has 4."},
+        BadDelta{"CopyOutOfRange", delta_open("j-1", 2, 1, delta_of({copy_run(2, 3)})),
+                 "Cannot open round 2 of job j-1: run 0 of its rank delta copies base entries "
+                 "2..4, but round 1 has 4."},
+        BadDelta{"CopyPastTheLargestIndex",
+                 delta_open("j-1", 2, 1, delta_of({copy_run(4'294'967'295U, 1)})),
+                 "Cannot open round 2 of job j-1: run 0 of its rank delta copies base entries "
+                 "4294967295..4294967295, but round 1 has 4."},
+        BadDelta{"OverlappingCopies",
+                 delta_open("j-1", 2, 1, delta_of({copy_run(0, 2), copy_run(1, 2)})),
+                 "Cannot open round 2 of job j-1: run 1 of its rank delta copies base entry 1 "
+                 "again."},
+        BadDelta{"EmptyRun", delta_open("j-1", 2, 1, delta_of({copy_run(0, 2), RankRun{}})),
+                 "Cannot open round 2 of job j-1: run 1 of its rank delta is empty (it copies no "
+                 "entries and names no node)."},
+        BadDelta{"EmptyCopy", delta_open("j-1", 2, 1, delta_of({copy_run(2, 0, 1)})),
+                 "Cannot open round 2 of job j-1: run 0 of its rank delta is empty (it copies no "
+                 "entries and names no node)."},
+        BadDelta{"CopyAndEntry",
+                 delta_open("j-1", 2, 1,
+                            delta_of({RankRun{.from = 0, .count = 1, .node = "x", .slots = 1}})),
+                 "Cannot open round 2 of job j-1: run 0 of its rank delta is both a copy and a "
+                 "new entry."},
+        BadDelta{"RestartsPast32Bits",
+                 delta_open("j-1", 2, 1, delta_of({copy_run(0, 1, 4'294'967'295U)})),
+                 "Cannot open round 2 of job j-1: run 0 of its rank delta gives node "
+                 "gpu-node-0000.cluster.example more restarts than fit in 32 bits."},
+        // The resolved map is checked as a full one.
+        BadDelta{"NodeTwice",
+                 delta_open("j-1", 2, 1, delta_of({copy_run(0, 2), entry_run(cluster_map(1)[0])})),
+                 "Cannot open round 2 of job j-1: its rank map names node "
+                 "gpu-node-0000.cluster.example twice."},
+        // Beyond what the codec carries (kMaxNodesPerJob runs), so in memory only.
+        BadDelta{"TooManyEntries", delta_open("j-1", 2, 1, delta_of(too_many_runs())),
+                 "Cannot open round 2 of job j-1: its rank delta makes more than 100000 "
+                 "entries.",
+                 true},
+        BadDelta{"MapAndDelta", with_both(),
+                 "Cannot open round 2 of job j-1: it has both a rank map and a delta.", true}),
+    [](const auto& param_info) { return std::string(param_info.param.label); });
+
+TEST(JobTableDelta, BadDeltaBytesAreMalformed) {
+  const OpenRound c = delta_open("j-1", 2, 1, delta_of({copy_run(0, 4)}));
+  const std::string bytes = encode_command(c);
+  // The same command with an empty "rm" added to its map (fixmap of 10 keys -> 11).
+  ASSERT_EQ(static_cast<unsigned char>(bytes[0]), 0x8au);
+  const std::string both = "\x8b" + bytes.substr(1) + "\xa2rm\x90";
+  const Result<Command> decoded = decode_command(both);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error().message, "The job table command has both a rank map and a rank delta.");
+  // More runs than a job has nodes.
+  const std::string many = encode_command(delta_open("j-1", 2, 1, delta_of(too_many_runs())));
+  JobTable table;
+  EXPECT_EQ(table.apply(1, many).code, ApplyCode::kMalformed);
+  // Every truncation.
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_command(bytes.substr(0, n)).ok()) << n;
+  }
+}
+
+// Issue 18: the bytes an OpenRound of a 1,024-node job costs the Raft log, as the full map
+// (before) and as the leader writes it (after), for the round changes a large job sees. The
+// restart counts are the planner's (make_open_round), so a member-lost round restarts every
+// kept node.
+TEST(JobTableDelta, RoundChangesOfA1024NodeJobFitIn4KiB) {
+  JobSpec s = spec("big", 1, 2048);
+  s.workers_per_node = 8;
+  JobTable table;
+  ASSERT_TRUE(table.apply(1, SubmitJob{"c", 1, s, ms(1)}).ok());
+  const RankMap base = cluster_map(1024);
+  ASSERT_TRUE(table.apply(2, encode_command(open("big-1", 1, 0, base))).ok());
+  ASSERT_TRUE(table.apply(3, encode_command(set("big-1", 1, JobState::kRunning))).ok());
+  const JobRecord job = *table.job("big-1");
+
+  auto losing = [&](std::size_t every) {
+    RankMap map;
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      if (i % every != every / 2) map.push_back(base[i]);
+    }
+    return renumbered(map);
+  };
+  RankMap joined = base;
+  joined.push_back(cluster_map(1025).back());
+  RankMap reordered = base;
+  Rng rng(18);
+  for (std::size_t i = reordered.size() - 1; i > 0; --i) {
+    std::swap(reordered[i], reordered[rng.below(i + 1)]);
+  }
+  struct Change {
+    const char* name;
+    RankMap ranks;
+    RoundReason reason;
+  };
+  const std::vector<Change> changes = {
+      {"one_loss", losing(1024), RoundReason::kMemberLost},
+      {"one_join", renumbered(joined), RoundReason::kGrow},
+      {"8_losses", losing(128), RoundReason::kMemberLost},
+      {"64_losses", losing(16), RoundReason::kMemberLost},
+      {"full_reorder", renumbered(reordered), RoundReason::kMemberLost},
+  };
+  std::printf("OpenRound bytes of a 1,024-node job (8 slots, 29-byte names, 64-bit generations)\n");
+  for (const Change& change : changes) {
+    Decision decision;
+    decision.kind = Decision::Kind::kOpenRound;
+    decision.ranks = change.ranks;
+    decision.store_endpoint = "10.1.4.21:29500";
+    decision.reason = change.reason;
+    decision.detail =
+        "node gpu-node-0512.cluster.example (generation 1790000000512000256) was lost";
+    const OpenRound c = make_open_round(job, decision, ms(5000));
+    const std::string before = encode_command(c);
+    const std::string after = encode_command_against(c, job.ranks);
+    RecordProperty(std::string(change.name) + "_bytes_before", static_cast<int>(before.size()));
+    RecordProperty(std::string(change.name) + "_bytes_after", static_cast<int>(after.size()));
+    std::printf("  %-13s before %6zu  after %6zu\n", change.name, before.size(), after.size());
+    EXPECT_LE(after.size(), before.size()) << change.name;
+    // Applied, the delta gives the table the full map's bytes.
+    JobTable full = table;
+    JobTable by_delta = table;
+    const ApplyResult a = full.apply(4, before);
+    const ApplyResult b = by_delta.apply(4, after);
+    EXPECT_TRUE(a.ok()) << change.name << ": " << a.message;
+    EXPECT_EQ(a, b) << change.name;
+    EXPECT_EQ(by_delta.snapshot(), full.snapshot()) << change.name;
+    if (std::string(change.name) == "one_loss") {
+      EXPECT_GT(before.size(), 40'000u);
+      EXPECT_LE(after.size(), 4096u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Hostile bytes
 
 std::vector<std::string> command_corpus() {
@@ -1645,6 +2064,8 @@ std::vector<std::string> command_corpus() {
       encode_command(SuspendJob{"c", 5, "train-1", true, 1000, false, ms(5)}),
       encode_command(set("train-1", 1, JobState::kPending, RoundReason::kPreempted)),
       encode_command(scale_command("train-1", 1, scale_state(2, 1, false, {{1, 99.5}}), "m", 9)),
+      encode_command(delta_open(
+          "train-1", 2, 1, RankDelta{1, 2, {copy_run(1, 1, 1), entry_run({"c", 1, 2, 0, 0})}})),
   };
 }
 

@@ -149,6 +149,17 @@ TEST(RoundStartCodec, TruncatedOrForeignBodiesAreErrors) {
   EXPECT_EQ(foreign.error().message.rfind("The round start", 0), 0u) << foreign.error().message;
 }
 
+TEST(RoundStartCodec, ARankDeltaIsNoRoundToStart) {
+  // Members act without a job table to resolve a delta against: only full maps go out.
+  RoundStart start = sample_start();
+  start.round.ranks.clear();
+  start.round.delta = rendezvous::RankDelta{3, 3, {{.from = 0, .count = 2}}};
+  auto decoded = decode_round_start(encode_round_start(start));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error().message,
+            "The round start carries a rank delta instead of a full rank map.");
+}
+
 // One report of each kind, every field of its kind set.
 std::vector<RoundReport> sample_reports() {
   std::vector<RoundReport> reports;

@@ -378,6 +378,21 @@ void add_job_table(std::vector<Case>* cases) {
                                                          "",
                                                          ms(3000),
                                                          ""});
+  OpenRound delta{.job_id = "fmnist-1",
+                  .round = 6,
+                  .expected_prev_round = 5,
+                  .ranks = {},
+                  .store_endpoint = "10.0.0.1:29500",
+                  .reason = RoundReason::kMemberLost,
+                  .detail = "node-b was lost",
+                  .at = ms(3500)};
+  // A copy with a restart more, a new entry with every key, a copy of one entry.
+  delta.delta = RankDelta{.base_round = 5, .base_size = 3, .runs = {}};
+  delta.delta->runs.push_back({.from = 0, .count = 1, .add_restarts = 1});
+  delta.delta->runs.push_back(
+      {.node = "node-d", .generation = 1ULL << 33, .slots = 8, .restarts = 2});
+  delta.delta->runs.push_back({.from = 2, .count = 1});
+  add_command("OpenRound as a rank delta", delta);
   add_command("SetJobState",
               SetJobState{"fmnist-1", 5, JobState::kRecovering, RoundReason::kWorkerFailed,
                           "rank 3 exited 1", ms(4000), "node-b"});
