@@ -316,16 +316,24 @@ void JobWatch::spread_loss(const Peer& lost, LostReason reason, JobWatchEffects&
   for (const auto& [name, q] : peers_) {
     if (!q.lost) live.push_back(&q);
   }
-  std::size_t count = live.size();
-  if (reason == LostReason::kReported) {
-    // Learnt from a notice: a few random copies, so one lost copy cannot leave a survivor out.
-    count = std::min(count, static_cast<std::size_t>(config_.notice_forwards));
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t j = i + static_cast<std::size_t>(rng_.below(live.size() - i));
-      std::swap(live[i], live[j]);
-    }
+  if (reason != LostReason::kReported) {
+    for (const Peer* p : live) send(out, *p, notice);
+    stats_.notices_sent += live.size();
+    return;
   }
-  for (std::size_t i = 0; i < count; ++i) {
+  // Learnt from a notice: a copy to each live member this daemon sends keepalives to (so every
+  // member gets one from each of its ring predecessors that learnt it) and to a few random
+  // ones, so a survivor misses the loss only if the first-hand copies and all of these are lost.
+  for (const Peer* p : keepalive_to_) {
+    if (p->lost) continue;
+    send(out, *p, notice);
+    ++stats_.notices_sent;
+  }
+  const std::size_t count =
+      std::min(live.size(), static_cast<std::size_t>(config_.notice_forwards));
+  for (std::size_t i = 0; i < count; ++i) {  // partial Fisher-Yates: distinct random members
+    const std::size_t j = i + static_cast<std::size_t>(rng_.below(live.size() - i));
+    std::swap(live[i], live[j]);
     send(out, *live[i], notice);
     ++stats_.notices_sent;
   }

@@ -586,8 +586,9 @@ TEST(JobWatch, ASilentCrashInALargeRoundIsDeclaredByItsWatchersAndNoticedByEvery
     EXPECT_EQ(r.lost(i).size(), 1u) << i;
     notices += r.at(i).stats().notices_sent;
   }
-  // Each first-hand declarer tells the 38 other survivors; each learner forwards two.
-  EXPECT_LE(notices, static_cast<std::uint64_t>(first_hand) * (kN - 2) + 2u * (kN - 1));
+  // Each first-hand declarer tells the 38 other survivors; each learner forwards five (its
+  // three watchers and two random members).
+  EXPECT_LE(notices, static_cast<std::uint64_t>(first_hand) * (kN - 2) + 5u * (kN - 1));
 }
 
 TEST(JobWatch, ALossNoticeCountsOnlyForALivePeerOfThisRoundAndGeneration) {
@@ -612,8 +613,13 @@ TEST(JobWatch, ALossNoticeCountsOnlyForALivePeerOfThisRoundAndGeneration) {
   EXPECT_EQ(out.lost[0].peer, "d2");
   EXPECT_EQ(out.lost[0].reason, LostReason::kReported);
   EXPECT_TRUE(w.lost("d2"));
-  // Forwarded to notice_forwards live members, never to the lost one.
-  ASSERT_EQ(out.sends.size(), static_cast<std::size_t>(c.notice_forwards));
+  // Forwarded to its live watchers and notice_forwards random live members, never the lost one.
+  std::size_t watchers = 0;
+  for (int i = 1; i < kN; ++i) {
+    const std::string peer = "d" + std::to_string(i);
+    if (peer != "d2" && w.watched_by(peer)) ++watchers;
+  }
+  ASSERT_EQ(out.sends.size(), watchers + static_cast<std::size_t>(c.notice_forwards));
   for (const JobOutgoing& o : out.sends) {
     EXPECT_NE(o.to, "d2");
     EXPECT_EQ(std::get<JobLossNotice>(o.message), (JobLossNotice{ref, "d2", 1}));
