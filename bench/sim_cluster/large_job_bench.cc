@@ -101,6 +101,7 @@ class Bench : public NodeCoreCluster {
     if (start.round.job_id != job_) return;
     auto& first = starts_[start.round.round];
     first.emplace(node, sim().now());
+    ++starts_of_[start.round.round];
   }
   void on_applied(NodeId node, const elastic::rendezvous::JobTable& table) override {
     NodeCoreCluster::on_applied(node, table);
@@ -138,6 +139,9 @@ class Bench : public NodeCoreCluster {
   std::map<std::uint64_t, std::map<NodeId, TimePoint>> starts_;
   std::map<std::uint64_t, TimePoint> committed_;
   std::map<std::uint64_t, std::size_t> open_bytes_;
+
+ public:
+  std::map<std::uint64_t, std::uint64_t> starts_of_;  // RoundStarts of the job per round
 };
 
 struct LossRow {
@@ -307,6 +311,13 @@ int main(int argc, char** argv) {
               stat_cell(members).c_str());
   std::printf("| kill -> RoundStart at every member | %s ms |\n", stat_cell(total).c_str());
   std::printf("| Raft log bytes of the new round's OpenRound | %s |\n", stat_cell(bytes).c_str());
+  std::printf("\nRoundStarts delivered: %llu; of the job, per round:",
+              static_cast<unsigned long long>(c.counters().round_starts));
+  for (const auto& [round, n] : c.starts_of_) {
+    std::printf(" %llu:%llu", static_cast<unsigned long long>(round),
+                static_cast<unsigned long long>(n));
+  }
+  std::printf("\n");
   std::printf("\nsimulated %.1f s, %llu events, wall %.0f s, CPU %.0f s\nverdict: ok\n",
               std::chrono::duration<double>(sim.now() - started).count(),
               static_cast<unsigned long long>(sim.events_processed()), wall_now(),

@@ -183,6 +183,9 @@ class RoundLeader {
     // member that missed the change (cut off, or its starts lost) would run its old round for as
     // long as its lease is renewed, and another job's round renews it.
     rendezvous::RankMap ranks_seen;
+    // Members of round_seen that were not live in the round before (joiners, cold starts) and
+    // have not acknowledged live yet: a held grow goes on once the last one has.
+    std::set<std::string> joiners_pending;
     std::set<std::string> left_out;
     TimePoint left_out_until{};
     // Declared lost by the job tier -> until when it stays out of this job's rounds
