@@ -1048,6 +1048,51 @@ TEST(NodeCoreSim, LiveJobGrowsInPlace) {
   EXPECT_GT(reforms, 0u) << "no running worker was offered the grown round";
 }
 
+// A member's loss in a job of live workers: the leader sends the new round's RoundStart to
+// each member about once. Every member acknowledges live; before, each such ack made the leader
+// resend the RoundStart at once to every member yet to ack (~n^2/2 per round: for 1,024 nodes
+// ~500,000 RoundStarts of ~57 KB each).
+TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
+  for (std::uint64_t seed : scenario_seeds({1401, 1402, 1403})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = default_cluster_options();
+    options.core.daemons = 12;  // no spare: the job stays at 11 nodes after the loss
+    options.core.launcher.live_workers = 1;
+    options.core.launcher.job_runtime = Duration::zero();
+    options.link.loss = 0;  // count every RoundStart the leader sends, each delivered once
+    options.link.duplicate = 0;
+    options.link.reorder_probability = 0;
+    NodeCoreCluster c(seed, options);
+    Simulator& sim = c.sim();
+    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+    c.submit(11, 12);
+    const auto running_on = [&](std::size_t nodes) {
+      c.drive_clients();
+      const auto job = c.job_by_name("c0");
+      return job && job->state == JobState::kRunning && job->ranks.size() == nodes;
+    };
+    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(12); }, sim.now() + 60s))
+        << c.describe_jobs();
+    ASSERT_TRUE(sim.run_for(3s));
+    NodeId victim = 0;
+    const auto job = c.job_by_name("c0");
+    for (const auto& r : job->ranks) {
+      const auto id = static_cast<NodeId>(std::stoul(r.node.substr(1)));
+      if (id >= c.voters()) victim = id;
+    }
+    const std::uint64_t before = c.counters().round_starts;
+    c.lose(victim);
+    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(11); }, sim.now() + 30s))
+        << c.describe_jobs();
+    ASSERT_TRUE(sim.run_for(2s));
+    const std::uint64_t starts = c.counters().round_starts - before;
+    std::printf("seed %llu: %llu RoundStarts for 11 members\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(starts));
+    EXPECT_LE(starts, 2u * 11u);
+    EXPECT_EQ(sim.violation(), std::nullopt);
+  }
+}
+
 // Checker 9 against trainers that never abort their old group (the bug made on purpose): when
 // the grown round forms, the old round's group still trains, and the checker must report two
 // groups of one job training at once, with the seed.
