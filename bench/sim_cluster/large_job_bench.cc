@@ -227,6 +227,17 @@ int main(int argc, char** argv) {
 
   // SimClock's wall time is a fixed origin plus the simulated time.
   const elastic::sim::SimClock clock(sim, 0);
+  // The daemons' own CPU (real time in NodeCore::step) over the loss phase.
+  const auto step_seconds = [&] {
+    std::vector<double> out(o.daemons, 0.0);
+    for (NodeId id = 0; id < o.daemons; ++id) {
+      if (const auto* p = c.process(id); p != nullptr) out[id] = p->step_seconds();
+    }
+    return out;
+  };
+  const std::vector<double> cpu_before = step_seconds();
+  const TimePoint phase_start = sim.now();
+  const std::optional<NodeId> phase_leader = c.leader();
   std::vector<LossRow> rows;
   for (int k = 0; k < o.losses; ++k) {
     job = c.job_by_name("c0");
@@ -294,6 +305,27 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (!sim.run_for(5s)) return fail(sim.violation().value_or("?"));
   }
+
+  const std::vector<double> cpu_after = step_seconds();
+  const double phase_s = std::chrono::duration<double>(sim.now() - phase_start).count();
+  double member_sum = 0, member_max = 0;
+  std::size_t counted = 0;
+  for (NodeId id = 0; id < o.daemons; ++id) {
+    if (c.lost(id) || (phase_leader && id == *phase_leader)) continue;
+    const double share = (cpu_after[id] - cpu_before[id]) / phase_s;
+    member_sum += share;
+    member_max = std::max(member_max, share);
+    ++counted;
+  }
+  const bool same_leader = phase_leader && c.leader() == phase_leader;
+  std::printf("\ndaemon CPU over the %.1f simulated s of losses (real time in NodeCore::step per "
+              "simulated second): the Raft leader d%u %.1f%%%s; other daemons mean %.2f%%, "
+              "busiest %.2f%%\n",
+              phase_s, phase_leader ? static_cast<unsigned>(*phase_leader) : 0u,
+              phase_leader ? 100 * (cpu_after[*phase_leader] - cpu_before[*phase_leader]) / phase_s
+                           : 0.0,
+              same_leader ? "" : " (the leader changed)", 100 * member_sum / counted,
+              100 * member_max);
 
   std::vector<double> detected, committed, members, total, bytes;
   for (const LossRow& r : rows) {

@@ -1,5 +1,6 @@
 #include "tests/sim/node_core_process.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -197,12 +198,20 @@ void NodeCoreProcess::on_packet(SimContext& ctx, const Packet& packet) {
   }
   node::CoreInput input;
   input.envelopes.push_back(*envelope);
-  carry_out(ctx, core_->step(ctx.now(), std::move(input)));
+  carry_out(ctx, timed_step(ctx.now(), std::move(input)));
 }
 
 void NodeCoreProcess::on_timer(SimContext& ctx) {
   log_as(ctx, name_for(info_.id));
-  carry_out(ctx, core_->step(ctx.now(), node::CoreInput{}));
+  carry_out(ctx, timed_step(ctx.now(), node::CoreInput{}));
+}
+
+node::CoreOutput NodeCoreProcess::timed_step(TimePoint now, node::CoreInput input) {
+  const auto start = std::chrono::steady_clock::now();
+  node::CoreOutput output = core_->step(now, std::move(input));
+  step_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return output;
 }
 
 TimePoint NodeCoreProcess::next_deadline() const { return core_ ? core_->next_deadline() : kNever; }

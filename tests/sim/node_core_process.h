@@ -114,6 +114,9 @@ class NodeCoreProcess : public SimProcess {
   // False only while start() builds the core.
   bool started() const { return core_ != nullptr; }
   const node::NodeCore& core() const { return *core_; }
+  // Real (wall) seconds this process spent in NodeCore::step, since it started: the daemon's
+  // CPU for the messages and timers it handled (the simulator's own work not counted).
+  double step_seconds() const { return step_seconds_; }
 
   static std::string name_for(NodeId id) { return "d" + std::to_string(id); }
   static std::string address_for(NodeId id);
@@ -122,6 +125,7 @@ class NodeCoreProcess : public SimProcess {
 
  private:
   void carry_out(SimContext& ctx, node::CoreOutput output);
+  node::CoreOutput timed_step(TimePoint now, node::CoreInput input);
   // The reads_skip_read_index answer to a "jobs" call.
   std::uint64_t answer_locally();
 
@@ -138,6 +142,7 @@ class NodeCoreProcess : public SimProcess {
   std::unique_ptr<node::StateMachine> machine_;
   std::unique_ptr<node::NodeCore> core_;
   std::uint64_t seq_ = 0;
+  double step_seconds_ = 0;
   std::uint64_t local_answers_ = 0;  // reads_skip_read_index calls (ids beside the core's)
   std::pair<std::string, std::uint64_t> stamped_hint_;  // (leader, term) stamped on envelopes
 };
