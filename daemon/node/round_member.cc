@@ -15,6 +15,8 @@ using rendezvous::is_active_round_state;
 using rendezvous::JobState;
 
 constexpr std::chrono::seconds kReportResend{1};
+// A live round_ack goes out this many more times, kReportResend apart (see Watched::live_ack).
+constexpr int kLiveAckRepeats = 2;
 
 // A "peer_lost" report to the leader; last_heard_ms: when this daemon last heard from the peer
 // (wall ms), the incident's earliest evidence.
@@ -204,6 +206,9 @@ void RoundMember::report_for(TimePoint now, const RoundReport& report) {
     Watched& watched = it->second;
     if (report.kind == ReportKind::kRoundAck && report.live && report.round == watched.info.round) {
       watched.live_round = report.round;
+      watched.live_ack = report;
+      watched.live_ack_repeats = kLiveAckRepeats;
+      next_report_ = std::min(next_report_, now + kReportResend);
     }
     this->report(watched, report);
     // A local worker failed: ask every round peer whether it is alive now, so the leader need
@@ -230,7 +235,13 @@ void RoundMember::set_leader(TimePoint now, const std::string& leader, const std
     // A new leader has not heard this daemon's pending reports (a declared loss, a fenced
     // round): they go to it at the next tick, not a kReportResend later. When the old leader's
     // host is the one lost, this is what lets the new leader plan the recovery at once.
-    if (leader != leader_ && !leader_.empty()) next_report_ = std::min(next_report_, now);
+    if (leader != leader_ && !leader_.empty()) {
+      next_report_ = std::min(next_report_, now);
+      // It has not heard which rounds re-form in place here either.
+      for (auto& [job, watched] : watched_) {
+        if (watched.live_ack) watched.live_ack_repeats = kLiveAckRepeats;
+      }
+    }
     leader_ = leader;
     leader_address_ = address;
     next_node_info_ = now;
@@ -311,6 +322,11 @@ void RoundMember::tick(TimePoint now) {
   if (now >= next_report_) {
     next_report_ = kNever;
     for (auto& [job, watched] : watched_) {
+      if (watched.live_ack && watched.live_ack->round == watched.info.round &&
+          watched.live_ack_repeats > 0) {
+        report(watched, *watched.live_ack);
+        if (--watched.live_ack_repeats > 0) next_report_ = now + kReportResend;
+      }
       for (const rendezvous::PeerLost& lost : watched.declared) {
         if (lost.reason == rendezvous::LostReason::kReported) continue;  // see carry_out
         const auto heard = watched.heard.find(lost.peer);

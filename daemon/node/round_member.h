@@ -126,6 +126,12 @@ class RoundMember {
     // A local worker failure of the round whose peers are being asked (JobWatch::confirm_peers);
     // sent again with peers_alive once they all answered.
     std::optional<RoundReport> confirming;
+    // The live round_ack of the current round and how often it is still sent again (one per
+    // kReportResend): the leader skips a lost member's lease only when it knows every kept
+    // member re-forms in place, and in a large round the members that learn a loss by notice
+    // send no report that would tell it again (a lost ack was final before).
+    std::optional<RoundReport> live_ack;
+    int live_ack_repeats = 0;
   };
 
   void on_round_start(TimePoint now, const wire::Envelope& envelope);

@@ -160,6 +160,42 @@ TEST(RoundService, AMembersLossReportsFollowANewLeaderAtOnce) {
 // A local worker's failure goes to the leader at once, and the job tier probes every round
 // peer; once they all answered, the failure goes again with peers_alive (the leader then acts
 // without waiting out a possible peer loss). A peer that stays silent gets no second report.
+// The live round_ack (the workers re-form in place) goes to the leader twice more, a second
+// apart, and once more to a new leader: the leader skips a lost member's lease only when every
+// kept member's live ack reached it, and one lost ack would otherwise cost that lease wait.
+TEST(RoundService, ALiveAckIsSentAgainTwiceAndToANewLeader) {
+  Fixture f;
+  join_round_with_c(f);
+  RoundReport ack = round_report(ReportKind::kRoundAck, "j1", 1);
+  ack.live = true;
+  f.rounds.report_for(f.now, ack);
+  const auto acks_to = [&](const std::string& leader) {
+    std::size_t n = 0;
+    for (auto& send : of_type(f.rounds.take_sends(), wire::MsgType::kRoundReport)) {
+      auto report = decode_round_report(send.envelope.body);
+      if (report.ok() && report->kind == ReportKind::kRoundAck && report->live &&
+          send.to == leader) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(acks_to("b"), 1u);
+  std::size_t again = 0;
+  for (TimePoint t = f.now; t < f.now + 5s; t += 100ms) {
+    f.rounds.tick(t);
+    again += acks_to("b");
+  }
+  EXPECT_EQ(again, 2u);
+  f.rounds.set_leader(f.now + 6s, "c", "tcp://10.0.0.3:7946");
+  std::size_t to_new = 0;
+  for (TimePoint t = f.now + 6s; t < f.now + 10s; t += 100ms) {
+    f.rounds.tick(t);
+    to_new += acks_to("c");
+  }
+  EXPECT_EQ(to_new, 2u) << "the new leader hears it again, twice";
+}
+
 TEST(RoundService, AWorkerFailureIsRepeatedWithPeersAliveOnceEveryPeerAnswered) {
   for (const bool answers : {true, false}) {
     SCOPED_TRACE(answers ? "c answers" : "c stays silent");
