@@ -169,19 +169,12 @@ std::string stat_cell(std::vector<double> v) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   spdlog::set_level(spdlog::level::err);  // a thousand daemons log every round
-  NodeCoreClusterOptions options;         // the shipped timing defaults
-  options.core.daemons = o.daemons;
-  options.core.voters = 3;
-  options.core.seeds = 3;
+  NodeCoreClusterOptions options = elastic::sim::shipped_cluster_options(o.daemons);
   options.core.launcher.job_runtime = Duration::zero();  // workers train until told otherwise
   options.core.launcher.live_workers = 1.0;
-  options.core.config.control.max_active_jobs_per_user = 0;
-  options.core.config.control.submits_per_minute_per_user = 0;
-  options.core.config.control.submit_burst_per_user = 0;
   options.link.base_latency = 200us;
   options.link.jitter = 300us;
   options.link.loss = o.loss;
-  options.lease_check_every_event = false;
   std::printf(
       "large_job_bench: seed %llu, %zu daemons (3 voters), a job of %u nodes (one live worker "
       "each, may shrink by %d), %d silent host losses, %.1f%% message loss\n",

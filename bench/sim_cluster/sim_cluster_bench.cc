@@ -97,22 +97,15 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   spdlog::set_level(spdlog::level::warn);  // 200 daemons log every round
-  NodeCoreClusterOptions options;          // the shipped timing defaults
-  options.core.daemons = o.daemons;
-  options.core.voters = 3;
-  options.core.seeds = 3;  // everyone joins through the voters, as a deployment would
+  NodeCoreClusterOptions options = elastic::sim::shipped_cluster_options(o.daemons);
   options.core.launcher.job_runtime = std::chrono::seconds(o.job_runtime_s);
   options.core.config.consensus.snapshot_every_entries = 1000;
-  options.core.config.control.max_active_jobs_per_user = 0;
-  options.core.config.control.submits_per_minute_per_user = 0;
-  options.core.config.control.submit_burst_per_user = 0;
   options.link.base_latency = 200us;
   options.link.jitter = 1ms;
   options.link.loss = o.loss;
   options.link.duplicate = o.loss;
   options.link.reorder_probability = 0.05;
   options.link.reorder_delay = 20ms;
-  options.lease_check_every_event = false;
 
   std::printf(
       "sim_cluster_bench: seed %llu, %zu daemons (3 voters), %.2f simulated hours, "

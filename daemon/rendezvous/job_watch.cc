@@ -128,8 +128,7 @@ Status JobWatch::set_round(TimePoint now, const std::string& job, std::uint64_t 
     p.last_heard = joiner ? now + config_.joiner_grace : now;
     peers_.emplace(info.name, std::move(p));
   }
-  large_ = peers_.size() > config_.watch_all_up_to;
-  if (large_) build_ring();
+  if (large_round()) build_ring();
   index_peers();
   send_keepalives(out);
   next_keepalive_ = now + config_.keepalive_interval;
@@ -177,7 +176,6 @@ void JobWatch::build_ring() {
 
 void JobWatch::clear_round() {
   active_ = false;
-  large_ = false;
   confirming_ = false;
   peers_.clear();
   timed_.clear();
@@ -271,11 +269,8 @@ void JobWatch::probe_attempt(TimePoint now, Peer& p, JobWatchEffects& out) {
     if (&q == &p || q.lost || q.suspected) continue;
     candidates.push_back(&q);
   }
-  const std::size_t k =
-      std::min(candidates.size(), static_cast<std::size_t>(config_.indirect_probes));
-  for (std::size_t i = 0; i < k; ++i) {  // partial Fisher-Yates: k distinct random helpers
-    const std::size_t j = i + static_cast<std::size_t>(rng_.below(candidates.size() - i));
-    std::swap(candidates[i], candidates[j]);
+  const std::size_t k = pick_random(candidates, config_.indirect_probes);
+  for (std::size_t i = 0; i < k; ++i) {
     send(out, *candidates[i], JobProbeRequest{ref_, next_probe_++, p.info.name, p.info.generation});
     ++stats_.indirect_requests;
   }
@@ -293,7 +288,7 @@ void JobWatch::declare(Peer& p, LostReason reason, JobWatchEffects& out) {
   ++stats_.declared;
   out.lost.push_back(
       PeerLost{ref_.job, ref_.term, ref_.round, p.info.name, p.info.generation, reason});
-  if (large_) spread_loss(p, reason, out);
+  if (large_round()) spread_loss(p, reason, out);
   // Relays about it answer "not heard" now rather than at their expiry.
   for (auto it = relays_.begin(); it != relays_.end();) {
     if (it->second.target == p.info.name) {
@@ -329,14 +324,20 @@ void JobWatch::spread_loss(const Peer& lost, LostReason reason, JobWatchEffects&
     send(out, *p, notice);
     ++stats_.notices_sent;
   }
-  const std::size_t count =
-      std::min(live.size(), static_cast<std::size_t>(config_.notice_forwards));
-  for (std::size_t i = 0; i < count; ++i) {  // partial Fisher-Yates: distinct random members
-    const std::size_t j = i + static_cast<std::size_t>(rng_.below(live.size() - i));
-    std::swap(live[i], live[j]);
+  const std::size_t count = pick_random(live, config_.notice_forwards);
+  for (std::size_t i = 0; i < count; ++i) {
     send(out, *live[i], notice);
     ++stats_.notices_sent;
   }
+}
+
+std::size_t JobWatch::pick_random(std::vector<const Peer*>& from, int k) {
+  const std::size_t n = std::min(from.size(), static_cast<std::size_t>(std::max(k, 0)));
+  for (std::size_t i = 0; i < n; ++i) {  // partial Fisher-Yates: n distinct random entries
+    const std::size_t j = i + static_cast<std::size_t>(rng_.below(from.size() - i));
+    std::swap(from[i], from[j]);
+  }
+  return n;
 }
 
 void JobWatch::answer_relays_for(const std::string& target, JobWatchEffects& out) {

@@ -268,7 +268,7 @@ class JobWatch {
   // keepalives (so `peer` watches it). Both true for every peer of a small round.
   bool watches(const std::string& peer) const;
   bool watched_by(const std::string& peer) const;
-  bool large_round() const { return large_; }
+  bool large_round() const { return peers_.size() > config_.watch_all_up_to; }
   const JobWatchStats& stats() const { return stats_; }
   const JobWatchConfig& config() const { return config_; }
 
@@ -309,6 +309,9 @@ class JobWatch {
   void build_ring();
   void index_peers();
   void spread_loss(const Peer& lost, LostReason reason, JobWatchEffects& out);
+  // Moves min(k, size) distinct random entries of `from` (the seeded Rng) to its front; returns
+  // how many.
+  std::size_t pick_random(std::vector<const Peer*>& from, int k);
   void answer_relays_for(const std::string& target, JobWatchEffects& out);
   void recompute_deadline();
   void lower_deadline(TimePoint t);
@@ -322,7 +325,6 @@ class JobWatch {
   JobWatchStats stats_;
 
   bool active_ = false;
-  bool large_ = false;  // the round has more than watch_all_up_to peers
   JobRoundRef ref_;
   std::map<std::string, Peer> peers_;  // ordered: iteration (and so the trace) is stable
   // What tick() and the deadline look at, so their work per call does not grow with a large

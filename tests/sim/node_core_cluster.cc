@@ -104,6 +104,18 @@ NodeCoreClusterOptions default_cluster_options() {
   return o;
 }
 
+NodeCoreClusterOptions shipped_cluster_options(std::size_t daemons) {
+  NodeCoreClusterOptions o;
+  o.core.daemons = daemons;
+  o.core.voters = 3;
+  o.core.seeds = 3;
+  o.core.config.control.max_active_jobs_per_user = 0;
+  o.core.config.control.submits_per_minute_per_user = 0;
+  o.core.config.control.submit_burst_per_user = 0;
+  o.lease_check_every_event = false;
+  return o;
+}
+
 NodeCoreCluster::NodeCoreCluster(std::uint64_t seed, NodeCoreClusterOptions options)
     : options_(std::move(options)), groups_(sim_), sim_(seed) {
   options_.core.state_root = dir_.path();

@@ -140,6 +140,12 @@ struct NodeCoreClusterOptions {
 // The settings the scenarios share: the netns tests' short timers (tests/integ).
 NodeCoreClusterOptions default_cluster_options();
 
+// The benches' large clusters (bench/sim_cluster): `daemons` daemons on the shipped timing
+// defaults, 3 Raft voters that everyone joins through (as a deployment would), no per-user
+// caps (one client submits everything), checker 6's lease half only in drive_clients(). The
+// link and the workers are the caller's.
+NodeCoreClusterOptions shipped_cluster_options(std::size_t daemons);
+
 struct NodeCoreCounters {
   std::uint64_t requests = 0;        // distinct client requests
   std::uint64_t attempts = 0;        // calls incl. retries
