@@ -149,6 +149,12 @@ void AsyncCheckpointer::poll() {
   if (auto outcome = writer_.take_outcome()) (void)report(*outcome);
 }
 
+bool AsyncCheckpointer::settle() {
+  if (!writer_.wait_idle(options_.exit_wait)) return false;
+  poll();
+  return true;
+}
+
 bool AsyncCheckpointer::finish(const TrainState* final_state, const torch::nn::Module& module,
                                const torch::optim::Optimizer& optimizer) {
   auto wait = [&]() -> bool {

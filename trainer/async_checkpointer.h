@@ -67,6 +67,10 @@ class AsyncCheckpointer {
                   const torch::optim::Optimizer& optimizer);
   // Reports a write that finished since the last call. Cheap; call it every step.
   void poll();
+  // Waits (up to exit_wait) for the write in flight and reports it; false when the wait ran out.
+  // For fault injection: a test's kill at step N then leaves every checkpoint started before N
+  // published, whatever the disk's speed.
+  bool settle();
   // At exit. Waits for the write in flight; then, unless `final_state` is null or its step is
   // already published, writes it and waits. False when a wait ran out or the final write failed
   // (both logged).

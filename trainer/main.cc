@@ -222,7 +222,8 @@ void add_flags(CLI::App& app, Flags& f) {
                  "Start N local ranks of this command (like torchrun --standalone)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--crash-at-step", f.crash_at_step,
-                 "Fault injection: SIGKILL this process at the start of step N")
+                 "Fault injection: SIGKILL this process at the start of step N, once the checkpoint "
+                 "being written (if any) is published")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--crash-rank", f.crash_rank,
                  "Fault injection: the rank that --crash-at-step kills")
@@ -806,8 +807,13 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
   while (state.position.epoch < flags.epochs &&
          (flags.max_steps == 0 || state.step < flags.max_steps)) {
     const auto step_started = std::chrono::steady_clock::now();
-    if (state.step == flags.crash_at_step && env.rank == flags.crash_rank)
+    if (state.step == flags.crash_at_step && env.rank == flags.crash_rank) {
+      // Checkpoints started before this step are published first, so what the kill leaves does
+      // not depend on the disk's speed (a kill mid-write: an external SIGKILL, with
+      // --checkpoint-write-delay-ms).
+      if (checkpointer) (void)checkpointer->settle();
       ::kill(::getpid(), SIGKILL);
+    }
     if (state.step == flags.stall_at_step && env.rank == flags.stall_rank &&
         env.restart_count == 0) {
       emit({{"event", "stall"}, {"rank", env.rank}, {"round", env.round}, {"step", state.step}});

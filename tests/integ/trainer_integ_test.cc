@@ -96,9 +96,11 @@ TEST(Trainer, ResumeAfterKillNineIsBitExact) {
   ASSERT_TRUE(full.status.exited_with(0)) << full.err;
   const std::string expected = only_event(full, "summary")["param_checksum"];
 
-  // Rank 0 SIGKILLs itself at step 30, between the checkpoints of steps 20 and 40.
+  // Rank 0 SIGKILLs itself at step 30, between the checkpoints of steps 20 and 40. A slow disk
+  // (the write delay) must not matter: the kill waits for the write it started at step 20.
   auto args = base(interrupted);
-  args.insert(args.end(), {"--crash-at-step", "30", "--crash-rank", "0"});
+  args.insert(args.end(), {"--crash-at-step", "30", "--crash-rank", "0",
+                           "--checkpoint-write-delay-ms", "300"});
   auto crashed = run(args, {}, kRunTimeout);
   ASSERT_FALSE(crashed.timed_out);
   EXPECT_FALSE(crashed.status.exited_with(0));
