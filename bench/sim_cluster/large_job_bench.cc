@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   NodeCoreClusterOptions options = elastic::sim::shipped_cluster_options(o.daemons);
   options.core.launcher.job_runtime = Duration::zero();  // workers train until told otherwise
   options.core.launcher.live_workers = 1.0;
+  options.core.verify_leader_skips = false;  // the leader's step time is measured
   options.link.base_latency = 200us;
   options.link.jitter = 300us;
   options.link.loss = o.loss;

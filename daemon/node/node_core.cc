@@ -155,9 +155,11 @@ CoreOutput NodeCore::step(TimePoint now, CoreInput input) {
   consensus_->tick(now);
   const bool leading = consensus_->is_leader();
   if (rounds_->lead_due(now, leading)) {
-    rounds_->lead(now, leading, jobs_->table(),
-                  leading ? membership_->members() : std::vector<membership::MemberView>{},
-                  consensus_.get());
+    if (leading) {
+      rounds_->lead(now, leading, jobs_->table(), leader_members(now), consensus_.get());
+    } else {
+      rounds_->lead(now, leading, jobs_->table(), {}, consensus_.get());
+    }
   }
   settle(now);
   if (consensus_->failed()) return take_output();
@@ -235,7 +237,18 @@ void NodeCore::deliver(TimePoint now, std::vector<wire::Envelope>& envelopes) {
   settle(now);
 }
 
+const std::vector<membership::MemberView>& NodeCore::leader_members(TimePoint now) {
+  constexpr std::chrono::seconds kMembersRefresh{1};
+  if (members_changed_ || now >= members_built_ + kMembersRefresh) {
+    leader_members_ = membership_->members();
+    members_changed_ = false;
+    members_built_ = now;
+  }
+  return leader_members_;
+}
+
 void NodeCore::on_membership(TimePoint now, membership::Effects effects) {
+  if (!effects.events.empty()) members_changed_ = true;
   log_events(effects.events);
   for (const membership::MemberEvent& event : effects.events) {
     // A dead or departed Raft leader: elect another at once (raft.h, the fast election). Not a

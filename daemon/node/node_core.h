@@ -207,6 +207,9 @@ class NodeCore {
   const ConsensusHost& consensus() const { return *consensus_; }
   const JobService& jobs() const { return *jobs_; }
   const RoundService& rounds() const { return *rounds_; }
+  // For tests and benchmarks: the leader half plans the jobs it finds settled anyway and counts
+  // the plans that were not empty (RoundLeader::set_verify_skips).
+  void set_verify_leader_skips(bool on) { rounds_->set_verify_skips(on); }
   const JobSupervisor& supervisor() const { return *supervisor_; }
   int launcher_fd() const { return supervisor_->fd(); }
   const CoreCounters& counters() const { return counters_; }
@@ -226,6 +229,11 @@ class NodeCore {
 
   void deliver(TimePoint now, std::vector<wire::Envelope>& envelopes);
   void on_membership(TimePoint now, membership::Effects effects);
+  // The member list for the leader's pass: Membership::members() again only after a member
+  // event, or kMembersRefresh after the last build (for changes that make no event, such as a
+  // reaped record); a pass in between reuses it, so a 10,000-node list is not copied and
+  // sorted for every message the leader receives.
+  const std::vector<membership::MemberView>& leader_members(TimePoint now);
   void log_events(const std::vector<membership::MemberEvent>& events);
   void flush_consensus();
   // Carries the round service's orders to the supervisor and the supervisor's reports back,
@@ -265,6 +273,9 @@ class NodeCore {
   std::size_t next_voter_ = 0;
   bool draining_ = false;
   TimePoint last_now_{};
+  std::vector<membership::MemberView> leader_members_;  // see leader_members()
+  bool members_changed_ = true;
+  TimePoint members_built_{};
   CoreOutput out_;
   CoreCounters counters_;
 };

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <nlohmann/json.hpp>
@@ -90,10 +92,15 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       history_seeded_ = false;
       history_in_flight_ = false;
       round_members_.clear();
+      quiet_rounds_.clear();
       leader_jobs_.clear();
       scaling_.clear();
       proposed_.clear();
       in_rounds_.clear();
+      in_rounds_index_.reset();
+      settled_.clear();
+      schedule_key_.reset();
+      ++proposals_epoch_;
       schedule_ = {};
       preemptions_ = 0;
       leading_ = false;
@@ -114,56 +121,21 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   }
   const rendezvous::WallTime wall = wall_time(*clock_);
 
-  std::map<std::string, const membership::MemberView*> alive;
-  std::map<std::string, std::string> addresses;
-  // When this leader first saw each usable (node, generation): the wait list's order and the
-  // start of its last-call window. Entries of nodes no longer usable are dropped.
-  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> seen;
-  for (const membership::MemberView& m : members) {
-    addresses[m.name] = m.address;
-    if (m.state == membership::MemberState::kAlive ||
-        m.state == membership::MemberState::kSuspect) {
-      alive[m.name] = &m;
-      const auto key = std::make_pair(m.name, m.generation);
-      const auto earlier = first_seen_.find(key);
-      seen.emplace(key, earlier == first_seen_.end() ? wall : earlier->second);
-    }
-  }
-  first_seen_ = std::move(seen);
-  left_.clear();
-  for (const membership::MemberView& m : members) {
-    if (m.state == membership::MemberState::kLeft) left_.emplace(m.name, m.generation);
-  }
+  refresh_members(members, wall);
+  const auto& alive = alive_;
+  const auto& addresses = addresses_;
   // A drained node's entry goes once that daemon instance is no longer a member at all.
   std::erase_if(leaving_, [&](const auto& entry) {
-    return std::none_of(members.begin(), members.end(), [&](const membership::MemberView& m) {
-      return m.name == entry.first && m.generation == entry.second;
-    });
+    const auto view = views_.find(entry.first);
+    const bool gone = view == views_.end() || view->second.generation != entry.second;
+    if (gone) ++node_epoch_;
+    return gone;
   });
-  // Slots and store ports: a node's are shared by the jobs whose rounds hold them; each job may
-  // use what the others leave. Held: the table's rounds, this leader's proposals in flight, and
-  // (plan_job) each round decided in this pass before the next job is planned.
-  rendezvous::NodeLedger ledger;
-  for (const auto& [name, known] : node_slots_) ledger.set_capacity(name, known.second);
-  ledger.hold_table(table);
-  for (const auto& [id, proposal] : proposed_) ledger.hold(id, proposal.first, proposal.second);
-  // Lease eligibility: members of active rounds, except where this leader's job tier declared
-  // the member lost. Such a member is often alive (cut off from its peers, not from the leader,
-  // or the leader itself): renewing its lease would keep may_replace() false and the job could
-  // never re-place its work. Unrenewed, it fences itself within a lease, and the job moves on.
-  in_rounds_.clear();
-  for (const auto& [id, job] : table.jobs()) {
-    if (!is_active_round_state(job.state)) continue;
-    const auto state = leader_jobs_.find(id);
-    for (const auto& r : job.ranks) {
-      bool lost = false;
-      if (state != leader_jobs_.end()) {
-        const auto mark = state->second.lost.find({r.node, r.generation});
-        lost = mark != state->second.lost.end() && now < mark->second;
-      }
-      if (!lost) in_rounds_.insert(r.node);
-    }
+  if (table.drained() != drains_for_epoch_) {
+    drains_for_epoch_ = table.drained();
+    ++node_epoch_;
   }
+  refresh_in_rounds(now, table);
   for (auto& [node, ports] : busy_ports_) {
     std::erase_if(ports, [now](const auto& entry) { return now >= entry.second; });
   }
@@ -180,7 +152,25 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
   if (caught_up) record_history(now, wall, *consensus);
   const bool plan_now = caught_up && now >= next_plan_;
   if (now >= next_plan_) next_plan_ = now + (caught_up ? Duration(kPlanInterval) : kCatchUpRetry);
-  if (plan_now) schedule(now, table, alive, ledger, *consensus);
+  // Slots and store ports: a node's are shared by the jobs whose rounds hold them; each job may
+  // use what the others leave. Held: the table's rounds, this leader's proposals in flight, and
+  // (plan_job) each round decided in this pass before the next job is planned. Only planning
+  // reads it.
+  // Built on first use: a pass that plans no job and preempts nothing never needs it.
+  std::optional<rendezvous::NodeLedger> ledger_built;
+  const std::function<rendezvous::NodeLedger&()> ledger_of_pass =
+      [&]() -> rendezvous::NodeLedger& {
+    if (!ledger_built) {
+      ledger_built.emplace();
+      for (const auto& [name, known] : node_slots_) ledger_built->set_capacity(name, known.second);
+      ledger_built->hold_table(table);
+      for (const auto& [id, proposal] : proposed_) {
+        ledger_built->hold(id, proposal.first, proposal.second);
+      }
+    }
+    return *ledger_built;
+  };
+  if (plan_now) schedule(now, table, alive, ledger_of_pass, *consensus);
   for (const auto& [id, job] : table.jobs()) {
     LeaderJob& state = leader_jobs_[id];
     if (state.round_seen != job.round) {
@@ -213,7 +203,9 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     }
     if (job.state == JobState::kRunning) state.port_moves = 0;
     state.recovering = job.state == JobState::kRecovering;
-    std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; });
+    if (std::erase_if(state.lost, [now](const auto& entry) { return now >= entry.second; }) > 0) {
+      ++lost_epoch_;
+    }
     // Until caught up it tells members nothing either: an earlier leader may have committed a
     // newer round or the job's end that this table has not applied yet, and a member that
     // has forgotten the job (it ended there) would start the superseded round again.
@@ -229,7 +221,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
         send_starts(now, job, state, addresses, consensus->term());
       }
       if (rendezvous::is_terminal(job.state)) {
-        quarantine_.erase(id);
+        if (quarantine_.erase(id) > 0) ++quarantine_epoch_;
         continue;
       }
     }
@@ -253,7 +245,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     }
     if (!plan_now || state.in_flight) continue;
     if (job.state == JobState::kRunning && job.spec.scale == rendezvous::ScaleMode::kThroughput &&
-        scale_job(now, wall, job, table, alive, ledger, *consensus)) {
+        scale_job(now, wall, job, table, alive, ledger_of_pass(), *consensus)) {
       continue;
     }
     // The scheduler's plan: the nodes the job may use now and how many. A queued job it does
@@ -274,6 +266,14 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
         })) {
       continue;
     }
+    // A job whose round has every node it may have, all of them usable, and nothing reported
+    // against it (a failure, a lost member, a busy store port) gets no decision from the
+    // planner: it is not planned. What could change that bumps node_epoch_ or is checked here.
+    const bool settled = job_settled(now, job, state, allowance, table, ledger_of_pass);
+    if (settled) {
+      ++jobs_skipped_;
+      if (!verify_skips_) continue;
+    }
     // A queued job's join_timeout counts from when the scheduler first let it start, not from
     // its submission: waiting in the queue is not failing to gather.
     if (job.state == JobState::kPending && state.admitted == rendezvous::WallTime{}) {
@@ -286,11 +286,16 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     if (is_active_round_state(job.state)) {
       for (const auto& r : job.ranks) in_round.insert(r.node);
     }
-    for (const auto& [name, view] : alive) {
-      rendezvous::NodeStanding standing = node_standing(*view, table);
+    // Only the scheduler's allowed nodes can be usable: a walk of those (about the job's size),
+    // not of every live node (a 10,000-node cluster with 100 jobs made that a million
+    // standings per pass).
+    for (const std::string& name : allowance.allowed) {
+      const auto view = alive.find(name);
+      if (view == alive.end()) continue;
+      rendezvous::NodeStanding standing = node_standing(*view->second, table);
       standing.in_active_round = in_round.contains(name);
-      if (rendezvous::usable_for_job(standing) && allowance.allowed.contains(name)) {
-        usable[name] = {view, ledger.free_slots(name, id)};
+      if (rendezvous::usable_for_job(standing)) {
+        usable[name] = {view->second, ledger_of_pass().free_slots(name, id)};
       }
     }
     // A new leader waits for the slots of the job's live members (every node sends them when
@@ -301,7 +306,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       continue;
     }
     if (state.port_busy && is_active_round_state(job.state) &&
-        on_port_conflict(now, job, state, ledger, *consensus)) {
+        on_port_conflict(now, job, state, ledger_of_pass(), *consensus)) {
       continue;
     }
     // A running job's planner gets the scheduler's cap as its max (never below min_nodes: a
@@ -315,21 +320,31 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     // A requeued job's last rank map was put away: its nodes join its next round as newcomers
     // (the planner gathers waiters, not old members).
     const bool put_away = job.state == JobState::kPending && !job.ranks.empty();
+    rendezvous::Decision::Kind decided = rendezvous::Decision::Kind::kNone;
     if (cap == job.spec.max_nodes && !queued_longer && !put_away) {
-      plan_job(now, job, job.ranks, usable, ledger, *consensus);
+      decided = plan_job(now, job, job.ranks, usable, ledger_of_pass(), *consensus);
     } else {
       rendezvous::JobRecord capped = job;
       capped.spec.max_nodes = cap;
       if (queued_longer) capped.state_since = state.admitted;
       if (put_away) capped.ranks.clear();
-      plan_job(now, capped, job.ranks, usable, ledger, *consensus);
+      decided = plan_job(now, capped, job.ranks, usable, ledger_of_pass(), *consensus);
+    }
+    if (settled && decided != rendezvous::Decision::Kind::kNone &&
+        decided != rendezvous::Decision::Kind::kWaitUntil) {
+      ++skip_mismatches_;
+      spdlog::error("rendezvous: job {} round {} was taken as settled, but its plan is {}", id,
+                    job.round, rendezvous::to_string(decided));
     }
   }
-  observe(now, table, members);
+  observe(now, table);
   next_lead_ = next_plan_;
   for (auto it = leader_jobs_.begin(); it != leader_jobs_.end();) {
     const rendezvous::JobRecord* job = table.job(it->first);
-    if (job == nullptr || rendezvous::is_terminal(job->state)) scaling_.erase(it->first);
+    if (job == nullptr || rendezvous::is_terminal(job->state)) {
+      scaling_.erase(it->first);
+      settled_.erase(it->first);
+    }
     if (job == nullptr) {
       it = leader_jobs_.erase(it);
       continue;
@@ -341,6 +356,174 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     if (notifying && caught_up) next_lead_ = std::min(next_lead_, state.next_start);
     ++it;
   }
+}
+
+namespace {
+
+// The parts of a member's view the leader's maps are built from (not last_heard, which moves
+// with every message).
+bool same_standing(const membership::MemberView& a, const membership::MemberView& b) {
+  return a.name == b.name && a.generation == b.generation && a.state == b.state &&
+         a.address == b.address;
+}
+
+}  // namespace
+
+void RoundLeader::refresh_members(const std::vector<membership::MemberView>& members,
+                                  rendezvous::WallTime wall) {
+  const auto is_alive = [](const membership::MemberView& m) {
+    return m.state == membership::MemberState::kAlive ||
+           m.state == membership::MemberState::kSuspect;
+  };
+  // The list comes sorted by name (Membership::members()), as views_ iterates: a walk of both
+  // finds the members whose standing changed, and only those are updated. A member added or
+  // removed (or a list in another order) rebuilds the maps.
+  bool same_names = members.size() == views_.size();
+  std::vector<std::pair<membership::MemberView*, const membership::MemberView*>> changed;
+  if (same_names) {
+    auto known = views_.begin();
+    for (const membership::MemberView& m : members) {
+      if (known->first != m.name) {
+        same_names = false;
+        break;
+      }
+      if (!same_standing(known->second, m)) changed.emplace_back(&known->second, &m);
+      ++known;
+    }
+  }
+  if (same_names) {
+    if (changed.empty()) return;
+    ++node_epoch_;
+    for (const auto& [held, fresh] : changed) {
+      const membership::MemberView& m = *fresh;
+      if (is_alive(*held) && (!is_alive(m) || held->generation != m.generation)) {
+        first_seen_.erase({held->name, held->generation});
+      }
+      if (held->state == membership::MemberState::kLeft) left_.erase({held->name, held->generation});
+      *held = m;
+      addresses_[m.name] = m.address;
+      if (is_alive(m)) {
+        alive_[m.name] = held;
+        // When this leader first saw each usable (node, generation): the wait list's order and
+        // the start of its last-call window.
+        first_seen_.try_emplace({m.name, m.generation}, wall);
+      } else {
+        alive_.erase(m.name);
+      }
+      if (m.state == membership::MemberState::kLeft) left_.emplace(m.name, m.generation);
+    }
+    return;
+  }
+  ++node_epoch_;
+  views_.clear();
+  alive_.clear();
+  addresses_.clear();
+  left_.clear();
+  // Entries of nodes no longer usable are dropped.
+  std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> seen;
+  for (const membership::MemberView& fresh : members) {
+    const auto [it, inserted] = views_.insert_or_assign(fresh.name, fresh);
+    const membership::MemberView& m = it->second;
+    addresses_[m.name] = m.address;
+    if (is_alive(m)) {
+      alive_[m.name] = &m;
+      const auto key = std::make_pair(m.name, m.generation);
+      const auto earlier = first_seen_.find(key);
+      seen.emplace(key, earlier == first_seen_.end() ? wall : earlier->second);
+    }
+    if (m.state == membership::MemberState::kLeft) left_.emplace(m.name, m.generation);
+  }
+  first_seen_ = std::move(seen);
+}
+
+void RoundLeader::refresh_in_rounds(TimePoint now, const rendezvous::JobTable& table) {
+  if (in_rounds_index_ == table.non_history_index() && in_rounds_lost_epoch_ == lost_epoch_ &&
+      now < in_rounds_until_) {
+    return;
+  }
+  in_rounds_index_ = table.non_history_index();
+  in_rounds_lost_epoch_ = lost_epoch_;
+  in_rounds_until_ = kNever;
+  // Lease eligibility: members of active rounds, except where this leader's job tier declared
+  // the member lost. Such a member is often alive (cut off from its peers, not from the leader,
+  // or the leader itself): renewing its lease would keep may_replace() false and the job could
+  // never re-place its work. Unrenewed, it fences itself within a lease, and the job moves on.
+  // Rebuilt when the table or a job's lost members change, or a loss's memory runs out.
+  in_rounds_.clear();
+  for (const auto& [id, job] : table.jobs()) {
+    if (!is_active_round_state(job.state)) continue;
+    const auto state = leader_jobs_.find(id);
+    for (const auto& r : job.ranks) {
+      bool lost = false;
+      if (state != leader_jobs_.end()) {
+        const auto mark = state->second.lost.find({r.node, r.generation});
+        lost = mark != state->second.lost.end() && now < mark->second;
+        if (lost) in_rounds_until_ = std::min(in_rounds_until_, mark->second);
+      }
+      if (!lost) in_rounds_.insert(r.node);
+    }
+  }
+}
+
+bool RoundLeader::job_settled(TimePoint now, const rendezvous::JobRecord& job,
+                              const LeaderJob& state, const rendezvous::JobPlan& allowance,
+                              const rendezvous::JobTable& table,
+                              const std::function<rendezvous::NodeLedger&()>& ledger) {
+  if (!is_active_round_state(job.state) || job.ranks.empty()) return false;
+  if (state.failure || state.port_busy) return false;
+  // A member the job tier declared lost is for the planner to act on. A lost node that is not
+  // a member any more (the round already left it out) changes nothing: the scheduler keeps it
+  // out of the allowed nodes while the job remembers it (RoundLeader::schedule, `avoid`).
+  for (const auto& [member, until] : state.lost) {
+    if (std::any_of(job.ranks.begin(), job.ranks.end(), [&](const rendezvous::RankAssignment& r) {
+          return r.node == member.first && r.generation == member.second;
+        })) {
+      return false;
+    }
+  }
+  // A new leader still hears the members' slots (lead(): member_slots_unknown).
+  if (now < leading_since_ + kNodeInfoResend) return false;
+  if (job.spec.scale == rendezvous::ScaleMode::kThroughput) return false;
+  if (const auto q = quarantine_.find(job.id); q != quarantine_.end() && !q->second.empty()) {
+    return false;
+  }
+  const std::uint32_t cap = std::clamp(allowance.cap, job.spec.min_nodes, job.spec.max_nodes);
+  SettledMemo& memo = settled_[job.id];
+  if (memo.round == job.round && memo.state == job.state && memo.node_epoch == node_epoch_ &&
+      memo.cap == cap && memo.allowed == allowance.allowed) {
+    return memo.settled;
+  }
+  // Every member as the planner will see it: alive in membership (this instance), its slots
+  // known, usable for a job it is in, allowed by the scheduler, with the slots it needs. (Those
+  // stay free: other jobs can take only what this one does not hold; a node's capacity change
+  // bumps node_epoch_. A store port is always found: choose_store_port's non-strict mode.)
+  const std::uint32_t needs = std::max<std::uint32_t>(1, job.spec.workers_per_node);
+  // A running job short of its nodes grows once the scheduler allows it a node it does not
+  // have (a waiter); until then the planner has no node to add.
+  const bool may_grow =
+      job.state == JobState::kRunning && job.ranks.size() < cap &&
+      std::any_of(allowance.allowed.begin(), allowance.allowed.end(), [&](const std::string& n) {
+        return std::none_of(job.ranks.begin(), job.ranks.end(),
+                            [&](const rendezvous::RankAssignment& r) { return r.node == n; });
+      });
+  const bool settled =
+      !may_grow &&
+      std::all_of(job.ranks.begin(), job.ranks.end(), [&](const rendezvous::RankAssignment& r) {
+        const auto view = alive_.find(r.node);
+        if (view == alive_.end() || view->second->generation != r.generation) return false;
+        if (!allowance.allowed.contains(r.node)) return false;
+        rendezvous::NodeStanding standing = node_standing(*view->second, table);
+        standing.in_active_round = true;
+        return rendezvous::usable_for_job(standing) &&
+               ledger().free_slots(r.node, job.id) >= needs;
+      });
+  memo = SettledMemo{.round = job.round,
+                     .state = job.state,
+                     .node_epoch = node_epoch_,
+                     .cap = cap,
+                     .allowed = allowance.allowed,
+                     .settled = settled};
+  return settled;
 }
 
 std::uint16_t RoundLeader::store_port_for(TimePoint now, const rendezvous::JobRecord& job,
@@ -394,7 +577,7 @@ bool RoundLeader::on_port_conflict(TimePoint now, const rendezvous::JobRecord& j
   return true;
 }
 
-void RoundLeader::plan_job(
+rendezvous::Decision::Kind RoundLeader::plan_job(
     TimePoint now, const rendezvous::JobRecord& job, const rendezvous::RankMap& base,
     const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
     rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
@@ -448,6 +631,7 @@ void RoundLeader::plan_job(
     rendezvous::QuarantineRecord& record = quarantined[state.failure_node];
     const rendezvous::QuarantineRecord before = record;
     record = rendezvous::count_failure(record, job.round, job.spec.restart_backoff, now);
+    ++quarantine_epoch_;
     if (record.failures >= 2 && record != before) {
       spdlog::warn("rendezvous: job {}: node {} sits the job out for {} ms after {} worker failures",
                    job.id, state.failure_node,
@@ -491,7 +675,7 @@ void RoundLeader::plan_job(
   }
   if (decision.kind == rendezvous::Decision::Kind::kNone ||
       decision.kind == rendezvous::Decision::Kind::kWaitUntil) {
-    return;
+    return decision.kind;
   }
   // A member that is gone from the round may still run workers under its lease: its work is
   // placed elsewhere only once that lease has certainly run out. (Recovering places nothing;
@@ -514,11 +698,12 @@ void RoundLeader::plan_job(
       if (!kept && !left && !sitting_out.contains(member.node) &&
           !granter_.may_replace(member.node, now)) {
         next_plan_ = std::min(next_plan_, granter_.replace_after(member.node));
-        return;
+        return decision.kind;
       }
     }
   }
   propose_decision(now, job, base, decision, ledger, consensus);
+  return decision.kind;
 }
 
 void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& job,
@@ -547,6 +732,7 @@ void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& j
     const std::uint16_t port = rendezvous::endpoint_port(open->store_endpoint);
     ledger.hold(job.id, open->ranks, port);
     proposed_[job.id] = std::make_pair(open->ranks, port);
+    ++proposals_epoch_;
   }
   state.in_flight = true;
   const std::string id = job.id;
@@ -554,7 +740,7 @@ void RoundLeader::propose_decision(TimePoint now, const rendezvous::JobRecord& j
                     [this, id, opened](Result<std::string> committed) {
                       if (committed.ok() && opened) on_round_opened(*opened, *committed);
                       leader_jobs_[id].in_flight = false;
-                      proposed_.erase(id);
+                      if (proposed_.erase(id) > 0) ++proposals_epoch_;
                       next_lead_ = TimePoint{};  // the table changed, or re-plan: act now
                       if (!committed.ok()) {
                         spdlog::info("rendezvous: job {}: proposal not committed: {}", id,
@@ -578,9 +764,34 @@ rendezvous::NodeStanding RoundLeader::node_standing(const membership::MemberView
 
 void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
                            const std::map<std::string, const membership::MemberView*>& alive,
-                           rendezvous::NodeLedger& ledger, ConsensusHost& consensus) {
+                           const std::function<rendezvous::NodeLedger&()>& ledger,
+                           ConsensusHost& consensus) {
   rendezvous::SchedulerInput input;
   input.limits = scheduler_limits(config_.get().limits);
+  // The scheduler is a function of its input alone: with nothing it is built from changed (the
+  // table, the nodes, lost members, quarantines, this leader's proposals, the limits) and no
+  // avoided node's time out run, the last plans stand (the preemptions are proposed again
+  // below; one in flight is not).
+  const ScheduleKey key{.table_index = table.non_history_index(),
+                        .node_epoch = node_epoch_,
+                        .lost_epoch = lost_epoch_,
+                        .quarantine_epoch = quarantine_epoch_,
+                        .proposals_epoch = proposals_epoch_};
+  if (schedule_key_ != key || now >= schedule_until_ || input.limits != schedule_limits_) {
+    schedule_key_ = key;
+    schedule_limits_ = input.limits;
+    schedule_until_ = kNever;
+    schedule_ = rendezvous::schedule(scheduler_input(now, table, alive, std::move(input)));
+  }
+  for (const rendezvous::Preemption& preemption : schedule_.preemptions) {
+    preempt(now, table, preemption, ledger(), consensus);
+  }
+}
+
+rendezvous::SchedulerInput RoundLeader::scheduler_input(
+    TimePoint now, const rendezvous::JobTable& table,
+    const std::map<std::string, const membership::MemberView*>& alive,
+    rendezvous::SchedulerInput input) {
   for (const auto& [id, job] : table.jobs()) {
     if (rendezvous::is_terminal(job.state)) continue;
     const auto proposal = proposed_.find(id);
@@ -595,12 +806,16 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
         const auto view = alive.find(member.first);
         if (now < until && view != alive.end() && view->second->generation == member.second) {
           sched.avoid.insert(member.first);
+          schedule_until_ = std::min(schedule_until_, until);
         }
       }
     }
     if (const auto records = quarantine_.find(id); records != quarantine_.end()) {
       for (const auto& [node, record] : records->second) {
-        if (record.failures >= 2 && now < record.until) sched.avoid.insert(node);
+        if (record.failures >= 2 && now < record.until) {
+          sched.avoid.insert(node);
+          schedule_until_ = std::min(schedule_until_, record.until);
+        }
       }
     }
     input.jobs.push_back(std::move(sched));
@@ -618,10 +833,7 @@ void RoundLeader::schedule(TimePoint now, const rendezvous::JobTable& table,
     input.nodes.push_back(rendezvous::SchedNode{
         .name = name, .slots = known.second, .usable = usable, .working = working});
   }
-  schedule_ = rendezvous::schedule(input);
-  for (const rendezvous::Preemption& preemption : schedule_.preemptions) {
-    preempt(now, table, preemption, ledger, consensus);
-  }
+  return input;
 }
 
 void RoundLeader::preempt(TimePoint now, const rendezvous::JobTable& table,
@@ -832,6 +1044,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
     auto& known = node_slots_[from];
     if (known != std::make_pair(generation, slots)) {
       known = {generation, slots};
+      ++node_epoch_;
       spdlog::info("rendezvous: {} (gen {}) offers {} worker slot(s)", from, generation, slots);
       next_plan_ = now;
       next_lead_ = TimePoint{};
@@ -840,6 +1053,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   }
   if (report.kind == ReportKind::kNodeLeaving) {
     if (leaving_.insert_or_assign(from, generation).second) {
+      ++node_epoch_;
       spdlog::info("rendezvous: {} (gen {}) drains: no new work; its jobs go on without it", from,
                    generation);
       next_plan_ = now;
@@ -947,6 +1161,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
     if (it->second.lost
             .emplace(std::make_pair(peer, peer_generation), now + rendezvous::kLostMemory)
             .second) {
+      ++lost_epoch_;
       spdlog::info("rendezvous: {} reports {} (gen {}) lost for job {} round {} ({})", from, peer,
                    peer_generation, job, round, report.reason);
       next_plan_ = now;
@@ -974,13 +1189,13 @@ void RoundLeader::alive_again(TimePoint now, const std::string& node, std::uint6
                  "may take it back",
                  id, node, generation);
     state.lost.erase(entry);
+    ++lost_epoch_;
     next_plan_ = now;
     next_lead_ = TimePoint{};
   }
 }
 
-void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table,
-                          const std::vector<membership::MemberView>& members) {
+void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table) {
   const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
   // Drains are replicated in the table; the leader logs them as it sees them change.
   const auto& drained = table.drained();
@@ -1002,11 +1217,11 @@ void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table,
     }
     drains_seen_ = drained;
   }
-  std::map<std::string, const membership::MemberView*> views;
-  for (const membership::MemberView& m : members) views[m.name] = &m;
+  const auto& views = views_;
   for (const auto& [id, job] : table.jobs()) {
     if (rendezvous::is_terminal(job.state)) {
       if (round_members_.erase(id) > 0) incidents_.on_job_ended(now, id);
+      quiet_rounds_.erase(id);
       continue;
     }
     if (!is_active_round_state(job.state) || job.round == 0) continue;
@@ -1027,17 +1242,24 @@ void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table,
     }
     const auto state = leader_jobs_.find(id);
     if (state != leader_jobs_.end() && state->second.round_seen == job.round) {
-      bool all_acked = !job.ranks.empty();
-      for (const auto& r : job.ranks) all_acked = all_acked && state->second.acked.contains(r.node);
-      if (all_acked || job.state == JobState::kRunning) {
-        incidents_.on_round_acked(now, id, job.round);
-      }
+      const auto acked = [&] {
+        return !job.ranks.empty() &&
+               std::all_of(job.ranks.begin(), job.ranks.end(), [&](const auto& r) {
+                 return state->second.acked.contains(r.node);
+               });
+      };
+      if (job.state == JobState::kRunning || acked()) incidents_.on_round_acked(now, id, job.round);
     }
     // A member gone from cluster membership (dead, left, or back as a new generation) is
     // evidence of a loss even before the job tier reports it (a silent death of a lone member).
+    // A round whose members were all there at this member list is not walked again until the
+    // list changes.
+    auto& quiet = quiet_rounds_[id];
+    if (quiet == std::make_pair(job.round, node_epoch_)) continue;
+    bool any_gone = false;
     for (const auto& r : job.ranks) {
       const auto found = views.find(r.node);
-      const membership::MemberView* view = found == views.end() ? nullptr : found->second;
+      const membership::MemberView* view = found == views.end() ? nullptr : &found->second;
       std::optional<std::int64_t> evidence;
       std::string cause = "node_lost";
       if (view != nullptr && view->generation == r.generation) {
@@ -1051,8 +1273,11 @@ void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table,
           continue;
         }
       }
+      any_gone = true;
       incidents_.on_loss(now, wall, id, job.round, nodes, cause, r.node, evidence);
     }
+    quiet = any_gone ? std::make_pair(std::uint64_t{0}, std::uint64_t{0})
+                     : std::make_pair(job.round, node_epoch_);
   }
 }
 

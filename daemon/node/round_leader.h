@@ -62,6 +62,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -164,6 +165,12 @@ class RoundLeader {
         [](const auto& entry) { return entry.second.position > 0; }));
   }
   void record_event(ClusterEvent event) { incidents_.record(std::move(event)); }
+  // Planning passes skip settled jobs (job_settled). For tests and benchmarks: plan them anyway
+  // and count each whose plan was not "nothing to do" (an error is logged for each).
+  void set_verify_skips(bool on) { verify_skips_ = on; }
+  std::uint64_t skip_mismatches() const { return skip_mismatches_; }
+  // Jobs a planning pass found settled (counted per pass; planned anyway under verify).
+  std::uint64_t jobs_skipped() const { return jobs_skipped_; }
   const IncidentLog& incident_log() const { return incidents_; }
 
  private:
@@ -220,7 +227,8 @@ class RoundLeader {
   // is held in `ledger` at once. `job` may be a copy edited for the planner (a cap, a rank map
   // put away); `base` is the job table's own rank map of the job, which an OpenRound is encoded
   // against (encode_command_against: the log carries the change, not the whole map).
-  void plan_job(
+  // Returns the planner's decision (kOpenRound also when it waits for a lost member's lease).
+  rendezvous::Decision::Kind plan_job(
       TimePoint now, const rendezvous::JobRecord& job, const rendezvous::RankMap& base,
       const std::map<std::string, std::pair<const membership::MemberView*, std::uint32_t>>& usable,
       rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
@@ -229,6 +237,21 @@ class RoundLeader {
   void propose_decision(TimePoint now, const rendezvous::JobRecord& job,
                         const rendezvous::RankMap& base, const rendezvous::Decision& decision,
                         rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+  // The maps below from the member list (views_, alive_, addresses_, left_, first_seen_),
+  // updated only where a member's generation, state or address changed (node_epoch_ then
+  // moves): a pass over an unchanged 10,000-node list costs a comparison, not four maps.
+  void refresh_members(const std::vector<membership::MemberView>& members,
+                       rendezvous::WallTime wall);
+  // in_rounds_, rebuilt when the table or a job's lost members changed, or a loss's memory ran
+  // out.
+  void refresh_in_rounds(TimePoint now, const rendezvous::JobTable& table);
+  // Whether the planner can decide nothing for `job` (an active round with every node its
+  // allowance lets it have, all usable, no failure, lost member, busy port or quarantine, not
+  // a new leader's first kNodeInfoResend, not throughput-scaled). Memoised per job in
+  // settled_ until its round, state, cap or allowed nodes change or node_epoch_ moves.
+  bool job_settled(TimePoint now, const rendezvous::JobRecord& job, const LeaderJob& state,
+                   const rendezvous::JobPlan& allowance, const rendezvous::JobTable& table,
+                   const std::function<rendezvous::NodeLedger&()>& ledger);
   // What this leader knows of `view`'s node for placing any job on it (in_active_round false:
   // the caller sets it for one job).
   rendezvous::NodeStanding node_standing(const membership::MemberView& view,
@@ -236,9 +259,18 @@ class RoundLeader {
   // One scheduler pass (rendezvous/scheduler.h) over the table's jobs and the nodes whose
   // slots are known; proposes its preemptions and keeps the plans for plan_job's callers.
   // alive: the members that are alive or suspect.
+  // `ledger` builds the pass's ledger on first use. Skipped, keeping schedule_, while
+  // schedule_key_ and the limits are unchanged and no avoided node's time out ran
+  // (schedule_until_).
   void schedule(TimePoint now, const rendezvous::JobTable& table,
                 const std::map<std::string, const membership::MemberView*>& alive,
-                rendezvous::NodeLedger& ledger, ConsensusHost& consensus);
+                const std::function<rendezvous::NodeLedger&()>& ledger, ConsensusHost& consensus);
+  // The scheduler's jobs and nodes (onto `input`, which has the limits); lowers
+  // schedule_until_ to the first time out of a node a job avoids.
+  rendezvous::SchedulerInput scheduler_input(
+      TimePoint now, const rendezvous::JobTable& table,
+      const std::map<std::string, const membership::MemberView*>& alive,
+      rendezvous::SchedulerInput input);
   // Proposes what `preemption` asks of its victim: a shrink round or a requeue.
   void preempt(TimePoint now, const rendezvous::JobTable& table,
                const rendezvous::Preemption& preemption, rendezvous::NodeLedger& ledger,
@@ -279,8 +311,7 @@ class RoundLeader {
   void act_on_report(TimePoint now, const std::string& from, std::uint64_t generation,
                      const RoundReport& report);
   // Feeds the incident log from one lead() pass (losses seen in membership, acks, drains).
-  void observe(TimePoint now, const rendezvous::JobTable& table,
-               const std::vector<membership::MemberView>& members);
+  void observe(TimePoint now, const rendezvous::JobTable& table);
   void on_round_opened(const Opened& opened, const std::string& applied);
 
   const Clock* clock_;
@@ -313,7 +344,33 @@ class RoundLeader {
   // port hold their nodes (NodeLedger) until the proposal's completion.
   std::map<std::string, std::pair<rendezvous::RankMap, std::uint16_t>> proposed_;
   std::map<std::pair<std::string, std::uint64_t>, rendezvous::WallTime> first_seen_;
+  // The member list as of its last change (refresh_members), by name, and the maps into it:
+  // alive or suspect members, and every member's address.
+  std::map<std::string, membership::MemberView> views_;
+  std::map<std::string, const membership::MemberView*> alive_;
+  std::map<std::string, std::string> addresses_;
+  // Moves whenever what makes a node usable may have changed: the member list, a node's slots,
+  // a drain or a node leaving. Settled jobs are checked again then.
+  std::uint64_t node_epoch_ = 0;
+  std::map<std::string, rendezvous::NodeDrain> drains_for_epoch_;
+  // Moves whenever a job's lost members change (in_rounds_ is rebuilt).
+  std::uint64_t lost_epoch_ = 0;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
+  std::optional<rendezvous::Index> in_rounds_index_;  // the table it was built from
+  std::uint64_t in_rounds_lost_epoch_ = 0;
+  TimePoint in_rounds_until_{};  // when a lost mark it counted runs out
+  struct SettledMemo {
+    std::uint64_t round = 0;
+    rendezvous::JobState state = rendezvous::JobState::kPending;
+    std::uint64_t node_epoch = 0;
+    std::uint32_t cap = 0;
+    std::set<std::string> allowed;
+    bool settled = false;
+  };
+  std::map<std::string, SettledMemo> settled_;  // job -> its last job_settled() verdict
+  bool verify_skips_ = false;
+  std::uint64_t skip_mismatches_ = 0;
+  std::uint64_t jobs_skipped_ = 0;
   std::map<std::string, std::map<std::string, rendezvous::QuarantineRecord>>
       quarantine_;  // job -> node
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are
@@ -330,6 +387,23 @@ class RoundLeader {
   TimePoint next_plan_{};
   TimePoint next_lead_{};  // when lead() next has work (see lead_due)
   rendezvous::SchedulerOutput schedule_;  // the last planning pass's
+  // What schedule_ was computed from (see schedule()).
+  struct ScheduleKey {
+    rendezvous::Index table_index = 0;
+    std::uint64_t node_epoch = 0;
+    std::uint64_t lost_epoch = 0;
+    std::uint64_t quarantine_epoch = 0;
+    std::uint64_t proposals_epoch = 0;
+    bool operator==(const ScheduleKey&) const = default;
+  };
+  std::optional<ScheduleKey> schedule_key_;
+  rendezvous::Limits schedule_limits_;
+  TimePoint schedule_until_{};
+  std::uint64_t quarantine_epoch_ = 0;  // moves when a quarantine record changes
+  std::uint64_t proposals_epoch_ = 0;   // moves when proposed_ changes
+  // job -> (round, node_epoch_) at which observe() found every member of the round still in
+  // membership: not walked again until one of them changes.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> quiet_rounds_;
   std::uint64_t preemptions_ = 0;
   IncidentLog incidents_;
   std::uint64_t rounds_opened_ = 0;

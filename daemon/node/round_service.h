@@ -104,6 +104,8 @@ class RoundService {
   const IncidentLog& incident_log() const { return leader_.incident_log(); }
 
   const RoundLeader& leader() const { return leader_; }
+  // For tests and benchmarks: RoundLeader::set_verify_skips.
+  void set_verify_skips(bool on) { leader_.set_verify_skips(on); }
   const RoundMember& member() const { return member_; }
 
  private:

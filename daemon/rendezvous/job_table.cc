@@ -187,6 +187,7 @@ ApplyResult JobTable::apply(Index index, std::string_view command_bytes) {
   Result<Command> command = decode_command(command_bytes);
   if (!command) {
     applied_index_ = index;
+    jobs_index_.index = index;
     return ApplyResult{ApplyCode::kMalformed, "", command.error().message, false};
   }
   return apply(index, *command);
@@ -195,6 +196,7 @@ ApplyResult JobTable::apply(Index index, std::string_view command_bytes) {
 ApplyResult JobTable::apply(Index index, const Command& command) {
   if (index <= applied_index_) die("apply() with an index not above the last applied one");
   applied_index_ = index;
+  if (!std::holds_alternative<RecordHistory>(command)) jobs_index_.index = index;
   return std::visit(
       [&](const auto& c) -> ApplyResult {
         using T = std::decay_t<decltype(c)>;

@@ -362,6 +362,10 @@ class JobTable {
   // Drained nodes by name. The leader places no new round on them.
   const std::map<std::string, NodeDrain>& drained() const { return drained_; }
   Index applied_index() const { return applied_index_; }
+  // The last applied entry that was not a RecordHistory (or a restore's index). A RecordHistory
+  // changes only the history and the jobs' series points: a reader of anything else (states,
+  // rounds, specs, drains) can skip work while this stays. Not in snapshots.
+  Index non_history_index() const { return jobs_index_.index; }
   // Recovery incidents, cluster events and recovery durations the leaders replicated.
   const History& history() const { return history_; }
   std::uint64_t jobs_created() const { return jobs_created_; }
@@ -387,6 +391,13 @@ class JobTable {
   void forget_old_terminal_jobs();
 
   Index applied_index_ = 0;
+  // See non_history_index(). A reader's hint, not the table's value: a restored table starts
+  // it at its applied index, so it takes no part in ==.
+  struct Hint {
+    Index index = 0;
+    bool operator==(const Hint&) const { return true; }
+  };
+  Hint jobs_index_;
   std::uint64_t jobs_created_ = 0;
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, ClientSession> clients_;

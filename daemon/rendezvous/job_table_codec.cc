@@ -592,6 +592,7 @@ Result<JobTable> JobTable::restore(std::string_view bytes) {
   if (!wire::internal::decode_fields(bytes, {kMaxSnapshotValues, 0}, what, &failure, image)) {
     return Error{std::move(failure.message)};
   }
+  table.jobs_index_.index = table.applied_index_;
   return table;
 }
 

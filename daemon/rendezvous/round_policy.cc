@@ -1,6 +1,9 @@
 #include "daemon/rendezvous/round_policy.h"
 
 #include <algorithm>
+#include <set>
+#include <string_view>
+#include <utility>
 
 namespace elastic::rendezvous {
 
@@ -17,6 +20,9 @@ bool usable_for_job(const NodeStanding& node) {
 CandidateSet candidates_for(const JobRecord& job, const std::vector<UsableNode>& usable,
                             const std::set<std::string>& sitting_out) {
   CandidateSet set;
+  // The members once, not a walk of the rank map per usable node.
+  std::set<std::pair<std::string_view, std::uint64_t>> members;
+  for (const auto& a : job.ranks) members.emplace(a.node, a.generation);
   for (const UsableNode& node : usable) {
     if (sitting_out.contains(node.name)) continue;
     // A member keeps the slots it has (the node's free count excludes other jobs only).
@@ -26,9 +32,7 @@ CandidateSet candidates_for(const JobRecord& job, const std::vector<UsableNode>&
                                        .alive = !node.lost,
                                        .address = node.address,
                                        .store_port = node.store_port});
-    const bool member = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const auto& a) {
-      return a.node == node.name && a.generation == node.generation;
-    });
+    const bool member = members.contains({node.name, node.generation});
     if (!member && !node.lost) {
       set.wait_list.push_back(
           Waiter{.node = node.name, .generation = node.generation, .since = node.first_seen});

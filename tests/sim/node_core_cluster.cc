@@ -1005,6 +1005,10 @@ std::optional<std::string> NodeCoreCluster::check() {
     const NodeCoreProcess* p = process(id);
     if (p == nullptr || !p->started()) continue;
     if (options_.check_reads && p->core().leading()) led_.emplace(id, sim_.info(id).generation);
+    if (const std::uint64_t wrong = p->core().rounds().leader().skip_mismatches(); wrong > 0) {
+      return "d" + std::to_string(id) + "'s leader skipped " + std::to_string(wrong) +
+             " job(s) as settled whose plan was not empty " + seed_text();
+    }
     const rendezvous::JobTable& t = p->core().jobs().table();
     const auto key = std::make_pair(sim_.info(id).generation, t.applied_index());
     auto& recorded = recorded_[id];

@@ -67,6 +67,8 @@
 //     lost, not applied twice). (c) no group continues from live state of a round that a newer
 //     round of the job superseded by training after it: that state's branch was left behind, and
 //     continuing it would apply the steps after its step a second time. Violations name the seed.
+// 10. a voter's leader half never skips a job as settled whose plan would not have been empty
+//     (options.core.verify_leader_skips: it plans such jobs anyway and counts the misses).
 // At the end (final_problem, after heal + restart_all + settling): every acknowledged job is in
 // every live voter's table, and the live voters' tables are identical; unsettled() is nullopt
 // once every request is acknowledged, the voters applied what the leader committed, and every

@@ -174,6 +174,7 @@ void NodeCoreProcess::start(SimContext& ctx) {
   core_ = std::make_unique<node::NodeCore>(
       node::Identity{.name = self, .generation = info_.generation, .address = ctx.address()},
       config_, std::move(parts), clock_, clock_.seed());
+  core_->set_verify_leader_skips(options_->verify_leader_skips);
   // membership.seeds as elasticd reads them: "name@endpoint".
   std::vector<node::SeedPeer> seeds;
   for (const std::string& seed : config_.membership.seeds) {

@@ -61,6 +61,10 @@ struct NodeCoreOptions {
   // that voter's own applied table (as JobService words it), with no forwarding and no read
   // index, so a deposed leader or a lagging follower answers with what it has.
   bool reads_skip_read_index = false;
+  // Every daemon's leader half checks that the jobs it skips as settled had nothing to plan
+  // (NodeCore::set_verify_leader_skips; the cluster's checker 10). Off in benchmarks that time
+  // the leader.
+  bool verify_leader_skips = true;
 };
 
 class NodeCoreObserver : public SimWorkerObserver {

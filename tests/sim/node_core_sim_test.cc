@@ -1093,6 +1093,59 @@ TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
   }
 }
 
+// The leader plans only jobs whose plan may change (RoundLeader::job_settled): with three jobs
+// running whole, its passes skip them; a member's loss still shrinks its job at once, and a
+// returning node grows it back. Checker 10 (every daemon plans skipped jobs anyway and compares)
+// finds no skipped job whose plan was not empty.
+TEST(NodeCoreSim, TheLeaderSkipsSettledJobsAndStillActsOnChanges) {
+  for (std::uint64_t seed : scenario_seeds({1501, 1502, 1503})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = default_cluster_options();
+    options.core.daemons = 12;
+    options.core.launcher.live_workers = 1;
+    options.core.launcher.job_runtime = Duration::zero();
+    NodeCoreCluster c(seed, options);
+    Simulator& sim = c.sim();
+    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+    for (int j = 0; j < 3; ++j) c.submit(3, 4);
+    const auto running = [&](const std::string& name, std::size_t nodes) {
+      c.drive_clients();
+      const auto job = c.job_by_name(name);
+      return job && job->state == JobState::kRunning && job->ranks.size() == nodes;
+    };
+    ASSERT_TRUE(sim.run_until_condition(
+        [&] { return running("c0", 4) && running("c1", 4) && running("c2", 4); }, sim.now() + 90s))
+        << c.describe_jobs();
+    // Past a new leader's first kNodeInfoResend (its members' slots may still be coming).
+    ASSERT_TRUE(sim.run_for(12s));
+    const auto leader = c.leader();
+    ASSERT_TRUE(leader.has_value());
+    const auto skipped = [&] {
+      return c.process(*leader)->core().rounds().leader().jobs_skipped();
+    };
+    const std::uint64_t before = skipped();
+    ASSERT_TRUE(sim.run_for(2s));
+    // Ten planning passes a second, three whole jobs each.
+    EXPECT_GE(skipped() - before, 3u * 10u) << "settled jobs were planned anyway";
+    const auto job = c.job_by_name("c1");
+    ASSERT_TRUE(job.has_value());
+    NodeId victim = 0;
+    for (const auto& r : job->ranks) {
+      const auto id = static_cast<NodeId>(std::stoul(r.node.substr(1)));
+      if (id >= c.voters() && id != *leader) victim = id;
+    }
+    ASSERT_NE(victim, 0u);
+    c.crash(victim);
+    ASSERT_TRUE(sim.run_until_condition([&] { return running("c1", 3); }, sim.now() + 30s))
+        << c.describe_jobs();
+    c.restart(victim);
+    ASSERT_TRUE(sim.run_until_condition([&] { return running("c1", 4); }, sim.now() + 60s))
+        << c.describe_jobs();
+    EXPECT_TRUE(running("c0", 4) && running("c2", 4)) << c.describe_jobs();
+    EXPECT_EQ(sim.violation(), std::nullopt);
+  }
+}
+
 // Checker 9 against trainers that never abort their old group (the bug made on purpose): when
 // the grown round forms, the old round's group still trains, and the checker must report two
 // groups of one job training at once, with the seed.

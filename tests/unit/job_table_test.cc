@@ -452,6 +452,29 @@ TEST_F(TableTest, ScaleStepsAreCommittedWithTheirReason) {
             "Cannot scale job t-1: it has already cancelled.");
 }
 
+// non_history_index(): every entry but a RecordHistory moves it (a refused one too); a restore
+// starts it at the snapshot's index.
+TEST_F(TableTest, OnlyEntriesOtherThanHistoryMoveTheNonHistoryIndex) {
+  EXPECT_EQ(table_.non_history_index(), 0u);
+  const std::string id = submit(spec("h", 1, 2, 1000)).job_id;
+  EXPECT_EQ(table_.non_history_index(), index_);
+  const Index after_submit = index_;
+  RecordHistory batch;
+  batch.points.push_back(JobPoint{id, SeriesPoint{ms(10'000), 320.0, 2.25}});
+  ASSERT_TRUE(apply(batch).ok());
+  EXPECT_EQ(table_.applied_index(), after_submit + 1);
+  EXPECT_EQ(table_.non_history_index(), after_submit) << "a history batch moved it";
+  EXPECT_FALSE(apply(CancelJob{"c1", ++seq_, "no-such-job", 0, true, ms(2000)}).ok());
+  EXPECT_EQ(table_.non_history_index(), index_) << "a refused command moves it too";
+  ASSERT_TRUE(table_.apply(++index_, "not a command").code == ApplyCode::kMalformed);
+  EXPECT_EQ(table_.non_history_index(), index_);
+  batch.points[0].point.at = ms(20'000);
+  ASSERT_TRUE(apply(batch).ok());
+  auto restored = JobTable::restore(table_.snapshot());
+  ASSERT_TRUE(restored.ok()) << restored.error().message;
+  EXPECT_EQ(restored->non_history_index(), table_.applied_index());
+}
+
 // The leader's history: series points join their jobs (bounded, thinned), complete incidents
 // and events join the table's history (bounded) and count their durations; a snapshot keeps
 // them; a bad point or an open incident refuses the whole batch.
