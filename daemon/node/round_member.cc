@@ -298,10 +298,14 @@ void RoundMember::carry_out(TimePoint now, rendezvous::JobWatchEffects& effects)
     spdlog::warn("job {} round {}: peer {} (gen {}) lost ({})", lost.job, lost.round, lost.peer,
                  lost.generation, rendezvous::to_string(lost.reason));
     it->second.declared.push_back(lost);
-    lost_peers_.push_back(lost.peer);
     // Learnt from another member's notice (a large round): the member that declared it reports
-    // it, so the leader does not get one report per survivor.
+    // it, so the leader does not get one report per survivor. Nor is it a hint for Raft's fast
+    // election: one member's word (a notice) would make every voter of the round forget a
+    // healthy leader at once, and voters that forgot it grant each other's pre-votes. A lost
+    // leader's host is still found first-hand by its ring watchers, by membership (dead) or by
+    // the election timeout.
     if (lost.reason == rendezvous::LostReason::kReported) continue;
+    lost_peers_.push_back(lost.peer);
     const auto heard = it->second.heard.find(lost.peer);
     report(it->second, lost_report(lost,
                                    heard == it->second.heard.end()

@@ -13,6 +13,7 @@
 #include "daemon/node/round_codec.h"
 #include "daemon/node/round_report.h"
 #include "daemon/rendezvous/job_codec.h"
+#include "daemon/rendezvous/job_watch.h"
 #include "daemon/wire/messages.h"
 
 namespace elastic::node {
@@ -155,6 +156,45 @@ TEST(RoundService, AMembersLossReportsFollowANewLeaderAtOnce) {
   }
   std::sort(told.begin(), told.end());
   EXPECT_EQ(told, (std::vector<std::string>{"b", "d"}));
+}
+
+// In a large round (more than JobWatchConfig::watch_all_up_to peers) a member that learns a loss
+// from another member's notice declares it but neither reports it nor hands it to Raft as a
+// fast-election hint: one member's word must not make every voter forget its leader.
+TEST(RoundService, ALossLearntFromANoticeIsNoElectionHint) {
+  Fixture f;
+  wire::Envelope start = round_start("b", "tcp://10.0.0.2:7946");
+  RoundStart decoded = *decode_round_start(start.body);
+  decoded.round.ranks.clear();
+  decoded.round.ranks.push_back({"a", kGeneration, 1, 0});
+  for (std::uint32_t i = 1; i < 12; ++i) {
+    decoded.round.ranks.push_back({"p" + std::to_string(i), 1, 1, i});
+  }
+  start.body = encode_round_start(decoded);
+  f.rounds.set_leader(f.now, "b", "tcp://10.0.0.2:7946");
+  f.rounds.on_envelope(f.now, start);
+  (void)f.rounds.take_orders();
+  (void)f.rounds.take_sends();
+  rendezvous::JobLossNotice notice{
+      rendezvous::JobRoundRef{"j1", 3, 1}, "p5", 1};
+  wire::Envelope envelope;
+  envelope.type = rendezvous::job_message_type(notice);
+  envelope.body = rendezvous::encode_job(notice);
+  envelope.sender = "p7";
+  envelope.sender_address = "tcp://10.0.0.7:7946";
+  envelope.generation = 1;
+  f.rounds.on_envelope(f.now + 10ms, envelope);
+  f.rounds.tick(f.now + 20ms);
+  EXPECT_TRUE(f.rounds.take_lost_peers().empty()) << "a notice became an election hint";
+  const std::vector<RoundService::Send> sends = f.rounds.take_sends();
+  for (const auto& send : of_type(sends, wire::MsgType::kRoundReport)) {
+    auto report = decode_round_report(send.envelope.body);
+    ASSERT_TRUE(report.ok());
+    EXPECT_NE(report->kind, ReportKind::kPeerLost) << "a notice was reported to the leader";
+  }
+  // It was declared here all the same: the notice goes on to this member's watchers.
+  EXPECT_FALSE(of_type(sends, rendezvous::job_message_type(notice)).empty())
+      << "the notice was not taken (no forwards)";
 }
 
 // A local worker's failure goes to the leader at once, and the job tier probes every round
