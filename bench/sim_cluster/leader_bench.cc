@@ -204,6 +204,7 @@ class Cluster {
   Cpu& cpu() { return cpu_; }
   const node::RoundLeader& leader() const { return leader_; }
   std::uint64_t digest() const { return digest_; }
+  const node::JobService& jobs() const { return jobs_; }
 
   // Runs events and the leader until `until`.
   void run_until(TimePoint until) {
@@ -625,6 +626,18 @@ int main(int argc, char** argv) {
               o.verify_skips ? std::to_string(cluster.leader().skip_mismatches()).c_str()
                              : "(not checked: --verify-skips)");
   std::printf("Raft log digest: %016llx\n", static_cast<unsigned long long>(cluster.digest()));
+  // The job table as Raft snapshots it (every consensus.snapshot_every_entries entries, and to
+  // a follower too far behind): its bytes, and the CPU to write and to restore it.
+  {
+    const double snap_start = thread_cpu();
+    const std::string bytes = cluster.jobs().snapshot();
+    const double snap_s = thread_cpu() - snap_start;
+    const double restore_start = thread_cpu();
+    const auto restored = elastic::rendezvous::JobTable::restore(bytes);
+    const double restore_s = thread_cpu() - restore_start;
+    std::printf("job table snapshot: %zu bytes, written in %.1f ms, restored in %.1f ms (%s)\n",
+                bytes.size(), 1000 * snap_s, 1000 * restore_s, restored.ok() ? "ok" : "FAILED");
+  }
   std::printf("wall: %.1f s\n", elastic::bench::ms_since(wall_start) / 1000);
   const bool ok = !cluster.report_to_commit_ms.empty() &&
                   cluster.report_to_commit_ms.size() + cluster.open_losses() >= cluster.losses_ &&
