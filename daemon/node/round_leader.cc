@@ -177,6 +177,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       const bool in_flight = state.in_flight;
       auto lost = std::move(state.lost);
       const std::uint32_t port_moves = state.port_moves;
+      const bool speaks_channel = state.speaks_channel;
       std::set<std::string> live_before = std::move(state.live);
       std::set<std::string> left_out;
       for (const auto& old : state.ranks_seen) {
@@ -200,6 +201,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       state.in_flight = in_flight;
       state.lost = std::move(lost);
       state.port_moves = port_moves;
+      state.speaks_channel = speaks_channel;
     }
     if (job.state == JobState::kRunning) state.port_moves = 0;
     state.recovering = job.state == JobState::kRecovering;
@@ -686,7 +688,16 @@ rendezvous::Decision::Kind RoundLeader::plan_job(
   // and a cut-off member's workers can join nothing newer (they are offered no round and stop
   // with their lease), so nothing the lost member still runs can reach the new round (see
   // README.md, "What a cut-off member can still do").
-  const bool survivors_live = rendezvous::survivors_re_form_in_place(decision, job.ranks, state.live);
+  // Once a member acknowledged live (in any round this leader saw), the job's workers re-form in
+  // place: every member runs the same program, so one not heard live in this round yet (a
+  // joiner still starting, a survivor whose live acknowledgement was lost or comes after a held
+  // grow) is one of them. Before, a loss soon after a grow round waited out the lease (sim test
+  // NodeCoreSim.ALossRightAfterAGrowWaitsForNoLease; large_job_bench at 1% message loss).
+  std::set<std::string> re_forming = state.live;
+  if (state.speaks_channel) {
+    for (const auto& member : job.ranks) re_forming.insert(member.node);
+  }
+  const bool survivors_live = rendezvous::survivors_re_form_in_place(decision, job.ranks, re_forming);
   if (decision.kind == rendezvous::Decision::Kind::kOpenRound && !survivors_live) {
     for (const auto& member : job.ranks) {
       const bool kept =
@@ -1080,6 +1091,9 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
+  if (report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost)) {
+    it->second.speaks_channel = true;
+  }
   if (report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost) &&
       it->second.live.insert(from).second) {
     // A loss that waited out a lease may not need to any more: plan at once then (not for

@@ -181,6 +181,9 @@ class RoundLeader {
     // Members whose workers of round_seen re-form in place (a live round_ack or peer_lost):
     // such a job's survivors need not wait out a lost member's lease (see plan_job).
     std::set<std::string> live;
+    // Some member of some round of the job acknowledged live: its workers speak the worker
+    // channel and re-form in place (all members run the same program). Kept across rounds.
+    bool speaks_channel = false;
     // A grow round: the previous round's live members, whose RoundStart says hold_live until
     // every new member's workers are ready (acknowledged live) or hold_until has passed.
     std::set<std::string> live_before;

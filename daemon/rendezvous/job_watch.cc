@@ -430,6 +430,8 @@ void JobWatch::on_message(TimePoint now, const std::string& from, std::uint64_t 
 void JobWatch::confirm_peers(JobWatchEffects& out) {
   if (!active_) return;
   end_confirmation();
+  // A large round's failures are not confirmed (see the protocol above): n - 1 probes each.
+  if (large_round()) return;
   // A lost peer cannot answer: no confirmation in this round.
   if (std::any_of(peers_.begin(), peers_.end(), [](const auto& e) { return e.second.lost; })) {
     return;

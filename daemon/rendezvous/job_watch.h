@@ -31,7 +31,10 @@
 //    effects say so (peers_confirmed): every daemon of the round was alive after the failure,
 //    so the failure is not a peer's loss seen early (its workers break on the dead peer's
 //    connections before the loss is declared). A peer declared lost meanwhile, or a new round,
-//    ends the confirmation without it.
+//    ends the confirmation without it. Not in a large round: a probe of every peer per failed
+//    worker is O(n) messages, O(n^2) when a whole job's workers fail together (a plain job whose
+//    peer died); there the leader waits its failure grace instead, and the ring's watchers
+//    declare a dead peer within it.
 // Worst case from a silent crash to a declaration: peer_timeout + confirm_window + latency
 // (the peer's last keepalive may have left just before it died).
 //
@@ -252,7 +255,7 @@ class JobWatch {
                      JobWatchEffects& out);
   // A local worker of the watched round failed: probe every peer not declared lost now and
   // report peers_confirmed once all of them answered (at once when there is none). Ends a
-  // confirmation still open. Without a round, nothing happens.
+  // confirmation still open. Without a round, or in a large round, nothing happens.
   void confirm_peers(JobWatchEffects& out);
   // Runs every timer that is due at `now`.
   void tick(TimePoint now, JobWatchEffects& out);

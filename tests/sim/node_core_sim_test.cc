@@ -1093,6 +1093,81 @@ TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
   }
 }
 
+// `daemons` daemons whose workers all re-form in place and train until told otherwise.
+NodeCoreClusterOptions live_training_options(std::size_t daemons) {
+  NodeCoreClusterOptions options = default_cluster_options();
+  options.core.daemons = daemons;
+  options.core.launcher.live_workers = 1;
+  options.core.launcher.job_runtime = Duration::zero();
+  return options;
+}
+
+// A host lost right after a grow round commits: the survivors re-form in place, so the shrink
+// does not wait out the lost host's lease (3 s), although not every member has acknowledged the
+// grow live yet (the joiner's workers take 3 s to start). The leader knows from the job's
+// earlier rounds that its workers re-form in place.
+TEST(NodeCoreSim, ALossRightAfterAGrowWaitsForNoLease) {
+  for (std::uint64_t seed : scenario_seeds({1601, 1602, 1603})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = live_training_options(12);
+    options.core.launcher.hello_delay = 3s;
+    options.core.config.rendezvous.lease_duration = 3s;  // shipped (the sim's default is 1 s)
+    NodeCoreCluster c(seed, options);
+    Simulator& sim = c.sim();
+    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+    c.submit(9, 12);
+    const auto job_now = [&] {
+      c.drive_clients();
+      return c.job_by_name("c0");
+    };
+    const auto running_on = [&](std::size_t nodes) {
+      const auto job = job_now();
+      return job && job->state == JobState::kRunning && job->ranks.size() == nodes;
+    };
+    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(12); }, sim.now() + 60s))
+        << c.describe_jobs();
+    ASSERT_TRUE(sim.run_for(5s));
+    const auto leader = c.leader();
+    ASSERT_TRUE(leader.has_value());
+    const auto plain_member = [&](NodeId other) {
+      const auto job = job_now();
+      for (const auto& r : job->ranks) {
+        const auto id = static_cast<NodeId>(std::stoul(r.node.substr(1)));
+        if (id >= c.voters() && id != *leader && id != other) return id;
+      }
+      return NodeId{0};
+    };
+    // Shrink (a crash), then grow back (the same host restarted).
+    const NodeId first = plain_member(0);
+    ASSERT_NE(first, 0u);
+    c.crash(first);
+    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(11); }, sim.now() + 30s))
+        << c.describe_jobs();
+    ASSERT_TRUE(sim.run_for(5s));
+    const std::uint64_t shrunk = job_now()->round;
+    c.restart(first);
+    ASSERT_TRUE(sim.run_until_condition(
+        [&] { return job_now()->round > shrunk && job_now()->ranks.size() == 12; },
+        sim.now() + 60s))
+        << c.describe_jobs();
+    // At once, while the joiner's workers start: another host goes.
+    const std::uint64_t grown = job_now()->round;
+    const NodeId second = plain_member(first);
+    ASSERT_NE(second, 0u);
+    const TimePoint lost_at = sim.now();
+    c.crash(second);
+    ASSERT_TRUE(sim.run_until_condition([&] { return job_now()->round > grown; }, sim.now() + 30s))
+        << c.describe_jobs();
+    const double took_ms = to_ms(sim.now() - lost_at);
+    std::printf("seed %llu: host lost -> the shrink committed %.0f ms after a grow\n",
+                static_cast<unsigned long long>(seed), took_ms);
+    // Detection (about 1 s) and no lease: a lease wait would add up to 3 s.
+    EXPECT_LT(took_ms, 2000.0) << c.describe_jobs();
+    EXPECT_EQ(job_now()->ranks.size(), 11u);
+    EXPECT_EQ(sim.violation(), std::nullopt);
+  }
+}
+
 // The leader plans only jobs whose plan may change (RoundLeader::job_settled): with three jobs
 // running whole, its passes skip them; a member's loss still shrinks its job at once, and a
 // returning node grows it back. Checker 10 (every daemon plans skipped jobs anyway and compares)
@@ -1100,11 +1175,7 @@ TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
 TEST(NodeCoreSim, TheLeaderSkipsSettledJobsAndStillActsOnChanges) {
   for (std::uint64_t seed : scenario_seeds({1501, 1502, 1503})) {
     SeedReport report(seed);
-    NodeCoreClusterOptions options = default_cluster_options();
-    options.core.daemons = 12;
-    options.core.launcher.live_workers = 1;
-    options.core.launcher.job_runtime = Duration::zero();
-    NodeCoreCluster c(seed, options);
+    NodeCoreCluster c(seed, live_training_options(12));
     Simulator& sim = c.sim();
     ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
     for (int j = 0; j < 3; ++j) c.submit(3, 4);

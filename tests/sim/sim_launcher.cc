@@ -118,7 +118,9 @@ Result<spawner::Spawned> SimLauncher::launch(TimePoint now, const spawner::Worke
   running.trainer.end = std::move(worker_end);
   const auto [it, inserted] = workers_.emplace(id, std::move(running));
   Running& worker = it->second;
-  if (worker.worker.live) {
+  if (worker.worker.live && options_.hello_delay > Duration::zero()) {
+    worker.trainer.hello_at = now + options_.hello_delay;
+  } else if (worker.worker.live) {
     write(now, worker, worker_channel::Hello{.version = 1, .live = true});
   }
   if (observer_ != nullptr) observer_->on_spawn(worker.worker);
@@ -353,6 +355,10 @@ void SimLauncher::run_trainer(TimePoint now, Running& running) {
   if (t.wake_at <= now) t.wake_at = kNever;
   if (!running.worker.live) return;
   if (t.dead) return;
+  if (t.hello_at <= now) {
+    t.hello_at = kNever;
+    write(now, running, worker_channel::Hello{.version = 1, .live = true});
+  }
   flush(now, running);
   read_channel(now, running);
   if (t.lost_at <= now) {
@@ -408,7 +414,8 @@ TimePoint SimLauncher::next_deadline() const {
   TimePoint next = kNever;
   for (const auto& [id, running] : workers_) {
     const Trainer& t = running.trainer;
-    next = std::min({next, running.exit_at, t.arrive_at, t.give_up_at, t.lost_at, t.wake_at});
+    next = std::min(
+        {next, running.exit_at, t.arrive_at, t.give_up_at, t.lost_at, t.wake_at, t.hello_at});
     if (unread(running)) next = std::min(next, sim_->now());
   }
   return next;

@@ -125,6 +125,9 @@ struct SimLauncherOptions {
   Duration reform_min = std::chrono::milliseconds(50);
   Duration reform_max = std::chrono::milliseconds(300);
   Duration reform_timeout = std::chrono::seconds(60);
+  // A live worker's start-up (process, model, CUDA): its hello(live) comes this long after the
+  // spawn (0: at once).
+  Duration hello_delay = Duration::zero();
   // A bug, made on purpose: a live worker keeps training in its group when it is offered a newer
   // round, and stays in it after it joined the new one (it never aborts the old group).
   bool keep_old_group = false;
@@ -181,6 +184,7 @@ class SimLauncher final : public spawner::Launcher {
     std::optional<std::uint64_t> lost_round;           // lose_peer() of that round, due at
     TimePoint lost_at = kNever;                        // ... this time
     TimePoint wake_at = kNever;                        // it wrote: the daemon reads next pass
+    TimePoint hello_at = kNever;                       // its hello is due (hello_delay)
     bool dead = false;                                 // SIGKILLed, not reaped yet
   };
   struct Running {

@@ -544,6 +544,27 @@ TEST(JobWatch, ALargeRoundWatchesThroughOneRingThatEveryMemberComputesAlike) {
   EXPECT_TRUE(small.watches("d8") && small.watched_by("d8"));
 }
 
+// A failed worker in a large round probes no peer (n - 1 probes per failure, n^2 when every
+// worker fails together) and confirms nothing: the leader waits its failure grace instead.
+// A round at the limit still confirms.
+TEST(JobWatch, ALargeRoundConfirmsNoFailure) {
+  const JobWatchConfig c;
+  JobWatchEffects out;
+  JobWatch large("d0", 1, c, 1);
+  ASSERT_OK(large.set_round(TimePoint{} + 1h, "j", 3, 7, members(40), out));
+  out = {};
+  large.confirm_peers(out);
+  EXPECT_TRUE(out.sends.empty()) << out.sends.size() << " probes";
+  EXPECT_FALSE(out.peers_confirmed);
+  EXPECT_EQ(large.stats().direct_probes, 0u);
+  JobWatch small("d0", 1, c, 1);
+  ASSERT_OK(small.set_round(TimePoint{} + 1h, "j", 3, 7,
+                            members(static_cast<int>(c.watch_all_up_to) + 1), out));
+  out = {};
+  small.confirm_peers(out);
+  EXPECT_EQ(out.sends.size(), c.watch_all_up_to) << "every peer gets a probe";
+}
+
 TEST(JobWatch, ALargeRoundsLoadPerDaemonDoesNotGrowWithItsSize) {
   for (int n : {12, 40}) {
     Round r(n);
