@@ -1102,31 +1102,6 @@ NodeCoreClusterOptions live_training_options(std::size_t daemons) {
   return options;
 }
 
-// Job "c0" as the tables have it now (the clients driven first).
-std::optional<rendezvous::JobRecord> first_job(NodeCoreCluster& c) {
-  c.drive_clients();
-  return c.job_by_name("c0");
-}
-
-// Waits for a leader, submits job c0 (min..max nodes) and waits until it runs on max nodes.
-::testing::AssertionResult start_first_job(NodeCoreCluster& c, std::uint32_t min,
-                                           std::uint32_t max) {
-  Simulator& sim = c.sim();
-  if (!sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s)) {
-    return ::testing::AssertionFailure() << "no leader";
-  }
-  c.submit(min, max);
-  if (!sim.run_until_condition(
-          [&] {
-            const auto job = first_job(c);
-            return job && job->state == JobState::kRunning && job->ranks.size() == max;
-          },
-          sim.now() + 60s)) {
-    return ::testing::AssertionFailure() << c.describe_jobs();
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // A host lost right after a grow round commits: the survivors re-form in place, so the shrink
 // does not wait out the lost host's lease (3 s), although not every member has acknowledged the
 // grow live yet (the joiner's workers take 3 s to start). The leader knows from the job's
@@ -1139,12 +1114,18 @@ TEST(NodeCoreSim, ALossRightAfterAGrowWaitsForNoLease) {
     options.core.config.rendezvous.lease_duration = 3s;  // shipped (the sim's default is 1 s)
     NodeCoreCluster c(seed, options);
     Simulator& sim = c.sim();
-    ASSERT_TRUE(start_first_job(c, 9, 12));
-    const auto job_now = [&] { return first_job(c); };
+    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+    c.submit(9, 12);
+    const auto job_now = [&] {
+      c.drive_clients();
+      return c.job_by_name("c0");
+    };
     const auto running_on = [&](std::size_t nodes) {
       const auto job = job_now();
       return job && job->state == JobState::kRunning && job->ranks.size() == nodes;
     };
+    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(12); }, sim.now() + 60s))
+        << c.describe_jobs();
     ASSERT_TRUE(sim.run_for(5s));
     const auto leader = c.leader();
     ASSERT_TRUE(leader.has_value());
@@ -1198,8 +1179,19 @@ TEST(NodeCoreSim, ALostRoundStartToARunningMemberIsResentQuickly) {
     options.core.config.rendezvous.lease_duration = 3s;
     NodeCoreCluster c(seed, options);
     Simulator& sim = c.sim();
-    ASSERT_TRUE(start_first_job(c, 9, 12));
-    const auto job_now = [&] { return first_job(c); };
+    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
+    c.submit(9, 12);
+    const auto job_now = [&] {
+      c.drive_clients();
+      return c.job_by_name("c0");
+    };
+    ASSERT_TRUE(sim.run_until_condition(
+        [&] {
+          const auto job = job_now();
+          return job && job->state == JobState::kRunning && job->ranks.size() == 12;
+        },
+        sim.now() + 60s))
+        << c.describe_jobs();
     ASSERT_TRUE(sim.run_for(3s));
     const auto leader = c.leader();
     ASSERT_TRUE(leader.has_value());
