@@ -23,10 +23,6 @@ using rendezvous::JobState;
 
 constexpr std::chrono::milliseconds kPlanInterval{100};
 constexpr std::chrono::seconds kStartResend{1};
-// A member whose workers run (it re-formed in place in the round before) acknowledges a
-// RoundStart as soon as it has it: one not heard from this long after a send lost it (or its
-// acknowledgement), and gets it again then rather than kStartResend later.
-constexpr std::chrono::milliseconds kQuickResend{250};
 // How long the leader keeps telling an ended job's members that it ended.
 constexpr std::chrono::seconds kEndNotice{10};
 // A store port a node found in use stays out of its rounds this long (its holder may let go).
@@ -359,9 +355,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     const bool notifying =
         is_active_round_state(job->state) || (job->round != 0 && now < state.ended_until);
     // (Not caught up: no RoundStart goes out; next_plan_ brings it back in kCatchUpRetry.)
-    if (notifying && caught_up) {
-      next_lead_ = std::min({next_lead_, state.next_start, state.next_quick_start});
-    }
+    if (notifying && caught_up) next_lead_ = std::min(next_lead_, state.next_start);
     ++it;
   }
 }
@@ -980,9 +974,8 @@ void RoundLeader::propose_state(TimePoint now, rendezvous::WallTime wall,
 void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, LeaderJob& state,
                               const std::map<std::string, std::string>& addresses,
                               std::uint64_t term) {
-  const bool full = now >= state.next_start;
-  if (!full && (now < state.next_quick_start || !is_active_round_state(job.state))) return;
-  if (full) state.next_start = now + kStartResend;
+  if (now < state.next_start) return;
+  state.next_start = now + kStartResend;
   RoundStart start{.term = term,
                    .state = job.state,
                    .round = rendezvous::OpenRound{.job_id = job.id,
@@ -1002,18 +995,11 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                        state.live_before, state.live, now < state.hold_until)};
   const std::string body = encode_round_start(start);
   std::vector<std::string> to;
-  bool quick_due = false;  // an unacknowledged member whose workers run
   for (const auto& member : job.ranks) {
     if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
-    const bool running = state.live_before.contains(member.node);
-    quick_due = quick_due || running;
-    if (full || running) to.push_back(member.node);
+    to.push_back(member.node);
   }
-  state.next_quick_start =
-      is_active_round_state(job.state) && quick_due ? now + kQuickResend : kNever;
-  if (full && now < state.left_out_until) {
-    to.insert(to.end(), state.left_out.begin(), state.left_out.end());
-  }
+  if (now < state.left_out_until) to.insert(to.end(), state.left_out.begin(), state.left_out.end());
   for (const std::string& node : to) {
     wire::Envelope envelope;
     envelope.type = wire::MsgType::kRoundStart;

@@ -208,9 +208,6 @@ class RoundLeader {
     std::string failure_node;                          // the node that reported it
     TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
     TimePoint next_start{};    // when to (re)send RoundStart to unacked members
-    // When to send it again to unacked members that were live in the round before (they
-    // acknowledge at once: kQuickResend); kNever when none is left.
-    TimePoint next_quick_start = kNever;
     TimePoint ended_until{};   // keep telling members of an ended job until then
     // A "store_port_busy" report about round_seen.
     std::optional<rendezvous::PortConflict> port_busy;
