@@ -14,8 +14,8 @@
 //
 // Phases: --jobs jobs of --job-nodes nodes (min --min-nodes) are submitted and run; then for
 // --seconds simulated seconds one plain host of a running job is lost every
-// --loss-every seconds (a job has at most one loss open). Measured over that window, on this
-// thread's CPU clock: every call into the leader (lead, reports, lease requests, ticks, Raft
+// --loss-every seconds (a job has at most one loss open). Measured over that window, on the
+// process's CPU clock (the bench runs on one thread): every call into the leader (lead, reports, lease requests, ticks, Raft
 // ticks and the proposals they apply) -- "leader CPU" is that time over the window's simulated
 // time. Also per loss: peer_lost -> the shrink round committed, and commit -> every member
 // acknowledged (simulated ms; the bench's members answer in 1 ms); and per return: the node
@@ -27,7 +27,6 @@
 //                     [--no-leases] [--verify-skips]
 // --verify-skips plans the jobs a pass finds settled anyway and counts those whose plan was
 // not "nothing to do" (RoundLeader::set_verify_skips); the CPU figures then include them.
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -131,12 +130,6 @@ Options parse(int argc, char** argv) {
     usage("--seconds, --loss-every and --return-after must be > 0");
   }
   return o;
-}
-
-double thread_cpu() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 Duration seconds(double s) {
@@ -401,9 +394,9 @@ class Cluster {
       f();
       return;
     }
-    const double start = thread_cpu();
+    const double start = elastic::bench::cpu_seconds();
     f();
-    bucket += thread_cpu() - start;
+    bucket += elastic::bench::cpu_seconds() - start;
   }
 
   void set_state(std::size_t i, std::uint64_t generation, membership::MemberState state) {
@@ -629,12 +622,12 @@ int main(int argc, char** argv) {
   // The job table as Raft snapshots it (every consensus.snapshot_every_entries entries, and to
   // a follower too far behind): its bytes, and the CPU to write and to restore it.
   {
-    const double snap_start = thread_cpu();
+    const double snap_start = elastic::bench::cpu_seconds();
     const std::string bytes = cluster.jobs().snapshot();
-    const double snap_s = thread_cpu() - snap_start;
-    const double restore_start = thread_cpu();
+    const double snap_s = elastic::bench::cpu_seconds() - snap_start;
+    const double restore_start = elastic::bench::cpu_seconds();
     const auto restored = elastic::rendezvous::JobTable::restore(bytes);
-    const double restore_s = thread_cpu() - restore_start;
+    const double restore_s = elastic::bench::cpu_seconds() - restore_start;
     std::printf("job table snapshot: %zu bytes, written in %.1f ms, restored in %.1f ms (%s)\n",
                 bytes.size(), 1000 * snap_s, 1000 * restore_s, restored.ok() ? "ok" : "FAILED");
   }

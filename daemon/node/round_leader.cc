@@ -45,6 +45,12 @@ std::string host_of(const std::string& address) {
   return rest;
 }
 
+// Alive or suspect in membership: the members the leader may place work on.
+bool reachable(const membership::MemberView& m) {
+  return m.state == membership::MemberState::kAlive ||
+         m.state == membership::MemberState::kSuspect;
+}
+
 // Whether a member of `job`'s round is alive in membership (the same daemon instance, not
 // suspect, not declared lost by the job tier: `lost`) but has not told this leader its slots
 // yet: a new leader hears them only once each node learns of it (node_info), and until then the
@@ -131,10 +137,7 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     if (gone) ++node_epoch_;
     return gone;
   });
-  if (table.drained() != drains_for_epoch_) {
-    drains_for_epoch_ = table.drained();
-    ++node_epoch_;
-  }
+  observe_drains(table, wall.time_since_epoch().count());
   refresh_in_rounds(now, table);
   for (auto& [node, ports] : busy_ports_) {
     std::erase_if(ports, [now](const auto& entry) { return now >= entry.second; });
@@ -373,10 +376,6 @@ bool same_standing(const membership::MemberView& a, const membership::MemberView
 
 void RoundLeader::refresh_members(const std::vector<membership::MemberView>& members,
                                   rendezvous::WallTime wall) {
-  const auto is_alive = [](const membership::MemberView& m) {
-    return m.state == membership::MemberState::kAlive ||
-           m.state == membership::MemberState::kSuspect;
-  };
   // The list comes sorted by name (Membership::members()), as views_ iterates: a walk of both
   // finds the members whose standing changed, and only those are updated. A member added or
   // removed (or a list in another order) rebuilds the maps.
@@ -398,13 +397,13 @@ void RoundLeader::refresh_members(const std::vector<membership::MemberView>& mem
     ++node_epoch_;
     for (const auto& [held, fresh] : changed) {
       const membership::MemberView& m = *fresh;
-      if (is_alive(*held) && (!is_alive(m) || held->generation != m.generation)) {
+      if (reachable(*held) && (!reachable(m) || held->generation != m.generation)) {
         first_seen_.erase({held->name, held->generation});
       }
       if (held->state == membership::MemberState::kLeft) left_.erase({held->name, held->generation});
       *held = m;
       addresses_[m.name] = m.address;
-      if (is_alive(m)) {
+      if (reachable(m)) {
         alive_[m.name] = held;
         // When this leader first saw each usable (node, generation): the wait list's order and
         // the start of its last-call window.
@@ -427,7 +426,7 @@ void RoundLeader::refresh_members(const std::vector<membership::MemberView>& mem
     const auto [it, inserted] = views_.insert_or_assign(fresh.name, fresh);
     const membership::MemberView& m = it->second;
     addresses_[m.name] = m.address;
-    if (is_alive(m)) {
+    if (reachable(m)) {
       alive_[m.name] = &m;
       const auto key = std::make_pair(m.name, m.generation);
       const auto earlier = first_seen_.find(key);
@@ -765,8 +764,7 @@ rendezvous::NodeStanding RoundLeader::node_standing(const membership::MemberView
   const auto leaving = leaving_.find(view.name);
   const auto known = node_slots_.find(view.name);
   return rendezvous::NodeStanding{
-      .reachable = view.state == membership::MemberState::kAlive ||
-                   view.state == membership::MemberState::kSuspect,
+      .reachable = reachable(view),
       .slots_known = known != node_slots_.end() && known->second.first == view.generation,
       .drained = table.drained().contains(view.name),
       .leaving = leaving != leaving_.end() && leaving->second == view.generation,
@@ -1091,11 +1089,10 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   }
   const auto it = leader_jobs_.find(job);
   if (it == leader_jobs_.end() || it->second.round_seen != round) return;  // stale report
-  if (report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost)) {
-    it->second.speaks_channel = true;
-  }
-  if (report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost) &&
-      it->second.live.insert(from).second) {
+  const bool live_report =
+      report.live && (report.kind == ReportKind::kRoundAck || report.kind == ReportKind::kPeerLost);
+  if (live_report) it->second.speaks_channel = true;
+  if (live_report && it->second.live.insert(from).second) {
     // A loss that waited out a lease may not need to any more: plan at once then (not for
     // every live ack of a round: each would be a planning pass over every job and node).
     if (!it->second.lost.empty() || it->second.recovering || report.kind == ReportKind::kPeerLost) {
@@ -1209,28 +1206,31 @@ void RoundLeader::alive_again(TimePoint now, const std::string& node, std::uint6
   }
 }
 
-void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table) {
-  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
+void RoundLeader::observe_drains(const rendezvous::JobTable& table, std::int64_t wall) {
   // Drains are replicated in the table; the leader logs them as it sees them change.
   const auto& drained = table.drained();
-  if (drained != drains_seen_) {
-    for (const auto& [node, drain] : drained) {
-      if (!drains_seen_.contains(node)) {
-        incidents_.record(ClusterEvent{.at_ms = drain.at.time_since_epoch().count(),
-                                       .kind = "node_drained",
-                                       .node = node,
-                                       .job = "",
-                                       .detail = drain.reason});
-      }
+  if (drained == drains_seen_) return;
+  ++node_epoch_;
+  for (const auto& [node, drain] : drained) {
+    if (!drains_seen_.contains(node)) {
+      incidents_.record(ClusterEvent{.at_ms = drain.at.time_since_epoch().count(),
+                                     .kind = "node_drained",
+                                     .node = node,
+                                     .job = "",
+                                     .detail = drain.reason});
     }
-    for (const auto& [node, drain] : drains_seen_) {
-      if (!drained.contains(node)) {
-        incidents_.record(ClusterEvent{
-            .at_ms = wall, .kind = "node_undrained", .node = node, .job = "", .detail = ""});
-      }
-    }
-    drains_seen_ = drained;
   }
+  for (const auto& [node, drain] : drains_seen_) {
+    if (!drained.contains(node)) {
+      incidents_.record(ClusterEvent{
+          .at_ms = wall, .kind = "node_undrained", .node = node, .job = "", .detail = ""});
+    }
+  }
+  drains_seen_ = drained;
+}
+
+void RoundLeader::observe(TimePoint now, const rendezvous::JobTable& table) {
+  const std::int64_t wall = wall_time(*clock_).time_since_epoch().count();
   const auto& views = views_;
   for (const auto& [id, job] : table.jobs()) {
     if (rendezvous::is_terminal(job.state)) {

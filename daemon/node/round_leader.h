@@ -315,6 +315,9 @@ class RoundLeader {
                      const RoundReport& report);
   // Feeds the incident log from one lead() pass (losses seen in membership, acks, drains).
   void observe(TimePoint now, const rendezvous::JobTable& table);
+  // Logs the drains that changed since the last pass (node_drained, node_undrained) and moves
+  // node_epoch_ then; `wall` stamps an undrain.
+  void observe_drains(const rendezvous::JobTable& table, std::int64_t wall);
   void on_round_opened(const Opened& opened, const std::string& applied);
 
   const Clock* clock_;
@@ -353,9 +356,8 @@ class RoundLeader {
   std::map<std::string, const membership::MemberView*> alive_;
   std::map<std::string, std::string> addresses_;
   // Moves whenever what makes a node usable may have changed: the member list, a node's slots,
-  // a drain or a node leaving. Settled jobs are checked again then.
+  // a drain (observe_drains) or a node leaving. Settled jobs are checked again then.
   std::uint64_t node_epoch_ = 0;
-  std::map<std::string, rendezvous::NodeDrain> drains_for_epoch_;
   // Moves whenever a job's lost members change (in_rounds_ is rebuilt).
   std::uint64_t lost_epoch_ = 0;
   std::set<std::string> in_rounds_;  // nodes in an active round (lease eligibility)
