@@ -737,6 +737,8 @@ int train(const Flags& flags, const WorkerEnv& first_env, RoundSource* rounds,
     for (;;) {
       if (!next) {
         // After an intact switch: a peer's round came first, this rank's daemon is behind.
+        if (intact && wait_s == 0)
+          emit({{"event", "left_group"}, {"round", env.round}, {"step", state.step}});
         const auto waited = std::chrono::steady_clock::now();
         next = rounds->wait(newer_than, deadline);
         wait_s += seconds_since(waited);

@@ -1049,6 +1049,11 @@ TEST(TrainerLive, AnIntactGrowSwitchesAtAnAgreedStepWithoutAnAbort) {
   peers[0]->offer(offer_of(2, 0, 3, port2, true));
   ASSERT_TRUE(wait_until([&] { return listening(port2); }, std::chrono::minutes(1)))
       << workers[0]->err();
+  // Offered only once rank 1 has left the old group and waits for it (on a loaded machine its
+  // last step can end after any fixed moment the test could pick).
+  ASSERT_TRUE(wait_until([&] { return event_in_round(*workers[1], "left_group", 1).has_value(); },
+                         std::chrono::minutes(1)))
+      << workers[1]->err();
   peers[1]->offer(offer_of(2, 1, 3, port2, true));
   ASSERT_TRUE(wait_until(
       [&] {
