@@ -2,6 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
 namespace elastic::control {
 
 namespace {
@@ -64,17 +68,44 @@ json to_json(const TransportCounters& c) {
               {"accept_pauses", c.accept_pauses}};
 }
 
-// Reads an optional field of the expected type; a present field of another type is an error.
+// Reads an optional field of the expected type; a present field of another type, or a number
+// the type cannot hold (a float or a negative number for an unsigned count, 1e116 for any
+// integer: nlohmann's get<> would convert it with undefined behaviour), is an error.
 template <typename T>
 bool read_field(const json& object, const char* key, T& out, std::string& error) {
   const auto it = object.find(key);
   if (it == object.end()) return true;
-  try {
+  const auto wrong = [&](const char* what) {
+    error = std::string("field \"") + key + "\" " + what;
+    return false;
+  };
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!it->is_number_integer()) return wrong("has the wrong type");
+    if (it->is_number_unsigned()) {
+      const std::uint64_t value = it->get<std::uint64_t>();
+      if (value > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+        return wrong("is out of range");
+      }
+      out = static_cast<T>(value);
+      return true;
+    }
+    const std::int64_t value = it->get<std::int64_t>();
+    if (std::is_unsigned_v<T> || value < static_cast<std::int64_t>(std::numeric_limits<T>::min())) {
+      return wrong("is out of range");
+    }
+    out = static_cast<T>(value);
+    return true;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) return wrong("has the wrong type");
     out = it->get<T>();
     return true;
-  } catch (const json::exception&) {
-    error = std::string("field \"") + key + "\" has the wrong type";
-    return false;
+  } else {
+    try {
+      out = it->get<T>();
+      return true;
+    } catch (const json::exception&) {
+      return wrong("has the wrong type");
+    }
   }
 }
 

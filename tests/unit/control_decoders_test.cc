@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/control/protocol.h"
 #include "daemon/control/requests.h"
 #include "daemon/control/verbs.h"
 
@@ -141,6 +142,26 @@ TEST(ControlRequests, ValidRequestsDecodeToTheirValues) {
 
 // The verb table (control/verbs.h): one entry per verb, the leader's verbs marked, and the
 // answer to an unknown verb built from it.
+// A status reply's numbers: a float, a negative number for an unsigned count or 1e116 is one
+// error naming the field (found by control_fuzz: nlohmann's get<> converted 3.2e116 to an
+// unsigned 64-bit integer, undefined behaviour).
+TEST(ControlReplies, AStatusNumberTheFieldCannotHoldIsAnErrorNamingIt) {
+  const auto status = [](const std::string& generation) {
+    return control::decode_status_reply(R"({"ok":true,"self":{"name":"n1","generation":)" +
+                                        generation + R"(,"address":"tcp://n1:7946"}})");
+  };
+  auto ok = status("7");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->self.generation, 7u);
+  for (const std::string bad : {"3.2e116", "-1", "1.5"}) {
+    auto decoded = status(bad);
+    ASSERT_FALSE(decoded.ok()) << bad;
+    EXPECT_THAT(decoded.error().message, HasSubstr("\"generation\"")) << bad;
+  }
+  EXPECT_THAT(status("\"x\"").error().message, HasSubstr("has the wrong type"));
+  EXPECT_THAT(status("-1").error().message, HasSubstr("is out of range"));
+}
+
 TEST(VerbTable, NamesAreUniqueAndTheUnknownVerbAnswerListsEveryOne) {
   std::vector<std::string> names;
   for (const control::Verb& verb : control::verbs()) names.emplace_back(verb.name);
