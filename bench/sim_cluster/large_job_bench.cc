@@ -96,12 +96,15 @@ class Bench : public NodeCoreCluster {
   using NodeCoreCluster::NodeCoreCluster;
 
   void on_round_start(NodeId node, std::uint64_t generation,
-                      const elastic::node::RoundStart& start) override {
-    NodeCoreCluster::on_round_start(node, generation, start);
-    if (start.round.job_id != job_) return;
-    auto& first = starts_[start.round.round];
-    first.emplace(node, sim().now());
-    ++starts_of_[start.round.round];
+                      const elastic::node::RoundStartStamp& start, std::size_t bytes,
+                      bool taken) override {
+    NodeCoreCluster::on_round_start(node, generation, start, bytes, taken);
+    if (start.job != job_) return;
+    ++starts_of_[start.round];
+    bytes_of_[start.round] += bytes;
+    if (!start.delta) ++full_of_[start.round];
+    // "At the member": the first start of the round it could read and act on.
+    if (taken) starts_[start.round].emplace(node, sim().now());
   }
   void on_applied(NodeId node, const elastic::rendezvous::JobTable& table) override {
     NodeCoreCluster::on_applied(node, table);
@@ -142,6 +145,8 @@ class Bench : public NodeCoreCluster {
 
  public:
   std::map<std::uint64_t, std::uint64_t> starts_of_;  // RoundStarts of the job per round
+  std::map<std::uint64_t, std::uint64_t> bytes_of_;   // ... their bodies' bytes
+  std::map<std::uint64_t, std::uint64_t> full_of_;    // ... those in full (not a delta)
 };
 
 struct LossRow {
@@ -150,6 +155,7 @@ struct LossRow {
   double detected_ms = 0, committed_ms = 0, members_ms = 0, total_ms = 0;
   std::size_t members = 0;
   std::size_t log_bytes = 0;
+  std::uint64_t ran_in = 0;  // the round the job ran again in (to_round, or a grow after it)
 };
 
 std::string stat_cell(std::vector<double> v) {
@@ -168,7 +174,10 @@ std::string stat_cell(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  spdlog::set_level(spdlog::level::err);  // a thousand daemons log every round
+  // A thousand daemons log every round: errors only, unless ELASTIC_SIM_LOG names a level.
+  const char* log_level = std::getenv("ELASTIC_SIM_LOG");
+  spdlog::set_level(log_level != nullptr ? spdlog::level::from_str(log_level)
+                                         : spdlog::level::err);
   NodeCoreClusterOptions options = elastic::sim::shipped_cluster_options(o.daemons);
   options.core.launcher.job_runtime = Duration::zero();  // workers train until told otherwise
   options.core.launcher.live_workers = 1.0;
@@ -250,13 +259,24 @@ int main(int argc, char** argv) {
     const TimePoint killed = sim.now();
     const std::int64_t killed_wall = clock.wall_ms();
     c.lose(row.victim);
-    const std::size_t survivors = job->ranks.size() - 1;
-    while (!running_on(survivors)) {
+    // The survivors: the new round's members. It is the first round after the loss; it may be
+    // followed by a grow onto a spare before it ran (the job runs again then in that one).
+    const elastic::rendezvous::RankMap before = job->ranks;
+    const std::string victim_name = "d" + std::to_string(row.victim);
+    const auto recovered = [&] {
+      job = c.job_by_name("c0");
+      return job && job->state == elastic::rendezvous::JobState::kRunning &&
+             job->round > row.from_round &&
+             std::none_of(job->ranks.begin(), job->ranks.end(),
+                          [&](const auto& r) { return r.node == victim_name; });
+    };
+    while (!recovered()) {
       if (sim.now() - killed > 2min) return fail("no recovery after losing d" +
                                                  std::to_string(row.victim));
       if (!sim.run_for(50ms)) return fail(sim.violation().value_or("?"));
     }
-    row.to_round = job->round;
+    row.to_round = row.from_round + 1;
+    row.ran_in = job->round;
     const auto leader = c.leader();
     if (!leader) return fail("no leader after the recovery");
     const auto& incidents = c.process(*leader)->core().rounds().incidents();
@@ -275,7 +295,8 @@ int main(int argc, char** argv) {
     if (!committed) return fail("round " + std::to_string(row.to_round) + " never applied");
     row.committed_ms = to_ms(*committed - detected);
     TimePoint last = *committed;
-    for (const auto& r : job->ranks) {
+    for (const auto& r : before) {
+      if (r.node == victim_name) continue;
       const NodeId id = static_cast<NodeId>(std::stoul(r.node.substr(1)));
       const auto& starts = c.starts(row.to_round);
       const auto it = starts.find(id);
@@ -290,12 +311,15 @@ int main(int argc, char** argv) {
     row.total_ms = to_ms(last - killed);
     row.log_bytes = c.open_bytes(row.to_round).value_or(0);
     rows.push_back(row);
-    std::printf("  loss %d: d%u, round %llu -> %llu: detected %.0f ms, committed +%.1f ms, at "
+    const std::string ran_in =
+        row.ran_in == row.to_round ? ""
+                                   : " (ran again in grow round " + std::to_string(row.ran_in) + ")";
+    std::printf("  loss %d: d%u, round %llu -> %llu%s: detected %.0f ms, committed +%.1f ms, at "
                 "all %zu members +%.1f ms; OpenRound %zu bytes (%.0f s wall)\n",
                 k + 1, static_cast<unsigned>(row.victim),
                 static_cast<unsigned long long>(row.from_round),
-                static_cast<unsigned long long>(row.to_round), row.detected_ms, row.committed_ms,
-                row.members, row.members_ms, row.log_bytes, wall_now());
+                static_cast<unsigned long long>(row.to_round), ran_in.c_str(), row.detected_ms,
+                row.committed_ms, row.members, row.members_ms, row.log_bytes, wall_now());
     std::fflush(stdout);
     if (!sim.run_for(5s)) return fail(sim.violation().value_or("?"));
   }
@@ -312,6 +336,13 @@ int main(int argc, char** argv) {
     ++counted;
   }
   const bool same_leader = phase_leader && c.leader() == phase_leader;
+  if (const auto* lp = phase_leader ? c.process(*phase_leader) : nullptr; lp != nullptr) {
+    const auto& leader = lp->core().rounds().leader();
+    std::printf("the leader's planning passes: the job planned %llu times, skipped as settled "
+                "%llu times\n",
+                static_cast<unsigned long long>(leader.jobs_planned()),
+                static_cast<unsigned long long>(leader.jobs_skipped()));
+  }
   std::printf("\ndaemon CPU over the %.1f simulated s of losses (real time in NodeCore::step per "
               "simulated second): the Raft leader d%u %.1f%%%s; other daemons mean %.2f%%, "
               "busiest %.2f%%\n",
@@ -321,13 +352,14 @@ int main(int argc, char** argv) {
               same_leader ? "" : " (the leader changed)", 100 * member_sum / counted,
               100 * member_max);
 
-  std::vector<double> detected, committed, members, total, bytes;
+  std::vector<double> detected, committed, members, total, bytes, start_bytes;
   for (const LossRow& r : rows) {
     detected.push_back(r.detected_ms);
     committed.push_back(r.committed_ms);
     members.push_back(r.members_ms);
     total.push_back(r.total_ms);
     bytes.push_back(static_cast<double>(r.log_bytes));
+    start_bytes.push_back(static_cast<double>(c.bytes_of_[r.to_round]) / 1024.0);
   }
   std::printf("\n| measure (%zu losses; median / p99 / max) | value |\n|---|---|\n", rows.size());
   std::printf("| kill -> the leader holds the loss report | %s ms |\n", stat_cell(detected).c_str());
@@ -337,11 +369,17 @@ int main(int argc, char** argv) {
               stat_cell(members).c_str());
   std::printf("| kill -> RoundStart at every member | %s ms |\n", stat_cell(total).c_str());
   std::printf("| Raft log bytes of the new round's OpenRound | %s |\n", stat_cell(bytes).c_str());
-  std::printf("\nRoundStarts delivered: %llu; of the job, per round:",
-              static_cast<unsigned long long>(c.counters().round_starts));
+  std::printf("| RoundStart bytes delivered for the new round, all members together | %s KiB |\n",
+              stat_cell(start_bytes).c_str());
+  std::printf("\nRoundStarts delivered: %llu (%.1f MiB); of the job, per round (starts/in "
+              "full/KiB):",
+              static_cast<unsigned long long>(c.counters().round_starts),
+              static_cast<double>(c.counters().round_start_bytes) / (1024.0 * 1024.0));
   for (const auto& [round, n] : c.starts_of_) {
-    std::printf(" %llu:%llu", static_cast<unsigned long long>(round),
-                static_cast<unsigned long long>(n));
+    std::printf(" %llu:%llu/%llu/%.0f", static_cast<unsigned long long>(round),
+                static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(c.full_of_[round]),
+                static_cast<double>(c.bytes_of_[round]) / 1024.0);
   }
   std::printf("\n");
   std::printf("\nsimulated %.1f s, %llu events, wall %.0f s, CPU %.0f s\nverdict: ok\n",

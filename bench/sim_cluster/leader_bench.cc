@@ -312,6 +312,7 @@ class Cluster {
   std::uint64_t losses_ = 0;
   std::uint64_t rounds_committed_ = 0;
   std::size_t round_starts_ = 0;
+  std::size_t round_start_bytes_ = 0;
 
   // Called after every step: finds committed rounds of jobs with an open loss.
   void track_rounds() {
@@ -466,19 +467,26 @@ class Cluster {
     for (node::RoundSend& send : leader_.take_sends()) {
       if (send.envelope.type != elastic::wire::MsgType::kRoundStart) continue;
       ++round_starts_;
-      auto start = node::decode_round_start(send.envelope.body);
+      round_start_bytes_ += send.envelope.body.size();
+      // Either form (a delta resolves against the member's round): the daemons here keep no
+      // round, so membership is read from the leader's table, which holds the same round.
+      auto start = node::peek_round_start(send.envelope.body);
       if (!start.ok()) continue;
       const auto found = index_.find(send.to);
       if (found == index_.end()) continue;
       const std::size_t i = found->second;
       if (!rdv::is_active_round_state(start->state)) continue;
-      const bool member = std::any_of(start->round.ranks.begin(), start->round.ranks.end(),
+      const rdv::JobRecord* record = jobs_.table().job(start->job);
+      if (record == nullptr || record->round != start->round) continue;
+      const bool member = std::any_of(record->ranks.begin(), record->ranks.end(),
                                       [&](const auto& r) {
                                         return r.node == send.to && r.generation == generation_[i];
                                       });
       if (!member) continue;
-      const std::string job = start->round.job_id;
-      const std::uint64_t round = start->round.round;
+      const std::string job = start->job;
+      const std::uint64_t round = start->round;
+      // A member answers every start of its round at once (round_member.h).
+      send_report(i, node::round_report(node::ReportKind::kRoundReceived, job, round));
       // A member that ran the job's previous round re-forms in place (1 ms); a joiner starts
       // its workers first.
       auto& ran = ran_round_[{job, i}];
@@ -612,9 +620,10 @@ int main(int argc, char** argv) {
   stats("peer_lost -> shrink committed", cluster.report_to_commit_ms);
   stats("shrink committed -> every member acknowledged", cluster.commit_to_acked_ms);
   stats("node back -> in a committed round", cluster.return_to_grow_ms);
-  std::printf("RoundStarts sent: %zu; settled jobs skipped (per pass): %llu; skips whose plan "
-              "was not empty: %s\n",
+  std::printf("RoundStarts sent: %zu (%.1f MiB); settled jobs skipped (per pass): %llu; skips "
+              "whose plan was not empty: %s\n",
               cluster.round_starts_,
+              static_cast<double>(cluster.round_start_bytes_) / (1024.0 * 1024.0),
               static_cast<unsigned long long>(cluster.leader().jobs_skipped()),
               o.verify_skips ? std::to_string(cluster.leader().skip_mismatches()).c_str()
                              : "(not checked: --verify-skips)");

@@ -23,6 +23,9 @@ using rendezvous::JobState;
 
 constexpr std::chrono::milliseconds kPlanInterval{100};
 constexpr std::chrono::seconds kStartResend{1};
+// A member answers a RoundStart at once (round_received): one without an answer this long after
+// the send has most likely lost it (or its answer).
+constexpr std::chrono::milliseconds kStartQuickResend{250};
 // How long the leader keeps telling an ended job's members that it ended.
 constexpr std::chrono::seconds kEndNotice{10};
 // A store port a node found in use stays out of its rounds this long (its holder may let go).
@@ -183,13 +186,20 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
       const bool speaks_channel = state.speaks_channel;
       std::set<std::string> live_before = std::move(state.live);
       std::set<std::string> left_out;
+      std::set<std::string_view> kept;
+      for (const auto& member : job.ranks) kept.insert(member.node);
       for (const auto& old : state.ranks_seen) {
-        if (std::none_of(job.ranks.begin(), job.ranks.end(),
-                         [&](const auto& member) { return member.node == old.node; })) {
-          left_out.insert(old.node);
-        }
+        if (!kept.contains(old.node)) left_out.insert(old.node);
       }
+      std::map<std::string, std::uint64_t> received = std::move(state.received);
+      rendezvous::RankMap ranks_before = std::move(state.ranks_seen);
+      const std::uint64_t round_before = state.round_seen;
       state = LeaderJob{};
+      if (round_before != 0 && job.round == round_before + 1) {
+        state.holds_base = std::move(received);
+        state.base_round = round_before;
+        state.base_ranks = std::move(ranks_before);
+      }
       state.round_seen = job.round;
       state.ranks_seen = job.ranks;
       state.left_out = std::move(left_out);
@@ -278,6 +288,8 @@ void RoundLeader::lead(TimePoint now, bool leading, const rendezvous::JobTable& 
     if (settled) {
       ++jobs_skipped_;
       if (!verify_skips_) continue;
+    } else {
+      ++jobs_planned_;
     }
     // A queued job's join_timeout counts from when the scheduler first let it start, not from
     // its submission: waiting in the queue is not failing to gather.
@@ -973,7 +985,12 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                               const std::map<std::string, std::string>& addresses,
                               std::uint64_t term) {
   if (now < state.next_start) return;
-  state.next_start = now + kStartResend;
+  const bool active = is_active_round_state(job.state);
+  // An ended or recovering job's members are told once a kStartResend (they answer nothing).
+  const bool to_all = !active || now >= state.next_all;
+  if (to_all) state.next_all = now + kStartResend;
+  // Sooner only while a member has not answered (the pass then costs a lead() per job).
+  bool unanswered = false;
   RoundStart start{.term = term,
                    .state = job.state,
                    .round = rendezvous::OpenRound{.job_id = job.id,
@@ -991,17 +1008,40 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                    .hold_live = rendezvous::hold_for_joiners(
                        job.state == JobState::kRendezvous, job.round_reason, job.ranks,
                        state.live_before, state.live, now < state.hold_until)};
-  const std::string body = encode_round_start(start);
-  std::vector<std::string> to;
-  for (const auto& member : job.ranks) {
-    if (is_active_round_state(job.state) && state.acked.contains(member.node)) continue;
-    to.push_back(member.node);
+  if (!start.hold_live && !state.hold_ran_out && job.state == JobState::kRendezvous &&
+      job.round_reason == rendezvous::RoundReason::kGrow && !state.joiners_pending.empty() &&
+      now >= state.hold_until) {
+    state.hold_ran_out = true;
+    spdlog::info("rendezvous: job {} round {}: the grow's running members go on without waiting "
+                 "longer for {} member(s) not live yet (first: {})",
+                 job.id, job.round, state.joiners_pending.size(), *state.joiners_pending.begin());
   }
-  if (now < state.left_out_until) to.insert(to.end(), state.left_out.begin(), state.left_out.end());
-  for (const std::string& node : to) {
+  // The three bodies, each encoded when first needed: in full; as a delta against the round
+  // before (a member's first send, when it holds that round); as a delta against this round
+  // itself (a member that holds it, sent again because its workers do not run yet).
+  std::optional<std::string> full, from_base, from_itself;
+  std::optional<std::uint64_t> digest;
+  const auto delta_body = [&](std::optional<std::string>& body, std::uint64_t base_round,
+                              const rendezvous::RankMap& base) -> const std::string* {
+    if (!body) {
+      if (!digest) digest = spec_digest(job.spec);
+      body = encode_round_start_delta(start, base_round, base, *digest).value_or("");
+    }
+    return body->empty() ? nullptr : &*body;
+  };
+  const auto holds = [](const std::map<std::string, std::uint64_t>& who,
+                        const rendezvous::RankAssignment& member) {
+    const auto found = who.find(member.node);
+    return found != who.end() && found->second == member.generation;
+  };
+  const auto send = [&](const std::string& node, const std::string* body) {
+    if (body == nullptr) {
+      if (!full) full = encode_round_start(start);
+      body = &*full;
+    }
     wire::Envelope envelope;
     envelope.type = wire::MsgType::kRoundStart;
-    envelope.body = body;
+    envelope.body = *body;
     std::string address;
     if (node == self_) {
       // For this daemon's own member half (round_send.h).
@@ -1014,6 +1054,28 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
                                .address = std::move(address),
                                .envelope = std::move(envelope),
                                .report = std::nullopt});
+  };
+  for (const auto& member : job.ranks) {
+    if (!active) {
+      send(member.node, nullptr);
+      continue;
+    }
+    if (state.acked.contains(member.node)) continue;
+    const TimePoint first_sent = state.first_sent.try_emplace(member.node, now).first->second;
+    if (holds(state.received, member)) {
+      if (to_all) send(member.node, delta_body(from_itself, job.round, job.ranks));
+    } else if (now < first_sent + kStartQuickResend && holds(state.holds_base, member)) {
+      // Sent again before an answer was due (the round's hold ended, say): still a delta.
+      send(member.node, delta_body(from_base, state.base_round, state.base_ranks));
+      unanswered = true;
+    } else {
+      send(member.node, nullptr);
+      unanswered = true;
+    }
+  }
+  state.next_start = unanswered ? now + kStartQuickResend : state.next_all;
+  if (to_all && now < state.left_out_until) {
+    for (const std::string& node : state.left_out) send(node, nullptr);
   }
 }
 
@@ -1104,6 +1166,7 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
     // members' acks cost ~n^2/2 RoundStarts (a 1,024-node round: ~500,000 of ~57 KB).
     if (it->second.joiners_pending.erase(from) > 0 && it->second.joiners_pending.empty()) {
       it->second.next_start = TimePoint{};
+      it->second.next_all = TimePoint{};
     }
   }
   if (report.kind == ReportKind::kWorkerFailed || report.kind == ReportKind::kPeerLost) {
@@ -1152,6 +1215,9 @@ void RoundLeader::act_on_report(TimePoint now, const std::string& from, std::uin
   if (report.kind == ReportKind::kWorkersDone) {
     if (it->second.done.insert(from).second) next_lead_ = TimePoint{};
     return;
+  }
+  if (report.kind == ReportKind::kRoundReceived || report.kind == ReportKind::kRoundAck) {
+    it->second.received[from] = generation;
   }
   if (report.kind == ReportKind::kRoundAck) {
     if (it->second.acked.insert(from).second) {

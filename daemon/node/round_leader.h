@@ -37,7 +37,11 @@
 //    this leader's job tier has not declared lost.
 //  - once a round is committed, RoundStart (the committed OpenRound command and the leader's
 //    term) goes to every member until it acknowledges; when all have, the leader commits
-//    SetJobState(running). Members of a job that ended or is recovering get a RoundStart
+//    SetJobState(running). A member that confirmed it holds the round before (round_received
+//    or round_ack) is sent the new one as a delta against it (round_codec.h: a few hundred
+//    bytes instead of the whole rank map); a member that has not said it holds the new round
+//    is sent it again, in full, kStartQuickResend after the last send; one that holds it but
+//    whose workers do not run yet, every kStartResend as a delta against the round itself. Members of a job that ended or is recovering get a RoundStart
 //    carrying that state, so they stop watching it.
 //  - members' reports (kRoundReport, round_report.h: node_info, node_leaving, round_ack,
 //    workers_done, worker_failed, peer_lost, store_port_busy, and for incidents
@@ -171,6 +175,7 @@ class RoundLeader {
   std::uint64_t skip_mismatches() const { return skip_mismatches_; }
   // Jobs a planning pass found settled (counted per pass; planned anyway under verify).
   std::uint64_t jobs_skipped() const { return jobs_skipped_; }
+  std::uint64_t jobs_planned() const { return jobs_planned_; }  // ... and planned
   const IncidentLog& incident_log() const { return incidents_; }
 
  private:
@@ -178,6 +183,16 @@ class RoundLeader {
     std::uint64_t round_seen = 0;  // the round the fields below are about
     bool in_flight = false;        // a proposal for this job awaits its commit
     std::set<std::string> acked;   // members that acknowledged round_seen
+    // Members (name -> generation) that said they hold round_seen (round_received or
+    // round_ack), and those that held the round before it (base_round, its map base_ranks;
+    // round_seen - 1, or empty): the first send of round_seen to them is a delta.
+    std::map<std::string, std::uint64_t> received;
+    std::map<std::string, std::uint64_t> holds_base;
+    std::uint64_t base_round = 0;
+    rendezvous::RankMap base_ranks;
+    // When round_seen was first sent to each member: without an answer a quick resend later,
+    // it may not read deltas (it restarted, or missed the round before) and is sent it in full.
+    std::map<std::string, TimePoint> first_sent;
     // Members whose workers of round_seen re-form in place (a live round_ack or peer_lost):
     // such a job's survivors need not wait out a lost member's lease (see plan_job).
     std::set<std::string> live;
@@ -196,6 +211,7 @@ class RoundLeader {
     // Members of round_seen that were not live in the round before (joiners, cold starts) and
     // have not acknowledged live yet: a held grow goes on once the last one has.
     std::set<std::string> joiners_pending;
+    bool hold_ran_out = false;  // hold_until passed with joiners pending (logged once)
     std::set<std::string> left_out;
     TimePoint left_out_until{};
     // Declared lost by the job tier -> until when it stays out of this job's rounds
@@ -207,7 +223,8 @@ class RoundLeader {
     std::optional<rendezvous::WorkerFailure> failure;  // of round_seen
     std::string failure_node;                          // the node that reported it
     TimePoint failure_seen{};  // when; acted on only after the failure grace (see plan_job)
-    TimePoint next_start{};    // when to (re)send RoundStart to unacked members
+    TimePoint next_start{};    // when to send RoundStart again to members without it
+    TimePoint next_all{};      // ... and to every member yet to acknowledge
     TimePoint ended_until{};   // keep telling members of an ended job until then
     // A "store_port_busy" report about round_seen.
     std::optional<rendezvous::PortConflict> port_busy;
@@ -376,6 +393,7 @@ class RoundLeader {
   bool verify_skips_ = false;
   std::uint64_t skip_mismatches_ = 0;
   std::uint64_t jobs_skipped_ = 0;
+  std::uint64_t jobs_planned_ = 0;
   std::map<std::string, std::map<std::string, rendezvous::QuarantineRecord>>
       quarantine_;  // job -> node
   // node -> (generation, worker slots) from node_info reports; only nodes with known slots are

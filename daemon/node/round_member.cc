@@ -81,7 +81,10 @@ void RoundMember::on_peer_disconnected(TimePoint now, const std::string& peer) {
 }
 
 void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) {
-  auto start = decode_round_start(envelope.body);
+  auto start = decode_round_start(envelope.body, [this](const std::string& job) {
+    const auto it = held_.find(job);
+    return it == held_.end() ? nullptr : &it->second;
+  });
   if (!start.ok()) {
     spdlog::debug("dropped a round start from {}: {}", envelope.sender, start.error().message);
     return;
@@ -110,7 +113,10 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
                     .graceful = healthy,
                     .why = std::string("the job is ") + rendezvous::to_string(start->state),
                     .final = rendezvous::is_terminal(start->state)});
-    if (rendezvous::is_terminal(start->state)) fence_.forget(round.job_id);
+    if (rendezvous::is_terminal(start->state)) {
+      fence_.forget(round.job_id);
+      held_.erase(round.job_id);
+    }
     return;
   }
   const auto verdict = fence_.observe(round.job_id, stamp);
@@ -125,6 +131,7 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
   });
   if (self == round.ranks.end()) {
     if (watched_.erase(round.job_id) > 0) update_lease_want(now);
+    held_.erase(round.job_id);
     // Left out by a shrink the scheduler chose (a preemption, throughput scaling): the round was
     // healthy, so TERM and the grace period; otherwise this node is out after a failure.
     const bool chosen = round.reason == rendezvous::RoundReason::kPreempted ||
@@ -172,6 +179,14 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
     carry_out(now, effects);
   }
   update_lease_want(now);
+  // The leader's next round may come as a delta against this one, and resends of this one stop.
+  HeldRound& held = held_[round.job_id];
+  const std::uint64_t digest = spec_digest(start->spec);
+  if (held.round != round.round || held.spec_digest != digest) {
+    held = HeldRound{
+        .round = round.round, .ranks = round.ranks, .spec = start->spec, .spec_digest = digest};
+  }
+  report(watched, round_report(ReportKind::kRoundReceived, round.job_id, round.round));
   // The leader counts the round as started once the workers run; the supervisor acknowledges
   // later through report_for() when it must first stop an older round's workers.
   // A round this daemon fenced itself out of stays stopped: its lease may already count as run

@@ -1,12 +1,16 @@
 // RoundMember: a member daemon's half of round handling; every daemon runs one (the leader's
 // half is round_leader.h; RoundService, round_service.h, composes the two).
 //
-//  - RoundStart (kRoundStart) passes the RoundFence (a stale round or a deposed leader's copy
+//  - RoundStart (kRoundStart, either form of round_codec.h: a delta resolves against the job's
+//    round this daemon holds) passes the RoundFence (a stale round or a deposed leader's copy
 //    is ignored); a member of the round asks the job supervisor to run its workers (kRun order)
 //    and watches its peers with JobWatch (keepalives, indirect probes, kJobKeepalive..
 //    kJobProbeReply, codec in rendezvous/job_codec.h), and reports a declared loss to the
 //    leader (peer_lost, repeated each second while the round stands). A RoundStart of a job
 //    that ended or is recovering, or of a round without this daemon, stops its workers (kStop).
+//  - each RoundStart of a round it is a member of is answered at once with "round_received"
+//    (before the workers run): the leader resends a start quickly only to members that did not
+//    answer, and sends them the next round as a delta.
 //  - while in an active round it holds a lease (LeaseHolder) renewed from the leader that sent
 //    the round (kLeaseRequest / kLeaseGrant); when the lease runs out it logs, marks its rounds
 //    fenced and stops their workers, and tells the leader, as this node's worker failure
@@ -155,6 +159,9 @@ class RoundMember {
 
   rendezvous::RoundFence fence_;
   std::map<std::string, Watched> watched_;
+  // Per job, the newest round this daemon was sent and is a member of, kept while the job
+  // recovers between rounds: the base of a delta-form RoundStart (round_codec.h).
+  std::map<std::string, HeldRound> held_;
   rendezvous::LeaseHolder holder_;
   // The leader that sent the newest round that passed the fence: leases are asked of it.
   std::string lease_leader_;

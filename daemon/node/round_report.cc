@@ -21,9 +21,9 @@ using wire::internal::When;
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kNames = {
+constexpr std::array<std::string_view, 10> kNames = {
     "node_info",     "node_leaving", "round_ack", "workers_done",    "workers_stopped",
-    "worker_failed", "peer_lost",    "progress",  "store_port_busy",
+    "worker_failed", "peer_lost",    "progress",  "store_port_busy", "round_received",
 };
 static_assert(kNames.size() == static_cast<std::size_t>(kLastReportKind) + 1);
 

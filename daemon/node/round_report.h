@@ -20,7 +20,7 @@
 //   pa peers_alive  worker_failed               every other daemon of the round answered the
 //                                               reporter after the failure (see the field)
 //
-// node_leaving, workers_done and workers_stopped carry only k, j and r. Wall times
+// node_leaving, workers_done, workers_stopped and round_received carry only k, j and r. Wall times
 // and steps are signed (msgpack int); everything else is unsigned.
 //
 // Decoding: an unknown kind, a missing k, j or r, a field of the wrong type, a job that is
@@ -64,8 +64,12 @@ enum class ReportKind : std::uint8_t {
   kPeerLost = 6,
   kProgress = 7,
   kStorePortBusy = 8,
+  // The member holds the round's RoundStart (sent for every one it takes part in, resends too,
+  // before its workers run): the leader resends the start quickly only to members that have not
+  // said so (RoundLeader::send_starts), and sends the next round as a delta to those that did.
+  kRoundReceived = 9,
 };
-inline constexpr ReportKind kLastReportKind = ReportKind::kStorePortBusy;
+inline constexpr ReportKind kLastReportKind = ReportKind::kRoundReceived;
 
 struct RoundReport {
   ReportKind kind = ReportKind::kRoundAck;

@@ -13,6 +13,7 @@
 #include "daemon/rendezvous/job_codec.h"
 #include "daemon/rendezvous/job_table.h"
 #include "daemon/wire/codec.h"
+#include "tests/fuzz/wire_fuzz_held.h"
 
 using namespace elastic::wire;
 
@@ -84,6 +85,15 @@ int main(int argc, char** argv) {
   spec.command = {"elastic-trainer", "--model", "fmnist"};
   write(MsgType::kRoundStart,
         node::encode_round_start(node::RoundStart{5, rdv::JobState::kRunning, open, spec, 1}));
+  // The next round as a delta against fuzz_held_round() (n2 lost, n4 joined).
+  const node::HeldRound held = fuzz_held_round();
+  rdv::OpenRound next = open;
+  next.round = 3;
+  next.expected_prev_round = 2;
+  next.ranks = {{"n1", 1, 1, 0}, {"n4", 1, 2, 1}};
+  write(MsgType::kRoundStart,
+        *node::encode_round_start_delta(node::RoundStart{5, rdv::JobState::kRunning, next, spec, 1},
+                                        held.round, held.ranks, held.spec_digest));
   // One round report of each kind, every field of the kind set.
   for (int kind = 0; kind <= static_cast<int>(node::kLastReportKind); ++kind) {
     node::RoundReport report =

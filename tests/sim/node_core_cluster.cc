@@ -428,12 +428,16 @@ void NodeCoreCluster::on_reply(NodeId node, std::uint64_t generation,
 }
 
 void NodeCoreCluster::on_round_start(NodeId node, std::uint64_t generation,
-                                     const node::RoundStart& start) {
+                                     const node::RoundStartStamp& start, std::size_t bytes,
+                                     bool taken) {
   ++counters_.round_starts;
-  const rendezvous::RoundStamp stamp{start.term, start.round.round};
-  auto& seen = seen_[{node, generation, start.round.job_id}];
+  counters_.round_start_bytes += bytes;
+  // A delta the member could not read (it lacked the round it is against) told it nothing.
+  if (start.delta && !taken) return;
+  const rendezvous::RoundStamp stamp{start.term, start.round};
+  auto& seen = seen_[{node, generation, start.job}];
   if (rendezvous::is_older(seen, stamp)) seen = stamp;
-  auto& term = round_terms_[{node, generation, start.round.job_id, start.round.round}];
+  auto& term = round_terms_[{node, generation, start.job, start.round}];
   term = std::max(term, start.term);
 }
 

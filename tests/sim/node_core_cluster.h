@@ -160,6 +160,7 @@ struct NodeCoreCounters {
   std::uint64_t worker_crashes = 0;  // injected
   std::uint64_t peer_losses = 0;     // peer-loss exits scheduled (options.peer_loss_exit)
   std::uint64_t round_starts = 0;    // RoundStarts delivered
+  std::uint64_t round_start_bytes = 0;  // ... their bodies' bytes
   std::uint64_t stale_starts = 0;    // fence refusals of crashed processes (summary() adds up)
   std::uint64_t crashes = 0;
   std::uint64_t restarts = 0;
@@ -280,8 +281,8 @@ class NodeCoreCluster : public NodeCoreObserver {
   void on_reform(const SimWorker& worker, std::uint64_t old_round) override;
   void on_training(const SimWorker& worker, const SimSeat& seat, bool training) override;
   void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) override;
-  void on_round_start(NodeId node, std::uint64_t generation,
-                      const node::RoundStart& start) override;
+  void on_round_start(NodeId node, std::uint64_t generation, const node::RoundStartStamp& start,
+                      std::size_t bytes, bool taken) override;
   void on_persist(NodeId node, const consensus::Persist& persist) override;
   void on_applied(NodeId node, const rendezvous::JobTable& table) override;
 

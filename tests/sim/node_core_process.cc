@@ -192,14 +192,21 @@ void NodeCoreProcess::on_packet(SimContext& ctx, const Packet& packet) {
     return;
   }
   log_as(ctx, name_for(info_.id));
+  std::optional<node::RoundStartStamp> start;
   if (envelope->type == wire::MsgType::kRoundStart && observer_ != nullptr) {
-    if (auto start = node::decode_round_start(envelope->body); start.ok()) {
-      observer_->on_round_start(info_.id, info_.generation, *start);
-    }
+    if (auto stamp = node::peek_round_start(envelope->body); stamp.ok()) start = std::move(*stamp);
   }
+  const std::size_t bytes = envelope->body.size();
   node::CoreInput input;
   input.envelopes.push_back(*envelope);
   carry_out(ctx, timed_step(ctx.now(), std::move(input)));
+  if (start && core_) {
+    bool taken = false;
+    for (const node::MemberRound& m : core_->rounds().member_rounds()) {
+      taken = taken || (m.job == start->job && m.round == start->round);
+    }
+    observer_->on_round_start(info_.id, info_.generation, *start, bytes, taken);
+  }
 }
 
 void NodeCoreProcess::on_timer(SimContext& ctx) {

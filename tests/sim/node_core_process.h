@@ -71,9 +71,12 @@ class NodeCoreObserver : public SimWorkerObserver {
  public:
   // The reply to a call() made at `node` in `generation`.
   virtual void on_reply(NodeId node, std::uint64_t generation, const node::CallReply& reply) = 0;
-  // A RoundStart reached `node` (whether or not the fence lets it through).
+  // A RoundStart of `bytes` reached `node` (whether or not the fence lets it through, in either
+  // form of round_codec.h); `taken`: after it, the node's member half is in that round (it was
+  // a member, and could read the start: a delta needs the round it is against).
   virtual void on_round_start(NodeId node, std::uint64_t generation,
-                              const node::RoundStart& start) = 0;
+                              const node::RoundStartStamp& start, std::size_t bytes,
+                              bool taken) = 0;
   // `node` made its Raft state durable (before the messages that depend on it leave).
   virtual void on_persist(NodeId node, const consensus::Persist& persist) = 0;
   // `node`'s job table right after it applied a committed entry or restored a snapshot.

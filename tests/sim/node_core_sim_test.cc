@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/node/round_codec.h"
 #include "tests/sim/node_core_cluster.h"
 #include "tests/sim/quiet_logs.h"
 #include "tests/sim/scenario_seed.h"
@@ -1051,7 +1052,7 @@ TEST(NodeCoreSim, LiveJobGrowsInPlace) {
 // A member's loss in a job of live workers: the leader sends the new round's RoundStart to
 // each member about once. Every member acknowledges live; before, each such ack made the leader
 // resend the RoundStart at once to every member yet to ack (~n^2/2 per round: for 1,024 nodes
-// ~500,000 RoundStarts of ~57 KB each).
+// ~500,000 RoundStarts of ~57 KB each), and as a delta of the round before (round_codec.h).
 TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
   for (std::uint64_t seed : scenario_seeds({1401, 1402, 1403})) {
     SeedReport report(seed);
@@ -1081,14 +1082,29 @@ TEST(NodeCoreSim, EachMemberGetsTheNewRoundAboutOnce) {
       if (id >= c.voters()) victim = id;
     }
     const std::uint64_t before = c.counters().round_starts;
+    const std::uint64_t bytes_before = c.counters().round_start_bytes;
     c.lose(victim);
     ASSERT_TRUE(sim.run_until_condition([&] { return running_on(11); }, sim.now() + 30s))
         << c.describe_jobs();
     ASSERT_TRUE(sim.run_for(2s));
     const std::uint64_t starts = c.counters().round_starts - before;
-    std::printf("seed %llu: %llu RoundStarts for 11 members\n",
-                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(starts));
+    // The members held the round before: the shrink reaches them as a delta against it (its
+    // bytes do not grow with the job), read (the job runs again) and checked as every start is.
+    const double each = static_cast<double>(c.counters().round_start_bytes - bytes_before) /
+                        static_cast<double>(std::max<std::uint64_t>(starts, 1));
+    const auto shrunk = c.job_by_name("c0");
+    node::RoundStart full;
+    full.round.job_id = shrunk->id;
+    full.round.round = shrunk->round;
+    full.round.ranks = shrunk->ranks;
+    full.round.store_endpoint = shrunk->store_endpoint;
+    full.spec = shrunk->spec;
+    const double full_size = static_cast<double>(node::encode_round_start(full).size());
+    std::printf("seed %llu: %llu RoundStarts for 11 members, %.0f bytes each (%.0f in full)\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(starts),
+                each, full_size);
     EXPECT_LE(starts, 2u * 11u);
+    EXPECT_LT(each, full_size / 3);
     EXPECT_EQ(sim.violation(), std::nullopt);
   }
 }
@@ -1100,6 +1116,30 @@ NodeCoreClusterOptions live_training_options(std::size_t daemons) {
   options.core.launcher.live_workers = 1;
   options.core.launcher.job_runtime = Duration::zero();
   return options;
+}
+
+// Job c0 as `c` has it now (the clients driven first).
+std::optional<rendezvous::JobRecord> job_c0(NodeCoreCluster& c) {
+  c.drive_clients();
+  return c.job_by_name("c0");
+}
+
+// Once `c` has a leader, submits job c0 for min_nodes..12 nodes and runs until it runs on 12.
+::testing::AssertionResult run_c0_on_12(NodeCoreCluster& c, std::uint32_t min_nodes) {
+  Simulator& sim = c.sim();
+  if (!sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s)) {
+    return ::testing::AssertionFailure() << "no leader";
+  }
+  c.submit(min_nodes, 12);
+  if (!sim.run_until_condition(
+          [&] {
+            const auto job = job_c0(c);
+            return job && job->state == JobState::kRunning && job->ranks.size() == 12;
+          },
+          sim.now() + 60s)) {
+    return ::testing::AssertionFailure() << c.describe_jobs();
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // A host lost right after a grow round commits: the survivors re-form in place, so the shrink
@@ -1114,18 +1154,12 @@ TEST(NodeCoreSim, ALossRightAfterAGrowWaitsForNoLease) {
     options.core.config.rendezvous.lease_duration = 3s;  // shipped (the sim's default is 1 s)
     NodeCoreCluster c(seed, options);
     Simulator& sim = c.sim();
-    ASSERT_TRUE(sim.run_until_condition([&] { return c.leader().has_value(); }, sim.now() + 30s));
-    c.submit(9, 12);
-    const auto job_now = [&] {
-      c.drive_clients();
-      return c.job_by_name("c0");
-    };
+    ASSERT_TRUE(run_c0_on_12(c, 9));
+    const auto job_now = [&] { return job_c0(c); };
     const auto running_on = [&](std::size_t nodes) {
       const auto job = job_now();
       return job && job->state == JobState::kRunning && job->ranks.size() == nodes;
     };
-    ASSERT_TRUE(sim.run_until_condition([&] { return running_on(12); }, sim.now() + 60s))
-        << c.describe_jobs();
     ASSERT_TRUE(sim.run_for(5s));
     const auto leader = c.leader();
     ASSERT_TRUE(leader.has_value());
@@ -1164,6 +1198,53 @@ TEST(NodeCoreSim, ALossRightAfterAGrowWaitsForNoLease) {
     // Detection (about 1 s) and no lease: a lease wait would add up to 3 s.
     EXPECT_LT(took_ms, 2000.0) << c.describe_jobs();
     EXPECT_EQ(job_now()->ranks.size(), 11u);
+    EXPECT_EQ(sim.violation(), std::nullopt);
+  }
+}
+
+// A shrink's RoundStart to one member is lost: every member answers a start at once
+// (round_received), so the leader sends it again kStartQuickResend (250 ms) after the first send
+// rather than a second later, and the job runs again within about that.
+TEST(NodeCoreSim, ALostRoundStartIsResentQuickly) {
+  for (std::uint64_t seed : scenario_seeds({1701, 1702, 1703})) {
+    SeedReport report(seed);
+    NodeCoreClusterOptions options = live_training_options(12);
+    // The shipped lease: the sim's 1 s would run out at the deaf member while it hears nothing.
+    options.core.config.rendezvous.lease_duration = 3s;
+    NodeCoreCluster c(seed, options);
+    Simulator& sim = c.sim();
+    ASSERT_TRUE(run_c0_on_12(c, 9));
+    const auto job_now = [&] { return job_c0(c); };
+    ASSERT_TRUE(sim.run_for(3s));
+    const auto leader = c.leader();
+    ASSERT_TRUE(leader.has_value());
+    std::vector<NodeId> plain;
+    const auto running = job_now();
+    for (const auto& r : running->ranks) {
+      const auto id = static_cast<NodeId>(std::stoul(r.node.substr(1)));
+      if (id >= c.voters() && id != *leader) plain.push_back(id);
+    }
+    ASSERT_GE(plain.size(), 2u);
+    const NodeId deaf = plain[0], victim = plain[1];
+    // Nothing from the leader reaches `deaf` until the shrink has been sent to it.
+    LinkModel cut;
+    cut.loss = 1.0;
+    sim.set_link(*leader, deaf, cut);
+    const std::uint64_t before = job_now()->round;
+    c.crash(victim);
+    ASSERT_TRUE(sim.run_until_condition([&] { return job_now()->round > before; }, sim.now() + 30s))
+        << c.describe_jobs();
+    const TimePoint committed = sim.now();
+    ASSERT_TRUE(sim.run_for(100ms));
+    EXPECT_NE(job_now()->state, JobState::kRunning) << "the deaf member acknowledged anyway";
+    sim.set_link(*leader, deaf, LinkModel{});
+    ASSERT_TRUE(sim.run_until_condition([&] { return job_now()->state == JobState::kRunning; },
+                                        sim.now() + 30s))
+        << c.describe_jobs();
+    const double took_ms = to_ms(sim.now() - committed);
+    std::printf("seed %llu: shrink committed -> running again %.0f ms (its RoundStart to d%u lost)\n",
+                static_cast<unsigned long long>(seed), took_ms, static_cast<unsigned>(deaf));
+    EXPECT_LT(took_ms, 600.0);
     EXPECT_EQ(sim.violation(), std::nullopt);
   }
 }

@@ -487,11 +487,12 @@ void run_scheduler_scenario(std::uint64_t seed, std::size_t daemons, SchedulerCo
 
 TEST(SchedulerSim, PrioritiesPreemptionAndBackfillUnderFaults) {
   SchedulerCounters totals;
-  for (std::uint64_t seed : scenario_seeds({1702, 1703, 1705})) {
+  for (std::uint64_t seed : scenario_seeds({1712, 1717, 1721})) {
     SeedReport report(seed);
     run_scheduler_scenario(seed, 64, totals);
   }
-  // Over the default seeds the scenario exercises what it checks.
+  // Over the default seeds the scenario exercises what it checks. A start while a job ahead has
+  // waited kQueuedFor is rare (about one seed in three has one), so the seeds are ones that do.
   if (std::getenv("ELASTIC_SIM_SEED") == nullptr) {
     EXPECT_GT(totals.starts_checked, 0u);
     EXPECT_GT(totals.ahead_checked, 0u);

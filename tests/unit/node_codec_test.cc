@@ -122,15 +122,21 @@ TEST(ForwardCodec, RandomByteFlipsNeverCrash) {
   }
 }
 
-TEST(RoundStartCodec, RoundTripsTheCommittedOpenRound) {
-  const RoundStart start = sample_start();
-  auto decoded = decode_round_start(encode_round_start(start));
+// `decoded` is `start`, field by field.
+void expect_same_start(const Result<RoundStart>& decoded, const RoundStart& start) {
   ASSERT_TRUE(decoded.ok()) << decoded.error().message;
   EXPECT_EQ(decoded->term, start.term);
   EXPECT_EQ(decoded->state, start.state);
   EXPECT_EQ(decoded->round, start.round);
   EXPECT_EQ(decoded->spec, start.spec);
   EXPECT_EQ(decoded->restarts, start.restarts);
+  EXPECT_EQ(decoded->hold_live, start.hold_live);
+}
+
+TEST(RoundStartCodec, RoundTripsTheCommittedOpenRound) {
+  const RoundStart start = sample_start();
+  auto decoded = decode_round_start(encode_round_start(start));
+  expect_same_start(decoded, start);
   EXPECT_FALSE(decoded->hold_live);
   RoundStart held = start;
   held.hold_live = true;
@@ -149,15 +155,144 @@ TEST(RoundStartCodec, TruncatedOrForeignBodiesAreErrors) {
   EXPECT_EQ(foreign.error().message.rfind("The round start", 0), 0u) << foreign.error().message;
 }
 
-TEST(RoundStartCodec, ARankDeltaIsNoRoundToStart) {
-  // Members act without a job table to resolve a delta against: only full maps go out.
+TEST(RoundStartCodec, ARankDeltaNeedsTheRoundItIsAgainst) {
+  // The full-form decoder has no round to resolve a delta against.
   RoundStart start = sample_start();
   start.round.ranks.clear();
   start.round.delta = rendezvous::RankDelta{3, 3, {{.from = 0, .count = 2}}};
   auto decoded = decode_round_start(encode_round_start(start));
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.error().message,
-            "The round start carries a rank delta instead of a full rank map.");
+            "The round start of job fmnist-3 round 4 is a delta against round 3, and this daemon "
+            "holds no round of the job.");
+}
+
+// Round 3 of sample_start()'s job as a member holds it: n1, n2 and n3.
+HeldRound held_round_3() {
+  const RoundStart start = sample_start();
+  HeldRound held;
+  held.round = 3;
+  held.ranks = {{"n1", 2, 1, 0}, {"n2", 5, 1, 1}, {"n3", 1, 1, 2}};
+  held.spec = start.spec;
+  held.spec_digest = spec_digest(start.spec);
+  return held;
+}
+
+// The delta form of round 4 (n3 lost) against round 3 reads back as the full round, with the
+// member's spec; it is a fraction of the full form, and of a 1,024-node round a few hundred bytes.
+TEST(RoundStartCodec, TheDeltaFormReadsBackAsTheFullRound) {
+  const RoundStart start = sample_start();
+  const HeldRound held = held_round_3();
+  const auto lookup = [&](const std::string& job) {
+    return job == "fmnist-3" ? &held : nullptr;
+  };
+  const auto delta = encode_round_start_delta(start, 3, held.ranks, held.spec_digest);
+  ASSERT_TRUE(delta.has_value());
+  expect_same_start(decode_round_start(*delta, lookup), start);
+  // The full form reads the same through the lookup (which it does not need).
+  auto full = decode_round_start(encode_round_start(start), lookup);
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  EXPECT_EQ(full->round, start.round);
+  auto stamp = peek_round_start(*delta);
+  ASSERT_TRUE(stamp.ok()) << stamp.error().message;
+  EXPECT_EQ(stamp->term, 9u);
+  EXPECT_EQ(stamp->job, "fmnist-3");
+  EXPECT_EQ(stamp->round, 4u);
+  EXPECT_TRUE(stamp->delta);
+  EXPECT_FALSE(peek_round_start(encode_round_start(start))->delta);
+
+  // Sent again to a member that holds round 4 itself: a delta against the round itself.
+  HeldRound held4 = held;
+  held4.round = 4;
+  held4.ranks = start.round.ranks;
+  RoundStart again = start;
+  again.hold_live = true;
+  const auto itself = encode_round_start_delta(again, 4, held4.ranks, held4.spec_digest);
+  ASSERT_TRUE(itself.has_value());
+  auto decoded_again = decode_round_start(*itself, [&](const std::string&) { return &held4; });
+  ASSERT_TRUE(decoded_again.ok()) << decoded_again.error().message;
+  EXPECT_EQ(decoded_again->round, start.round);
+  EXPECT_TRUE(decoded_again->hold_live);
+
+  // 1,024 nodes, one lost: the whole map against a few runs.
+  RoundStart big = start;
+  HeldRound before = held;
+  before.ranks.clear();
+  big.round.ranks.clear();
+  for (std::uint32_t i = 0; i < 1024; ++i) {
+    before.ranks.push_back({"node-" + std::to_string(i), 1, 8, 8 * i});
+    if (i != 500) {
+      big.round.ranks.push_back(
+          {"node-" + std::to_string(i), 1, 8, static_cast<std::uint32_t>(big.round.ranks.size() * 8)});
+    }
+  }
+  const std::string big_full = encode_round_start(big);
+  const auto big_delta = encode_round_start_delta(big, 3, before.ranks, before.spec_digest);
+  ASSERT_TRUE(big_delta.has_value());
+  EXPECT_GT(big_full.size(), 20'000u);
+  EXPECT_LT(big_delta->size(), 400u) << "full: " << big_full.size();
+  auto big_decoded =
+      decode_round_start(*big_delta, [&](const std::string&) { return &before; });
+  ASSERT_TRUE(big_decoded.ok()) << big_decoded.error().message;
+  EXPECT_EQ(big_decoded->round.ranks, big.round.ranks);
+}
+
+TEST(RoundStartCodec, ADeltaAgainstAnotherRoundOrSpecIsAnError) {
+  const RoundStart start = sample_start();
+  const HeldRound held = held_round_3();
+  const auto delta = encode_round_start_delta(start, 3, held.ranks, held.spec_digest);
+  ASSERT_TRUE(delta.has_value());
+  // The member holds round 2, or no round of the job.
+  HeldRound older = held;
+  older.round = 2;
+  auto other_round = decode_round_start(*delta, [&](const std::string&) { return &older; });
+  ASSERT_FALSE(other_round.ok());
+  EXPECT_EQ(other_round.error().message,
+            "The round start of job fmnist-3 round 4 is a delta against round 3, and this daemon "
+            "holds round 2.");
+  EXPECT_FALSE(decode_round_start(*delta, [](const std::string&) { return nullptr; }).ok());
+  EXPECT_FALSE(decode_round_start(*delta, nullptr).ok());
+  // A map that is not the one the delta was made against (a run copies past its end).
+  HeldRound shorter = held;
+  shorter.ranks.pop_back();
+  shorter.ranks.pop_back();
+  auto misfit = decode_round_start(*delta, [&](const std::string&) { return &shorter; });
+  ASSERT_FALSE(misfit.ok());
+  EXPECT_EQ(misfit.error().message.rfind("The round start of job fmnist-3 round 4: ", 0), 0u)
+      << misfit.error().message;
+  // The spec changed since (a new priority): its digest is not the held spec's.
+  HeldRound stale_spec = held;
+  stale_spec.spec_digest ^= 1;
+  auto spec = decode_round_start(*delta, [&](const std::string&) { return &stale_spec; });
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message,
+            "The round start of job fmnist-3 round 4 names a spec by a digest this daemon does "
+            "not hold.");
+  // The full-form decoder refuses a digest in place of the spec.
+  auto no_spec = decode_round_start(*delta);
+  ASSERT_FALSE(no_spec.ok());
+  // No delta of a map that keeps no entry of the base.
+  rendezvous::RankMap unrelated = {{"x1", 1, 1, 0}};
+  EXPECT_FALSE(encode_round_start_delta(start, 3, unrelated, held.spec_digest).has_value());
+}
+
+TEST(RoundStartCodec, DeltaFormByteFlipsNeverCrash) {
+  const HeldRound held = held_round_3();
+  const std::string delta =
+      *encode_round_start_delta(sample_start(), 3, held.ranks, held.spec_digest);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 5000; ++i) {
+    std::string b = delta;
+    for (int k = 0; k < 3; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+    (void)decode_round_start(b, [&](const std::string&) { return &held; });
+    (void)peek_round_start(b);
+  }
+  for (std::size_t n = 0; n < delta.size(); ++n) {
+    EXPECT_FALSE(decode_round_start(delta.substr(0, n), [&](const std::string&) {
+                   return &held;
+                 }).ok())
+        << n;
+  }
 }
 
 // One report of each kind, every field of its kind set.
@@ -196,6 +331,7 @@ std::vector<RoundReport> sample_reports() {
   port_busy.port = 29501;
   port_busy.detail = "another process on node n1 holds TCP port 29501";
   reports.push_back(port_busy);
+  reports.push_back(round_report(ReportKind::kRoundReceived, "train-1", 4));
   return reports;
 }
 
@@ -262,7 +398,7 @@ TEST(RoundReportCodec, ForgedReportsAreErrorsNamingTheProblem) {
   bytes[at + 2] = static_cast<char>(static_cast<int>(kLastReportKind) + 1);
   auto unknown = decode_round_report(bytes);
   ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.error().message, "The round report has key 'k' with an unknown value 9.");
+  EXPECT_EQ(unknown.error().message, "The round report has key 'k' with an unknown value 10.");
   // Another message's body is not a report.
   auto foreign = decode_round_report(encode_forward(sample_request()));
   ASSERT_FALSE(foreign.ok());

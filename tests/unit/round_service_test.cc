@@ -120,6 +120,66 @@ TEST(RoundService, ARoundFromAnotherLeaderAsksThatLeaderForTheLease) {
 }
 
 
+// The kinds of the round reports among `sends`, in order.
+std::vector<ReportKind> report_kinds(const std::vector<RoundService::Send>& sends) {
+  std::vector<ReportKind> kinds;
+  for (const auto& send : of_type(sends, wire::MsgType::kRoundReport)) {
+    auto report = decode_round_report(send.envelope.body);
+    if (report.ok()) kinds.push_back(report->kind);
+  }
+  return kinds;
+}
+
+// A member answers every RoundStart of a round it is in with round_received, at once (before
+// its workers run), to the sender: the leader resends quickly only to members that did not.
+TEST(RoundService, AMemberSaysAtOnceThatItHoldsTheRound) {
+  Fixture f;
+  const wire::Envelope start = round_start("b", "tcp://10.0.0.2:7946");
+  f.rounds.on_envelope(f.now, start);
+  std::vector<RoundService::Send> sends = f.rounds.take_sends();
+  std::vector<ReportKind> kinds = report_kinds(sends);
+  ASSERT_EQ(std::count(kinds.begin(), kinds.end(), ReportKind::kRoundReceived), 1);
+  for (const auto& send : of_type(sends, wire::MsgType::kRoundReport)) EXPECT_EQ(send.to, "b");
+  // A resend (its answer was lost) is answered again.
+  f.rounds.on_envelope(f.now + 250ms, start);
+  kinds = report_kinds(f.rounds.take_sends());
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), ReportKind::kRoundReceived), 1);
+}
+
+// The next round as a delta against the one the member holds: taken as the full round would be;
+// against a round it does not hold: dropped unanswered (the leader resends it in full).
+TEST(RoundService, ADeltaRoundStartIsTakenOnlyAgainstTheHeldRound) {
+  Fixture f;
+  join_round_with_c(f);
+  RoundStart next = *decode_round_start(round_start("b", "").body);
+  next.round.round = 2;
+  next.round.expected_prev_round = 1;
+  next.round.ranks = {{"a", kGeneration, 1, 0}};  // c lost
+  const rendezvous::RankMap round1 = {{"a", kGeneration, 1, 0}, {"c", 1, 1, 1}};
+  const std::uint64_t digest = spec_digest(next.spec);
+  wire::Envelope envelope = round_start("b", "tcp://10.0.0.2:7946");
+  // Against round 5, which a does not hold.
+  envelope.body = *encode_round_start_delta(next, 5, round1, digest);
+  f.rounds.on_envelope(f.now + 1s, envelope);
+  EXPECT_TRUE(f.rounds.take_orders().empty());
+  EXPECT_TRUE(report_kinds(f.rounds.take_sends()).empty()) << "an unreadable start was answered";
+  // Against round 1, which it holds.
+  envelope.body = *encode_round_start_delta(next, 1, round1, digest);
+  ASSERT_LT(envelope.body.size(), encode_round_start(next).size());
+  f.rounds.on_envelope(f.now + 2s, envelope);
+  const std::vector<RoundService::WorkerOrder> orders = f.rounds.take_orders();
+  ASSERT_EQ(orders.size(), 1u);
+  ASSERT_TRUE(orders[0].start.has_value());
+  EXPECT_EQ(orders[0].start->round.round, 2u);
+  EXPECT_EQ(orders[0].start->round.ranks, next.round.ranks);
+  EXPECT_EQ(orders[0].start->spec, next.spec);
+  const std::vector<ReportKind> kinds = report_kinds(f.rounds.take_sends());
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), ReportKind::kRoundReceived), 1);
+  ASSERT_EQ(f.rounds.member_rounds().size(), 1u);
+  EXPECT_EQ(f.rounds.member_rounds()[0].round, 2u);
+}
+
+
 // The peer_lost reports of a member whose round leader is gone: the leader it believes in now
 // hears them too, at once when it changes (not a resend interval later), and the loss is handed
 // out for Raft (take_lost_peers) in case the lost peer was its leader's host.

@@ -485,6 +485,24 @@ void add_node(std::vector<Case>* cases) {
                       return outcome(node::decode_round_start(bytes), node::encode_round_start,
                                      nullptr, bytes);
                     }});
+  // The delta form (round_codec.h): round 5 against round 4, which held node-c too.
+  node::HeldRound held;
+  held.round = 4;
+  held.ranks = rank_map();
+  held.ranks.push_back({"node-c", 2, 8, 16, 1});
+  held.spec = full_spec();
+  held.spec_digest = node::spec_digest(held.spec);
+  cases->push_back(
+      {"RoundStart delta", *node::encode_round_start_delta(start, 4, held.ranks, held.spec_digest),
+       [held](std::string_view bytes) {
+         return outcome(
+             node::decode_round_start(bytes, [&](const std::string&) { return &held; }),
+             [&](const node::RoundStart& s) {
+               return node::encode_round_start_delta(s, 4, held.ranks, held.spec_digest)
+                   .value_or("");
+             },
+             nullptr, bytes);
+       }});
   const node::ForwardRequest request{42, "submit", R"({"verb":"submit"})", 1000, 100, true, 7};
   cases->push_back({"ForwardRequest", node::encode_forward(request), [](std::string_view bytes) {
                       return outcome(
@@ -534,6 +552,8 @@ void add_node(std::vector<Case>* cases) {
   busy.port = 29500;
   busy.detail = "another process on node node-a holds TCP port 29500";
   add_report("RoundReport store_port_busy", busy);
+  add_report("RoundReport round_received",
+             node::round_report(node::ReportKind::kRoundReceived, "fmnist-1", 5));
 }
 
 std::vector<Case> all_cases() {
