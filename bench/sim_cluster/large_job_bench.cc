@@ -176,8 +176,7 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   // A thousand daemons log every round: errors only, unless ELASTIC_SIM_LOG names a level.
   const char* log_level = std::getenv("ELASTIC_SIM_LOG");
-  spdlog::set_level(log_level != nullptr ? spdlog::level::from_str(log_level)
-                                         : spdlog::level::err);
+  spdlog::set_level(log_level != nullptr ? spdlog::level::from_str(log_level) : spdlog::level::err);
   NodeCoreClusterOptions options = elastic::sim::shipped_cluster_options(o.daemons);
   options.core.launcher.job_runtime = Duration::zero();  // workers train until told otherwise
   options.core.launcher.live_workers = 1.0;
@@ -311,15 +310,15 @@ int main(int argc, char** argv) {
     row.total_ms = to_ms(last - killed);
     row.log_bytes = c.open_bytes(row.to_round).value_or(0);
     rows.push_back(row);
-    const std::string ran_in =
-        row.ran_in == row.to_round ? ""
-                                   : " (ran again in grow round " + std::to_string(row.ran_in) + ")";
-    std::printf("  loss %d: d%u, round %llu -> %llu%s: detected %.0f ms, committed +%.1f ms, at "
-                "all %zu members +%.1f ms; OpenRound %zu bytes (%.0f s wall)\n",
-                k + 1, static_cast<unsigned>(row.victim),
-                static_cast<unsigned long long>(row.from_round),
-                static_cast<unsigned long long>(row.to_round), ran_in.c_str(), row.detected_ms,
-                row.committed_ms, row.members, row.members_ms, row.log_bytes, wall_now());
+    const std::string ran_in = row.ran_in == row.to_round ? ""
+                                                          : " (ran again in grow round " +
+                                                                std::to_string(row.ran_in) + ")";
+    std::printf(
+        "  loss %d: d%u, round %llu -> %llu%s: detected %.0f ms, committed +%.1f ms, at "
+        "all %zu members +%.1f ms; OpenRound %zu bytes (%.0f s wall)\n",
+        k + 1, static_cast<unsigned>(row.victim), static_cast<unsigned long long>(row.from_round),
+        static_cast<unsigned long long>(row.to_round), ran_in.c_str(), row.detected_ms,
+        row.committed_ms, row.members, row.members_ms, row.log_bytes, wall_now());
     std::fflush(stdout);
     if (!sim.run_for(5s)) return fail(sim.violation().value_or("?"));
   }
@@ -338,10 +337,11 @@ int main(int argc, char** argv) {
   const bool same_leader = phase_leader && c.leader() == phase_leader;
   if (const auto* lp = phase_leader ? c.process(*phase_leader) : nullptr; lp != nullptr) {
     const auto& leader = lp->core().rounds().leader();
-    std::printf("the leader's planning passes: the job planned %llu times, skipped as settled "
-                "%llu times\n",
-                static_cast<unsigned long long>(leader.jobs_planned()),
-                static_cast<unsigned long long>(leader.jobs_skipped()));
+    std::printf(
+        "the leader's planning passes: the job planned %llu times, skipped as settled "
+        "%llu times\n",
+        static_cast<unsigned long long>(leader.jobs_planned()),
+        static_cast<unsigned long long>(leader.jobs_skipped()));
   }
   std::printf("\ndaemon CPU over the %.1f simulated s of losses (real time in NodeCore::step per "
               "simulated second): the Raft leader d%u %.1f%%%s; other daemons mean %.2f%%, "
@@ -371,10 +371,11 @@ int main(int argc, char** argv) {
   std::printf("| Raft log bytes of the new round's OpenRound | %s |\n", stat_cell(bytes).c_str());
   std::printf("| RoundStart bytes delivered for the new round, all members together | %s KiB |\n",
               stat_cell(start_bytes).c_str());
-  std::printf("\nRoundStarts delivered: %llu (%.1f MiB); of the job, per round (starts/in "
-              "full/KiB):",
-              static_cast<unsigned long long>(c.counters().round_starts),
-              static_cast<double>(c.counters().round_start_bytes) / (1024.0 * 1024.0));
+  std::printf(
+      "\nRoundStarts delivered: %llu (%.1f MiB); of the job, per round (starts/in "
+      "full/KiB):",
+      static_cast<unsigned long long>(c.counters().round_starts),
+      static_cast<double>(c.counters().round_start_bytes) / (1024.0 * 1024.0));
   for (const auto& [round, n] : c.starts_of_) {
     std::printf(" %llu:%llu/%llu/%.0f", static_cast<unsigned long long>(round),
                 static_cast<unsigned long long>(n),

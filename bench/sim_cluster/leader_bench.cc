@@ -15,12 +15,12 @@
 // Phases: --jobs jobs of --job-nodes nodes (min --min-nodes) are submitted and run; then for
 // --seconds simulated seconds one plain host of a running job is lost every
 // --loss-every seconds (a job has at most one loss open). Measured over that window, on the
-// process's CPU clock (the bench runs on one thread): every call into the leader (lead, reports, lease requests, ticks, Raft
-// ticks and the proposals they apply) -- "leader CPU" is that time over the window's simulated
-// time. Also per loss: peer_lost -> the shrink round committed, and commit -> every member
-// acknowledged (simulated ms; the bench's members answer in 1 ms); and per return: the node
-// in a committed round again (of whichever job the scheduler lets grow). A loss whose shrink never commits ends the run with "verdict: FAILED".
-// Not a test (STYLE.md 12).
+// process's CPU clock (the bench runs on one thread): every call into the leader (lead, reports,
+// lease requests, ticks, Raft ticks and the proposals they apply) -- "leader CPU" is that time over
+// the window's simulated time. Also per loss: peer_lost -> the shrink round committed, and commit
+// -> every member acknowledged (simulated ms; the bench's members answer in 1 ms); and per return:
+// the node in a committed round again (of whichever job the scheduler lets grow). A loss whose
+// shrink never commits ends the run with "verdict: FAILED". Not a test (STYLE.md 12).
 //
 // Usage: leader_bench [--nodes 10000] [--jobs 100] [--job-nodes 100] [--min-nodes 90]
 //                     [--seconds 60] [--loss-every 1] [--return-after 20] [--seed 1]
@@ -478,10 +478,9 @@ class Cluster {
       if (!rdv::is_active_round_state(start->state)) continue;
       const rdv::JobRecord* record = jobs_.table().job(start->job);
       if (record == nullptr || record->round != start->round) continue;
-      const bool member = std::any_of(record->ranks.begin(), record->ranks.end(),
-                                      [&](const auto& r) {
-                                        return r.node == send.to && r.generation == generation_[i];
-                                      });
+      const bool member = std::any_of(
+          record->ranks.begin(), record->ranks.end(),
+          [&](const auto& r) { return r.node == send.to && r.generation == generation_[i]; });
       if (!member) continue;
       const std::string job = start->job;
       const std::uint64_t round = start->round;
@@ -620,13 +619,13 @@ int main(int argc, char** argv) {
   stats("peer_lost -> shrink committed", cluster.report_to_commit_ms);
   stats("shrink committed -> every member acknowledged", cluster.commit_to_acked_ms);
   stats("node back -> in a committed round", cluster.return_to_grow_ms);
-  std::printf("RoundStarts sent: %zu (%.1f MiB); settled jobs skipped (per pass): %llu; skips "
-              "whose plan was not empty: %s\n",
-              cluster.round_starts_,
-              static_cast<double>(cluster.round_start_bytes_) / (1024.0 * 1024.0),
-              static_cast<unsigned long long>(cluster.leader().jobs_skipped()),
-              o.verify_skips ? std::to_string(cluster.leader().skip_mismatches()).c_str()
-                             : "(not checked: --verify-skips)");
+  std::printf(
+      "RoundStarts sent: %zu (%.1f MiB); settled jobs skipped (per pass): %llu; skips "
+      "whose plan was not empty: %s\n",
+      cluster.round_starts_, static_cast<double>(cluster.round_start_bytes_) / (1024.0 * 1024.0),
+      static_cast<unsigned long long>(cluster.leader().jobs_skipped()),
+      o.verify_skips ? std::to_string(cluster.leader().skip_mismatches()).c_str()
+                     : "(not checked: --verify-skips)");
   std::printf("Raft log digest: %016llx\n", static_cast<unsigned long long>(cluster.digest()));
   // The job table as Raft snapshots it (every consensus.snapshot_every_entries entries, and to
   // a follower too far behind): its bytes, and the CPU to write and to restore it.

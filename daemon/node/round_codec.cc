@@ -19,7 +19,7 @@ struct RoundStartBody {
   std::uint64_t term = 0;
   rendezvous::JobState state = rendezvous::JobState::kRendezvous;
   std::string command;
-  std::string spec;                         // the full form ("" only in the delta form)
+  std::string spec;                          // the full form ("" only in the delta form)
   std::optional<std::uint64_t> spec_digest;  // the delta form
   std::uint32_t restarts = 0;
   bool hold = false;
@@ -72,10 +72,9 @@ std::uint64_t spec_digest(const rendezvous::JobSpec& spec) {
 }
 
 std::string encode_round_start(const RoundStart& start) {
-  return wire::internal::encode_fields(
-      RoundStartBody{start.term, start.state, rendezvous::encode_command(start.round),
-                     rendezvous::encode_job_spec(start.spec), std::nullopt, start.restarts,
-                     start.hold_live});
+  return wire::internal::encode_fields(RoundStartBody{
+      start.term, start.state, rendezvous::encode_command(start.round),
+      rendezvous::encode_job_spec(start.spec), std::nullopt, start.restarts, start.hold_live});
 }
 
 std::optional<std::string> encode_round_start_delta(const RoundStart& start,
@@ -94,17 +93,17 @@ std::optional<std::string> encode_round_start_delta(const RoundStart& start,
 
 namespace {
 
-Result<RoundStart> resolve(RoundStartBody* b,
+Result<RoundStart> resolve(const RoundStartBody& b,
                            const std::function<const HeldRound*(const std::string&)>& held_of) {
-  auto open = decode_open_round(*b);
+  auto open = decode_open_round(b);
   if (!open.ok()) return open.error();
   const HeldRound* held = nullptr;
-  if ((open->delta || b->spec_digest) && held_of) held = held_of(open->job_id);
+  if ((open->delta || b.spec_digest) && held_of) held = held_of(open->job_id);
   RoundStart start;
-  start.term = b->term;
-  start.state = b->state;
-  start.restarts = b->restarts;
-  start.hold_live = b->hold;
+  start.term = b.term;
+  start.state = b.state;
+  start.restarts = b.restarts;
+  start.hold_live = b.hold;
   start.round = std::move(*open);
   const std::string what = "The round start of job " + start.round.job_id + " round " +
                            std::to_string(start.round.round);
@@ -124,14 +123,14 @@ Result<RoundStart> resolve(RoundStartBody* b,
     start.round.ranks = std::move(ranks);
     start.round.delta.reset();
   }
-  if (b->spec_digest) {
-    if (held == nullptr || *b->spec_digest != held->spec_digest) {
+  if (b.spec_digest) {
+    if (held == nullptr || *b.spec_digest != held->spec_digest) {
       return Error{what + " names a spec by a digest this daemon does not hold."};
     }
     start.spec = held->spec;
     return start;
   }
-  auto decoded_spec = rendezvous::decode_job_spec(b->spec);
+  auto decoded_spec = rendezvous::decode_job_spec(b.spec);
   if (!decoded_spec.ok()) return Error{"The round start: " + decoded_spec.error().message};
   start.spec = std::move(*decoded_spec);
   return start;
@@ -143,14 +142,14 @@ Result<RoundStart> decode_round_start(std::string_view body) {
   auto b = decode_body(body);
   if (!b.ok()) return b.error();
   if (b->spec_digest) return Error{"The round start carries a spec digest instead of a spec."};
-  return resolve(&*b, nullptr);
+  return resolve(*b, nullptr);
 }
 
 Result<RoundStart> decode_round_start(
     std::string_view body, const std::function<const HeldRound*(const std::string& job)>& held) {
   auto b = decode_body(body);
   if (!b.ok()) return b.error();
-  return resolve(&*b, held);
+  return resolve(*b, held);
 }
 
 Result<RoundStartStamp> peek_round_start(std::string_view body) {

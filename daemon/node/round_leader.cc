@@ -50,8 +50,7 @@ std::string host_of(const std::string& address) {
 
 // Alive or suspect in membership: the members the leader may place work on.
 bool reachable(const membership::MemberView& m) {
-  return m.state == membership::MemberState::kAlive ||
-         m.state == membership::MemberState::kSuspect;
+  return m.state == membership::MemberState::kAlive || m.state == membership::MemberState::kSuspect;
 }
 
 // Whether a member of `job`'s round is alive in membership (the same daemon instance, not
@@ -1012,9 +1011,10 @@ void RoundLeader::send_starts(TimePoint now, const rendezvous::JobRecord& job, L
       job.round_reason == rendezvous::RoundReason::kGrow && !state.joiners_pending.empty() &&
       now >= state.hold_until) {
     state.hold_ran_out = true;
-    spdlog::info("rendezvous: job {} round {}: the grow's running members go on without waiting "
-                 "longer for {} member(s) not live yet (first: {})",
-                 job.id, job.round, state.joiners_pending.size(), *state.joiners_pending.begin());
+    spdlog::info(
+        "rendezvous: job {} round {}: the grow's running members go on without waiting "
+        "longer for {} member(s) not live yet (first: {})",
+        job.id, job.round, state.joiners_pending.size(), *state.joiners_pending.begin());
   }
   // The three bodies, each encoded when first needed: in full; as a delta against the round
   // before (a member's first send, when it holds that round); as a delta against this round

@@ -41,8 +41,9 @@
 //    or round_ack) is sent the new one as a delta against it (round_codec.h: a few hundred
 //    bytes instead of the whole rank map); a member that has not said it holds the new round
 //    is sent it again, in full, kStartQuickResend after the last send; one that holds it but
-//    whose workers do not run yet, every kStartResend as a delta against the round itself. Members of a job that ended or is recovering get a RoundStart
-//    carrying that state, so they stop watching it.
+//    whose workers do not run yet, every kStartResend as a delta against the round itself.
+//    Members of a job that ended or is recovering get a RoundStart carrying that state, so
+//    they stop watching it.
 //  - members' reports (kRoundReport, round_report.h: node_info, node_leaving, round_ack,
 //    workers_done, worker_failed, peer_lost, store_port_busy, and for incidents
 //    workers_stopped and progress) arrive through on_report().

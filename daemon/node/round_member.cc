@@ -180,11 +180,13 @@ void RoundMember::on_round_start(TimePoint now, const wire::Envelope& envelope) 
   }
   update_lease_want(now);
   // The leader's next round may come as a delta against this one, and resends of this one stop.
+  // (Its spec's digest is computed only when the held round changes, not for every resend.)
   HeldRound& held = held_[round.job_id];
-  const std::uint64_t digest = spec_digest(start->spec);
-  if (held.round != round.round || held.spec_digest != digest) {
-    held = HeldRound{
-        .round = round.round, .ranks = round.ranks, .spec = start->spec, .spec_digest = digest};
+  if (held.round != round.round || held.spec != start->spec) {
+    held = HeldRound{.round = round.round,
+                     .ranks = round.ranks,
+                     .spec = start->spec,
+                     .spec_digest = spec_digest(start->spec)};
   }
   report(watched, round_report(ReportKind::kRoundReceived, round.job_id, round.round));
   // The leader counts the round as started once the workers run; the supervisor acknowledges

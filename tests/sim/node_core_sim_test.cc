@@ -1242,8 +1242,9 @@ TEST(NodeCoreSim, ALostRoundStartIsResentQuickly) {
                                         sim.now() + 30s))
         << c.describe_jobs();
     const double took_ms = to_ms(sim.now() - committed);
-    std::printf("seed %llu: shrink committed -> running again %.0f ms (its RoundStart to d%u lost)\n",
-                static_cast<unsigned long long>(seed), took_ms, static_cast<unsigned>(deaf));
+    std::printf(
+        "seed %llu: shrink committed -> running again %.0f ms (its RoundStart to d%u lost)\n",
+        static_cast<unsigned long long>(seed), took_ms, static_cast<unsigned>(deaf));
     EXPECT_LT(took_ms, 600.0);
     EXPECT_EQ(sim.violation(), std::nullopt);
   }

@@ -183,9 +183,7 @@ HeldRound held_round_3() {
 TEST(RoundStartCodec, TheDeltaFormReadsBackAsTheFullRound) {
   const RoundStart start = sample_start();
   const HeldRound held = held_round_3();
-  const auto lookup = [&](const std::string& job) {
-    return job == "fmnist-3" ? &held : nullptr;
-  };
+  const auto lookup = [&](const std::string& job) { return job == "fmnist-3" ? &held : nullptr; };
   const auto delta = encode_round_start_delta(start, 3, held.ranks, held.spec_digest);
   ASSERT_TRUE(delta.has_value());
   expect_same_start(decode_round_start(*delta, lookup), start);
@@ -222,8 +220,8 @@ TEST(RoundStartCodec, TheDeltaFormReadsBackAsTheFullRound) {
   for (std::uint32_t i = 0; i < 1024; ++i) {
     before.ranks.push_back({"node-" + std::to_string(i), 1, 8, 8 * i});
     if (i != 500) {
-      big.round.ranks.push_back(
-          {"node-" + std::to_string(i), 1, 8, static_cast<std::uint32_t>(big.round.ranks.size() * 8)});
+      big.round.ranks.push_back({"node-" + std::to_string(i), 1, 8,
+                                 static_cast<std::uint32_t>(big.round.ranks.size() * 8)});
     }
   }
   const std::string big_full = encode_round_start(big);
@@ -231,8 +229,7 @@ TEST(RoundStartCodec, TheDeltaFormReadsBackAsTheFullRound) {
   ASSERT_TRUE(big_delta.has_value());
   EXPECT_GT(big_full.size(), 20'000u);
   EXPECT_LT(big_delta->size(), 400u) << "full: " << big_full.size();
-  auto big_decoded =
-      decode_round_start(*big_delta, [&](const std::string&) { return &before; });
+  auto big_decoded = decode_round_start(*big_delta, [&](const std::string&) { return &before; });
   ASSERT_TRUE(big_decoded.ok()) << big_decoded.error().message;
   EXPECT_EQ(big_decoded->round.ranks, big.round.ranks);
 }
@@ -288,9 +285,8 @@ TEST(RoundStartCodec, DeltaFormByteFlipsNeverCrash) {
     (void)peek_round_start(b);
   }
   for (std::size_t n = 0; n < delta.size(); ++n) {
-    EXPECT_FALSE(decode_round_start(delta.substr(0, n), [&](const std::string&) {
-                   return &held;
-                 }).ok())
+    EXPECT_FALSE(
+        decode_round_start(delta.substr(0, n), [&](const std::string&) { return &held; }).ok())
         << n;
   }
 }

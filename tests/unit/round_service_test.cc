@@ -119,7 +119,6 @@ TEST(RoundService, ARoundFromAnotherLeaderAsksThatLeaderForTheLease) {
   EXPECT_EQ(requests[0].address, "tcp://10.0.0.2:7946");
 }
 
-
 // The kinds of the round reports among `sends`, in order.
 std::vector<ReportKind> report_kinds(const std::vector<RoundService::Send>& sends) {
   std::vector<ReportKind> kinds;
@@ -178,7 +177,6 @@ TEST(RoundService, ADeltaRoundStartIsTakenOnlyAgainstTheHeldRound) {
   ASSERT_EQ(f.rounds.member_rounds().size(), 1u);
   EXPECT_EQ(f.rounds.member_rounds()[0].round, 2u);
 }
-
 
 // The peer_lost reports of a member whose round leader is gone: the leader it believes in now
 // hears them too, at once when it changes (not a resend interval later), and the loss is handed
